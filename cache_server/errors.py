@@ -1,0 +1,94 @@
+"""Typed domain errors.
+
+Everything the service can refuse is one of these. None of them knows about HTTP: the one place that
+turns them into status codes is :mod:`cache_server.api.errors`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BadRequest",
+    "CacheError",
+    "DigestConflict",
+    "DigestMismatch",
+    "EntryNotFound",
+    "EntryTooLarge",
+    "IndexUnavailable",
+    "InvalidName",
+    "NamespaceNotFound",
+    "StorageUnavailable",
+    "TooManyKeys",
+]
+
+
+class CacheError(Exception):
+    """Base class of every error the cache reports to a caller.
+
+    ``code`` is a short stable identifier for scripts; ``detail`` is a sentence a person understands.
+    """
+
+    code = "cache_error"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidName(CacheError):
+    """A namespace or key name that does not match the allowed pattern."""
+
+    code = "invalid_name"
+
+
+class BadRequest(CacheError):
+    """A request whose body or headers cannot be understood."""
+
+    code = "bad_request"
+
+
+class TooManyKeys(BadRequest):
+    """A ``missing`` or ``bundle`` request naming more keys than one request may."""
+
+    code = "too_many_keys"
+
+
+class DigestMismatch(CacheError):
+    """The uploaded bytes do not hash to the digest the uploader announced."""
+
+    code = "digest_mismatch"
+
+
+class DigestConflict(CacheError):
+    """The key is already stored with another digest; the first upload stays."""
+
+    code = "digest_conflict"
+
+
+class EntryTooLarge(CacheError):
+    """The upload is larger than ``XLA_CACHE_MAX_ENTRY_BYTES``."""
+
+    code = "entry_too_large"
+
+
+class EntryNotFound(CacheError):
+    """No entry with this key in this namespace."""
+
+    code = "entry_not_found"
+
+
+class NamespaceNotFound(CacheError):
+    """The namespace has never been registered."""
+
+    code = "namespace_not_found"
+
+
+class StorageUnavailable(CacheError):
+    """The blob store cannot be reached or keeps failing; retrying later may work."""
+
+    code = "storage_unavailable"
+
+
+class IndexUnavailable(CacheError):
+    """The SQL index cannot be reached; retrying later may work."""
+
+    code = "index_unavailable"

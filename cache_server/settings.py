@@ -1,0 +1,81 @@
+"""The one settings class. Every knob of the server lives here, read from ``XLA_CACHE_*`` variables.
+
+Nothing reads the environment anywhere else: :func:`cache_server.app.create_app` takes a :class:`Settings`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["DEFAULT_DATA_DIR", "Settings"]
+
+DEFAULT_DATA_DIR = Path("xla-cache-data")
+GIB = 1024**3
+
+
+class Settings(BaseSettings):
+    """Server settings; each field is read from ``XLA_CACHE_<FIELD>`` (case-insensitive)."""
+
+    model_config = SettingsConfigDict(env_prefix="XLA_CACHE_", extra="ignore")
+
+    data_dir: Path = Field(
+        default=DEFAULT_DATA_DIR,
+        description="Where the embedded defaults keep their files (SQLite index, local blobs).",
+    )
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy URL of the index. Empty: SQLite at <data_dir>/index.sqlite3.",
+    )
+    storage_url: str = Field(
+        default="",
+        description="Blob store: file:///path, or gs://bucket/prefix. Empty: <data_dir>/blobs.",
+    )
+    max_entry_bytes: int = Field(default=4 * GIB, gt=0, description="Largest entry accepted, in bytes.")
+    max_total_bytes: int | None = Field(
+        default=None, gt=0, description="Background eviction keeps the whole store under this many bytes."
+    )
+    max_namespace_bytes: int | None = Field(
+        default=None, gt=0, description="Background eviction keeps each namespace under this many bytes."
+    )
+    max_keys_per_request: int = Field(default=10_000, gt=0, description="Keys allowed in one missing/bundle.")
+    auth: bool = Field(default=False, description="Require bearer tokens.")
+    access_flush_seconds: float = Field(
+        default=2.0, gt=0, description="How often batched hit/miss counters and access times are written."
+    )
+    eviction_interval_seconds: float = Field(default=60.0, gt=0, description="Background eviction period.")
+    db_pool_size: int = Field(default=10, gt=0, description="SQL connection pool size (PostgreSQL).")
+    db_max_overflow: int = Field(default=20, ge=0, description="Connections allowed beyond the pool size.")
+    db_pool_timeout: float = Field(default=10.0, gt=0, description="Seconds to wait for a pooled connection.")
+    db_connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait when connecting.")
+    db_pool_pre_ping: bool = Field(default=True, description="Test each pooled connection before use.")
+    storage_timeout: float = Field(default=30.0, gt=0, description="Seconds for one storage call.")
+    storage_retries: int = Field(default=5, ge=0, description="Retries of a storage call on 429/5xx.")
+    signed_url_seconds: int = Field(default=0, ge=0, description="GCS: serve signed URLs valid this long (0: off).")
+    log_level: str = Field(default="info", description="Logging level.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, with the embedded SQLite default filled in."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'index.sqlite3').resolve()}"
+
+    @property
+    def resolved_storage_url(self) -> str:
+        """The storage URL, with the embedded local-directory default filled in."""
+        if self.storage_url:
+            return self.storage_url
+        return (self.data_dir / "blobs").resolve().as_uri()
+
+    @property
+    def uses_embedded_sqlite(self) -> bool:
+        """True when the index is a SQLite file (``serve`` then migrates it itself)."""
+        return self.resolved_database_url.startswith("sqlite")
