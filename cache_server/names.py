@@ -10,7 +10,14 @@ import re
 
 from cache_server.errors import InvalidName
 
-__all__ = ["KEY_PATTERN", "NAMESPACE_PATTERN", "SHA256_PATTERN", "check_key", "check_namespace", "check_sha256"]
+__all__ = [
+    "KEY_PATTERN",
+    "NAMESPACE_PATTERN",
+    "SHA256_PATTERN",
+    "check_key",
+    "check_namespace",
+    "check_sha256",
+]
 
 NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")
@@ -30,8 +37,8 @@ def _check(kind: str, value: str, pattern: re.Pattern[str], max_len: int) -> str
         raise InvalidName(f"The {kind} name {value!r} contains '..'.")
     if not pattern.fullmatch(value):
         raise InvalidName(
-            f"The {kind} name {value!r} is not allowed: it must start with a letter or digit and contain only "
-            "letters, digits, '.', '_' and '-'."
+            f"The {kind} name {value!r} is not allowed: it must start with a letter or digit "
+            "and contain only letters, digits, '.', '_' and '-'."
         )
     return value
 
@@ -55,6 +62,7 @@ def check_sha256(value: str | None) -> str:
     digest = value.strip().lower()
     if not SHA256_PATTERN.fullmatch(digest):
         raise BadRequest(
-            f"The X-Content-SHA256 header {value!r} is not a SHA-256 digest: 64 hexadecimal characters expected."
+            f"The X-Content-SHA256 header {value!r} is not a SHA-256 digest: "
+            "64 hexadecimal characters expected."
         )
     return digest

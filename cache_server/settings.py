@@ -53,7 +53,9 @@ class Settings(BaseSettings):
     db_pool_pre_ping: bool = Field(default=True, description="Test each pooled connection before use.")
     storage_timeout: float = Field(default=30.0, gt=0, description="Seconds for one storage call.")
     storage_retries: int = Field(default=5, ge=0, description="Retries of a storage call on 429/5xx.")
-    signed_url_seconds: int = Field(default=0, ge=0, description="GCS: serve signed URLs valid this long (0: off).")
+    signed_url_seconds: int = Field(
+        default=0, ge=0, description="GCS: serve signed URLs valid this long (0: off)."
+    )
     log_level: str = Field(default="info", description="Logging level.")
 
     @field_validator("log_level")
@@ -64,8 +66,13 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         """The database URL, with the embedded SQLite default filled in."""
-        if self.database_url:
-            return self.database_url
+        url = self.database_url
+        # The driver we ship is psycopg 3; accept the plain scheme people copy from their cloud console.
+        for plain in ("postgresql://", "postgres://"):
+            if url.startswith(plain):
+                return "postgresql+psycopg://" + url[len(plain) :]
+        if url:
+            return url
         return f"sqlite:///{(self.data_dir / 'index.sqlite3').resolve()}"
 
     @property

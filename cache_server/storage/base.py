@@ -98,4 +98,3 @@ def split_blob_name(name: str) -> tuple[str, str]:
     """Inverse of :func:`blob_name`."""
     namespace, _, key = name.partition("/")
     return namespace, key
-

@@ -110,7 +110,12 @@ class LocalBlobStore:
                     handle.write(chunk)
                     size += len(chunk)
                 created = dt.datetime.now(dt.timezone.utc)
-                header = {"name": name, "size": size, "created": created.isoformat(), "metadata": dict(metadata)}
+                header = {
+                    "name": name,
+                    "size": size,
+                    "created": created.isoformat(),
+                    "metadata": dict(metadata),
+                }
                 handle.seek(0)
                 handle.write(_encode_header(header))
                 handle.flush()
@@ -124,7 +129,9 @@ class LocalBlobStore:
             return True
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
-                raise StorageUnavailable(f"The local blob directory cannot be written: {exc.strerror}.") from exc
+                raise StorageUnavailable(
+                    f"The local blob directory cannot be written: {exc.strerror}."
+                ) from exc
             raise
         finally:
             tmp.unlink(missing_ok=True)
@@ -145,7 +152,7 @@ class LocalBlobStore:
     def open(self, name: str) -> _LocalReader | None:
         path = self._path(name)
         try:
-            handle = open(path, "rb")
+            handle = open(path, "rb")  # noqa: SIM115 - the reader owns it and closes it
         except FileNotFoundError:
             return None
         info = self._read_info(name, handle)

@@ -1,0 +1,14 @@
+"""HTTP layer: routes per resource, dependencies, and the one error mapping."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from cache_server.api import entries, health, namespaces
+
+__all__ = ["router"]
+
+router = APIRouter()
+router.include_router(health.router)
+router.include_router(namespaces.router)
+router.include_router(entries.router)

@@ -1,0 +1,24 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from cache_server.api.deps import ServiceDep
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(service: ServiceDep) -> dict[str, str]:
+    """The index and the blob store are reachable (503 with the reason otherwise)."""
+    service.check_ready()
+    return {"status": "ready"}

@@ -1,0 +1,108 @@
+"""``xla-cache-server``: serve the API, migrate the index."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from cache_server.settings import Settings
+
+__all__ = ["main"]
+
+log = logging.getLogger("cache_server.cli")
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(
+                ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(host, None)
+            )
+        except OSError:
+            return False
+
+
+def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    if not _is_loopback(args.host) and not settings.auth and not args.insecure:
+        print(
+            f"error: refusing to listen on {args.host} with auth off: anyone who can reach it could read and "
+            "overwrite the cache. Set XLA_CACHE_AUTH=on (and create tokens), or pass --insecure.",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.uses_embedded_sqlite:
+        from cache_server.migrate import upgrade
+
+        upgrade(settings)
+    uvicorn.run(
+        "cache_server.app:create_app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=settings.log_level,
+        proxy_headers=True,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from cache_server.migrate import downgrade, upgrade
+
+    if args.revision == "base" or args.down:
+        downgrade(settings, args.revision)
+    else:
+        upgrade(settings, args.revision)
+    print(f"index at {args.revision}: {settings.resolved_database_url.split('@')[-1]}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xla-cache-server",
+        description="Compilation-cache server for PyTorch/XLA. Settings come from XLA_CACHE_* variables.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the HTTP API under uvicorn")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve.add_argument(
+        "--workers", type=int, default=int(os.environ.get("XLA_CACHE_WORKERS", "1")), help="uvicorn workers"
+    )
+    serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address with auth off")
+    serve.set_defaults(func=_cmd_serve)
+    migrate = sub.add_parser("migrate", help="bring the index to the newest schema (or --down to a revision)")
+    migrate.add_argument("revision", nargs="?", default="head")
+    migrate.add_argument("--down", action="store_true", help="downgrade to the given revision")
+    migrate.set_defaults(func=_cmd_migrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"error: invalid XLA_CACHE_* setting:\n{exc}", file=sys.stderr)
+        return 2
+    result: int = args.func(args, settings)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""SQLAlchemy models of the index. Alembic migrations in ``migrations/`` create exactly these tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, MetaData, String, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "Entry", "Namespace", "UtcDateTime", "utcnow"]
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> dt.datetime:
+    """Now, as an aware UTC datetime."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class UtcDateTime(TypeDecorator[dt.datetime]):
+    """A timezone-aware UTC timestamp on every database (SQLite drops the zone; this puts it back)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(dt.timezone.utc)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Namespace(Base):
+    """A compatibility namespace: the entries that fit one runtime fingerprint, and its counters."""
+
+    __tablename__ = "namespaces"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_used_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    hits: Mapped[int] = mapped_column(BigInteger, default=0)
+    misses: Mapped[int] = mapped_column(BigInteger, default=0)
+    uploads: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_served: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Entry(Base):
+    """One cached executable: a key in a namespace, its blob's size and digest, and its use."""
+
+    __tablename__ = "entries"
+    __table_args__ = (
+        Index("ix_entries_last_access_at", "last_access_at"),
+        Index("ix_entries_namespace_hits", "namespace", "hits"),
+    )
+
+    namespace: Mapped[str] = mapped_column(
+        String(128), ForeignKey("namespaces.name", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_access_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    hits: Mapped[int] = mapped_column(BigInteger, default=0)
+    compile_time_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)

@@ -1,0 +1,309 @@
+"""The v1 entry API, in process: every status code DESIGN.md lists, and what is stored after each."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cache_server.service import CacheService, CorruptBlob
+from tests.conftest import sha
+
+NS = "ns-test"
+URL = f"/v1/namespaces/{NS}/entries"
+
+
+def put(client: TestClient, key: str, data: bytes, digest: str | None = None, **headers: str) -> object:
+    hdrs = {"X-Content-SHA256": digest if digest is not None else sha(data), **headers}
+    return client.put(f"{URL}/{key}", content=data, headers=hdrs)
+
+
+def stored_files(settings_dir: Path) -> list[Path]:
+    blobs = settings_dir / "blobs"
+    return sorted(p for p in blobs.rglob("*") if p.is_file()) if blobs.exists() else []
+
+
+def test_put_creates_then_same_digest_is_200(client: TestClient) -> None:
+    first = client.put(f"{URL}/1234", content=b"abc", headers={"X-Content-SHA256": sha(b"abc")})
+    assert first.status_code == 201
+    assert first.json() == {"namespace": NS, "key": "1234", "size": 3, "sha256": sha(b"abc"), "created": True}
+    again = client.put(f"{URL}/1234", content=b"abc", headers={"X-Content-SHA256": sha(b"abc")})
+    assert again.status_code == 200
+    assert again.json()["created"] is False
+
+
+def test_put_other_digest_is_409_and_first_stays(client: TestClient) -> None:
+    assert (
+        client.put(f"{URL}/k", content=b"first", headers={"X-Content-SHA256": sha(b"first")}).status_code
+        == 201
+    )
+    other = client.put(f"{URL}/k", content=b"second", headers={"X-Content-SHA256": sha(b"second")})
+    assert other.status_code == 409
+    assert other.json()["error"] == "digest_conflict"
+    assert "first upload stays" in other.json()["detail"]
+    assert client.get(f"{URL}/k").content == b"first"
+
+
+def test_digest_mismatch_is_400_and_nothing_stored(client: TestClient, settings_dir: Path) -> None:
+    response = client.put(f"{URL}/k", content=b"body", headers={"X-Content-SHA256": sha(b"other")})
+    assert response.status_code == 400
+    assert response.json()["error"] == "digest_mismatch"
+    assert client.head(f"{URL}/k").status_code == 404
+    assert stored_files(settings_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("header", "fragment"),
+    [(None, "required"), ("abc", "not a SHA-256"), ("g" * 64, "not a SHA-256"), ("", "required")],
+)
+def test_missing_or_malformed_digest_is_400(
+    client: TestClient, settings_dir: Path, header: str | None, fragment: str
+) -> None:
+    headers = {} if header is None else {"X-Content-SHA256": header}
+    response = client.put(f"{URL}/k", content=b"body", headers=headers)
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_request"
+    assert fragment in response.json()["detail"]
+    assert stored_files(settings_dir) == []
+
+
+def test_upper_case_digest_is_accepted(client: TestClient) -> None:
+    response = client.put(f"{URL}/k", content=b"x", headers={"X-Content-SHA256": sha(b"x").upper()})
+    assert response.status_code == 201
+    assert response.json()["sha256"] == sha(b"x")
+
+
+def test_too_large_declared_is_413(client: TestClient, service: CacheService, settings_dir: Path) -> None:
+    service.settings.max_entry_bytes = 10
+    response = client.put(f"{URL}/k", content=b"x" * 11, headers={"X-Content-SHA256": sha(b"x" * 11)})
+    assert response.status_code == 413
+    assert response.json()["error"] == "entry_too_large"
+    assert "10 bytes" in response.json()["detail"]
+    assert stored_files(settings_dir) == []
+
+
+def test_too_large_streamed_is_413(client: TestClient, service: CacheService, settings_dir: Path) -> None:
+    """A chunked body (no Content-Length) is refused once it passes the limit (see also the e2e test)."""
+    service.settings.max_entry_bytes = 1000
+
+    def body() -> object:
+        for _ in range(3):
+            yield b"y" * 1024 * 1024
+
+    response = client.put(f"{URL}/k", content=body(), headers={"X-Content-SHA256": "0" * 64})
+    assert response.status_code == 413
+    assert stored_files(settings_dir) == []
+    assert not list((settings_dir / "blobs" / ".tmp").iterdir())
+
+
+def test_exactly_at_limit_is_accepted(client: TestClient, service: CacheService) -> None:
+    service.settings.max_entry_bytes = 10
+    assert (
+        client.put(f"{URL}/k", content=b"x" * 10, headers={"X-Content-SHA256": sha(b"x" * 10)}).status_code
+        == 201
+    )
+
+
+BAD_NAMES = [
+    ("%2E%2E", "'..'"),  # a literal ".." is normalised away by HTTP clients; the raw form is in tests/e2e
+    ("a..b", "'..'"),
+    ("a%2Fb", "encoded slash"),
+    ("a%2fb", "encoded slash"),
+    ("a%5Cb", "encoded slash"),
+    ("a%00b", "NUL"),
+    ("a\\b", "slash"),
+    ("-leading", "must start with a letter or digit"),
+    (".hidden", "must start with a letter or digit"),
+    ("sp%20ace", "not allowed"),
+    ("k" * 257, "at most 256"),
+]
+
+
+@pytest.mark.parametrize(("key", "fragment"), BAD_NAMES)
+def test_bad_keys_are_400_and_nothing_stored(
+    client: TestClient, settings_dir: Path, key: str, fragment: str
+) -> None:
+    response = client.put(f"{URL}/{key}", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "invalid_name"
+    assert fragment in response.json()["detail"]
+    assert stored_files(settings_dir) == []
+    assert client.get(f"{URL}/{key}").status_code == 400
+
+
+def test_slash_in_key_is_400(client: TestClient, settings_dir: Path) -> None:
+    response = client.put(f"{URL}/a/b", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    assert response.status_code == 400
+    assert "slash" in response.json()["detail"]
+    assert stored_files(settings_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("namespace", "fragment"), [("%2E%2E", "'..'"), ("n" * 129, "at most 128"), ("a%2Fb", "slash")]
+)
+def test_bad_namespaces_are_400(
+    client: TestClient, settings_dir: Path, namespace: str, fragment: str
+) -> None:
+    response = client.put(
+        f"/v1/namespaces/{namespace}/entries/k", content=b"d", headers={"X-Content-SHA256": sha(b"d")}
+    )
+    assert response.status_code == 400
+    assert fragment in response.json()["detail"]
+    assert client.put(f"/v1/namespaces/{namespace}", json={"fingerprint": {}}).status_code == 400
+    assert stored_files(settings_dir) == []
+
+
+def test_empty_key_is_not_an_entry(client: TestClient) -> None:
+    response = client.put(f"{URL}/", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    assert response.status_code in (400, 404, 405)
+    assert set(response.json()) == {"error", "detail"}
+
+
+def test_get_head_delete(client: TestClient, settings_dir: Path) -> None:
+    data = bytes(range(256)) * 1000
+    assert client.put(f"{URL}/9", content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    got = client.get(f"{URL}/9")
+    assert got.status_code == 200
+    assert got.content == data
+    assert got.headers["x-content-sha256"] == sha(data)
+    assert got.headers["etag"] == f'"{sha(data)}"'
+    head = client.head(f"{URL}/9")
+    assert head.status_code == 200
+    assert head.headers["content-length"] == str(len(data))
+    assert head.content == b""
+    assert client.get(f"{URL}/9", headers={"If-None-Match": f'"{sha(data)}"'}).status_code == 304
+    assert client.delete(f"{URL}/9").status_code == 204
+    assert client.get(f"{URL}/9").status_code == 404
+    assert client.delete(f"{URL}/9").status_code == 404
+    assert stored_files(settings_dir) == []
+
+
+def test_miss_is_json_404_and_counted(client: TestClient, service: CacheService) -> None:
+    client.put(f"/v1/namespaces/{NS}", json={"fingerprint": {"a": 1}})
+    response = client.get(f"{URL}/absent")
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": "entry_not_found",
+        "detail": f"No entry 'absent' in namespace '{NS}'.",
+    }
+    service.access.flush()
+    assert client.get(f"/v1/namespaces/{NS}").json()["misses"] == 1
+
+
+def test_hits_are_batched_not_written_per_get(client: TestClient, service: CacheService) -> None:
+    put(client, "h", b"hit me")
+    for _ in range(5):
+        assert client.get(f"{URL}/h").status_code == 200
+    entry = service.repository.get_entry(NS, "h")
+    assert entry is not None and entry.hits == 0  # nothing written yet: the flush interval is a minute
+    service.access.flush()
+    entry = service.repository.get_entry(NS, "h")
+    assert entry is not None and entry.hits == 5
+    body = client.get(f"/v1/namespaces/{NS}").json()
+    assert body["hits"] == 5
+
+
+def test_missing(client: TestClient) -> None:
+    put(client, "a", b"1")
+    put(client, "c", b"3")
+    response = client.post(f"/v1/namespaces/{NS}/missing", json={"keys": ["a", "b", "c", "d", "b"]})
+    assert response.status_code == 200
+    assert response.json() == {"missing": ["b", "d"]}
+
+
+def test_missing_with_too_many_keys_is_400(client: TestClient) -> None:
+    keys = [f"k{i}" for i in range(10_001)]
+    response = client.post(f"/v1/namespaces/{NS}/missing", json={"keys": keys})
+    assert response.status_code == 400
+    assert response.json()["error"] == "too_many_keys"
+    assert "10001" in response.json()["detail"]
+    assert client.post(f"/v1/namespaces/{NS}/missing", json={"keys": keys[:10_000]}).status_code == 200
+
+
+def test_missing_with_bad_key_is_400(client: TestClient) -> None:
+    response = client.post(f"/v1/namespaces/{NS}/missing", json={"keys": ["ok", "../etc"]})
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_name"
+
+
+@pytest.mark.parametrize("path", ["missing", "bundle"])
+def test_malformed_json_is_400(client: TestClient, path: str) -> None:
+    response = client.post(
+        f"/v1/namespaces/{NS}/{path}", content=b'{"keys": [', headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json() == {"error": "bad_request", "detail": "The request body is not valid JSON."}
+    wrong = client.post(f"/v1/namespaces/{NS}/{path}", json={"keys": "not-a-list"})
+    assert wrong.status_code == 400
+    assert "keys" in wrong.json()["detail"]
+
+
+def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, service: CacheService) -> None:
+    for key, size in [("small", 10), ("big", 1000), ("mid", 100), ("cold", 50)]:
+        put(client, key, b"z" * size)
+    for key, hits in [("big", 3), ("mid", 2), ("small", 1)]:
+        for _ in range(hits):
+            client.get(f"{URL}/{key}")
+    service.access.flush()
+    everything = client.get(f"/v1/namespaces/{NS}/manifest").json()
+    assert [e["key"] for e in everything["entries"]] == ["big", "mid", "small", "cold"]
+    assert everything["total_bytes"] == 1160
+    assert everything["entries"][0] == {"key": "big", "size": 1000, "sha256": sha(b"z" * 1000)}
+    two = client.get(f"/v1/namespaces/{NS}/manifest?max_entries=2").json()
+    assert [e["key"] for e in two["entries"]] == ["big", "mid"]
+    budget = client.get(f"/v1/namespaces/{NS}/manifest?max_bytes=200").json()
+    assert [e["key"] for e in budget["entries"]] == ["mid", "small", "cold"]
+    assert budget["total_bytes"] == 160
+    assert client.get(f"/v1/namespaces/{NS}/manifest?max_bytes=-1").status_code == 400
+    assert client.get(f"/v1/namespaces/{NS}/manifest?max_entries=abc").status_code == 400
+
+
+def test_bundle_is_a_tar_of_the_present_keys(client: TestClient, service: CacheService) -> None:
+    blobs = {"111": b"one" * 100, "222": b"", "333": bytes(range(256)) * 7}
+    for key, data in blobs.items():
+        put(client, key, data)
+    response = client.post(f"/v1/namespaces/{NS}/bundle", json={"keys": ["333", "absent", "111", "222"]})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/x-tar"
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r|") as tar:
+        members = []
+        for member in tar:
+            handle = tar.extractfile(member)
+            assert handle is not None
+            content = handle.read()
+            members.append(member.name)
+            assert content == blobs[member.name]
+            assert member.pax_headers["XLA_CACHE.sha256"] == sha(content)
+    assert members == ["333", "111", "222"]
+    service.access.flush()
+    ns = client.get(f"/v1/namespaces/{NS}").json()
+    assert ns["hits"] == 3
+    assert ns["misses"] == 1
+
+
+def test_bundle_with_too_many_keys_is_400(client: TestClient) -> None:
+    response = client.post(f"/v1/namespaces/{NS}/bundle", json={"keys": [str(i) for i in range(10_001)]})
+    assert response.status_code == 400
+    assert response.json()["error"] == "too_many_keys"
+
+
+def test_corrupt_blob_is_never_served_whole(client: TestClient, settings_dir: Path) -> None:
+    put(client, "c", b"A" * 5000)
+    blob = settings_dir / "blobs" / NS / "c"
+    raw = bytearray(blob.read_bytes())
+    raw[-1] ^= 0xFF
+    blob.write_bytes(bytes(raw))
+    with pytest.raises(CorruptBlob):  # the stream breaks instead of delivering bad bytes
+        client.get(f"{URL}/c")
+
+
+def test_unknown_route_and_method_are_json(client: TestClient) -> None:
+    missing = client.get("/v2/nothing")
+    assert missing.status_code == 404
+    assert set(missing.json()) == {"error", "detail"}
+    wrong = client.patch(f"{URL}/k")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"] == "method_not_allowed"

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cache_server.settings import Settings
+from tests.support.databases import fresh_database_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    """Settings whose index is an empty database of each kind (PostgreSQL: created and dropped here)."""
+    with fresh_database_url(request.param, tmp_path) as url:
+        yield Settings(data_dir=tmp_path / "data", database_url=url)

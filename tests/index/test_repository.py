@@ -1,0 +1,90 @@
+"""Index queries on both databases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cache_server.index.db import make_engine, make_sessionmaker
+from cache_server.index.models import utcnow
+from cache_server.index.repository import AccessDelta, IndexRepository
+from cache_server.migrate import upgrade
+from cache_server.settings import Settings
+
+
+@pytest.fixture
+def repo(db_settings: Settings) -> Iterator[IndexRepository]:
+    upgrade(db_settings)
+    engine = make_engine(db_settings)
+    yield IndexRepository(engine, make_sessionmaker(engine))
+    engine.dispose()
+
+
+def record(repo: IndexRepository, key: str, size: int = 10, *, replace: bool = True, ns: str = "ns") -> bool:
+    return repo.record_entry(
+        namespace=ns,
+        key=key,
+        size=size,
+        sha256="a" * 64,
+        created_at=utcnow(),
+        compile_time_ms=5,
+        uploader="host-1",
+        replace=replace,
+    )
+
+
+def test_namespace_round_trip_keeps_json(repo: IndexRepository) -> None:
+    fingerprint = {"torch_xla": "2.7.0", "nested": {"devices": [0, 1]}, "spmd": True}
+    summary, created = repo.upsert_namespace("ns", fingerprint, {"team": "x"})
+    assert created and summary.namespace.fingerprint == fingerprint
+    summary, created = repo.upsert_namespace("ns", {"other": 1}, {})
+    assert not created and summary.namespace.fingerprint == {"other": 1}
+    assert summary.namespace.created_at.tzinfo is not None
+
+
+def test_record_entry_then_missing_and_manifest(repo: IndexRepository) -> None:
+    assert record(repo, "a", 5)
+    assert record(repo, "b", 7)
+    assert not record(repo, "a", 99, replace=False)  # an existing row wins for a non-creator
+    entry = repo.get_entry("ns", "a")
+    assert entry is not None and entry.size == 5 and entry.uploader == "host-1"
+    assert repo.missing_keys("ns", ["a", "x", "b", "y"]) == ["x", "y"]
+    # no hits yet: the most recently used comes first
+    assert [e.key for e in repo.manifest("ns", max_bytes=None, max_entries=None)] == ["b", "a"]
+
+
+def test_missing_over_many_keys(repo: IndexRepository) -> None:
+    for i in range(0, 1200, 3):
+        record(repo, f"k{i}")
+    keys = [f"k{i}" for i in range(1200)]
+    assert repo.missing_keys("ns", keys) == [k for i, k in enumerate(keys) if i % 3]
+
+
+def test_access_batches_add_up(repo: IndexRepository) -> None:
+    record(repo, "a")
+    now = utcnow()
+    repo.apply_access({("ns", "a"): AccessDelta(hits=3, bytes_served=30, last_access=now)}, {"ns": 2})
+    repo.apply_access({("ns", "a"): AccessDelta(hits=1, bytes_served=10, last_access=now)}, {})
+    entry = repo.get_entry("ns", "a")
+    summary = repo.get_namespace("ns")
+    assert entry is not None and entry.hits == 4
+    assert summary is not None
+    assert (summary.namespace.hits, summary.namespace.misses, summary.namespace.bytes_served) == (4, 2, 40)
+
+
+def test_concurrent_record_of_one_key(repo: IndexRepository) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: record(repo, "same", replace=False), range(16)))
+    assert results.count(True) == 1
+    summary = repo.get_namespace("ns")
+    assert summary is not None and summary.entries == 1
+
+
+def test_delete_entry(repo: IndexRepository) -> None:
+    record(repo, "a")
+    removed = repo.delete_entry("ns", "a")
+    assert removed is not None and removed.key == "a"
+    assert repo.delete_entry("ns", "a") is None
+    assert repo.get_entry("ns", "a") is None

@@ -1,0 +1,87 @@
+"""Run a real ``xla-cache-server serve`` process on a free loopback port, for tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+__all__ = ["LiveServer", "free_port", "run_server"]
+
+SERVER_BIN = Path(sys.executable).with_name("xla-cache-server")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LiveServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def run_server(
+    data_dir: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    workers: int = 1,
+    port: int | None = None,
+    startup_timeout: float = 60.0,
+) -> Iterator[LiveServer]:
+    """Start ``xla-cache-server serve``, wait until ``/readyz`` answers 200, stop it afterwards."""
+    port = port or free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / f"server-{port}.log"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    full_env.update({"XLA_CACHE_DATA_DIR": str(data_dir), "XLA_CACHE_ACCESS_FLUSH_SECONDS": "0.2"})
+    full_env.update(env or {})
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(SERVER_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = LiveServer(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"xla-cache-server exited with {process.returncode}:\n{server.log()}")
+            try:
+                if httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"xla-cache-server did not become ready:\n{server.log()}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
