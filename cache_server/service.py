@@ -197,20 +197,30 @@ class CacheService:
         return OpenedEntry(entry=entry, body=self._verified(entry, reader))
 
     def _verified(self, entry: Entry, reader: BlobReader) -> Iterator[bytes]:
+        """Stream the blob, holding back its last chunk until the whole digest has been checked.
+
+        A blob whose bytes no longer match the index therefore never reaches a reader complete: the
+        stream stops short of its Content-Length and the client sees a broken transfer.
+        """
         digest = hashlib.sha256()
         size = 0
+        held: bytes | None = None
         try:
             for chunk in reader.chunks():
                 size += len(chunk)
                 if size > entry.size:
                     break
                 digest.update(chunk)
-                yield chunk
+                if held is not None:
+                    yield held
+                held = chunk
         finally:
             reader.close()
         if size != entry.size or digest.hexdigest() != entry.sha256:
             log.error("corrupt blob %s/%s: stored bytes do not match the index", entry.namespace, entry.key)
             raise CorruptBlob(f"stored bytes of {entry.namespace}/{entry.key} do not match the index")
+        if held is not None:
+            yield held
 
     def delete_entry(self, namespace: str, key: str) -> None:
         """Remove an entry: index row first, then the blob."""
