@@ -7,7 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from threading import Barrier
@@ -67,7 +67,7 @@ def test_32_clients_upload_one_new_key_at_once(server: LiveServer) -> None:
 
 
 def raw_request(
-    server: LiveServer, request: bytes, body_chunks: Iterator[bytes] = iter(())
+    server: LiveServer, request: bytes, body_chunks: Iterable[bytes] = ()
 ) -> tuple[bytes, int]:
     """Send a raw HTTP/1.1 request; return the response head and how many body bytes were accepted."""
     host, port = server.url.removeprefix("http://").split(":")
