@@ -17,14 +17,22 @@ def make_engine(settings: Settings) -> Engine:
     url = settings.resolved_database_url
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
+        pool: dict[str, Any] = {}
         if path and path != ":memory:":
             from pathlib import Path
 
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # A file database gets a queue pool sized like PostgreSQL's; :memory: keeps its one connection.
+            pool = {
+                "pool_size": settings.db_pool_size,
+                "max_overflow": settings.db_max_overflow,
+                "pool_timeout": settings.db_pool_timeout,
+            }
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": settings.db_pool_timeout},
             pool_pre_ping=settings.db_pool_pre_ping,
+            **pool,
         )
 
         @event.listens_for(engine, "connect")

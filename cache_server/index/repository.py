@@ -15,6 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from cache_server.errors import IndexUnavailable
@@ -62,6 +63,12 @@ class IndexRepository:
         try:
             with self._sessions.begin() as session:
                 yield session
+        except PoolTimeout as exc:
+            # Every pooled connection is busy (or stuck on a database that stopped answering).
+            raise IndexUnavailable(
+                "The index database is overloaded: no connection came free in time "
+                "(XLA_CACHE_DB_POOL_TIMEOUT); please retry."
+            ) from exc
         except (OperationalError, DBAPIError) as exc:
             if isinstance(exc, OperationalError) or exc.connection_invalidated:
                 raise IndexUnavailable(
