@@ -33,6 +33,7 @@ __all__ = ["CacheService", "CorruptBlob", "OpenedEntry", "PutResult"]
 
 log = logging.getLogger(__name__)
 TAR_BLOCK = 512
+BUNDLE_PIECE = 1024 * 1024
 
 
 class CorruptBlob(RuntimeError):
@@ -72,6 +73,18 @@ def _checked_upload(chunks: Iterable[bytes], sha256: str, limit: int) -> Iterato
             f"The body's SHA-256 is {digest.hexdigest()}, not {sha256} as X-Content-SHA256 says; "
             "nothing was stored."
         )
+
+
+def _coalesce(pieces: Iterator[bytes], size: int = BUNDLE_PIECE) -> Iterator[bytes]:
+    """Join small pieces (tar headers, small entries, padding) so the response sends fewer, larger writes."""
+    buffer = bytearray()
+    for piece in pieces:
+        buffer += piece
+        if len(buffer) >= size:
+            yield bytes(buffer)
+            buffer.clear()
+    if buffer:
+        yield bytes(buffer)
 
 
 class CacheService:
@@ -262,7 +275,7 @@ class CacheService:
         missing = len(wanted) - len(rows)
         if missing:
             self.access.miss(namespace, missing)
-        return self._tar_stream(namespace, [rows[key] for key in wanted if key in rows])
+        return _coalesce(self._tar_stream(namespace, [rows[key] for key in wanted if key in rows]))
 
     def _tar_stream(self, namespace: str, entries: list[Entry]) -> Iterator[bytes]:
         for entry in entries:
