@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.support.server import run_server  # noqa: E402
+from tests.support.server import run_server
 
 MIB = 1024 * 1024
 
@@ -58,9 +58,11 @@ def main() -> None:
             par_s = time.perf_counter() - start
 
             start = time.perf_counter()
-            with client.stream("POST", f"{ns}/bundle", json={"keys": list(blobs)}) as response:
-                with tarfile.open(fileobj=_Stream(response), mode="r|") as tar:
-                    count = sum(1 for member in tar if tar.extractfile(member) is not None)
+            with (
+                client.stream("POST", f"{ns}/bundle", json={"keys": list(blobs)}) as response,
+                tarfile.open(fileobj=_Stream(response), mode="r|") as tar,
+            ):
+                count = sum(1 for member in tar if tar.extractfile(member) is not None)
             bundle_s = time.perf_counter() - start
             assert count == args.small
 
@@ -70,7 +72,8 @@ def main() -> None:
             print(f"  GET 8 in parallel     {par_s:7.2f} s  {args.small / par_s:8.0f} entries/s")
             print(f"  one bundle stream     {bundle_s:7.2f} s  {args.small / bundle_s:8.0f} entries/s")
             print(
-                f"  bundle vs sequential GETs: {get_s / bundle_s:.1f}x faster; vs parallel: {par_s / bundle_s:.1f}x"
+                f"  bundle vs sequential GETs: {get_s / bundle_s:.1f}x faster; "
+                f"vs parallel: {par_s / bundle_s:.1f}x"
             )
 
             size = args.large_mib * MIB
