@@ -13,11 +13,13 @@ __all__ = [
     "DigestMismatch",
     "EntryNotFound",
     "EntryTooLarge",
+    "Forbidden",
     "IndexUnavailable",
     "InvalidName",
     "NamespaceNotFound",
     "StorageUnavailable",
     "TooManyKeys",
+    "Unauthorized",
 ]
 
 
@@ -92,3 +94,15 @@ class IndexUnavailable(CacheError):
     """The SQL index cannot be reached; retrying later may work."""
 
     code = "index_unavailable"
+
+
+class Unauthorized(CacheError):
+    """No valid token: none was sent, or it is unknown or revoked."""
+
+    code = "unauthorized"
+
+
+class Forbidden(CacheError):
+    """A valid token whose role is too weak for what was asked."""
+
+    code = "forbidden"

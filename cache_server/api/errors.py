@@ -26,6 +26,8 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.NamespaceNotFound: 404,
     errors.StorageUnavailable: 503,
     errors.IndexUnavailable: 503,
+    errors.Unauthorized: 401,
+    errors.Forbidden: 403,
 }
 
 HTTP_CODES = {
@@ -70,6 +72,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _cache_error(request: Request, exc: errors.CacheError) -> JSONResponse:
         status = _status_of(exc)
         headers = {"Retry-After": "5"} if status == 503 else None
+        if status == 401:
+            headers = {"WWW-Authenticate": 'Bearer realm="xla-cache"'}
         if status >= 500:
             log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
         return error_response(status, exc.code, exc.detail, headers)
