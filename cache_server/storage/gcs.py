@@ -1,0 +1,717 @@
+"""Google Cloud Storage blob store: ``gs://bucket/prefix``.
+
+Layout: the blob ``<namespace>/<key>`` is the object ``<prefix>/<namespace>/<key>``. The metadata map given to
+:meth:`GcsBlobStore.put` is the object's custom metadata; ``BlobInfo.created`` is the object's creation time
+as GCS records it.
+
+How the contract of :mod:`cache_server.storage.base` holds here:
+
+* **Create-only.** Every upload carries ``ifGenerationMatch=0``: GCS refuses (412) to create an object that
+  exists, atomically, so of concurrent puts one wins and the others drain their chunks and return False.
+* **All or nothing.** A body of at most :data:`MULTIPART_LIMIT` bytes is sent in one request, only after the
+  chunks iterator has finished. A larger body goes through a resumable upload session: full chunks as they
+  fill, and the final chunk (the only one that makes the object exist) only after the iterator is exhausted.
+  If anything raises first, the session is cancelled (DELETE) and the error re-raised; an unfinished session
+  never becomes visible in any case.
+* **Streaming.** An upload holds at most one chunk (``chunk_size``, 16 MiB by default) of pieces, never
+  joined; a download is one streamed GET read :data:`READ_CHUNK` bytes at a time, resumed with a Range request
+  if the connection drops, and pinned to the generation :meth:`~GcsBlobStore.open` saw.
+* **Errors.** 404 is a miss. 408, 429, 5xx, dropped connections and timeouts are retried with exponential
+  backoff, at most ``retries`` times per request; what still fails, and every other vendor error, becomes
+  :class:`~cache_server.errors.StorageUnavailable` naming the bucket.
+
+Credentials are Application Default Credentials. With ``STORAGE_EMULATOR_HOST`` set (the variable Google's
+own libraries read) or an explicit ``endpoint``, requests go there, with anonymous credentials by default.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import http.client
+import logging
+import os
+import random
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, TypeVar, cast
+from urllib.parse import quote, urlparse
+
+import google.auth
+import google_crc32c
+import requests
+import urllib3
+from google.api_core import exceptions as api_exceptions
+from google.auth import exceptions as auth_exceptions
+from google.auth.credentials import AnonymousCredentials, Credentials, Signing
+from google.cloud import storage
+from google.cloud.storage import exceptions as storage_exceptions
+from requests.adapters import HTTPAdapter
+
+from cache_server.errors import InvalidName, StorageUnavailable
+from cache_server.names import check_key, check_namespace
+from cache_server.storage.base import BlobInfo
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "MULTIPART_LIMIT", "READ_CHUNK", "GcsBlobStore"]
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+MULTIPART_LIMIT = 8 * MIB
+"""Bodies up to this size are uploaded in one request; larger ones through a resumable session."""
+DEFAULT_CHUNK_SIZE = 16 * MIB
+READ_CHUNK = MIB
+MAX_SIGNED_URL_SECONDS = 7 * 24 * 3600  # the V4 limit
+EMULATOR_PROJECT = "xla-cache-emulator"
+_CHUNK_MULTIPLE = 256 * 1024  # GCS wants every non-final chunk to be a multiple of this
+_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_PERSISTED = re.compile(r"bytes=0-(\d+)")
+
+_T = TypeVar("_T")
+
+
+class _HttpError(Exception):
+    """An unexpected status from one of the requests this module sends itself."""
+
+    def __init__(self, response: requests.Response) -> None:
+        super().__init__(f"{response.status_code} {response.reason}: {response.text[:200]}")
+        self.response = response
+
+
+class _Exists(Exception):
+    """GCS refused the upload because the object exists (412)."""
+
+
+_VENDOR_ERRORS: tuple[type[BaseException], ...] = (
+    api_exceptions.GoogleAPICallError,
+    auth_exceptions.GoogleAuthError,
+    storage_exceptions.InvalidResponse,
+    storage_exceptions.DataCorruption,
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    ConnectionError,
+    TimeoutError,
+    _HttpError,
+)
+_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.TimeoutError,
+    http.client.HTTPException,
+    ConnectionError,
+    TimeoutError,
+)
+
+
+def _status_of(exc: BaseException) -> int | None:
+    if isinstance(exc, api_exceptions.GoogleAPICallError) and isinstance(exc.code, int):
+        return exc.code
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Worth retrying: 408/429/5xx, a dropped or refused connection, a timeout."""
+    status = _status_of(exc)
+    if status is not None:
+        return status in _TRANSIENT_STATUS
+    if isinstance(exc, auth_exceptions.TransportError):  # the token endpoint could not be reached
+        return True
+    return isinstance(exc, _TRANSIENT_TYPES)
+
+
+def _describe(exc: BaseException) -> str:
+    status = _status_of(exc)
+    if status is not None:
+        message = getattr(exc, "message", None) or http.client.responses.get(status, "")
+        return f"HTTP {status} {message}".strip()
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+class _Retry:
+    """Exponential backoff with jitter on transient errors, at most ``retries`` retries per call.
+
+    Instances also serve as the ``retry=`` argument of google-cloud-storage calls, which call ``retry(func)``
+    and then the function it returns.
+    """
+
+    def __init__(self, retries: int, initial: float, maximum: float) -> None:
+        self.retries = retries
+        self.initial = initial
+        self.maximum = maximum
+
+    def sleep(self, attempt: int) -> None:
+        delay = min(self.maximum, self.initial * 2**attempt)
+        time.sleep(delay * (0.5 + random.random() / 2))
+
+    def run(self, func: Callable[[], _T]) -> _T:
+        attempt = 0
+        while True:
+            try:
+                return func()
+            except Exception as exc:
+                if attempt >= self.retries or not _is_transient(exc):
+                    raise
+                log.debug("retrying a storage request after %s", _describe(exc))
+                self.sleep(attempt)
+                attempt += 1
+
+    def __call__(self, func: Callable[..., _T], on_error: object = None) -> Callable[..., _T]:
+        def retrying(*args: Any, **kwargs: Any) -> _T:
+            return self.run(lambda: func(*args, **kwargs))
+
+        return retrying
+
+
+class _Body:
+    """A request body made of pieces sent one after another, never joined (and sendable again)."""
+
+    def __init__(self, pieces: list[memoryview]) -> None:
+        self._pieces = pieces
+        self._size = sum(len(p) for p in pieces)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[bytes]:
+        # requests and urllib3 only send each piece; a memoryview does as well as bytes.
+        return iter(cast("list[bytes]", self._pieces))
+
+
+class _Pending:
+    """Bytes received from the chunks iterator and not yet handed to GCS, and the CRC32C of all of them."""
+
+    def __init__(self) -> None:
+        self._pieces: deque[memoryview] = deque()
+        self.size = 0
+        self._crc32c = 0
+
+    def add(self, piece: bytes) -> None:
+        # A caller may reuse a mutable buffer after handing it over; keep an immutable copy then.
+        data = piece if isinstance(piece, bytes) else bytes(piece)
+        self._crc32c = google_crc32c.extend(self._crc32c, data)
+        self._pieces.append(memoryview(data))
+        self.size += len(data)
+
+    def take(self, n: int) -> list[memoryview]:
+        """Remove and return the first ``n`` bytes (slices of the pieces, not copies)."""
+        out: list[memoryview] = []
+        need = n
+        while need:
+            piece = self._pieces[0]
+            if len(piece) <= need:
+                out.append(self._pieces.popleft())
+                need -= len(piece)
+            else:
+                out.append(piece[:need])
+                self._pieces[0] = piece[need:]
+                need = 0
+        self.size -= n
+        return out
+
+    def joined(self) -> bytes:
+        return b"".join(self._pieces)
+
+    def crc32c(self) -> bytes:
+        """The CRC32C of every byte added so far, big-endian, as GCS reports it."""
+        return int(self._crc32c).to_bytes(4, "big")
+
+
+def _skip(pieces: list[memoryview], n: int) -> list[memoryview]:
+    """The pieces without their first ``n`` bytes."""
+    out: list[memoryview] = []
+    for piece in pieces:
+        if n >= len(piece):
+            n -= len(piece)
+            continue
+        out.append(piece[n:])
+        n = 0
+    return out
+
+
+class _Upload:
+    """One resumable upload session (https://cloud.google.com/storage/docs/performing-resumable-uploads)."""
+
+    def __init__(self, store: GcsBlobStore, url: str) -> None:
+        self._store = store
+        self.url = url
+        self.offset = 0  # bytes GCS has persisted
+
+    def send(self, pieces: list[memoryview], *, crc32c: bytes | None = None) -> None:
+        """Send ``pieces`` (which start at :attr:`offset`) and return once GCS has persisted them.
+
+        With ``crc32c`` (the checksum of the whole object) this is the final chunk, which creates the object.
+        Raises :class:`_Exists` on 412. A transient failure is retried after asking GCS what it kept.
+        """
+        final = crc32c is not None
+        start = self.offset
+        end = start + sum(len(p) for p in pieces)
+        retry = self._store._retry
+        attempt = 0
+        ask_status = False
+        while True:
+            try:
+                if ask_status:
+                    ask_status = False
+                    response = self._put(b"", "bytes */*")
+                    if response.status_code == 308:
+                        self.offset = self._persisted(response, start)
+                        if self.offset >= end and not final:
+                            return
+                        continue
+                else:
+                    body = _skip(pieces, self.offset - start)
+                    response = self._put(_Body(body) if body else b"", self._range(end, final), crc32c)
+                    if response.status_code == 308:
+                        persisted = self._persisted(response, start)
+                        if persisted <= self.offset and self.offset < end:
+                            raise _HttpError(response)  # no progress: retried below like a server error
+                        self.offset = persisted
+                        attempt = 0
+                        if self.offset >= end and not final:
+                            return
+                        continue
+                if response.status_code in (200, 201):
+                    if not final:
+                        raise StorageUnavailable(
+                            "Google Cloud Storage finished a resumable upload before its last chunk was sent."
+                        )
+                    self.offset = end
+                    return
+                if response.status_code == 412:
+                    raise _Exists()
+                raise _HttpError(response)
+            except _VENDOR_ERRORS as exc:
+                no_progress = isinstance(exc, _HttpError) and exc.response.status_code == 308
+                if attempt >= retry.retries or not (no_progress or _is_transient(exc)):
+                    raise
+                retry.sleep(attempt)
+                attempt += 1
+                ask_status = True
+
+    @staticmethod
+    def _persisted(response: requests.Response, start: int) -> int:
+        match = _PERSISTED.fullmatch(response.headers.get("Range", ""))
+        persisted = int(match.group(1)) + 1 if match else 0
+        if persisted < start:
+            raise StorageUnavailable("Google Cloud Storage lost part of an upload it had acknowledged.")
+        return persisted
+
+    def _range(self, end: int, final: bool) -> str:
+        total = str(end) if final else "*"
+        if self.offset == end:
+            return f"bytes */{total}"
+        return f"bytes {self.offset}-{end - 1}/{total}"
+
+    def _put(
+        self, body: Iterable[bytes] | bytes, content_range: str, crc32c: bytes | None = None
+    ) -> requests.Response:
+        headers = {"Content-Range": content_range}
+        if crc32c is not None:
+            # GCS checks the whole object against this before it makes the object exist.
+            headers["X-Goog-Hash"] = "crc32c=" + base64.b64encode(crc32c).decode()
+        response = self._store._session.put(
+            self.url, data=body, headers=headers, timeout=self._store._timeout
+        )
+        response.close()
+        return response
+
+    def cancel(self) -> None:
+        """Cancel the session; an unfinished session never becomes an object, so failures are only logged."""
+        try:
+            self._store._session.delete(self.url, timeout=min(self._store._timeout, 10.0)).close()
+        except _VENDOR_ERRORS as exc:
+            log.warning("could not cancel a resumable upload session (it expires by itself): %s", exc)
+
+
+class _GcsReader:
+    """An open GCS object: its info and one streamed GET, resumed with a Range request if it drops."""
+
+    def __init__(self, store: GcsBlobStore, info: BlobInfo, url: str, response: requests.Response) -> None:
+        self.info = info
+        self._store = store
+        self._url = url
+        self._response: requests.Response | None = response
+
+    def chunks(self) -> Iterator[bytes]:
+        store, size = self._store, self.info.size
+        offset = 0
+        attempt = 0
+        try:
+            while offset < size:
+                if self._response is None:
+                    response = store._get_media(self.info.name, self._url, offset)
+                    if response is None:
+                        raise StorageUnavailable(
+                            f"The object for {self.info.name!r} in Google Cloud Storage bucket "
+                            f"{store.bucket_name!r} was deleted while it was being read."
+                        )
+                    self._response = response
+                try:
+                    for piece in self._response.raw.stream(READ_CHUNK, decode_content=False):
+                        if piece:
+                            offset += len(piece)
+                            attempt = 0
+                            yield piece
+                    if offset < size:
+                        raise ConnectionError(f"the download ended after {offset} of {size} bytes")
+                except _VENDOR_ERRORS as exc:
+                    if attempt >= store._retry.retries or not _is_transient(exc):
+                        raise store._unavailable(f"read {self.info.name!r} from", exc) from exc
+                    store._retry.sleep(attempt)
+                    attempt += 1
+                finally:
+                    self._close_response()
+            if offset != size:
+                raise StorageUnavailable(
+                    f"Google Cloud Storage bucket {store.bucket_name!r} returned {offset} bytes for "
+                    f"{self.info.name!r}, which has {size}."
+                )
+        finally:
+            self._close_response()
+
+    def _close_response(self) -> None:
+        if self._response is not None:
+            self._response.close()
+            self._response = None
+
+    def close(self) -> None:
+        self._close_response()
+
+    def __enter__(self) -> _GcsReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _emulator_host() -> str | None:
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+    return host or None
+
+
+def _with_scheme(endpoint: str) -> str:
+    endpoint = endpoint.rstrip("/")
+    return endpoint if "://" in endpoint else f"http://{endpoint}"
+
+
+class GcsBlobStore:
+    """Blobs as objects in a Google Cloud Storage bucket; safe for concurrent use by threads and hosts.
+
+    ``timeout`` bounds each HTTP request; ``retries`` is how often a request that failed transiently is
+    repeated, after ``backoff`` seconds doubling up to ``max_backoff``. ``chunk_size`` is the piece of a
+    resumable upload held in memory and sent per request (a multiple of 256 KiB). ``endpoint`` (or the
+    ``STORAGE_EMULATOR_HOST`` variable) points at an emulator; ``credentials`` replace the default ones.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint: str | None = None,
+        credentials: Credentials | None = None,
+        project: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.5,
+        max_backoff: float = 16.0,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> None:
+        if not bucket:
+            raise ValueError("A Google Cloud Storage store needs a bucket name.")
+        if chunk_size <= 0 or chunk_size % _CHUNK_MULTIPLE:
+            raise ValueError(f"chunk_size must be a positive multiple of {_CHUNK_MULTIPLE} bytes.")
+        if retries < 0:
+            raise ValueError("retries must not be negative.")
+        self.bucket_name = bucket
+        self.prefix = prefix.strip("/")
+        self._object_prefix = f"{self.prefix}/" if self.prefix else ""
+        raw_endpoint = endpoint or _emulator_host()
+        self.endpoint = _with_scheme(raw_endpoint) if raw_endpoint else None
+        self._timeout = timeout
+        self._retry = _Retry(retries, backoff, max_backoff)
+        self._chunk_size = chunk_size
+        self._credentials, self._client = self._make_client(credentials, project)
+        self._bucket = self._client.bucket(bucket)
+        self._api_endpoint: str = self._client.api_endpoint.rstrip("/")
+        # The client's authorised session, with a pool large enough for a threaded server.
+        self._session: requests.Session = self._client._http
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=64)
+        self._session.mount("https://", adapter)
+        self._session.mount("http://", adapter)
+
+    @classmethod
+    def from_url(cls, url: str, *, timeout: float = 30.0, retries: int = 5) -> GcsBlobStore:
+        """Build from ``gs://bucket`` or ``gs://bucket/prefix``."""
+        parsed = urlparse(url)
+        if parsed.scheme != "gs" or not parsed.netloc:
+            raise ValueError(f"Storage URL {url!r} is not of the form gs://bucket/prefix.")
+        return cls(parsed.netloc, parsed.path, timeout=timeout, retries=retries)
+
+    def _make_client(
+        self, credentials: Credentials | None, project: str | None
+    ) -> tuple[Credentials, storage.Client]:
+        if self.endpoint is not None:
+            credentials = credentials or AnonymousCredentials()  # type: ignore[no-untyped-call]
+            client = storage.Client(
+                project=project or EMULATOR_PROJECT,
+                credentials=credentials,
+                client_options={"api_endpoint": self.endpoint},
+            )
+            return credentials, client
+        if credentials is None:
+            try:
+                credentials, found_project = google.auth.default(scopes=_SCOPES)
+            except auth_exceptions.DefaultCredentialsError as exc:
+                raise StorageUnavailable(
+                    f"No Google Cloud credentials were found for bucket {self.bucket_name!r}: set "
+                    "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, run "
+                    "`gcloud auth application-default login`, or run on a VM or pod with a service account."
+                ) from exc
+            project = project or found_project
+        return credentials, storage.Client(project=project, credentials=credentials)
+
+    # -- names and errors --------------------------------------------------------------------------------
+    def _object_name(self, name: str) -> str:
+        namespace, _, key = name.partition("/")
+        check_namespace(namespace)
+        check_key(key)
+        return self._object_prefix + name
+
+    def _blob_name(self, object_name: str) -> str | None:
+        """The blob name of an object under the prefix, or None for an object that is not a blob."""
+        name = object_name[len(self._object_prefix) :]
+        namespace, _, key = name.partition("/")
+        try:
+            check_namespace(namespace)
+            check_key(key)
+        except InvalidName:
+            return None
+        return name
+
+    def _unavailable(self, action: str, exc: BaseException) -> StorageUnavailable:
+        status = _status_of(exc)
+        if _is_transient(exc):
+            attempts = self._retry.retries + 1
+            plural = "s" if attempts > 1 else ""
+            reason = f"it still failed after {attempts} attempt{plural} ({_describe(exc)})"
+        elif status in (401, 403):
+            reason = f"access was refused ({_describe(exc)}); check that the credentials may use its objects"
+        elif status == 404:
+            reason = "the bucket does not exist"
+        else:
+            reason = _describe(exc)
+        return StorageUnavailable(
+            f"Cannot {action} Google Cloud Storage bucket {self.bucket_name!r}: {reason}."
+        )
+
+    def _info(self, name: str, blob: storage.Blob) -> BlobInfo:
+        created = blob.time_created or dt.datetime.now(dt.timezone.utc)
+        return BlobInfo(
+            name=name, size=int(blob.size or 0), created=created, metadata=dict(blob.metadata or {})
+        )
+
+    # -- writing -----------------------------------------------------------------------------------------
+    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> bool:
+        blob = self._bucket.blob(self._object_name(name))
+        blob.metadata = dict(metadata)
+        pieces = iter(chunks)
+        pending = _Pending()
+        for piece in pieces:
+            pending.add(piece)
+            if pending.size > MULTIPART_LIMIT:
+                return self._put_resumable(name, blob, pending, pieces)
+        return self._put_small(name, blob, pending.joined())
+
+    def _put_small(self, name: str, blob: storage.Blob, data: bytes) -> bool:
+        try:
+            blob.upload_from_string(
+                data,
+                content_type="application/octet-stream",
+                if_generation_match=0,
+                checksum="crc32c",
+                retry=self._retry,
+                timeout=self._timeout,
+            )
+        except api_exceptions.PreconditionFailed:
+            return False
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable(f"store {name!r} in", exc) from exc
+        return True
+
+    def _put_resumable(
+        self, name: str, blob: storage.Blob, pending: _Pending, pieces: Iterator[bytes]
+    ) -> bool:
+        try:
+            # GCS would refuse the body at its end anyway; do not upload it for nothing.
+            exists = self._bucket.get_blob(blob.name, retry=self._retry, timeout=self._timeout) is not None
+            url = None if exists else self._start_session(blob)
+        except api_exceptions.PreconditionFailed:
+            url = None
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable(f"store {name!r} in", exc) from exc
+        if url is None:
+            for _ in pieces:  # let a checking iterator see every byte
+                pass
+            return False
+        upload = _Upload(self, url)
+        try:
+            for piece in pieces:
+                pending.add(piece)
+                while pending.size >= self._chunk_size:
+                    self._send(name, upload, pending.take(self._chunk_size))
+            self._send(name, upload, pending.take(pending.size), crc32c=pending.crc32c())
+        except _Exists:
+            upload.cancel()
+            for _ in pieces:
+                pass
+            return False
+        except BaseException:
+            upload.cancel()
+            raise
+        return True
+
+    def _start_session(self, blob: storage.Blob) -> str:
+        url: str = blob.create_resumable_upload_session(
+            content_type="application/octet-stream",
+            if_generation_match=0,
+            retry=self._retry,
+            timeout=self._timeout,
+        )
+        return url
+
+    def _send(
+        self, name: str, upload: _Upload, pieces: list[memoryview], crc32c: bytes | None = None
+    ) -> None:
+        try:
+            upload.send(pieces, crc32c=crc32c)
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable(f"store {name!r} in", exc) from exc
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def _get_blob(self, name: str) -> storage.Blob | None:
+        object_name = self._object_name(name)
+        try:
+            blob: storage.Blob | None = self._bucket.get_blob(
+                object_name, retry=self._retry, timeout=self._timeout
+            )
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable(f"look up {name!r} in", exc) from exc
+        return blob
+
+    def _get_media(self, name: str, url: str, offset: int) -> requests.Response | None:
+        """Start a streamed GET of the object's bytes from ``offset``; None if it is gone."""
+        headers = {"Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+
+        def get() -> requests.Response | None:
+            response = self._session.get(url, headers=headers, stream=True, timeout=self._timeout)
+            if response.status_code == (206 if offset else 200):
+                return response
+            response.close()
+            if response.status_code == 404:
+                return None
+            raise _HttpError(response)
+
+        try:
+            return self._retry.run(get)
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable(f"read {name!r} from", exc) from exc
+
+    def open(self, name: str) -> _GcsReader | None:
+        blob = self._get_blob(name)
+        if blob is None:
+            return None
+        url = (
+            f"{self._api_endpoint}/download/storage/v1/b/{quote(self.bucket_name, safe='')}/o/"
+            f"{quote(blob.name, safe='')}?alt=media&generation={blob.generation}"
+        )
+        response = self._get_media(name, url, 0)
+        if response is None:  # deleted since the lookup
+            return None
+        return _GcsReader(self, self._info(name, blob), url, response)
+
+    def stat(self, name: str) -> BlobInfo | None:
+        blob = self._get_blob(name)
+        return None if blob is None else self._info(name, blob)
+
+    def delete(self, name: str) -> bool:
+        object_name = self._object_name(name)
+        try:
+            self._bucket.delete_blob(object_name, retry=self._retry, timeout=self._timeout)
+        except api_exceptions.NotFound:
+            return False
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable(f"delete {name!r} from", exc) from exc
+        return True
+
+    def list(self, prefix: str = "") -> Iterator[BlobInfo]:
+        try:
+            for blob in self._client.list_blobs(
+                self._bucket, prefix=self._object_prefix + prefix, retry=self._retry, timeout=self._timeout
+            ):
+                name = self._blob_name(blob.name)
+                if name is not None:
+                    yield self._info(name, blob)
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable("list", exc) from exc
+
+    def check(self) -> None:
+        """List at most one object under the prefix: needs only object permissions, like everything else."""
+        try:
+            next(
+                iter(
+                    self._client.list_blobs(
+                        self._bucket,
+                        prefix=self._object_prefix,
+                        max_results=1,
+                        retry=self._retry,
+                        timeout=self._timeout,
+                    )
+                ),
+                None,
+            )
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable("reach", exc) from exc
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- direct downloads --------------------------------------------------------------------------------
+    def signed_url(self, name: str, expires_seconds: int) -> str | None:
+        """A V4 signed URL that lets anyone GET the blob's bytes for ``expires_seconds`` (at most 7 days).
+
+        Returns ``None`` when the credentials cannot sign: only signing credentials can (a service-account
+        key file, impersonated credentials), not the anonymous ones used with an emulator, a user's
+        credentials, or those of a VM's metadata server. The URL is made locally without checking that the
+        blob exists. Raises :class:`ValueError` for an expiry out of range and
+        :class:`~cache_server.errors.StorageUnavailable` if signing needed a service that failed.
+        """
+        if not 1 <= expires_seconds <= MAX_SIGNED_URL_SECONDS:
+            raise ValueError(f"A signed URL lasts 1 to {MAX_SIGNED_URL_SECONDS} s, not {expires_seconds}.")
+        if not isinstance(self._credentials, Signing):
+            return None
+        blob = self._bucket.blob(self._object_name(name))
+        try:
+            url: str = blob.generate_signed_url(
+                version="v4",
+                expiration=dt.timedelta(seconds=expires_seconds),
+                method="GET",
+                credentials=self._credentials,
+                api_access_endpoint=self.endpoint,
+            )
+        except _VENDOR_ERRORS as exc:
+            raise self._unavailable(f"sign a URL for {name!r} in", exc) from exc
+        return url
