@@ -5,11 +5,25 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, MetaData, String, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Date,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    text,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "Entry", "Namespace", "UtcDateTime", "utcnow"]
+__all__ = ["ApiToken", "Base", "DailyStats", "Entry", "EntryGraph", "Namespace", "UtcDateTime", "utcnow"]
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -63,6 +77,8 @@ class Namespace(Base):
     misses: Mapped[int] = mapped_column(BigInteger, default=0)
     uploads: Mapped[int] = mapped_column(BigInteger, default=0)
     bytes_served: Mapped[int] = mapped_column(BigInteger, default=0)
+    evictions: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class Entry(Base):
@@ -85,3 +101,58 @@ class Entry(Base):
     hits: Mapped[int] = mapped_column(BigInteger, default=0)
     compile_time_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)
+
+
+class DailyStats(Base):
+    """One namespace's counters for one UTC day: the rollup the dashboard charts.
+
+    No foreign key: the history of a namespace outlives the namespace.
+    """
+
+    __tablename__ = "daily_stats"
+
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    hits: Mapped[int] = mapped_column(BigInteger, default=0)
+    misses: Mapped[int] = mapped_column(BigInteger, default=0)
+    uploads: Mapped[int] = mapped_column(BigInteger, default=0)
+    evictions: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_served: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_uploaded: Mapped[int] = mapped_column(BigInteger, default=0)
+    compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class EntryGraph(Base):
+    """What parsing an entry found: its HLO module name and a digest of its parameter and result shapes.
+
+    ``module`` is None when the entry could not be parsed (a TPU executable, say); the row still says
+    "tried", so nobody parses it again. Goes away with its entry.
+    """
+
+    __tablename__ = "entry_graphs"
+    __table_args__ = (
+        ForeignKeyConstraint(["namespace", "key"], ["entries.namespace", "entries.key"], ondelete="CASCADE"),
+        Index("ix_entry_graphs_namespace_module", "namespace", "module"),
+    )
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    module: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    signature: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    shapes: Mapped[str | None] = mapped_column(Text, nullable=True)
+    source: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    parsed_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ApiToken(Base):
+    """A bearer token. Only the SHA-256 of the token is kept; ``id`` is its public, non-secret part."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
