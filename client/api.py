@@ -1,0 +1,287 @@
+"""The HTTP API v1 as Python calls, with every failure turned into a :class:`ServerProblem` naming why.
+
+One :class:`CacheApi` per server; it is safe to share between threads (httpx's client is). Every call takes a
+:class:`Deadline`: no single wait on the network exceeds what is left of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from client.deadline import Deadline
+from client.errors import ServerError, ServerUnavailable
+
+__all__ = ["MAX_KEYS_PER_REQUEST", "CacheApi", "RemoteEntry", "normalize_server"]
+
+# The server's default limit on keys in one missing/bundle request is 10,000; stay well under it.
+MAX_KEYS_PER_REQUEST = 2000
+USER_AGENT = "xla-cache-client/0.1"
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """An entry as the server lists it in a manifest."""
+
+    key: str
+    size: int
+    sha256: str
+
+
+def normalize_server(server: str) -> str:
+    """``host:port`` or a URL -> a base URL without a trailing slash."""
+    server = server.strip()
+    if "://" not in server:
+        server = "http://" + server
+    return server.rstrip("/")
+
+
+def _seg(name: str) -> str:
+    return quote(name, safe="")
+
+
+class CacheApi:
+    """Calls to one cache server."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.server = normalize_server(server)
+        headers = {"User-Agent": USER_AGENT, "X-Uploader": f"{socket.gethostname()}:{os.getpid()}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            base_url=self.server, headers=headers, transport=transport, follow_redirects=True, timeout=30.0
+        )
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._http.close()
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+
+    def _timeout(self, deadline: Deadline) -> httpx.Timeout:
+        return httpx.Timeout(deadline.wait_limit())
+
+    def _unavailable(self, what: str, exc: httpx.HTTPError, deadline: Deadline) -> ServerUnavailable:
+        if isinstance(exc, httpx.TimeoutException):
+            return ServerUnavailable(
+                f"{self.server} did not answer {what} in time ({type(exc).__name__}; the client's timeout is "
+                f"{deadline.seconds:g} s)"
+            )
+        if isinstance(exc, httpx.ConnectError):
+            return ServerUnavailable(f"cannot connect to {self.server} for {what} ({exc})")
+        return ServerUnavailable(f"{self.server} failed during {what} ({type(exc).__name__}: {exc})")
+
+    def _error(self, what: str, response: httpx.Response) -> ServerError:
+        code = detail = ""
+        with contextlib.suppress(Exception):
+            response.read()
+            body = response.json()
+            if isinstance(body, dict):
+                code = str(body.get("error", ""))
+                detail = str(body.get("detail", ""))
+        if not detail:
+            with contextlib.suppress(Exception):
+                detail = response.text[:200].strip()
+        reason = f"{self.server} answered {what} with HTTP {response.status_code}"
+        if code:
+            reason += f" {code}"
+        if detail:
+            reason += f": {detail}"
+        return ServerError(reason, status=response.status_code, code=code, detail=detail)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        deadline: Deadline,
+        *,
+        ok: Iterable[int] = (200, 201),
+        **kwargs: Any,
+    ) -> httpx.Response:
+        if deadline.expired():
+            raise ServerUnavailable(
+                f"no time left for {what} (the client's timeout is {deadline.seconds:g} s)"
+            )
+        try:
+            response = self._http.request(method, path, timeout=self._timeout(deadline), **kwargs)
+        except httpx.HTTPError as exc:
+            raise self._unavailable(what, exc, deadline) from exc
+        if response.status_code not in ok:
+            raise self._error(what, response)
+        return response
+
+    def _json(self, response: httpx.Response, what: str) -> Any:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ServerError(
+                f"{self.server} answered {what} with a body that is not JSON",
+                status=response.status_code,
+            ) from exc
+
+    @contextlib.contextmanager
+    def _stream(
+        self, method: str, path: str, what: str, deadline: Deadline, **kwargs: Any
+    ) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
+        if deadline.expired():
+            raise ServerUnavailable(
+                f"no time left for {what} (the client's timeout is {deadline.seconds:g} s)"
+            )
+        try:
+            with self._http.stream(method, path, timeout=self._timeout(deadline), **kwargs) as response:
+                if response.status_code != 200:
+                    raise self._error(what, response)
+                yield response, self._chunks(response, what, deadline)
+        except httpx.HTTPError as exc:
+            raise self._unavailable(what, exc, deadline) from exc
+
+    def _chunks(self, response: httpx.Response, what: str, deadline: Deadline) -> Iterator[bytes]:
+        for chunk in response.iter_bytes():
+            if deadline.expired():
+                raise ServerUnavailable(
+                    f"{self.server} was too slow sending {what} "
+                    f"(the client's timeout is {deadline.seconds:g} s)"
+                )
+            yield chunk
+
+    # -- the API ------------------------------------------------------------------------------------------
+
+    def ready(self, deadline: Deadline) -> dict[str, Any]:
+        """``GET /readyz``."""
+        return dict(self._json(self._call("GET", "/readyz", "the readiness check", deadline), "/readyz"))
+
+    def register_namespace(
+        self, namespace: str, fingerprint: Mapping[str, Any], labels: Mapping[str, str], deadline: Deadline
+    ) -> dict[str, Any]:
+        """``PUT /v1/namespaces/{ns}``: register or update the namespace with its fingerprint."""
+        what = "the namespace registration"
+        response = self._call(
+            "PUT",
+            f"/v1/namespaces/{_seg(namespace)}",
+            what,
+            deadline,
+            json={"fingerprint": dict(fingerprint), "labels": dict(labels)},
+        )
+        return dict(self._json(response, what))
+
+    def get_namespace(self, namespace: str, deadline: Deadline) -> dict[str, Any]:
+        """``GET /v1/namespaces/{ns}``: fingerprint, entry count, bytes and counters."""
+        what = "the namespace query"
+        return dict(self._json(self._call("GET", f"/v1/namespaces/{_seg(namespace)}", what, deadline), what))
+
+    def manifest(
+        self,
+        namespace: str,
+        deadline: Deadline,
+        *,
+        max_bytes: int | None = None,
+        max_entries: int | None = None,
+    ) -> list[RemoteEntry]:
+        """``GET .../manifest``: the entries to warm, most useful first."""
+        what = "the manifest request"
+        params: dict[str, int] = {}
+        if max_bytes is not None:
+            params["max_bytes"] = max_bytes
+        if max_entries is not None:
+            params["max_entries"] = max_entries
+        body = self._json(
+            self._call("GET", f"/v1/namespaces/{_seg(namespace)}/manifest", what, deadline, params=params),
+            what,
+        )
+        try:
+            return [
+                RemoteEntry(str(item["key"]), int(item["size"]), str(item["sha256"]).lower())
+                for item in body["entries"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ServerError(f"{self.server} sent a malformed manifest ({exc!r})", status=200) from exc
+
+    def missing(self, namespace: str, keys: list[str], deadline: Deadline) -> list[str]:
+        """``POST .../missing``: which of ``keys`` the server lacks (asked in batches)."""
+        what = "the missing-keys request"
+        lacking: list[str] = []
+        for start in range(0, len(keys), MAX_KEYS_PER_REQUEST):
+            batch = keys[start : start + MAX_KEYS_PER_REQUEST]
+            body = self._json(
+                self._call(
+                    "POST", f"/v1/namespaces/{_seg(namespace)}/missing", what, deadline, json={"keys": batch}
+                ),
+                what,
+            )
+            try:
+                lacking.extend(str(key) for key in body["missing"])
+            except (KeyError, TypeError) as exc:
+                raise ServerError(
+                    f"{self.server} sent a malformed missing-keys answer ({exc!r})", status=200
+                ) from exc
+        return lacking
+
+    def bundle(
+        self, namespace: str, keys: list[str], deadline: Deadline
+    ) -> contextlib.AbstractContextManager[tuple[httpx.Response, Iterator[bytes]]]:
+        """``POST .../bundle``: one tar stream of these entries (use as a context manager)."""
+        return self._stream(
+            "POST",
+            f"/v1/namespaces/{_seg(namespace)}/bundle",
+            f"the bundle of {len(keys)} entries",
+            deadline,
+            json={"keys": keys},
+        )
+
+    def entry(
+        self, namespace: str, key: str, deadline: Deadline
+    ) -> contextlib.AbstractContextManager[tuple[httpx.Response, Iterator[bytes]]]:
+        """``GET .../entries/{key}``: one entry's bytes (use as a context manager)."""
+        return self._stream(
+            "GET", f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}", f"entry {key}", deadline
+        )
+
+    def put_entry(
+        self,
+        namespace: str,
+        key: str,
+        chunks: Iterator[bytes],
+        *,
+        size: int,
+        sha256: str,
+        compile_time_ms: int | None,
+        deadline: Deadline,
+    ) -> int:
+        """``PUT .../entries/{key}``, streamed. Returns 201 (stored), 200 (already there) or 409 (another
+        digest already stored; the server keeps the first)."""
+        headers = {
+            "X-Content-SHA256": sha256,
+            "Content-Length": str(size),
+            "Content-Type": "application/octet-stream",
+        }
+        if compile_time_ms is not None:
+            headers["X-Compile-Time-Ms"] = str(compile_time_ms)
+        response = self._call(
+            "PUT",
+            f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}",
+            f"the upload of entry {key}",
+            deadline,
+            ok=(200, 201, 409),
+            content=chunks,
+            headers=headers,
+        )
+        return response.status_code
+
+    def admin_stats(self, deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/stats`` (needs an admin token when auth is on)."""
+        what = "the admin stats request"
+        return dict(self._json(self._call("GET", "/admin/stats", what, deadline), what))

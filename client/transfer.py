@@ -1,0 +1,299 @@
+"""Moving entries between the server and the cache directory.
+
+Download: entries already on disk with the manifest's size and SHA-256 are kept; small entries come in
+bundles (one tar stream per few thousand entries, the fast path for many small graphs), large ones as
+parallel single GETs (faster for a few big executables). Every file is verified before it is renamed into
+place. Upload: ask ``missing`` first, then stream each lacking entry with its digest (and compile time).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from client.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
+from client.bundle import extract_bundle
+from client.cachedir import CHUNK, LocalFile, VerifiedWriter, file_sha256, fsync_directory, scan
+from client.deadline import Deadline
+from client.errors import ClientError, ServerProblem, ServerUnavailable
+from client.progress import NullProgress, Progress
+
+__all__ = [
+    "BUNDLE_MAX_BYTES",
+    "LARGE_ENTRY_BYTES",
+    "DownloadResult",
+    "FileChanged",
+    "UploadResult",
+    "download",
+    "split_present",
+    "upload_entries",
+    "upload_file",
+]
+
+LARGE_ENTRY_BYTES = 8 * 1024 * 1024  # entries at least this big are fetched with their own GET
+BUNDLE_MAX_BYTES = 256 * 1024 * 1024  # one bundle stream carries at most about this much
+
+
+class FileChanged(ClientError):
+    """An entry file changed while it was being uploaded (it is retried later)."""
+
+
+def split_present(
+    manifest: list[RemoteEntry], directory: Path
+) -> tuple[list[RemoteEntry], list[RemoteEntry]]:
+    """Split the manifest into entries already on disk (same size and SHA-256) and entries to fetch."""
+    local = scan(directory)
+    present: list[RemoteEntry] = []
+    needed: list[RemoteEntry] = []
+    for entry in manifest:
+        found = local.get(entry.key)
+        if found is not None and found.size == entry.size:
+            try:
+                if file_sha256(found.path) == entry.sha256:
+                    present.append(entry)
+                    continue
+            except OSError:
+                pass
+        needed.append(entry)
+    return present, needed
+
+
+@dataclass
+class DownloadResult:
+    """What a download brought, and why anything failed."""
+
+    entries: int = 0
+    bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+
+
+def _plan(needed: list[RemoteEntry], large_entry_bytes: int) -> list[list[RemoteEntry]]:
+    """Group entries: each large entry alone (a GET), small ones in bundles of bounded count and bytes."""
+    jobs: list[list[RemoteEntry]] = [[entry] for entry in needed if entry.size >= large_entry_bytes]
+    batch: list[RemoteEntry] = []
+    batch_bytes = 0
+    for entry in needed:
+        if entry.size >= large_entry_bytes:
+            continue
+        if batch and (len(batch) >= MAX_KEYS_PER_REQUEST or batch_bytes + entry.size > BUNDLE_MAX_BYTES):
+            jobs.append(batch)
+            batch, batch_bytes = [], 0
+        batch.append(entry)
+        batch_bytes += entry.size
+    if batch:
+        jobs.append(batch)
+    return jobs
+
+
+def download(
+    api: CacheApi,
+    namespace: str,
+    needed: list[RemoteEntry],
+    directory: Path,
+    deadline: Deadline,
+    *,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    workers: int = 4,
+    large_entry_bytes: int = LARGE_ENTRY_BYTES,
+) -> DownloadResult:
+    """Fetch ``needed`` into ``directory``; never raises for server trouble (it lands in ``errors``)."""
+    progress = progress or NullProgress()
+    cancel = cancel or threading.Event()
+    result = DownloadResult()
+    lock = threading.Lock()
+    progress.start("download", len(needed), sum(entry.size for entry in needed))
+
+    def on_entry(entry: RemoteEntry) -> None:
+        with lock:
+            result.entries += 1
+            result.bytes += entry.size
+            result.keys.append(entry.key)
+        progress.advance(entries=1)
+
+    def on_bytes(count: int) -> None:
+        progress.advance(nbytes=count)
+
+    def stop() -> bool:
+        return cancel.is_set() or deadline.expired()
+
+    def fetch_one(entry: RemoteEntry) -> None:
+        with (
+            api.entry(namespace, entry.key, deadline) as (_, chunks),
+            VerifiedWriter(directory, entry.key, size=entry.size, sha256=entry.sha256) as writer,
+        ):
+            for chunk in chunks:
+                if cancel.is_set():
+                    return
+                writer.write(chunk)
+                on_bytes(len(chunk))
+            writer.commit()
+        on_entry(entry)
+
+    def fetch_bundle(entries: list[RemoteEntry]) -> list[str]:
+        wanted = {entry.key: entry for entry in entries}
+        with api.bundle(namespace, list(wanted), deadline) as (_, chunks):
+            outcome = extract_bundle(
+                chunks, wanted, directory, on_bytes=on_bytes, on_entry=on_entry, should_stop=stop
+            )
+        return outcome.errors
+
+    def run(job: list[RemoteEntry]) -> None:
+        if stop():
+            return
+        try:
+            if len(job) == 1 and job[0].size >= large_entry_bytes:
+                fetch_one(job[0])
+                errors: list[str] = []
+            else:
+                errors = fetch_bundle(job)
+        except ServerProblem as exc:
+            errors = [exc.reason]
+            if isinstance(exc, ServerUnavailable):
+                cancel.set()  # the server is gone or too slow: the other jobs would only wait too
+        except OSError as exc:
+            errors = [f"cannot write into {directory} ({exc})"]
+            cancel.set()
+        if errors:
+            with lock:
+                result.errors.extend(errors)
+
+    try:
+        jobs = _plan(needed, large_entry_bytes)
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
+            list(pool.map(run, jobs))
+        if result.entries:
+            fsync_directory(directory)
+    finally:
+        progress.close()
+    return result
+
+
+def _file_chunks(path: Path, size: int, sha256: str, on_bytes: Progress) -> Iterator[bytes]:
+    import hashlib
+
+    digest = hashlib.sha256()
+    left = size
+    with open(path, "rb") as handle:
+        while left:
+            chunk = handle.read(min(CHUNK, left))
+            if not chunk:
+                raise FileChanged(f"{path} shrank while it was being uploaded")
+            left -= len(chunk)
+            digest.update(chunk)
+            on_bytes.advance(nbytes=len(chunk))
+            yield chunk
+    if digest.hexdigest() != sha256:
+        raise FileChanged(f"{path} changed while it was being uploaded")
+
+
+def upload_file(
+    api: CacheApi,
+    namespace: str,
+    item: LocalFile,
+    deadline: Deadline,
+    *,
+    compile_time_ms: int | None = None,
+    progress: Progress | None = None,
+) -> tuple[int, str, int]:
+    """Upload one file; returns (HTTP status, its SHA-256, its size)."""
+    size = os.stat(item.path).st_size
+    sha256 = file_sha256(item.path)
+    status = api.put_entry(
+        namespace,
+        item.key,
+        _file_chunks(item.path, size, sha256, progress or NullProgress()),
+        size=size,
+        sha256=sha256,
+        compile_time_ms=compile_time_ms,
+        deadline=deadline,
+    )
+    return status, sha256, size
+
+
+@dataclass
+class UploadResult:
+    """What an upload pass did."""
+
+    stored: int = 0
+    already_present: int = 0
+    conflicts: int = 0
+    bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)  # keys the server has now (ours or an equal-key entry)
+    retry: list[str] = field(default_factory=list)  # keys to try again later
+    problem: ServerProblem | None = None  # the first server failure met, if any
+
+
+def upload_entries(
+    api: CacheApi,
+    namespace: str,
+    files: list[LocalFile],
+    deadline: Deadline,
+    *,
+    compile_times: Mapping[str, int] | None = None,
+    progress: Progress | None = None,
+    workers: int = 1,
+) -> UploadResult:
+    """Ask which of ``files`` the server lacks, then upload those. Server trouble raises ServerProblem
+    only for the ``missing`` question; a failed upload of one entry is recorded and the others continue."""
+    progress = progress or NullProgress()
+    compile_times = compile_times or {}
+    result = UploadResult()
+    if not files:
+        return result
+    lacking = set(api.missing(namespace, [item.key for item in files], deadline))
+    to_send = [item for item in files if item.key in lacking]
+    for item in files:
+        if item.key not in lacking:
+            result.already_present += 1
+            result.done.append(item.key)
+    lock = threading.Lock()
+    give_up = threading.Event()
+    progress.start("upload", len(to_send), sum(item.size for item in to_send))
+
+    def send(item: LocalFile) -> None:
+        if give_up.is_set() or deadline.expired():
+            with lock:
+                result.retry.append(item.key)
+            return
+        try:
+            status, _, size = upload_file(
+                api, namespace, item, deadline, compile_time_ms=compile_times.get(item.key), progress=progress
+            )
+        except (FileChanged, FileNotFoundError) as exc:
+            with lock:
+                result.retry.append(item.key)
+                result.errors.append(str(exc))
+            return
+        except ServerProblem as exc:
+            if isinstance(exc, ServerUnavailable):
+                give_up.set()
+            with lock:
+                result.retry.append(item.key)
+                result.errors.append(exc.reason)
+                if result.problem is None or isinstance(exc, ServerUnavailable):
+                    result.problem = exc
+            return
+        with lock:
+            if status == 201:
+                result.stored += 1
+                result.bytes += size
+            elif status == 409:
+                result.conflicts += 1
+            else:
+                result.already_present += 1
+            result.done.append(item.key)
+        progress.advance(entries=1)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            list(pool.map(send, to_send))
+    finally:
+        progress.close()
+    return result

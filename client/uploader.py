@@ -1,0 +1,305 @@
+"""The background uploader: sends each new, complete entry torch_xla writes into the cache directory.
+
+torch_xla writes an entry in place (no temporary name), so a file is sent only once it is complete: this
+process no longer has it open for writing (``/proc/self/fd``), and its size and modification time did not
+change between two scans at least ``settle`` seconds apart. Each pass asks the server which of the ready
+files it lacks and uploads those with their SHA-256 and, when torch_xla's ``CompileTime`` metric has a
+sample for it, the compile time.
+
+The uploader never raises into the job and warns at most once per outage. At interpreter exit it makes one
+last pass within a bound; it skips that pass when the server did not answer its last call (a server that is
+down or hangs must not cost the job a second timeout) and says how to push the entries later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from client.api import CacheApi
+from client.cachedir import LocalFile, files_open_for_writing, scan
+from client.deadline import Deadline
+from client.errors import ServerProblem, ServerUnavailable
+from client.transfer import upload_entries
+from client.xla_runtime import compile_time_samples, counter, is_spmd_now, loaded_torch_xla_version
+
+__all__ = ["UploadReport", "Uploader", "deserialize_failure_cause", "match_compile_times"]
+
+logger = logging.getLogger("xla_cache")
+
+DESERIALIZE_FAILURE = "PersistentCacheDeserializeFailure"
+
+
+def deserialize_failure_cause(version: str | None) -> str:
+    """Why torch_xla fails to load cache entries, as far as the version tells."""
+    if version and (version.startswith("2.8") or version.startswith("2.9")):
+        return (
+            f"torch_xla {version} writes persistent-cache entries it cannot load (pytorch/xla #9094 on TPU, "
+            "#8930 on GPU: 'Deserializing serialized executable not supported'), so every graph is compiled "
+            "again; the shared cache cannot help this version: use torch_xla 2.7 or a release with the fix"
+        )
+    return (
+        f"torch_xla {version or '(unknown version)'} could not load some entries: they are corrupt or were "
+        "written by a different runtime; run `xla-cache doctor` to check that this torch_xla loads its own "
+        "entries"
+    )
+
+
+def match_compile_times(files: list[LocalFile], samples: list[tuple[float, float]]) -> dict[str, int]:
+    """Pair each file with the ``CompileTime`` sample torch_xla recorded right after writing it.
+
+    torch_xla records the sample a few milliseconds after closing the file; a sample more than a second
+    after the file's modification time is not taken (the compile time stays unknown).
+    """
+    times: dict[str, int] = {}
+    used: set[int] = set()
+    for item in sorted(files, key=lambda f: f.mtime_ns):
+        written = item.mtime_ns / 1e9
+        best: int | None = None
+        for index, (stamp, _) in enumerate(samples):
+            if index in used or not (written - 0.01 <= stamp <= written + 1.0):
+                continue
+            if best is None or stamp < samples[best][0]:
+                best = index
+        if best is not None:
+            used.add(best)
+            times[item.key] = round(samples[best][1])
+    return times
+
+
+@dataclass
+class UploadReport:
+    """What the uploader sent so far, and what it could not."""
+
+    uploaded: int = 0
+    bytes: int = 0
+    already_present: int = 0
+    conflicts: int = 0
+    pending: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Uploader:
+    """Watches one cache directory and uploads its complete new entries to one namespace.
+
+    With ``api=None`` it only watches torch_xla's deserialization failures (``upload=False``).
+    """
+
+    def __init__(
+        self,
+        api: CacheApi | None,
+        namespace: str,
+        directory: Path,
+        *,
+        known: Mapping[str, LocalFile] | None = None,
+        interval: float = 2.0,
+        settle: float = 1.0,
+        timeout: float = 30.0,
+        spmd: bool | None = None,
+        server_failed: bool = False,
+        last_failure_unavailable: bool = False,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.directory = directory
+        self.interval = interval
+        self.settle = settle
+        self.timeout = timeout
+        self._spmd = spmd
+        self._done: dict[str, tuple[int, int]] = {
+            key: (item.size, item.mtime_ns) for key, item in (known or {}).items()
+        }
+        self._seen: dict[str, tuple[int, int, float]] = {}
+        self._totals = UploadReport()
+        self._pass_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # True while the server's last answer was a failure; a warning was already given for it.
+        self._failing = server_failed
+        self._last_failure_unavailable = server_failed and last_failure_unavailable
+        self._next_try = 0.0
+        self._backoff = interval
+        self._disabled_reason: str | None = None
+        self._deserialize_baseline = counter(DESERIALIZE_FAILURE)
+        self._deserialize_warned = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background thread (a daemon: it never keeps the interpreter alive)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="xla-cache-uploader", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the background thread without a last pass."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.check_deserialize_failures()
+                if time.monotonic() >= self._next_try:
+                    self._pass(final=False, deadline=Deadline(self.timeout), wait=False)
+            except Exception:  # never let the thread die silently, never disturb the job
+                logger.debug("xla-cache uploader pass failed", exc_info=True)
+
+    # -- public -------------------------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None, *, at_exit: bool = False) -> UploadReport:
+        """Upload every complete entry now, within ``timeout`` seconds; returns the running totals."""
+        started = time.monotonic()
+        bound = self.timeout if timeout is None else timeout
+        self.check_deserialize_failures()
+        if self.api is None:
+            return self._snapshot(started)
+        if at_exit and self._failing and self._last_failure_unavailable:
+            pending = self._pending_count()
+            if pending:
+                logger.info(
+                    "xla-cache: not uploading %d new entries at exit: the server did not answer its last "
+                    "call; upload them later with `xla-cache push --cache-dir %s`",
+                    pending,
+                    self.directory.parent,
+                )
+            self._totals.pending = pending
+            return self._snapshot(started)
+        self._pass(final=True, deadline=Deadline(bound), wait=True)
+        return self._snapshot(started)
+
+    def report(self) -> UploadReport:
+        """The running totals (without a pass)."""
+        return self._snapshot(time.monotonic())
+
+    def check_deserialize_failures(self) -> None:
+        """Warn once if torch_xla failed to load cache entries since the warm."""
+        if self._deserialize_warned:
+            return
+        failures = counter(DESERIALIZE_FAILURE) - self._deserialize_baseline
+        if failures > 0:
+            self._deserialize_warned = True
+            logger.warning(
+                "xla-cache: torch_xla failed to load %d entries of the persistent cache in %s "
+                "(PersistentCacheDeserializeFailure): %s",
+                failures,
+                self.directory,
+                deserialize_failure_cause(loaded_torch_xla_version()),
+            )
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _snapshot(self, started: float) -> UploadReport:
+        totals = self._totals
+        return UploadReport(
+            uploaded=totals.uploaded,
+            bytes=totals.bytes,
+            already_present=totals.already_present,
+            conflicts=totals.conflicts,
+            pending=totals.pending,
+            errors=list(totals.errors[-20:]),
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def _pending_count(self) -> int:
+        return sum(
+            1
+            for key, item in scan(self.directory).items()
+            if self._done.get(key) != (item.size, item.mtime_ns)
+        )
+
+    def _ready(self, final: bool) -> list[LocalFile]:
+        """Entry files that are complete and not yet on the server."""
+        now = time.time()
+        writing = files_open_for_writing(self.directory)
+        ready: list[LocalFile] = []
+        for key, item in scan(self.directory).items():
+            state = (item.size, item.mtime_ns)
+            if self._done.get(key) == state or item.size == 0:
+                continue
+            if writing is not None and key in writing:
+                continue
+            previous = self._seen.get(key)
+            self._seen[key] = (item.size, item.mtime_ns, now)
+            settled = now - item.mtime_ns / 1e9 >= self.settle
+            unchanged = previous is not None and previous[:2] == state
+            # A final pass (flush, exit) trusts a closed file: torch_xla wrote it from this process.
+            if (final and writing is not None) or (settled and unchanged):
+                ready.append(item)
+        return ready
+
+    def _spmd_changed(self) -> bool:
+        if self._disabled_reason is not None:
+            return True
+        now = is_spmd_now()
+        if self._spmd is not None and now is not None and now != self._spmd:
+            self._disabled_reason = "SPMD was switched on or off after client.warm()"
+            logger.warning(
+                "xla-cache: %s, so new entries do not belong to namespace %s; not uploading them. Call "
+                "torch_xla.runtime.use_spmd() before client.warm().",
+                self._disabled_reason,
+                self.namespace,
+            )
+            return True
+        return False
+
+    def _pass(self, *, final: bool, deadline: Deadline, wait: bool) -> None:
+        if not self._pass_lock.acquire(timeout=deadline.remaining() if wait else 0):
+            return
+        try:
+            if self.api is None or self._spmd_changed():
+                return
+            ready = self._ready(final)
+            if not ready:
+                self._totals.pending = self._pending_count()
+                return
+            times = match_compile_times(ready, compile_time_samples())
+            try:
+                result = upload_entries(
+                    self.api, self.namespace, ready, deadline, compile_times=times, workers=2
+                )
+            except ServerProblem as exc:
+                self._failed(exc)
+                return
+            states = {item.key: (item.size, item.mtime_ns) for item in ready}
+            for key in result.done:
+                self._done[key] = states[key]
+            totals = self._totals
+            totals.uploaded += result.stored
+            totals.bytes += result.bytes
+            totals.already_present += result.already_present
+            totals.conflicts += result.conflicts
+            totals.errors.extend(result.errors)
+            if result.problem is not None:
+                self._failed(result.problem)
+            else:
+                self._succeeded()
+            self._totals.pending = self._pending_count()
+        finally:
+            self._pass_lock.release()
+
+    def _failed(self, problem: ServerProblem) -> None:
+        self._last_failure_unavailable = isinstance(problem, ServerUnavailable)
+        self._next_try = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, 60.0)
+        if not self._failing:
+            self._failing = True
+            logger.warning(
+                "xla-cache: cannot upload new entries to namespace %s: %s; training continues, retrying in "
+                "the background",
+                self.namespace,
+                problem.reason,
+            )
+
+    def _succeeded(self) -> None:
+        self._failing = False
+        self._last_failure_unavailable = False
+        self._backoff = self.interval
+        self._next_try = 0.0
