@@ -19,6 +19,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from cache_server.errors import IndexUnavailable
+from cache_server.index.daily import bump_daily, today
 from cache_server.index.models import Entry, Namespace, utcnow
 
 __all__ = ["AccessDelta", "IndexRepository", "NamespaceSummary"]
@@ -44,6 +45,7 @@ class AccessDelta:
     hits: int = 0
     bytes_served: int = 0
     last_access: dt.datetime | None = None
+    compile_ms_saved: int = 0  # filled in while the batch is written: hits times the entry's compile time
 
 
 def _chunks(items: Sequence[str], size: int = IN_CHUNK) -> Iterator[Sequence[str]]:
@@ -207,6 +209,7 @@ class IndexRepository:
                     .where(Namespace.name == namespace)
                     .values(uploads=Namespace.uploads + 1, last_used_at=created_at)
                 )
+                bump_daily(session, self._insert(), namespace, today(), uploads=1, bytes_uploaded=size)
             return written
 
     def delete_entry(self, namespace: str, key: str) -> Entry | None:
@@ -250,14 +253,16 @@ class IndexRepository:
         per_namespace: dict[str, AccessDelta] = {}
         with self._tx() as session:
             for (namespace, key), delta in hits.items():
-                session.execute(
+                compile_ms = session.execute(
                     update(Entry)
                     .where(Entry.namespace == namespace, Entry.key == key)
                     .values(hits=Entry.hits + delta.hits, last_access_at=delta.last_access or utcnow())
-                )
+                    .returning(Entry.compile_time_ms)
+                ).scalar()
                 total = per_namespace.setdefault(namespace, AccessDelta())
                 total.hits += delta.hits
                 total.bytes_served += delta.bytes_served
+                total.compile_ms_saved += (compile_ms or 0) * delta.hits
                 if delta.last_access and (total.last_access is None or delta.last_access > total.last_access):
                     total.last_access = delta.last_access
             for namespace in set(per_namespace) | set(misses):
@@ -266,10 +271,27 @@ class IndexRepository:
                     "hits": Namespace.hits + delta.hits,
                     "misses": Namespace.misses + misses.get(namespace, 0),
                     "bytes_served": Namespace.bytes_served + delta.bytes_served,
+                    "compile_ms_saved": Namespace.compile_ms_saved + delta.compile_ms_saved,
                 }
                 if delta.last_access is not None:
                     values["last_used_at"] = delta.last_access
-                session.execute(update(Namespace).where(Namespace.name == namespace).values(**values))
+                counted = session.execute(
+                    update(Namespace)
+                    .where(Namespace.name == namespace)
+                    .values(**values)
+                    .returning(Namespace.name)
+                ).first()
+                if counted is not None:  # no rollup rows for names nobody registered
+                    bump_daily(
+                        session,
+                        self._insert(),
+                        namespace,
+                        today(),
+                        hits=delta.hits,
+                        misses=misses.get(namespace, 0),
+                        bytes_served=delta.bytes_served,
+                        compile_ms_saved=delta.compile_ms_saved,
+                    )
 
     def iter_entries(self, namespace: str | None = None) -> Iterable[Entry]:
         """Every entry (of one namespace, or all), for gc and reindex."""
