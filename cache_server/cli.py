@@ -71,6 +71,33 @@ def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
+    from cache_server.app import build_service
+    from cache_server.errors import CacheError
+    from cache_server.migrate import upgrade
+    from cache_server.reindex import ReindexReport, reindex
+
+    def progress(report: ReindexReport) -> None:
+        log.info("reindex: %s so far", report.summary())
+
+    try:
+        upgrade(settings)  # a lost database comes back empty: give it the schema first
+        service = build_service(settings)
+        try:
+            report = reindex(
+                service.repository, service.store, verify=args.verify, dry_run=args.dry_run, progress=progress
+            )
+        finally:
+            service.stop()
+    except CacheError as exc:
+        print(f"error: {exc.detail}", file=sys.stderr)
+        return 1
+    for name, reason in sorted(report.skipped.items()):
+        print(f"skipped {name}: {reason}")
+    print(("dry run: " if args.dry_run else "") + report.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xla-cache-server",
@@ -89,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("revision", nargs="?", default="head")
     migrate.add_argument("--down", action="store_true", help="downgrade to the given revision")
     migrate.set_defaults(func=_cmd_migrate)
+    reindex = sub.add_parser(
+        "reindex", help="rebuild lost index rows from the blob store's metadata (existing rows are kept)"
+    )
+    reindex.add_argument("--verify", action="store_true", help="hash every blob and leave out corrupt ones")
+    reindex.add_argument("--dry-run", action="store_true", help="count what would be added, write nothing")
+    reindex.set_defaults(func=_cmd_reindex)
     return parser
 
 

@@ -22,7 +22,7 @@ from cache_server.errors import IndexUnavailable
 from cache_server.index.daily import bump_daily, today
 from cache_server.index.models import Entry, Namespace, utcnow
 
-__all__ = ["AccessDelta", "IndexRepository", "NamespaceSummary"]
+__all__ = ["AccessDelta", "EntryRecord", "IndexRepository", "NamespaceSummary"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -51,6 +51,22 @@ class AccessDelta:
 def _chunks(items: Sequence[str], size: int = IN_CHUNK) -> Iterator[Sequence[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+@dataclass(frozen=True)
+class EntryRecord:
+    """An entry's row as rebuilt from its blob (see :mod:`cache_server.reindex`)."""
+
+    namespace: str
+    key: str
+    size: int
+    sha256: str
+    created_at: dt.datetime
+    compile_time_ms: int | None = None
+    uploader: str | None = None
+
+
+ROWS_PER_INSERT = 100  # rows of one multi-row INSERT (well under SQLite's bound on parameters)
 
 
 class IndexRepository:
@@ -292,6 +308,58 @@ class IndexRepository:
                         bytes_served=delta.bytes_served,
                         compile_ms_saved=delta.compile_ms_saved,
                     )
+
+    def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:
+        """Insert the rows among ``records`` that the index lacks, with their namespaces; existing rows win.
+
+        Returns how many rows were added. Hits and uploads are not counted: these are old entries found again.
+        """
+        added = 0
+        for start in range(0, len(records), ROWS_PER_INSERT):
+            part = records[start : start + ROWS_PER_INSERT]
+            first_seen: dict[str, dt.datetime] = {}
+            for record in part:
+                seen = first_seen.get(record.namespace)
+                first_seen[record.namespace] = min(seen, record.created_at) if seen else record.created_at
+            with self._tx() as session:
+                session.execute(
+                    self._insert()(Namespace)
+                    .values(
+                        [
+                            {
+                                "name": name,
+                                "fingerprint": {},
+                                "labels": {},
+                                "created_at": at,
+                                "last_used_at": at,
+                            }
+                            for name, at in first_seen.items()
+                        ]
+                    )
+                    .on_conflict_do_nothing(index_elements=["name"])
+                )
+                rows = [
+                    {
+                        "namespace": r.namespace,
+                        "key": r.key,
+                        "size": r.size,
+                        "sha256": r.sha256,
+                        "created_at": r.created_at,
+                        "last_access_at": r.created_at,
+                        "hits": 0,
+                        "compile_time_ms": r.compile_time_ms,
+                        "uploader": r.uploader,
+                    }
+                    for r in part
+                ]
+                inserted = session.execute(
+                    self._insert()(Entry)
+                    .values(rows)
+                    .on_conflict_do_nothing(index_elements=["namespace", "key"])
+                    .returning(Entry.key)
+                )
+                added += len(inserted.all())
+        return added
 
     def iter_entries(self, namespace: str | None = None) -> Iterable[Entry]:
         """Every entry (of one namespace, or all), for gc and reindex."""

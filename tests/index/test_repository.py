@@ -9,7 +9,7 @@ import pytest
 
 from cache_server.index.db import make_engine, make_sessionmaker
 from cache_server.index.models import utcnow
-from cache_server.index.repository import AccessDelta, IndexRepository
+from cache_server.index.repository import ROWS_PER_INSERT, AccessDelta, EntryRecord, IndexRepository
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 
@@ -88,3 +88,23 @@ def test_delete_entry(repo: IndexRepository) -> None:
     assert removed is not None and removed.key == "a"
     assert repo.delete_entry("ns", "a") is None
     assert repo.get_entry("ns", "a") is None
+
+
+def test_add_missing_entries_keeps_existing_rows(repo: IndexRepository) -> None:
+    record(repo, "k0", 10)  # already indexed, with its hits: it must win
+    repo.apply_access({("ns", "k0"): AccessDelta(hits=5, bytes_served=50, last_access=utcnow())}, {})
+    count = ROWS_PER_INSERT * 2 + 7  # several INSERTs
+    found = [
+        EntryRecord(
+            namespace="other" if i % 2 else "ns", key=f"k{i}", size=i, sha256="b" * 64, created_at=utcnow()
+        )
+        for i in range(count)
+    ]
+    assert repo.add_missing_entries(found) == count - 1
+    assert repo.add_missing_entries(found) == 0
+    kept = repo.get_entry("ns", "k0")
+    assert kept is not None and (kept.size, kept.sha256, kept.hits) == (10, "a" * 64, 5)
+    ns, other = repo.get_namespace("ns"), repo.get_namespace("other")
+    assert ns is not None and ns.entries == (count + 1) // 2
+    assert other is not None and other.entries == count // 2
+    assert other.namespace.fingerprint == {} and other.namespace.uploads == 0

@@ -1,0 +1,154 @@
+"""Rebuild a lost index from the blob store.
+
+Every blob carries what its index row needs in its metadata (written by
+:meth:`cache_server.service.CacheService.put_entry` together with the bytes): ``namespace``, ``key``,
+``sha256``, ``created``, and optionally ``compile_time_ms`` and ``uploader``. The store knows each blob's
+size. So after the database is lost (or restored from an old backup) :func:`reindex` lists the store and
+adds every row the index lacks. Rows already there win: reindexing a healthy index changes nothing, and
+it is safe while servers keep answering.
+
+What cannot come back: namespace fingerprints and labels (each client registers its namespace again when
+it warms), hit counters and access times (entries start cold, in creation order).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cache_server.errors import CacheError
+from cache_server.index.repository import EntryRecord, IndexRepository
+from cache_server.names import check_key, check_namespace, check_sha256
+from cache_server.storage.base import BlobInfo, BlobStore, split_blob_name
+
+__all__ = ["ReindexReport", "reindex"]
+
+log = logging.getLogger(__name__)
+BATCH = 500
+
+
+@dataclass
+class ReindexReport:
+    """What a reindex found and did."""
+
+    blobs: int = 0
+    added: int = 0
+    already_indexed: int = 0
+    bytes: int = 0
+    namespaces: set[str] = field(default_factory=set)
+    skipped: dict[str, str] = field(default_factory=dict)  # blob name -> why it was left out
+
+    def summary(self) -> str:
+        """One line for people."""
+        return (
+            f"{self.blobs} blobs in {len(self.namespaces)} namespaces ({self.bytes} bytes): "
+            f"{self.added} rows added, {self.already_indexed} already indexed, {len(self.skipped)} skipped"
+        )
+
+
+def _digest_of(store: BlobStore, name: str) -> str | None:
+    reader = store.open(name)
+    if reader is None:
+        return None
+    digest = hashlib.sha256()
+    with reader:
+        for chunk in reader.chunks():
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _optional_int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def record_of(info: BlobInfo, store: BlobStore, *, verify: bool) -> EntryRecord:
+    """The index row a blob stands for; raises CacheError or ValueError when it cannot be trusted."""
+    meta = info.metadata
+    by_name = split_blob_name(info.name)
+    namespace = check_namespace(meta.get("namespace") or by_name[0])
+    key = check_key(meta.get("key") or by_name[1])
+    if (namespace, key) != by_name:
+        raise ValueError(f"its metadata names {namespace}/{key}")
+    sha256 = meta.get("sha256", "").lower()
+    if verify:
+        actual = _digest_of(store, info.name)
+        if actual is None:
+            raise ValueError("it vanished while being read")
+        if sha256 and sha256 != actual:
+            raise ValueError(f"its bytes hash to {actual}, not {sha256} as its metadata says")
+        sha256 = actual
+    elif not sha256:
+        raise ValueError("its metadata has no sha256 (reindex --verify hashes the bytes instead)")
+    sha256 = check_sha256(sha256)
+    created = info.created
+    if meta.get("created"):
+        created = dt.datetime.fromisoformat(meta["created"])
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=dt.timezone.utc)
+    uploader = meta.get("uploader") or None
+    return EntryRecord(
+        namespace=namespace,
+        key=key,
+        size=info.size,
+        sha256=sha256,
+        created_at=created,
+        compile_time_ms=_optional_int(meta.get("compile_time_ms")),
+        uploader=uploader[:256] if uploader else None,
+    )
+
+
+def reindex(
+    repository: IndexRepository,
+    store: BlobStore,
+    *,
+    verify: bool = False,
+    dry_run: bool = False,
+    progress: Callable[[ReindexReport], None] | None = None,
+) -> ReindexReport:
+    """Add an index row for every blob that lacks one. See the module docstring.
+
+    ``verify`` hashes every blob's bytes (slow: it reads the whole store) and leaves out those that do not
+    match their recorded digest; ``dry_run`` counts what would be added without writing.
+    """
+    report = ReindexReport()
+    batch: list[EntryRecord] = []
+
+    def flush() -> None:
+        if not batch:
+            return
+        if dry_run:
+            missing = 0
+            for namespace in {r.namespace for r in batch}:
+                keys = [r.key for r in batch if r.namespace == namespace]
+                missing += len(repository.missing_keys(namespace, keys))
+            added = missing
+        else:
+            added = repository.add_missing_entries(batch)
+        report.added += added
+        report.already_indexed += len(batch) - added
+        batch.clear()
+        if progress is not None:
+            progress(report)
+
+    for info in store.list():
+        report.blobs += 1
+        try:
+            record = record_of(info, store, verify=verify)
+        except (CacheError, ValueError) as exc:
+            reason = exc.detail if isinstance(exc, CacheError) else str(exc)
+            log.warning("reindex: leaving out %s: %s", info.name, reason)
+            report.skipped[info.name] = reason
+            continue
+        report.namespaces.add(record.namespace)
+        report.bytes += record.size
+        batch.append(record)
+        if len(batch) >= BATCH:
+            flush()
+    flush()
+    return report
