@@ -129,11 +129,15 @@ def _is_transient(exc: BaseException) -> bool:
 
 def _describe(exc: BaseException) -> str:
     status = _status_of(exc)
-    if status is not None:
-        message = getattr(exc, "message", None) or http.client.responses.get(status, "")
-        return f"HTTP {status} {message}".strip()
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:200] + "..."
+    if status is None:
+        text = str(exc) or type(exc).__name__
+        return text if len(text) <= 200 else text[:200] + "..."
+    reason = f"HTTP {status} {http.client.responses.get(status, '')}".strip()
+    try:  # the JSON API's own sentence, e.g. which permission is missing
+        message = str(getattr(exc, "response", None).json()["error"]["message"])  # type: ignore[union-attr]
+    except Exception:
+        return reason
+    return f"{reason}: {message[:200]}" if message else reason
 
 
 class _Retry:
@@ -443,6 +447,9 @@ class GcsBlobStore:
         self._retry = _Retry(retries, backoff, max_backoff)
         self._chunk_size = chunk_size
         self._credentials, self._client = self._make_client(credentials, project)
+        # google-cloud-storage 3.x fetches bucket metadata in the background to label its traces: an extra
+        # request that needs storage.buckets.get, which an object-only role lacks. We do not trace; skip it.
+        self._client._bucket_metadata_cache = None
         self._bucket = self._client.bucket(bucket)
         self._api_endpoint: str = self._client.api_endpoint.rstrip("/")
         # The client's authorised session, with a pool large enough for a threaded server.

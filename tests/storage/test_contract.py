@@ -1,0 +1,319 @@
+"""The BlobStore contract (cache_server/storage/base.py), checked on every backend unchanged."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import hashlib
+import random
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+import pytest
+
+from cache_server.errors import InvalidName
+from cache_server.storage.base import BlobInfo, BlobStore
+from tests.storage.conftest import Backend
+from tests.support.memory import MIB, PeakRss
+
+BIG = 512 * MIB
+RSS_LIMIT = 64 * MIB
+_BLOCK = random.Random(7).randbytes(MIB)  # allocated once, before any measurement
+
+
+class Exhausted:
+    """Wraps chunks and records whether the store consumed all of them."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.done = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._chunks
+        self.done = True
+
+
+class Interrupted(Exception):
+    """What a checking iterator raises (a digest mismatch, a client gone)."""
+
+
+def pieces(data: bytes, seed: int = 0) -> Iterator[bytes]:
+    """``data`` in pieces of irregular sizes (1 byte to 3 MiB), as an upload arrives."""
+    rng = random.Random(seed)
+    at = 0
+    while at < len(data):
+        size = rng.choice([1, 4096, 65_537, MIB, MIB + 1, 3 * MIB])
+        yield data[at : at + size]
+        at += size
+
+
+def read_all(store: BlobStore, name: str) -> tuple[BlobInfo, bytes, list[int]]:
+    reader = store.open(name)
+    assert reader is not None
+    with reader:
+        sizes = []
+        parts = []
+        for chunk in reader.chunks():
+            assert isinstance(chunk, bytes)
+            sizes.append(len(chunk))
+            parts.append(chunk)
+        return reader.info, b"".join(parts), sizes
+
+
+def numbered_blocks(count: int) -> Iterator[bytes]:
+    """``count`` MiB, each block different (its number in front), made one at a time."""
+    for i in range(count):
+        yield i.to_bytes(8, "big") + _BLOCK[8:]
+
+
+@pytest.mark.parametrize(
+    "size",
+    [0, 1, 256 * 1024 + 3, 9 * MIB + 5, 33 * MIB + 7],
+    ids=["empty", "1B", "256KiB", "9MiB", "33MiB"],
+)
+def test_round_trip_keeps_bytes_metadata_and_size(backend: Backend, size: int) -> None:
+    store = backend.store
+    data = random.Random(size).randbytes(size)
+    metadata = {"sha256": hashlib.sha256(data).hexdigest(), "uploader": "host-7 / 🚀", "ms": "1234"}
+    before = dt.datetime.now(dt.timezone.utc)
+    assert store.put("ns1/key.1", pieces(data, size), metadata) is True
+    after = dt.datetime.now(dt.timezone.utc)
+
+    info = store.stat("ns1/key.1")
+    assert info is not None
+    assert (info.name, info.size, dict(info.metadata)) == ("ns1/key.1", size, metadata)
+    assert info.created.tzinfo is not None
+    assert before - dt.timedelta(seconds=5) <= info.created <= after + dt.timedelta(seconds=5)
+
+    opened, body, chunk_sizes = read_all(store, "ns1/key.1")
+    assert body == data
+    assert opened == info
+    assert all(0 < n <= 16 * MIB for n in chunk_sizes)
+
+
+def test_empty_metadata_round_trips(backend: Backend) -> None:
+    assert backend.store.put("ns/k", [b"x"], {}) is True
+    info = backend.store.stat("ns/k")
+    assert info is not None and dict(info.metadata) == {}
+
+
+def test_a_miss_is_not_an_error(backend: Backend) -> None:
+    store = backend.store
+    assert store.open("ns/absent") is None
+    assert store.stat("ns/absent") is None
+    assert store.delete("ns/absent") is False
+    assert list(store.list()) == []
+    store.check()
+
+
+def test_second_put_of_a_name_returns_false_and_the_first_stays(backend: Backend) -> None:
+    store = backend.store
+    assert store.put("ns/k", [b"first ", b"bytes"], {"who": "first"}) is True
+    second = Exhausted([b"second", b" and longer bytes"])
+    assert store.put("ns/k", second, {"who": "second"}) is False
+    assert second.done, "the chunks of a refused put are still consumed"
+    info, body, _ = read_all(store, "ns/k")
+    assert body == b"first bytes"
+    assert (info.size, dict(info.metadata)) == (11, {"who": "first"})
+
+
+def test_refused_put_still_lets_a_checking_iterator_raise(backend: Backend) -> None:
+    store = backend.store
+    assert store.put("ns/k", [b"original"], {}) is True
+
+    def checking() -> Iterator[bytes]:
+        yield b"other bytes"
+        raise Interrupted("digest mismatch")
+
+    with pytest.raises(Interrupted):
+        store.put("ns/k", checking(), {})
+    assert read_all(store, "ns/k")[1] == b"original"
+
+
+def test_large_second_put_is_refused_and_the_first_stays(backend: Backend) -> None:
+    store = backend.store
+    first = random.Random(1).randbytes(20 * MIB)
+    assert store.put("ns/big", pieces(first), {"who": "first"}) is True
+    second = Exhausted(numbered_blocks(20))
+    assert store.put("ns/big", second, {"who": "second"}) is False
+    assert second.done
+    info, body, _ = read_all(store, "ns/big")
+    assert body == first and dict(info.metadata) == {"who": "first"}
+
+
+def test_sixteen_concurrent_puts_of_one_name_have_one_winner(backend: Backend) -> None:
+    store = backend.store
+    writers = 16
+    bodies = [bytes([i]) * (300 * 1024) + f"writer {i}".encode() for i in range(writers)]
+    results: list[bool | None] = [None] * writers
+    consumed = [Exhausted(pieces(body, i)) for i, body in enumerate(bodies)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(writers)
+
+    def write(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = store.put("ns/contested", consumed[i], {"writer": str(i)})
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert sorted(results, key=bool) == [False] * (writers - 1) + [True]
+    assert all(c.done for c in consumed)
+    winner = results.index(True)
+    info, body, _ = read_all(store, "ns/contested")
+    assert body == bodies[winner]
+    assert dict(info.metadata) == {"writer": str(winner)}
+    assert [i.name for i in store.list()] == ["ns/contested"]
+
+
+def test_many_threads_store_and_read_different_names(backend: Backend) -> None:
+    store = backend.store
+    bodies = {f"ns{i % 3}/key-{i}": random.Random(i).randbytes(50_000 + i) for i in range(24)}
+    errors: list[BaseException] = []
+
+    def work(name: str, data: bytes) -> None:
+        try:
+            assert store.put(name, pieces(data), {"n": name}) is True
+            assert read_all(store, name)[1] == data
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=item) for item in bodies.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(i.name for i in store.list()) == sorted(bodies)
+
+
+def test_delete_removes_the_blob_and_frees_the_name(backend: Backend) -> None:
+    store = backend.store
+    assert store.put("ns/k", [b"old"], {"v": "1"}) is True
+    assert store.delete("ns/k") is True
+    assert store.stat("ns/k") is None
+    assert store.open("ns/k") is None
+    assert list(store.list()) == []
+    assert store.delete("ns/k") is False
+    assert store.put("ns/k", [b"new bytes"], {"v": "2"}) is True
+    info, body, _ = read_all(store, "ns/k")
+    assert (body, dict(info.metadata)) == (b"new bytes", {"v": "2"})
+
+
+def test_list_yields_every_blob_under_a_prefix(backend: Backend) -> None:
+    store = backend.store
+    names = ["ns1/a", "ns1/b.2", "ns10/a", "ns2/a", "other/zz"]
+    for n, name in enumerate(names):
+        assert store.put(name, [b"x" * n], {"name": name}) is True
+
+    everything = {info.name: info for info in store.list()}
+    assert sorted(everything) == names
+    for name, info in everything.items():
+        assert info == store.stat(name)
+        assert info.size == names.index(name)
+    assert sorted(i.name for i in store.list("ns1/")) == ["ns1/a", "ns1/b.2"]
+    assert sorted(i.name for i in store.list("ns1")) == ["ns1/a", "ns1/b.2", "ns10/a"]
+    assert sorted(i.name for i in store.list("ns1/b")) == ["ns1/b.2"]
+    assert list(store.list("nothing")) == []
+
+
+@pytest.mark.parametrize("sent", [100 * 1024, 40 * MIB], ids=["small", "large"])
+def test_interrupted_upload_leaves_nothing(backend: Backend, sent: int) -> None:
+    store = backend.store
+    failure = Interrupted("client went away")
+
+    def upload() -> Iterator[bytes]:
+        yield from numbered_blocks(sent // MIB)
+        yield b"z" * (sent % MIB)
+        raise failure
+
+    with pytest.raises(Interrupted) as caught:
+        store.put("ns/partial", upload(), {"v": "1"})
+    assert caught.value is failure
+    gc.collect()  # an abandoned upload object must not finish the upload when it is collected
+    time.sleep(0.2)
+    assert store.stat("ns/partial") is None
+    assert store.open("ns/partial") is None
+    assert list(store.list()) == []
+    assert backend.stored_files() == []
+    assert store.put("ns/partial", [b"complete"], {"v": "2"}) is True
+    assert read_all(store, "ns/partial")[1] == b"complete"
+
+
+def test_invalid_names_are_refused_before_anything_is_stored(backend: Backend) -> None:
+    store = backend.store
+    for name in ["../escape", "ns/../x", "ns/a/b", "/ns/k", "ns/", "ns", "ns/k\x00", "n s/k"]:
+        with pytest.raises(InvalidName):
+            store.put(name, [b"x"], {})
+        with pytest.raises(InvalidName):
+            store.stat(name)
+        with pytest.raises(InvalidName):
+            store.open(name)
+        with pytest.raises(InvalidName):
+            store.delete(name)
+    assert backend.stored_files() == []
+
+
+def test_a_reader_closed_early_releases_its_blob(backend: Backend) -> None:
+    store = backend.store
+    assert store.put("ns/k", numbered_blocks(3), {}) is True
+    for _ in range(20):
+        reader = store.open("ns/k")
+        assert reader is not None
+        chunks = reader.chunks()
+        assert next(chunks)
+        reader.close()
+    assert read_all(store, "ns/k")[1] == b"".join(numbered_blocks(3))
+
+
+@pytest.mark.slow
+def test_512_mib_streams_both_ways_in_bounded_memory(
+    backend: Backend, record_property: pytest.RecordProperty
+) -> None:
+    store = backend.store
+    sent = hashlib.sha256()
+
+    def body() -> Iterator[bytes]:
+        for block in numbered_blocks(BIG // MIB):
+            sent.update(block)
+            yield block
+
+    started = time.perf_counter()
+    with PeakRss() as upload:
+        assert store.put("ns/huge", body(), {"sha256": "later"}) is True
+    upload_seconds = time.perf_counter() - started
+    info = store.stat("ns/huge")
+    assert info is not None and info.size == BIG
+
+    received = hashlib.sha256()
+    count = 0
+    started = time.perf_counter()
+    with PeakRss() as download:
+        reader = store.open("ns/huge")
+        assert reader is not None
+        with reader:
+            for chunk in reader.chunks():
+                received.update(chunk)
+                count += len(chunk)
+    download_seconds = time.perf_counter() - started
+
+    report = (
+        f"{backend.kind}: 512 MiB up {upload_seconds:.1f} s ({BIG / MIB / upload_seconds:.0f} MiB/s), "
+        f"peak RSS +{upload.growth / MIB:.1f} MiB [{upload.method}]; down {download_seconds:.1f} s "
+        f"({BIG / MIB / download_seconds:.0f} MiB/s), peak RSS +{download.growth / MIB:.1f} MiB"
+    )
+    print(report)
+    record_property("transfer", report)
+    assert count == BIG
+    assert received.hexdigest() == sent.hexdigest()
+    assert upload.growth < RSS_LIMIT, report
+    assert download.growth < RSS_LIMIT, report
+    assert store.delete("ns/huge") is True
