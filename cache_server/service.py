@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import tarfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +95,9 @@ class CacheService:
         self.repository = repository
         self.store = store
         self.access = AccessRecorder(repository, settings.access_flush_seconds)
+        # Called with (namespace, key) after a new entry is stored; must be quick and must not raise
+        # (the admin side queues the entry for parsing).
+        self.stored_listeners: list[Callable[[str, str], None]] = []
 
     def start(self) -> None:
         self.access.start()
@@ -179,6 +182,9 @@ class CacheService:
             uploader=uploader[:256] if uploader else None,
             replace=created,
         )
+        if created:
+            for listener in self.stored_listeners:
+                listener(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
 
     @staticmethod
