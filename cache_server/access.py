@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from cache_server.errors import IndexUnavailable
 from cache_server.index.models import utcnow
 from cache_server.index.repository import AccessDelta, IndexRepository
 
@@ -51,8 +52,14 @@ class AccessRecorder:
             return
         try:
             self._repository.apply_access(hits, misses)
-        except Exception:
-            log.warning("could not write access counters; keeping them for the next flush", exc_info=True)
+        except Exception as exc:
+            # An unreachable index is an outage, already explained; anything else is worth a traceback.
+            outage = isinstance(exc, IndexUnavailable)
+            log.warning(
+                "could not write access counters (%s); keeping them for the next flush",
+                exc.detail if isinstance(exc, IndexUnavailable) else type(exc).__name__,
+                exc_info=not outage,
+            )
             with self._lock:
                 for ident, delta in hits.items():
                     kept = self._hits.setdefault(ident, AccessDelta())

@@ -15,6 +15,10 @@ import pytest
 
 from cache_server.settings import Settings
 from tests.support.databases import fresh_database_url
+from tests.support.gcs_emulator import (  # noqa: F401 - fixtures
+    fake_gcs_endpoint,
+    gcs_bucket,
+)
 
 
 @dataclass
@@ -42,10 +46,18 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+def deployment(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Deployment]:
     database, storage = str(request.param).split("-")
     with fresh_database_url(database, tmp_path) as database_url:
         if storage == "local":
             yield Deployment(database, storage, database_url, (tmp_path / "shared-blobs").as_uri())
-        else:
-            raise AssertionError(f"unknown storage {storage!r}")
+            return
+        assert storage == "gcs", storage
+        endpoint: str = request.getfixturevalue("fake_gcs_endpoint")
+        bucket: str = request.getfixturevalue("gcs_bucket")
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)  # for stores built in this process
+        yield Deployment(
+            database, storage, database_url, f"gs://{bucket}/cache", {"STORAGE_EMULATOR_HOST": endpoint}
+        )

@@ -21,7 +21,7 @@ from tests.conftest import sha
 from tests.production.conftest import Deployment
 from tests.support.server import SERVER_BIN
 
-DEPLOYMENTS = ["sqlite-local", "postgresql-local"]
+DEPLOYMENTS = ["sqlite-local", "postgresql-local", "sqlite-gcs", "postgresql-gcs"]
 
 ENTRIES = {
     ("vision", "1111"): os.urandom(3000),

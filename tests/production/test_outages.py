@@ -1,0 +1,141 @@
+"""A real server while PostgreSQL or the bucket is unreachable: ``/readyz`` and the API answer 503 with a
+JSON sentence (never a traceback), and everything comes back by itself when the service returns.
+
+The outage is made by a TCP proxy between the server and the service (the machine's PostgreSQL and the
+emulator are shared with other tests): ``refuse`` is a stopped service, ``blackhole`` a host that vanished.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.conftest import sha
+from tests.production.conftest import Deployment
+from tests.production.test_reindex import cli
+from tests.support.server import LiveServer, run_server
+from tests.support.tcp_proxy import TcpProxy, tcp_proxy
+
+DATA = os.urandom(100_000)
+ENTRY = "/v1/namespaces/ns/entries/1234"
+
+
+def assert_unavailable(response: httpx.Response, code: str) -> None:
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["retry-after"] == "5"
+    body = response.json()
+    assert body["error"] == code
+    assert body["detail"].endswith(".") and "Traceback" not in body["detail"]
+
+
+def wait_ready(server: LiveServer) -> None:
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{server.url}/readyz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "the server did not become ready again by itself"
+        time.sleep(0.2)
+
+
+def put_new(server: LiveServer, key: str) -> httpx.Response:
+    data = key.encode() * 1000
+    return httpx.put(
+        f"{server.url}/v1/namespaces/ns/entries/{key}",
+        content=data,
+        headers={"X-Content-SHA256": sha(data)},
+        timeout=30,
+    )
+
+
+@pytest.fixture
+def postgres_behind_proxy(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServer, TcpProxy]]:
+    migrated = cli(deployment, tmp_path / "migrate", "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    url = make_url(deployment.database_url)
+    with tcp_proxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
+        proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        env = deployment.env(XLA_CACHE_DATABASE_URL=proxied, XLA_CACHE_DB_CONNECT_TIMEOUT="2")
+        with run_server(tmp_path / "server", env) as server:
+            yield server, proxy
+
+
+@pytest.mark.parametrize("deployment", ["postgresql-local"], indirect=True)
+def test_postgresql_outage(postgres_behind_proxy: tuple[LiveServer, TcpProxy]) -> None:
+    server, proxy = postgres_behind_proxy
+    assert (
+        httpx.put(f"{server.url}{ENTRY}", content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code
+        == 201
+    )
+
+    for outage in (proxy.refuse, proxy.blackhole):
+        outage()
+        ready = httpx.get(f"{server.url}/readyz", timeout=30)
+        assert_unavailable(ready, "index_unavailable")
+        assert "index database cannot be reached" in ready.json()["detail"]
+        assert_unavailable(httpx.get(f"{server.url}{ENTRY}", timeout=30), "index_unavailable")
+        assert_unavailable(put_new(server, "5678"), "index_unavailable")
+        assert_unavailable(
+            httpx.get(f"{server.url}/v1/namespaces/ns/manifest", timeout=30), "index_unavailable"
+        )
+        assert_unavailable(
+            httpx.post(f"{server.url}/v1/namespaces/ns/missing", json={"keys": ["1"]}, timeout=30),
+            "index_unavailable",
+        )
+        assert httpx.get(f"{server.url}/healthz").status_code == 200  # alive, only not ready
+
+        proxy.forward()
+        wait_ready(server)
+        assert httpx.get(f"{server.url}{ENTRY}").content == DATA
+        assert httpx.get(f"{server.url}/v1/namespaces/ns").json()["entries"] >= 1
+
+    assert put_new(server, "5678").status_code == 201
+    # The hits of the reads between the outages were kept through failed flushes, not lost.
+    deadline = time.monotonic() + 20
+    while (hits := httpx.get(f"{server.url}/v1/namespaces/ns").json()["hits"]) != 2:
+        assert time.monotonic() < deadline, f"{hits} hits counted, not 2"
+        time.sleep(0.1)
+    assert "unhandled error" not in server.log()
+
+
+@pytest.fixture
+def bucket_behind_proxy(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServer, TcpProxy]]:
+    emulator = urlparse(deployment.extra_env["STORAGE_EMULATOR_HOST"])
+    with tcp_proxy(emulator.hostname or "127.0.0.1", emulator.port or 80) as proxy:
+        env = deployment.env(
+            STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{proxy.port}",
+            XLA_CACHE_STORAGE_TIMEOUT="2",
+            XLA_CACHE_STORAGE_RETRIES="1",
+        )
+        with run_server(tmp_path / "server", env) as server:
+            yield server, proxy
+
+
+@pytest.mark.parametrize("deployment", ["sqlite-gcs"], indirect=True)
+def test_storage_outage(bucket_behind_proxy: tuple[LiveServer, TcpProxy]) -> None:
+    server, proxy = bucket_behind_proxy
+    assert (
+        httpx.put(f"{server.url}{ENTRY}", content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code
+        == 201
+    )
+
+    for outage in (proxy.refuse, proxy.blackhole):
+        outage()
+        ready = httpx.get(f"{server.url}/readyz", timeout=60)
+        assert_unavailable(ready, "storage_unavailable")
+        assert "Google Cloud Storage" in ready.json()["detail"]
+        assert_unavailable(httpx.get(f"{server.url}{ENTRY}", timeout=60), "storage_unavailable")
+        assert_unavailable(put_new(server, "5678"), "storage_unavailable")
+        assert httpx.get(f"{server.url}/healthz").status_code == 200
+
+        proxy.forward()
+        wait_ready(server)
+        assert httpx.get(f"{server.url}{ENTRY}").content == DATA
+
+    assert put_new(server, "5678").status_code == 201
+    assert "unhandled error" not in server.log()
