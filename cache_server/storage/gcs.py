@@ -507,7 +507,10 @@ class GcsBlobStore:
             return None
         return name
 
-    def _unavailable(self, action: str, exc: BaseException) -> StorageUnavailable:
+    def _unavailable(
+        self, action: str, exc: BaseException, missing: str = "the bucket does not exist"
+    ) -> StorageUnavailable:
+        """The error to raise for ``exc``; ``missing`` says what a 404 means for this request."""
         status = _status_of(exc)
         if _is_transient(exc):
             attempts = self._retry.retries + 1
@@ -515,8 +518,8 @@ class GcsBlobStore:
             reason = f"it still failed after {attempts} attempt{plural} ({_describe(exc)})"
         elif status in (401, 403):
             reason = f"access was refused ({_describe(exc)}); check that the credentials may use its objects"
-        elif status == 404:
-            reason = "the bucket does not exist"
+        elif status in (404, 410):
+            reason = missing
         else:
             reason = _describe(exc)
         return StorageUnavailable(
@@ -604,7 +607,8 @@ class GcsBlobStore:
         try:
             upload.send(pieces, crc32c=crc32c)
         except _VENDOR_ERRORS as exc:
-            raise self._unavailable(f"store {name!r} in", exc) from exc
+            gone = f"its resumable upload session has expired ({_describe(exc)})"
+            raise self._unavailable(f"store {name!r} in", exc, gone) from exc
 
     # -- reading -----------------------------------------------------------------------------------------
     def _get_blob(self, name: str) -> storage.Blob | None:

@@ -1,0 +1,320 @@
+"""The GCS store against a scripted JSON API: what the emulator cannot show.
+
+fake-gcs-server ignores ``ifGenerationMatch`` on resumable uploads, never fails a request, and finalizes an
+upload when asked for its status, so the resumable protocol (resume from what GCS kept, 412 at the end,
+cancel on failure) and resumed downloads are checked here, request by request.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import google_crc32c
+import pytest
+
+from cache_server.errors import StorageUnavailable
+from cache_server.storage.gcs import MULTIPART_LIMIT, GcsBlobStore
+from tests.support.http_stub import Recorded, Reply, StubHttpServer, json_reply
+from tests.support.memory import MIB
+
+BUCKET = "proto-bucket"
+CHUNK = MIB
+_RANGE = re.compile(r"bytes (\*|(\d+)-(\d+))/(\*|\d+)")
+
+
+@dataclass
+class Session:
+    name: str
+    metadata: dict[str, str]
+    data: bytearray = field(default_factory=bytearray)
+    cancelled: bool = False
+
+
+@dataclass
+class FakeApi:
+    """Just enough of the JSON API for one bucket. ``chunk_faults[n]`` scripts the n-th chunk PUT (from 1)."""
+
+    url: str = ""
+    objects: dict[str, tuple[bytes, dict[str, str], int]] = field(default_factory=dict)
+    sessions: dict[str, Session] = field(default_factory=dict)
+    chunk_faults: dict[int, Callable[[Session, bytes], Reply]] = field(default_factory=dict)
+    final_status: int | None = None
+    media_replies: list[Callable[[bytes], Reply]] = field(default_factory=list)
+    chunk_puts: int = 0
+
+    def __call__(self, request: Recorded) -> Reply:
+        object_prefix = f"/storage/v1/b/{BUCKET}/o/"
+        media_prefix = f"/download/storage/v1/b/{BUCKET}/o/"
+        if request.method == "GET" and request.path.startswith(object_prefix):
+            return self._object(request.path[len(object_prefix) :])
+        if request.method == "GET" and request.path.startswith(media_prefix):
+            return self._media(request, request.path[len(media_prefix) :])
+        if request.method == "POST" and request.query.get("uploadType") == "resumable":
+            session_id = str(len(self.sessions) + 1)
+            resource = json.loads(request.body)
+            self.sessions[session_id] = Session(resource["name"], resource.get("metadata") or {})
+            return Reply(200, {"Location": f"{self.url}/session/{session_id}"})
+        if request.path.startswith("/session/"):
+            session = self.sessions[request.path.rsplit("/", 1)[1]]
+            if request.method == "DELETE":
+                session.cancelled = True
+                return Reply(499)
+            return self._chunk(session, request)
+        return json_reply(404, {"error": {"code": 404, "message": f"no route for {request.path}"}})
+
+    def _object(self, name: str) -> Reply:
+        if name not in self.objects:
+            return json_reply(404, {"error": {"code": 404, "message": "No such object"}})
+        data, metadata, generation = self.objects[name]
+        resource = {
+            "bucket": BUCKET,
+            "name": name,
+            "size": str(len(data)),
+            "generation": str(generation),
+            "timeCreated": "2026-01-02T03:04:05Z",
+            "metadata": metadata,
+        }
+        return json_reply(200, resource)
+
+    def _media(self, request: Recorded, name: str) -> Reply:
+        if name not in self.objects:
+            return json_reply(404, {"error": {"code": 404, "message": "No such object"}})
+        data, _, generation = self.objects[name]
+        assert request.query["generation"] == str(generation)
+        start = (
+            int(request.headers["range"].removeprefix("bytes=").rstrip("-"))
+            if "range" in request.headers
+            else 0
+        )
+        if self.media_replies:
+            return self.media_replies.pop(0)(data[start:])
+        return Reply(206 if start else 200, {}, data[start:])
+
+    def _chunk(self, session: Session, request: Recorded) -> Reply:
+        match = _RANGE.fullmatch(request.headers["content-range"])
+        assert match, request.headers["content-range"]
+        if match.group(1) == "*" and match.group(4) == "*":  # a status query
+            return self._persisted(session)
+        self.chunk_puts += 1
+        start = int(match.group(2)) if match.group(2) else len(session.data)
+        if start != len(session.data):
+            return json_reply(
+                400, {"error": {"code": 400, "message": f"expected offset {len(session.data)}"}}
+            )
+        fault = self.chunk_faults.get(self.chunk_puts)
+        if fault is not None:
+            return fault(session, request.body)
+        session.data += request.body
+        total = match.group(4)
+        if total == "*" or int(total) != len(session.data):
+            return self._persisted(session)
+        if self.final_status is not None:
+            return json_reply(
+                self.final_status, {"error": {"code": self.final_status, "message": "scripted"}}
+            )
+        self.objects[session.name] = (bytes(session.data), session.metadata, 1000 + len(self.objects))
+        return self._object(session.name)
+
+    @staticmethod
+    def _persisted(session: Session) -> Reply:
+        headers = {"Range": f"bytes=0-{len(session.data) - 1}"} if session.data else {}
+        return Reply(308, headers)
+
+
+def keep_then(status: int, kept: int) -> Callable[[Session, bytes], Reply]:
+    """A chunk PUT of which GCS keeps the first ``kept`` bytes and then answers ``status``."""
+
+    def fault(session: Session, body: bytes) -> Reply:
+        session.data += body[:kept]
+        if status == 308:
+            return FakeApi._persisted(session)
+        return json_reply(status, {"error": {"code": status, "message": "scripted"}})
+
+    return fault
+
+
+@pytest.fixture
+def api() -> Iterator[tuple[FakeApi, StubHttpServer, GcsBlobStore]]:
+    fake = FakeApi()
+    with StubHttpServer(fake) as stub:
+        fake.url = stub.url
+        store = GcsBlobStore(
+            BUCKET, "pfx", endpoint=stub.url, retries=2, backoff=0.01, max_backoff=0.02, chunk_size=CHUNK
+        )
+        yield fake, stub, store
+        store.close()
+
+
+def body_of(size: int, seed: int = 3) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def in_pieces(data: bytes, size: int = 300_000) -> Iterator[bytes]:
+    for at in range(0, len(data), size):
+        yield data[at : at + size]
+
+
+def chunk_puts(stub: StubHttpServer) -> list[Recorded]:
+    return [r for r in stub.requests if r.method == "PUT" and r.headers["content-range"] != "bytes */*"]
+
+
+def test_resumable_upload_resumes_from_what_gcs_kept(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    fake, stub, store = api
+    data = body_of(MULTIPART_LIMIT + 2 * MIB + 12_345)
+    fake.chunk_faults = {3: keep_then(503, 512 * 1024), 6: keep_then(308, 256 * 1024)}
+
+    assert store.put("ns/k", in_pieces(data), {"sha256": "abc"}) is True
+
+    stored, metadata, _ = fake.objects["pfx/ns/k"]
+    assert stored == data
+    assert metadata == {"sha256": "abc"}
+    start = next(r for r in stub.requests if r.method == "POST")
+    assert start.query["ifGenerationMatch"] == "0"
+    assert [r for r in stub.requests if r.headers.get("content-range") == "bytes */*"], "asked what GCS kept"
+    puts = chunk_puts(stub)
+    assert all(len(r.body) % (256 * 1024) == 0 for r in puts[:-1])
+    crc = google_crc32c.value(data).to_bytes(4, "big")
+    assert puts[-1].headers["x-goog-hash"] == "crc32c=" + base64.b64encode(crc).decode()
+    assert not any(r.method == "DELETE" for r in stub.requests)
+
+
+def test_412_at_the_last_chunk_means_false_after_draining(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    fake, _, store = api
+    fake.final_status = 412
+    consumed = []
+
+    def chunks() -> Iterator[bytes]:
+        yield from in_pieces(body_of(MULTIPART_LIMIT + 3 * MIB))
+        consumed.append(True)
+
+    assert store.put("ns/k", chunks(), {}) is False
+    assert consumed == [True]
+    assert "pfx/ns/k" not in fake.objects
+
+
+def test_an_existing_object_is_not_uploaded_again(api: tuple[FakeApi, StubHttpServer, GcsBlobStore]) -> None:
+    fake, stub, store = api
+    fake.objects["pfx/ns/k"] = (b"first", {}, 1)
+    consumed = []
+
+    def chunks() -> Iterator[bytes]:
+        yield from in_pieces(body_of(MULTIPART_LIMIT + 3 * MIB))
+        consumed.append(True)
+
+    assert store.put("ns/k", chunks(), {}) is False
+    assert consumed == [True]
+    assert [r.method for r in stub.requests] == ["GET"]
+    assert fake.objects["pfx/ns/k"][0] == b"first"
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_failing_iterator_cancels_the_session_and_never_finalizes(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    fake, stub, store = api
+
+    def chunks() -> Iterator[bytes]:
+        yield from in_pieces(body_of(MULTIPART_LIMIT + 3 * MIB + 5))
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        store.put("ns/k", chunks(), {})
+    assert [s.cancelled for s in fake.sessions.values()] == [True]
+    assert chunk_puts(stub), "the upload had started"
+    assert all(r.headers["content-range"].endswith("/*") for r in chunk_puts(stub)), "no final chunk"
+    assert fake.objects == {}
+
+
+def test_a_small_body_sends_nothing_before_its_iterator_ends(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    _, stub, store = api
+
+    def chunks() -> Iterator[bytes]:
+        yield b"x" * 100_000
+        raise Interrupted
+
+    with pytest.raises(Interrupted):
+        store.put("ns/k", chunks(), {})
+    assert stub.requests == []
+
+
+def test_an_expired_session_is_unavailable_at_once(api: tuple[FakeApi, StubHttpServer, GcsBlobStore]) -> None:
+    fake, stub, store = api
+    fake.chunk_faults = {2: keep_then(404, 0)}
+    with pytest.raises(StorageUnavailable, match=f"'{BUCKET}'.*HTTP 404"):
+        store.put("ns/k", in_pieces(body_of(MULTIPART_LIMIT + MIB)), {})
+    assert len(chunk_puts(stub)) == 2
+    assert fake.objects == {}
+
+
+def test_a_download_resumes_after_a_dropped_connection(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    fake, stub, store = api
+    data = body_of(5 * MIB + 7)
+    fake.objects["pfx/ns/k"] = (data, {"a": "b"}, 42)
+    cut = 1_500_007
+    fake.media_replies = [lambda rest: Reply(200, {}, rest, cut_after=cut)]
+
+    reader = store.open("ns/k")
+    assert reader is not None
+    with reader:
+        assert reader.info.size == len(data)
+        received = b"".join(reader.chunks())
+    assert received == data
+    gets = [r for r in stub.requests if r.path.startswith("/download/")]
+    assert len(gets) == 2
+    assert "range" not in gets[0].headers
+    resumed_at = int(gets[1].headers["range"].removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_at <= cut
+
+
+def test_a_download_that_keeps_dropping_gives_up(api: tuple[FakeApi, StubHttpServer, GcsBlobStore]) -> None:
+    fake, _, store = api
+    fake.objects["pfx/ns/k"] = (body_of(3 * MIB), {}, 42)
+    fake.media_replies = [lambda rest: Reply(200, {}, rest, cut_after=MIB)] + [
+        lambda rest: Reply(206, {}, rest, cut_after=0) for _ in range(10)
+    ]
+    reader = store.open("ns/k")
+    assert reader is not None
+    with reader, pytest.raises(StorageUnavailable, match=f"read 'ns/k' from .*'{BUCKET}'.*3 attempts"):
+        for _ in reader.chunks():
+            pass
+
+
+def test_a_blob_deleted_before_the_first_byte_is_a_miss(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    fake, _, store = api
+    fake.objects["pfx/ns/k"] = (b"bytes", {}, 42)
+    fake.media_replies = [lambda rest: json_reply(404, {"error": {"code": 404, "message": "gone"}})]
+    assert store.open("ns/k") is None
+
+
+def test_a_blob_deleted_while_it_is_read_is_unavailable(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    fake, _, store = api
+    fake.objects["pfx/ns/k"] = (body_of(3 * MIB), {}, 42)
+    fake.media_replies = [
+        lambda rest: Reply(200, {}, rest, cut_after=MIB),
+        lambda rest: json_reply(404, {"error": {"code": 404, "message": "gone"}}),
+    ]
+    reader = store.open("ns/k")
+    assert reader is not None
+    with reader, pytest.raises(StorageUnavailable, match="deleted while it was being read"):
+        for _ in reader.chunks():
+            pass
