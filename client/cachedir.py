@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import secrets
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from client.errors import CorruptTransfer
 
 __all__ = [
     "CHUNK",
+    "FINGERPRINT_NAME",
     "LOCK_NAME",
     "TEMP_SUFFIX",
     "LocalFile",
@@ -31,12 +33,15 @@ __all__ = [
     "files_open_for_writing",
     "fsync_directory",
     "is_entry_name",
+    "read_fingerprint",
     "remove_temp_files",
     "scan",
+    "write_fingerprint",
 ]
 
 CHUNK = 1024 * 1024
 LOCK_NAME = ".xla-cache.lock"
+FINGERPRINT_NAME = ".fingerprint.json"  # the namespace's fingerprint, so `xla-cache push` needs no runtime
 TEMP_SUFFIX = ".part"
 
 # The server's key pattern; torch_xla's names (decimal hashes) always match it.
@@ -220,6 +225,17 @@ class VerifiedWriter:
                 os.unlink(self._temp)
 
 
-def total_size(files: Iterable[LocalFile]) -> int:
-    """Sum of the files' sizes."""
-    return sum(item.size for item in files)
+def write_fingerprint(directory: Path, fingerprint: dict[str, Any]) -> None:
+    """Record the namespace's fingerprint in its directory (temporary file + rename)."""
+    temp = directory / f".fingerprint.{secrets.token_hex(6)}{TEMP_SUFFIX}"
+    temp.write_text(json.dumps(fingerprint, sort_keys=True, indent=1) + "\n")
+    os.replace(temp, directory / FINGERPRINT_NAME)
+
+
+def read_fingerprint(directory: Path) -> dict[str, Any] | None:
+    """The fingerprint :func:`write_fingerprint` recorded, or None."""
+    try:
+        value = json.loads((directory / FINGERPRINT_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -166,9 +166,10 @@ class Uploader:
             if pending:
                 logger.info(
                     "xla-cache: not uploading %d new entries at exit: the server did not answer its last "
-                    "call; upload them later with `xla-cache push --cache-dir %s`",
+                    "call; upload them later with `xla-cache push --cache-dir %s --namespace %s`",
                     pending,
                     self.directory.parent,
+                    self.namespace,
                 )
             self._totals.pending = pending
             return self._snapshot(started)

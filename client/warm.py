@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from client.api import CacheApi, normalize_server
-from client.cachedir import LocalFile, remove_temp_files, scan
+from client.cachedir import LocalFile, remove_temp_files, scan, write_fingerprint
 from client.deadline import Deadline
 from client.dirlock import DirLock
 from client.errors import ServerProblem, ServerUnavailable
@@ -246,6 +246,7 @@ def warm(
     namespace = namespace_id(fp)
     directory = namespace_dir(base_dir, namespace)
     directory.mkdir(parents=True, exist_ok=True)
+    write_fingerprint(directory, fp)
 
     report = WarmReport(
         namespace=namespace,
@@ -276,8 +277,10 @@ def warm(
             name="xla-cache-warm",
             daemon=True,
         )
+        # The bound covers the server conversation only: importing torch_xla and starting the PJRT
+        # client above are costs the job pays anyway.
         worker.start()
-        worker.join(max(0.0, timeout - (time.monotonic() - started)))
+        worker.join(max(0.0, timeout))
         if worker.is_alive():
             cancel.set()
             outcome.errors.append(f"{report.server} did not finish the warm within the {timeout:g} s timeout")

@@ -1,0 +1,291 @@
+"""``xla-cache``: warm, push, stats, doctor. One function per subcommand; ``--json`` for scripts.
+
+Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from client.api import CacheApi
+from client.cachedir import read_fingerprint, scan
+from client.deadline import Deadline
+from client.errors import ClientError, ServerProblem
+from client.fingerprint import NAMESPACE_RE, namespace_id
+from client.progress import NullProgress, Progress, TqdmProgress
+
+__all__ = ["build_parser", "main"]
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        print("\n".join(lines))
+
+
+def _progress(args: argparse.Namespace) -> Progress:
+    if args.json or args.no_progress:
+        return NullProgress()
+    return TqdmProgress()
+
+
+def _server(args: argparse.Namespace) -> str:
+    server = args.server or os.environ.get("XLA_CACHE_SERVER")
+    if not server:
+        raise ClientError("no server: pass --server or set XLA_CACHE_SERVER")
+    return server
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    return args.token or os.environ.get("XLA_CACHE_TOKEN") or None
+
+
+def _runtime_fingerprint(args: argparse.Namespace) -> dict[str, Any]:
+    """This machine's fingerprint (``--spmd`` turns SPMD on first, as the training job would)."""
+    from client.fingerprint import collect_fingerprint
+    from client.xla_runtime import require_torch_xla
+
+    require_torch_xla()
+    if args.spmd:
+        import torch_xla.runtime as xr
+
+        xr.use_spmd()
+    return collect_fingerprint()
+
+
+def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
+    if namespace:
+        return [cache_dir / namespace]
+    if not cache_dir.is_dir():
+        return []
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and (p / ".fingerprint.json").is_file())
+
+
+# -- subcommands ------------------------------------------------------------------------------------------
+
+
+def cmd_warm(args: argparse.Namespace) -> int:
+    """Download this runtime's entries into the cache directory (torch_xla is not initialized)."""
+    from client.warm import warm
+
+    fingerprint = _runtime_fingerprint(args)
+    report = warm(
+        _server(args),
+        args.cache_dir,
+        token=_token(args),
+        max_bytes=args.max_bytes,
+        timeout=args.timeout,
+        initialize=False,
+        upload=False,
+        fingerprint=fingerprint,
+        progress=_progress(args),
+    )
+    lines = [
+        f"namespace   {report.namespace}",
+        f"cache dir   {report.cache_dir}   (pass it to torch_xla.runtime.initialize_cache)",
+        f"downloaded  {report.downloaded_entries} entries, {report.downloaded_bytes} bytes",
+        f"present     {report.present_entries} entries, {report.present_bytes} bytes",
+        f"seconds     {report.seconds:.2f}",
+    ]
+    lines += [f"error       {error}" for error in report.errors]
+    _emit(args, report.as_dict(), lines)
+    return 1 if report.errors and args.strict else 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """Upload every entry of the cache directory's namespaces that the server lacks."""
+    from client.transfer import upload_entries
+
+    base = Path(args.cache_dir) if args.cache_dir else _default_cache_dir()
+    directories = _namespace_dirs(base, args.namespace)
+    if not directories:
+        raise ClientError(f"no namespace directories (with a .fingerprint.json) under {base}")
+    api = CacheApi(_server(args), _token(args))
+    results: list[dict[str, Any]] = []
+    failed = False
+    try:
+        for directory in directories:
+            namespace = directory.name
+            fingerprint = read_fingerprint(directory)
+            files = list(scan(directory).values())
+            deadline = Deadline(args.timeout)
+            row: dict[str, Any] = {"namespace": namespace, "directory": str(directory), "entries": len(files)}
+            try:
+                if fingerprint is not None:
+                    if namespace_id(fingerprint) != namespace:
+                        other = namespace_id(fingerprint)
+                        raise ClientError(f"{directory}: its .fingerprint.json belongs to namespace {other}")
+                    api.register_namespace(namespace, fingerprint, {}, deadline)
+                result = upload_entries(api, namespace, files, deadline, progress=_progress(args), workers=4)
+            except ServerProblem as exc:
+                row["error"] = exc.reason
+                failed = True
+            else:
+                row.update(
+                    uploaded=result.stored,
+                    bytes=result.bytes,
+                    already_present=result.already_present,
+                    conflicts=result.conflicts,
+                    errors=result.errors,
+                )
+                failed = failed or bool(result.errors)
+            results.append(row)
+    finally:
+        api.close()
+    lines = []
+    for row in results:
+        if "error" in row:
+            lines.append(f"{row['namespace']}: failed: {row['error']}")
+        else:
+            lines.append(
+                f"{row['namespace']}: {row['uploaded']} uploaded ({row['bytes']} bytes), "
+                f"{row['already_present']} already on the server, {row['conflicts']} conflicts"
+                + (f", {len(row['errors'])} errors" if row["errors"] else "")
+            )
+    _emit(args, {"namespaces": results}, lines)
+    return 1 if failed else 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The namespace's entries, bytes and counters on the server, and the server's totals if allowed."""
+    namespace = args.namespace or namespace_id(_runtime_fingerprint(args))
+    api = CacheApi(_server(args), _token(args))
+    try:
+        info = api.get_namespace(namespace, Deadline(args.timeout))
+        totals: dict[str, Any] | None
+        admin_error: str | None
+        try:
+            totals = api.admin_stats(Deadline(args.timeout))
+        except ServerProblem as exc:
+            totals = None
+            admin_error = exc.reason
+        else:
+            admin_error = None
+    finally:
+        api.close()
+    data: dict[str, Any] = {"namespace": info, "admin": totals, "admin_error": admin_error}
+    lines = [f"namespace  {namespace}"]
+    for key in ("entries", "bytes", "hits", "misses", "uploads", "created_at", "last_used_at"):
+        if key in info:
+            lines.append(f"  {key:<12} {info[key]}")
+    if totals is not None:
+        lines.append("server totals")
+        summary = totals.get("totals", totals)
+        if isinstance(summary, dict):
+            lines += [
+                f"  {key:<12} {value}"
+                for key, value in summary.items()
+                if not isinstance(value, (dict, list))
+            ]
+    else:
+        lines.append(f"server totals unavailable ({admin_error})")
+    _emit(args, data, lines)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Two-process self-test: does this torch_xla load its own persistent-cache entries?"""
+    from client.doctor import run_doctor
+
+    report = run_doctor(server=args.server, token=_token(args), timeout=args.timeout)
+    lines = [
+        f"torch_xla          {report.torch_xla_version}",
+        f"namespace          {report.namespace}",
+        f"loads own entries  {({True: 'yes', False: 'NO', None: 'unknown'})[report.loads_own_entries]}",
+        f"verdict            {report.verdict}",
+    ]
+    if report.server:
+        state = "ready" if report.server_ready else f"NOT ready ({report.server_error})"
+        lines.append(f"server             {report.server}: {state}")
+    _emit(args, report.as_dict(), lines)
+    if report.loads_own_entries is None:
+        return 2
+    return 0 if report.loads_own_entries and report.server_ready is not False else 1
+
+
+# -- parser -----------------------------------------------------------------------------------------------
+
+
+def _default_cache_dir() -> Path:
+    from client.warm import default_cache_dir
+
+    return default_cache_dir()
+
+
+def _common(parser: argparse.ArgumentParser, *, timeout: float) -> None:
+    parser.add_argument("--server", help="server URL (default: $XLA_CACHE_SERVER)")
+    parser.add_argument("--token", help="bearer token (default: $XLA_CACHE_TOKEN)")
+    parser.add_argument("--timeout", type=float, default=timeout, help=f"seconds (default {timeout:g})")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``xla-cache`` argument parser."""
+    parser = argparse.ArgumentParser(prog="xla-cache", description="Shared torch_xla compilation cache.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log requests")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    warm = sub.add_parser("warm", help="download this runtime's entries into the cache directory")
+    _common(warm, timeout=30.0)
+    warm.add_argument(
+        "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
+    )
+    warm.add_argument("--max-bytes", type=int, help="download at most this many bytes")
+    warm.add_argument(
+        "--spmd", action="store_true", help="the job runs with SPMD (torch_xla.runtime.use_spmd)"
+    )
+    warm.add_argument("--no-progress", action="store_true", help="no progress bars")
+    warm.add_argument("--strict", action="store_true", help="exit 1 when the warm met errors")
+    warm.set_defaults(func=cmd_warm)
+
+    push = sub.add_parser("push", help="upload local entries the server lacks")
+    _common(push, timeout=300.0)
+    push.add_argument(
+        "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
+    )
+    push.add_argument("--namespace", help="only this namespace's directory (default: every one)")
+    push.add_argument("--no-progress", action="store_true", help="no progress bars")
+    push.set_defaults(func=cmd_push)
+
+    stats = sub.add_parser("stats", help="the namespace's entries and counters, and server totals")
+    _common(stats, timeout=30.0)
+    stats.add_argument("--namespace", help="namespace (default: this runtime's)")
+    stats.add_argument("--spmd", action="store_true", help="fingerprint the runtime with SPMD on")
+    stats.set_defaults(func=cmd_stats)
+
+    doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
+    _common(doctor, timeout=300.0)
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``xla-cache`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    if not args.verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    if getattr(args, "namespace", None) and not NAMESPACE_RE.fullmatch(args.namespace):
+        parser.error(f"--namespace {args.namespace!r} is not a valid namespace name")
+    try:
+        code: int = args.func(args)
+    except ClientError as exc:  # includes ServerProblem: the server could not be used
+        print(f"xla-cache {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
