@@ -452,11 +452,13 @@ class GcsBlobStore:
         self._client._bucket_metadata_cache = None
         self._bucket = self._client.bucket(bucket)
         self._api_endpoint: str = self._client.api_endpoint.rstrip("/")
-        # The client's authorised session, with a pool large enough for a threaded server.
+        # The client's authorised session, with a pool large enough for a threaded server (unless it was
+        # set up for mutual TLS, whose adapter must stay).
         self._session: requests.Session = self._client._http
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=64)
-        self._session.mount("https://", adapter)
-        self._session.mount("http://", adapter)
+        if not getattr(self._session, "is_mtls", False):
+            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=64)
+            self._session.mount("https://", adapter)
+            self._session.mount("http://", adapter)
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 30.0, retries: int = 5) -> GcsBlobStore:
@@ -596,6 +598,7 @@ class GcsBlobStore:
         url: str = blob.create_resumable_upload_session(
             content_type="application/octet-stream",
             if_generation_match=0,
+            checksum=None,  # the final chunk carries the CRC32C of the whole object
             retry=self._retry,
             timeout=self._timeout,
         )

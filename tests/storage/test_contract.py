@@ -92,6 +92,10 @@ def test_round_trip_keeps_bytes_metadata_and_size(backend: Backend, size: int) -
     assert all(0 < n <= 16 * MIB for n in chunk_sizes)
 
 
+def test_backend_implements_the_protocol(backend: Backend) -> None:
+    assert isinstance(backend.store, BlobStore)
+
+
 def test_empty_metadata_round_trips(backend: Backend) -> None:
     assert backend.store.put("ns/k", [b"x"], {}) is True
     info = backend.store.stat("ns/k")

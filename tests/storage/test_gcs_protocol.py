@@ -44,6 +44,7 @@ class FakeApi:
     sessions: dict[str, Session] = field(default_factory=dict)
     chunk_faults: dict[int, Callable[[Session, bytes], Reply]] = field(default_factory=dict)
     final_status: int | None = None
+    start_status: int | None = None
     media_replies: list[Callable[[bytes], Reply]] = field(default_factory=list)
     chunk_puts: int = 0
 
@@ -55,6 +56,10 @@ class FakeApi:
         if request.method == "GET" and request.path.startswith(media_prefix):
             return self._media(request, request.path[len(media_prefix) :])
         if request.method == "POST" and request.query.get("uploadType") == "resumable":
+            if self.start_status is not None:
+                return json_reply(
+                    self.start_status, {"error": {"code": self.start_status, "message": "scripted"}}
+                )
             session_id = str(len(self.sessions) + 1)
             resource = json.loads(request.body)
             self.sessions[session_id] = Session(resource["name"], resource.get("metadata") or {})
@@ -185,11 +190,17 @@ def test_resumable_upload_resumes_from_what_gcs_kept(
     assert not any(r.method == "DELETE" for r in stub.requests)
 
 
-def test_412_at_the_last_chunk_means_false_after_draining(
-    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+@pytest.mark.parametrize("where", ["start", "second chunk", "last chunk"])
+def test_412_means_false_after_draining(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore], where: str
 ) -> None:
     fake, _, store = api
-    fake.final_status = 412
+    if where == "start":
+        fake.start_status = 412
+    elif where == "second chunk":
+        fake.chunk_faults = {2: keep_then(412, 0)}
+    else:
+        fake.final_status = 412
     consumed = []
 
     def chunks() -> Iterator[bytes]:
