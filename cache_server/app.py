@@ -6,11 +6,14 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
+from cache_server.admin import AdminService
 from cache_server.api import router
+from cache_server.api.auth import authorize
 from cache_server.api.errors import install_error_handlers
 from cache_server.api.middleware import RejectEncodedSeparators
+from cache_server.api.telemetry import Telemetry, configure_access_log
 from cache_server.index.db import make_engine, make_sessionmaker
 from cache_server.index.repository import IndexRepository
 from cache_server.service import CacheService
@@ -34,13 +37,16 @@ def create_app(settings: Settings | None = None, service: CacheService | None = 
     """Build the FastAPI app for ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
     service = service or build_service(settings)
+    admin = AdminService(settings, service)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service.start()
+        admin.start()
         try:
             yield
         finally:
+            admin.stop()
             service.stop()
 
     app = FastAPI(
@@ -48,12 +54,16 @@ def create_app(settings: Settings | None = None, service: CacheService | None = 
         version="1",
         description="Shared, managed persistent compilation cache for PyTorch/XLA jobs.",
         lifespan=lifespan,
+        dependencies=[Depends(authorize)],  # the role each route needs: cache_server.api.auth
     )
     app.state.settings = settings
     app.state.service = service
+    app.state.admin = admin
     install_error_handlers(app)
     app.include_router(router)
     app.add_middleware(RejectEncodedSeparators)
+    app.add_middleware(Telemetry)  # outermost: every request is counted and logged
+    configure_access_log()
     logging.getLogger("cache_server").setLevel(settings.log_level.upper())
     return app
 

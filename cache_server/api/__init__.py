@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from cache_server.api import entries, health, namespaces
+from cache_server.api import admin, dashboard, entries, health, metrics, namespaces
 
 __all__ = ["router"]
 
 router = APIRouter()
 router.include_router(health.router)
+router.include_router(metrics.router)
+router.include_router(admin.router)
+router.include_router(dashboard.router)
 router.include_router(namespaces.router)
 router.include_router(entries.router)

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from cache_server.admin import AdminService
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 
-__all__ = ["ServiceDep", "SettingsDep", "get_service", "get_settings"]
+__all__ = ["AdminDep", "ServiceDep", "SettingsDep", "get_admin", "get_service", "get_settings"]
 
 
 def get_service(request: Request) -> CacheService:
@@ -22,5 +23,11 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
+def get_admin(request: Request) -> AdminService:
+    admin: AdminService = request.app.state.admin
+    return admin
+
+
 ServiceDep = Annotated[CacheService, Depends(get_service)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+AdminDep = Annotated[AdminService, Depends(get_admin)]

@@ -1,0 +1,114 @@
+"""Reconciling the blob store with the index: orphan blobs removed, rows whose blob is gone dropped.
+
+Both kinds of mismatch are expected after crashes (the blob is written before its row, and deleted after
+it). gc must not mistake work in progress for either:
+
+* a blob without a row may be an upload whose row is about to be written, so only blobs older than the
+  grace period are orphans (and the index is asked again right before each delete);
+* a row without a blob is only dropped if the row is older than the listing (so its blob, written before
+  the row, would have been listed) and the store confirms the blob is absent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cache_server.index.admin_repository import AdminRepository
+from cache_server.index.models import utcnow
+from cache_server.storage.base import BlobStore, blob_name, split_blob_name
+
+__all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage"]
+
+log = logging.getLogger(__name__)
+DEFAULT_GRACE_SECONDS = 3600.0
+CHECK_BATCH = 500
+
+
+@dataclass
+class GcResult:
+    """What gc looked at and what it removed (or would remove, on a dry run)."""
+
+    blobs_checked: int = 0
+    rows_checked: int = 0
+    orphan_blobs_removed: int = 0
+    orphan_bytes_removed: int = 0
+    rows_dropped: int = 0
+    temp_files_removed: int = 0
+    dry_run: bool = False
+
+
+def collect_garbage(
+    repository: AdminRepository,
+    store: BlobStore,
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    dry_run: bool = False,
+) -> GcResult:
+    """Remove blobs without rows and rows without blobs; see the module docstring for the safety rules."""
+    result = GcResult(dry_run=dry_run)
+    started = utcnow()
+    old_enough = started - dt.timedelta(seconds=grace_seconds)
+    listed: dict[str, set[str]] = defaultdict(set)
+    candidates: dict[str, dict[str, int]] = defaultdict(dict)  # namespace -> key -> size, blobs past grace
+
+    def check(namespace: str) -> None:
+        keys = candidates.pop(namespace, {})
+        if not keys:
+            return
+        present = repository.present_keys(namespace, list(keys))
+        for key, size in keys.items():
+            if key in present:
+                continue
+            if not dry_run and not store.delete(blob_name(namespace, key)):
+                continue
+            result.orphan_blobs_removed += 1
+            result.orphan_bytes_removed += size
+
+    for info in store.list():
+        result.blobs_checked += 1
+        namespace, key = split_blob_name(info.name)
+        listed[namespace].add(key)
+        if info.created <= old_enough:
+            candidates[namespace][key] = info.size
+            if len(candidates[namespace]) >= CHECK_BATCH:
+                check(namespace)
+    for namespace in list(candidates):
+        check(namespace)
+
+    for namespace in repository.namespace_names():
+        _drop_lost_rows(repository, store, namespace, listed.get(namespace, set()), started, result)
+
+    remove_temp: Callable[[], int] | None = getattr(store, "remove_stale_temp_files", None)
+    if remove_temp is not None and not dry_run:
+        result.temp_files_removed = remove_temp()
+    log.info("gc: %s", result)
+    return result
+
+
+def _drop_lost_rows(
+    repository: AdminRepository,
+    store: BlobStore,
+    namespace: str,
+    listed: set[str],
+    started: dt.datetime,
+    result: GcResult,
+) -> None:
+    after: str | None = None
+    while page := repository.keys_page(namespace, after=after, limit=CHECK_BATCH):
+        after = page[-1][0]
+        result.rows_checked += len(page)
+        lost = [
+            key
+            for key, created in page
+            if key not in listed and created < started and store.stat(blob_name(namespace, key)) is None
+        ]
+        if result.dry_run:
+            result.rows_dropped += len(lost)
+        elif lost:
+            result.rows_dropped += len(
+                repository.delete_entries([(namespace, k) for k in lost], evicted=False)
+            )

@@ -1,0 +1,307 @@
+"""What a cache entry holds: the HLO module name, its parameter and result shapes, where it was traced.
+
+CPU and GPU entries written by torch_xla are a serialized ``xla.ExecutableAndOptionsProto``. Its field 1
+(``serialized_executable``) is the backend's compilation result, whose field 1 is an
+``HloModuleProtoWithConfig`` whose field 1 is the ``HloModuleProto``. That module is read here with a small
+protobuf wire-format reader, so the server needs no XLA schema. TPU executables are opaque: they (and
+anything else that does not have this layout) parse to ``None``.
+
+Only the bytes up to the end of the HLO module are read; the object code after it never is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+__all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "parse_entry"]
+
+MAX_MODULE_BYTES = 256 * 1024 * 1024  # an HLO module larger than this is not worth the memory to list
+_MODULE_PATH = (1, 1, 1)  # ExecutableAndOptionsProto.serialized_executable -> .hlo_module -> .hlo_module
+
+# xla.PrimitiveType numbers (xla_data.proto).
+ELEMENT_TYPES = {
+    1: "pred",
+    2: "s8",
+    3: "s16",
+    4: "s32",
+    5: "s64",
+    6: "u8",
+    7: "u16",
+    8: "u32",
+    9: "u64",
+    10: "f16",
+    11: "f32",
+    12: "f64",
+    13: "tuple",
+    14: "opaque",
+    15: "c64",
+    16: "bf16",
+    17: "token",
+    18: "c128",
+    19: "f8e5m2",
+    20: "f8e4m3fn",
+    21: "s4",
+    22: "u4",
+    23: "f8e4m3b11fnuz",
+    24: "f8e5m2fnuz",
+    25: "f8e4m3fnuz",
+    26: "s2",
+    27: "u2",
+    28: "f8e4m3",
+    29: "f8e3m4",
+    30: "s1",
+    31: "u1",
+    32: "f4e2m1fn",
+    33: "f8e8m0fnu",
+}
+TUPLE = 13
+# Ops whose source line says where data came from, not where the graph was built.
+_NOT_A_SOURCE = {"xla__device_data", "parameter", "constant"}
+# The fields read from each message (anything else is skipped unread).
+_MODULE = {"name": 1, "entry_computation_name": 2, "computations": 3, "host_program_shape": 4}
+_COMPUTATION = {"name": 1, "instructions": 2, "program_shape": 4}
+_PROGRAM_SHAPE = {"parameters": 1, "result": 2}
+_SHAPE = {"element_type": 2, "dimensions": 3, "tuple_shapes": 4, "is_dynamic_dimension": 6}
+_INSTRUCTION_METADATA = 7
+_METADATA = {"op_type": 1, "source_file": 3, "source_line": 4}
+
+
+Buffer = bytes | bytearray
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """One compiled graph: its module name, its shapes as text, a digest of them, and where it was traced.
+
+    ``source`` (``file:line``) is only known when the job ran with ``XLA_HLO_DEBUG=1``.
+    """
+
+    module: str
+    shapes: str
+    signature: str
+    source: str | None
+
+
+# -- wire format ----------------------------------------------------------------------------------------
+def _varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise WireError("truncated or overlong varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
+    """Yield ``(field number, wire type, value, end)`` for each field of the message in ``buf[start:end]``.
+
+    For length-delimited fields (wire type 2) ``value`` is the offset where the payload starts and ``end``
+    where it stops; for varints ``value`` is the number; fixed-width values are skipped (value 0).
+    """
+    end = len(buf) if end is None else end
+    pos = start
+    while pos < end:
+        tag, pos = _varint(buf, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise WireError("field number 0")
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+            yield number, wire, value, pos
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise WireError("truncated fixed-width field")
+            yield number, wire, 0, pos
+        elif wire == 2:
+            length, pos = _varint(buf, pos, end)
+            if pos + length > end:
+                raise WireError("truncated length-delimited field")
+            yield number, wire, pos, pos + length
+            pos += length
+        else:
+            raise WireError(f"unsupported wire type {wire}")
+
+
+def _read(buf: Buffer, start: int, end: int, wanted: dict[str, int]) -> dict[str, list[tuple[int, int, int]]]:
+    """The wanted fields of one message, by name: each occurrence as (wire type, value/start, end)."""
+    by_number = {number: name for name, number in wanted.items()}
+    found: dict[str, list[tuple[int, int, int]]] = {name: [] for name in wanted}
+    for number, wire, value, stop in iter_fields(buf, start, end):
+        name = by_number.get(number)
+        if name is not None:
+            found[name].append((wire, value, stop))
+    return found
+
+
+def _text(buf: Buffer, field: list[tuple[int, int, int]]) -> str | None:
+    if not field or field[-1][0] != 2:
+        return None
+    _, start, end = field[-1]
+    return buf[start:end].decode("utf-8", errors="replace")
+
+
+def _ints(buf: Buffer, field: list[tuple[int, int, int]]) -> list[int]:
+    """A repeated integer field, packed (wire type 2) or not."""
+    numbers: list[int] = []
+    for wire, value, end in field:
+        if wire == 0:
+            numbers.append(value)
+        elif wire == 2:
+            pos = value
+            while pos < end:
+                number, pos = _varint(buf, pos, end)
+                numbers.append(number)
+    return numbers
+
+
+def _shape(buf: Buffer, start: int, end: int) -> str:
+    fields = _read(buf, start, end, _SHAPE)
+    types = _ints(buf, fields["element_type"])
+    element = types[-1] if types else 0
+    if element == TUPLE:
+        parts = [_shape(buf, s, e) for wire, s, e in fields["tuple_shapes"] if wire == 2]
+        return "(" + ", ".join(parts) + ")"
+    name = ELEMENT_TYPES.get(element, f"type{element}")
+    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in _ints(buf, fields["dimensions"])]
+    dynamic = _ints(buf, fields["is_dynamic_dimension"])
+    shown = [f"<={d}" if i < len(dynamic) and dynamic[i] else str(d) for i, d in enumerate(dims)]
+    return f"{name}[{','.join(shown)}]"
+
+
+def _program_shape(buf: Buffer, start: int, end: int) -> str:
+    fields = _read(buf, start, end, _PROGRAM_SHAPE)
+    params = [_shape(buf, s, e) for wire, s, e in fields["parameters"] if wire == 2]
+    result = [_shape(buf, s, e) for wire, s, e in fields["result"] if wire == 2]
+    return f"({', '.join(params)}) -> {result[-1] if result else '()'}"
+
+
+def _source(buf: Buffer, computations: Iterable[tuple[int, int, int]]) -> str | None:
+    """The ``file:line`` most of the graph's operations were traced at, if the metadata says."""
+    places: Counter[str] = Counter()
+    for wire, c_start, c_end in computations:
+        if wire != 2:
+            continue
+        for i_wire, i_start, i_end in _read(buf, c_start, c_end, _COMPUTATION)["instructions"]:
+            if i_wire != 2:
+                continue
+            for m_wire, m_start, m_end in _read(buf, i_start, i_end, {"m": _INSTRUCTION_METADATA})["m"]:
+                if m_wire != 2:
+                    continue
+                meta = _read(buf, m_start, m_end, _METADATA)
+                source_file = _text(buf, meta["source_file"])
+                op_type = _text(buf, meta["op_type"]) or ""
+                if not source_file or op_type in _NOT_A_SOURCE:
+                    continue
+                lines = _ints(buf, meta["source_line"])
+                places[f"{source_file}:{lines[-1]}" if lines else source_file] += 1
+    if not places:
+        return None
+    return places.most_common(1)[0][0][:512]
+
+
+def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
+    fields = _read(buf, start, end, _MODULE)
+    name = _text(buf, fields["name"])
+    if not name:
+        return None
+    shapes = None
+    if fields["host_program_shape"] and fields["host_program_shape"][-1][0] == 2:
+        _, s, e = fields["host_program_shape"][-1]
+        shapes = _program_shape(buf, s, e)
+    else:  # older modules: the entry computation's own program shape
+        entry_name = _text(buf, fields["entry_computation_name"])
+        for wire, c_start, c_end in fields["computations"]:
+            comp = _read(buf, c_start, c_end, _COMPUTATION) if wire == 2 else None
+            if comp and _text(buf, comp["name"]) == entry_name and comp["program_shape"]:
+                _, s, e = comp["program_shape"][-1]
+                shapes = _program_shape(buf, s, e)
+    if shapes is None:
+        return None
+    return GraphInfo(
+        module=name[:256],
+        shapes=shapes,
+        signature=hashlib.sha256(shapes.encode()).hexdigest(),
+        source=_source(buf, fields["computations"]),
+    )
+
+
+# -- reading only what is needed ------------------------------------------------------------------------
+class _Prefix:
+    """The first bytes of a blob, read from its chunk iterator only as far as asked."""
+
+    def __init__(self, chunks: Iterator[bytes], limit: int) -> None:
+        self._chunks = chunks
+        self._limit = limit
+        self.buf = bytearray()
+
+    def ensure(self, size: int) -> bool:
+        """Read until ``size`` bytes are here; False at the end of the blob or past the limit."""
+        if size > self._limit:
+            return False
+        while len(self.buf) < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return False
+            self.buf += chunk
+        return True
+
+    def varint(self, pos: int) -> tuple[int, int]:
+        """The varint at ``pos`` and the position after it, reading more of the blob if needed."""
+        self.ensure(pos + 10)  # a varint is at most 10 bytes; a shorter blob is fine
+        return _varint(self.buf, pos, len(self.buf))
+
+
+def _locate_module(prefix: _Prefix) -> tuple[int, int] | None:
+    """Follow field 1 three levels down, skipping other fields by their lengths without reading them."""
+    start, end = 0, sys.maxsize  # the blob's length is not known before the end
+    for wanted in _MODULE_PATH:
+        pos = start
+        while True:
+            if pos >= end or not prefix.ensure(pos + 1):
+                return None
+            tag, pos = prefix.varint(pos)
+            number, wire = tag >> 3, tag & 7
+            if wire == 0:
+                _, pos = prefix.varint(pos)
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            elif wire == 2:
+                length, pos = prefix.varint(pos)
+                if pos + length > end:
+                    return None
+                if number == wanted:
+                    start, end = pos, pos + length
+                    break
+                pos += length
+            else:
+                return None
+    return start, end
+
+
+def parse_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> GraphInfo | None:
+    """The graph an entry holds, or ``None`` when its bytes are not a CPU/GPU torch_xla executable.
+
+    Reads ``chunks`` only as far as the end of the HLO module (at most ``limit`` bytes).
+    """
+    prefix = _Prefix(iter(chunks), limit)
+    try:
+        span = _locate_module(prefix)
+        if span is None or not prefix.ensure(span[1]):
+            return None
+        return _module_info(prefix.buf, *span)
+    except WireError:
+        return None

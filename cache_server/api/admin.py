@@ -1,0 +1,58 @@
+"""Admin routes: stats, eviction, garbage collection, namespace removal. All need the admin role."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from cache_server.api.admin_schemas import DeleteNamespaceOut, EvictIn, EvictOut, GcIn, GcOut, StatsOut
+from cache_server.api.deps import AdminDep
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/admin", tags=["admin"])
+
+
+@router.get("/stats", response_model=StatsOut)
+def stats(
+    admin: AdminDep,
+    days: Annotated[int, Query(ge=1, le=3660, description="Days of daily rollup, today included.")] = 30,
+    top: Annotated[int, Query(ge=0, le=1000, description="How many graphs to list.")] = 10,
+    namespace: Annotated[str | None, Query(description="Only this namespace.")] = None,
+) -> StatsOut:
+    """Totals and per namespace (entries, bytes, hits, misses, hit rate, uploads, evictions, bytes served,
+    compile time saved), a daily rollup, and the graphs with the most shape variants."""
+    return StatsOut.of(admin.stats(days=days, top=top, namespace=namespace))
+
+
+@router.post("/evict", response_model=EvictOut)
+def evict(body: EvictIn, admin: AdminDep) -> EvictOut:
+    """Evict least recently used entries: those unused for ``older_than_seconds``, then more until at most
+    ``max_total_bytes`` remain (in ``namespace`` if given). With neither, the configured budgets apply.
+    ``dry_run`` lists what would go. Index rows go before blobs."""
+    result = admin.evict(
+        max_total_bytes=body.max_total_bytes,
+        older_than_seconds=body.older_than_seconds,
+        namespace=body.namespace,
+        dry_run=body.dry_run,
+        list_limit=body.list_limit,
+    )
+    return EvictOut.of(result)
+
+
+@router.post("/gc", response_model=GcOut)
+def gc(admin: AdminDep, body: GcIn | None = None) -> GcOut:
+    """Reconcile storage and index: blobs without a row (older than ``grace_seconds``) are removed, rows
+    whose blob is gone are dropped; the counts are returned."""
+    body = body or GcIn()
+    return GcOut.of(admin.gc(grace_seconds=body.grace_seconds, dry_run=body.dry_run))
+
+
+@router.delete("/namespaces/{namespace}", response_model=DeleteNamespaceOut)
+def delete_namespace(namespace: str, admin: AdminDep) -> DeleteNamespaceOut:
+    """Remove a namespace and every entry in it (rows first, then blobs); 404 if it does not exist."""
+    result = admin.delete_namespace(namespace)
+    return DeleteNamespaceOut(
+        namespace=namespace, deleted_entries=result.evicted, freed_bytes=result.freed_bytes
+    )

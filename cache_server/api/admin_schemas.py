@@ -1,0 +1,194 @@
+"""Request and response bodies of the admin API (and of the dashboard's data)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pydantic import BaseModel, Field
+
+from cache_server.admin.eviction import EvictionResult
+from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult
+from cache_server.admin.stats import Counters, StatsReport
+
+__all__ = [
+    "CountersOut",
+    "DayOut",
+    "DeleteNamespaceOut",
+    "EvictIn",
+    "EvictOut",
+    "EvictedEntryOut",
+    "GcIn",
+    "GcOut",
+    "GraphOut",
+    "NamespaceStatsOut",
+    "StatsOut",
+]
+
+
+class CountersOut(BaseModel):
+    entries: int = Field(description="Entries stored now.")
+    bytes: int = Field(description="Bytes stored now.")
+    hits: int
+    misses: int
+    hit_rate: float | None = Field(description="hits / (hits + misses); null before the first lookup.")
+    uploads: int
+    evictions: int
+    bytes_served: int
+    compile_seconds_saved: float = Field(
+        description="Sum over hits of the compile time the uploader reported (X-Compile-Time-Ms)."
+    )
+
+    @classmethod
+    def of(cls, c: Counters) -> CountersOut:
+        return cls(
+            entries=c.entries,
+            bytes=c.bytes,
+            hits=c.hits,
+            misses=c.misses,
+            hit_rate=c.hit_rate,
+            uploads=c.uploads,
+            evictions=c.evictions,
+            bytes_served=c.bytes_served,
+            compile_seconds_saved=c.compile_ms_saved / 1000,
+        )
+
+
+class NamespaceStatsOut(CountersOut):
+    namespace: str
+    labels: dict[str, str]
+    last_used_at: dt.datetime
+
+
+class DayOut(BaseModel):
+    day: dt.date
+    hits: int
+    misses: int
+    hit_rate: float | None
+    uploads: int
+    evictions: int
+    bytes_served: int
+    bytes_uploaded: int
+    compile_seconds_saved: float
+
+
+class GraphOut(BaseModel):
+    namespace: str
+    module: str = Field(description="The HLO module name.")
+    variants: int = Field(description="Distinct parameter/result shape signatures among its entries.")
+    entries: int
+    bytes: int
+    hits: int
+    source: str | None = Field(description="file:line it was traced at (jobs run with XLA_HLO_DEBUG=1).")
+    examples: list[str] = Field(description="A few of its shape signatures.")
+
+
+class StatsOut(BaseModel):
+    generated_at: dt.datetime
+    totals: CountersOut
+    namespaces: list[NamespaceStatsOut]
+    daily: list[DayOut] = Field(
+        description="One row per UTC day, oldest first, days without traffic included."
+    )
+    top_graphs: list[GraphOut] = Field(description="Graphs with the most shape variants first.")
+
+    @classmethod
+    def of(cls, report: StatsReport) -> StatsOut:
+        return cls(
+            generated_at=report.generated_at,
+            totals=CountersOut.of(report.totals),
+            namespaces=[
+                NamespaceStatsOut(
+                    namespace=ns.name,
+                    labels=ns.labels,
+                    last_used_at=ns.last_used_at,
+                    **CountersOut.of(ns.counters).model_dump(),
+                )
+                for ns in report.namespaces
+            ],
+            daily=[
+                DayOut(
+                    day=d.day,
+                    hits=d.row.hits,
+                    misses=d.row.misses,
+                    hit_rate=d.hit_rate,
+                    uploads=d.row.uploads,
+                    evictions=d.row.evictions,
+                    bytes_served=d.row.bytes_served,
+                    bytes_uploaded=d.row.bytes_uploaded,
+                    compile_seconds_saved=d.row.compile_ms_saved / 1000,
+                )
+                for d in report.daily
+            ],
+            top_graphs=[GraphOut(**vars(g)) for g in report.top_graphs],
+        )
+
+
+class EvictIn(BaseModel):
+    max_total_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Evict least recently used entries until at most this many bytes remain.",
+    )
+    older_than_seconds: float | None = Field(
+        default=None, ge=0, description="Evict entries not used for this long."
+    )
+    namespace: str | None = Field(default=None, description="Only this namespace (budgets then apply to it).")
+    dry_run: bool = Field(default=False, description="List what would go; remove nothing.")
+    list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")
+
+
+class EvictedEntryOut(BaseModel):
+    namespace: str
+    key: str
+    size: int
+    last_access_at: dt.datetime
+
+
+class EvictOut(BaseModel):
+    evicted: int = Field(description="Entries removed (or that would be, on a dry run).")
+    freed_bytes: int
+    dry_run: bool
+    keys: list[EvictedEntryOut] | None = Field(
+        default=None, description="On a dry run: what would go, least recently used first."
+    )
+    keys_truncated: bool = Field(default=False, description="More would go than list_limit lets us list.")
+
+    @classmethod
+    def of(cls, result: EvictionResult) -> EvictOut:
+        keys = [EvictedEntryOut(**vars(ref)) for ref in result.entries] if result.dry_run else None
+        return cls(
+            evicted=result.evicted,
+            freed_bytes=result.freed_bytes,
+            dry_run=result.dry_run,
+            keys=keys,
+            keys_truncated=result.dry_run and not result.listed_all,
+        )
+
+
+class GcIn(BaseModel):
+    grace_seconds: float = Field(
+        default=DEFAULT_GRACE_SECONDS,
+        ge=0,
+        description="Blobs younger than this are never orphans (their row may be on its way).",
+    )
+    dry_run: bool = Field(default=False, description="Count what would be removed; remove nothing.")
+
+
+class GcOut(BaseModel):
+    blobs_checked: int
+    rows_checked: int
+    orphan_blobs_removed: int
+    orphan_bytes_removed: int
+    rows_dropped: int = Field(description="Index rows whose blob was gone.")
+    temp_files_removed: int
+    dry_run: bool
+
+    @classmethod
+    def of(cls, result: GcResult) -> GcOut:
+        return cls(**vars(result))
+
+
+class DeleteNamespaceOut(BaseModel):
+    namespace: str
+    deleted_entries: int
+    freed_bytes: int

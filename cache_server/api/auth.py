@@ -1,0 +1,97 @@
+"""Who may call which route: the role table of DESIGN.md, and the one dependency that enforces it.
+
+:func:`authorize` is a dependency of the whole app (``create_app``). With ``XLA_CACHE_AUTH`` off it lets
+everything through. With it on, each route needs ``Authorization: Bearer <token>`` with at least the role
+:data:`ROUTE_ROLES` gives it; :data:`OPEN_ROUTES` need nothing; a route missing from both needs admin (a
+new route stays closed until someone decides). The dashboard's routes (:data:`BROWSER_ROUTES`) also take
+the token from an HttpOnly cookie, set by opening ``/?token=<token>`` once (see
+:mod:`cache_server.api.dashboard`); the API never accepts the cookie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import Request
+
+from cache_server.api.deps import get_admin
+from cache_server.auth import Principal, Role
+
+__all__ = [
+    "BROWSER_ROUTES",
+    "COOKIE_NAME",
+    "OPEN_ROUTES",
+    "ROUTE_ROLES",
+    "authorize",
+    "principal_name",
+    "role_for",
+]
+
+COOKIE_NAME = "xla_cache_token"
+PRINCIPAL_KEY = "xla_cache.principal"  # the request scope key under which the checked principal is kept
+
+_NS = "/v1/namespaces/{namespace}"
+ROUTE_ROLES: dict[tuple[str, str], Role] = {
+    ("PUT", _NS): Role.WRITE,
+    ("GET", _NS): Role.READ,
+    ("PUT", f"{_NS}/entries/{{key:path}}"): Role.WRITE,
+    ("GET", f"{_NS}/entries/{{key:path}}"): Role.READ,
+    ("HEAD", f"{_NS}/entries/{{key:path}}"): Role.READ,
+    ("DELETE", f"{_NS}/entries/{{key:path}}"): Role.ADMIN,
+    ("POST", f"{_NS}/missing"): Role.READ,
+    ("GET", f"{_NS}/manifest"): Role.READ,
+    ("POST", f"{_NS}/bundle"): Role.READ,
+    ("POST", f"{_NS}/urls"): Role.READ,
+    ("GET", "/admin/stats"): Role.ADMIN,
+    ("POST", "/admin/evict"): Role.ADMIN,
+    ("POST", "/admin/gc"): Role.ADMIN,
+    ("DELETE", "/admin/namespaces/{namespace}"): Role.ADMIN,
+    ("GET", "/"): Role.READ,
+    ("GET", "/dashboard/data"): Role.READ,
+}
+OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/metrics", "/static/{name}"})
+BROWSER_ROUTES = frozenset({"/", "/dashboard/data"})
+
+
+def role_for(method: str, path: str) -> Role:
+    """The role a route needs: from the table; HEAD as its GET; anything else admin."""
+    role = ROUTE_ROLES.get((method, path))
+    if role is None and method == "HEAD":
+        role = ROUTE_ROLES.get(("GET", path))
+    return role if role is not None else Role.ADMIN
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return None
+
+
+def authorize(request: Request) -> None:
+    """Let the request through if auth is off, the route is open, or the token's role is enough.
+
+    Raises :class:`~cache_server.errors.Unauthorized` (no valid token) or
+    :class:`~cache_server.errors.Forbidden` (a role too weak for the route).
+    """
+    admin = get_admin(request)
+    if not admin.settings.auth:
+        return
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    if path in OPEN_ROUTES:
+        return
+    token = _bearer(request)
+    if path in BROWSER_ROUTES:
+        token = token or request.query_params.get("token") or request.cookies.get(COOKIE_NAME)
+    principal = admin.tokens.authenticate(token)
+    request.scope[PRINCIPAL_KEY] = principal
+    admin.tokens.authorize(principal, role_for(request.method, path), f"{request.method} {path}")
+
+
+def principal_name(scope: Mapping[str, Any]) -> str | None:
+    """The name of the token a request was allowed with (for the access log), if any."""
+    principal = scope.get(PRINCIPAL_KEY)
+    return principal.name if isinstance(principal, Principal) else None

@@ -1,0 +1,80 @@
+"""The dashboard: one page at ``/`` with its script and stylesheet, served by the server itself.
+
+No outside CDN (the machines have no internet): the charts are inline SVG drawn by ``dashboard.js``, which
+reads ``/dashboard/data`` (the same numbers as ``/admin/stats``, for the read role). With auth on, a person
+opens ``/?token=<a read token>`` once: the token is checked, put in an HttpOnly, SameSite=Strict cookie and
+the browser is sent to ``/`` so the token leaves the address bar (and the history). The cookie is only
+accepted by the dashboard's two routes, never by the API.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi.responses import RedirectResponse
+
+from cache_server.api.admin_schemas import StatsOut
+from cache_server.api.auth import COOKIE_NAME
+from cache_server.api.deps import AdminDep
+
+__all__ = ["router"]
+
+_STATIC = resources.files("cache_server") / "static"
+_ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+router = APIRouter(tags=["dashboard"])
+
+
+@router.get("/", response_class=Response, include_in_schema=False)
+def dashboard(
+    request: Request,
+    token: Annotated[
+        str | None, Query(description="A token to remember in a cookie (then redirected).")
+    ] = None,
+) -> Response:
+    """The dashboard page: totals, hit rate over time, bytes per namespace, graphs with the most variants."""
+    if token is not None:
+        redirect = RedirectResponse("/", status_code=303, headers=_SECURITY_HEADERS)
+        if request.app.state.settings.auth:
+            redirect.set_cookie(
+                COOKIE_NAME,
+                token,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+                path="/",
+            )
+        return redirect
+    html = (_STATIC / "dashboard.html").read_text(encoding="utf-8")
+    return Response(html, media_type="text/html; charset=utf-8", headers=_SECURITY_HEADERS)
+
+
+@router.get("/dashboard/data", response_model=StatsOut)
+def dashboard_data(
+    admin: AdminDep,
+    days: Annotated[int, Query(ge=1, le=3660)] = 30,
+    top: Annotated[int, Query(ge=0, le=100)] = 10,
+) -> StatsOut:
+    """The numbers the dashboard draws (the same as ``GET /admin/stats``)."""
+    return StatsOut.of(admin.stats(days=days, top=top))
+
+
+@router.get("/static/{name}", response_class=Response, include_in_schema=False)
+def static_file(name: str) -> Response:
+    """The dashboard's script and stylesheet (open: they hold no data)."""
+    media_type = _ASSETS.get(name)
+    if media_type is None:
+        raise HTTPException(404, f"There is no static file {name!r}.")
+    body = (_STATIC / name).read_bytes()
+    return Response(body, media_type=media_type, headers={"Cache-Control": "no-cache", **_SECURITY_HEADERS})

@@ -1,0 +1,20 @@
+"""``GET /metrics``: Prometheus text format, open like the health checks."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from cache_server.api.deps import AdminDep
+from cache_server.metrics import CONTENT_TYPE, StoredCollector, render
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/metrics", response_class=Response)
+def prometheus_metrics(admin: AdminDep) -> Response:
+    """Requests by route and status with latency histograms, hits, misses, bytes in and out, evictions
+    (summed over all workers), and entries and bytes stored (read from the index now)."""
+    body = render(StoredCollector(admin.repository.stored_by_namespace))
+    return Response(content=body, headers={"Content-Type": CONTENT_TYPE})

@@ -1,0 +1,98 @@
+"""Request metrics and the structured access log: one JSON line per request.
+
+The line holds the method, the path (never the query string, which may carry a dashboard token), the
+route template, status, duration, bytes in and out, the namespace, the client address, and the *name* of
+the token the request was allowed with (never the token). uvicorn's own access log is turned off by
+``xla-cache-server serve`` so nothing else logs requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cache_server import metrics
+from cache_server.api.auth import principal_name
+from cache_server.index.models import utcnow
+
+__all__ = ["ACCESS_LOGGER", "Telemetry", "configure_access_log"]
+
+ACCESS_LOGGER = "cache_server.access"
+_HANDLER_MARK = "_xla_cache_access_handler"
+
+access_log = logging.getLogger(ACCESS_LOGGER)
+
+
+def configure_access_log() -> None:
+    """Write access lines bare (just the JSON) to stderr, apart from the other logs; idempotent."""
+    if not any(getattr(h, _HANDLER_MARK, False) for h in access_log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        setattr(handler, _HANDLER_MARK, True)
+        access_log.addHandler(handler)
+    access_log.setLevel(logging.INFO)
+    access_log.propagate = False
+
+
+class Telemetry:
+    """Outermost middleware: counts, times and logs every HTTP request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        seen = {"status": 500, "in": 0, "out": 0}
+
+        async def counting_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                seen["in"] += len(message.get("body", b""))
+            return message
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                seen["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                seen["out"] += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, counting_send)
+        finally:
+            self._record(scope, time.perf_counter() - started, seen)
+
+    @staticmethod
+    def _record(scope: Scope, seconds: float, seen: dict[str, int]) -> None:
+        route = getattr(scope.get("route"), "path", None) or "unmatched"  # bounded label values only
+        method = scope["method"]
+        metrics.REQUESTS.labels(route, method, str(seen["status"])).inc()
+        metrics.REQUEST_SECONDS.labels(route, method).observe(seconds)
+        if seen["in"]:
+            metrics.BYTES_RECEIVED.labels(route).inc(seen["in"])
+        if seen["out"]:
+            metrics.BYTES_SENT.labels(route).inc(seen["out"])
+        if access_log.isEnabledFor(logging.INFO):
+            client = scope.get("client")
+            line: dict[str, Any] = {
+                "time": utcnow().isoformat(timespec="milliseconds"),
+                "method": method,
+                "path": scope["path"],
+                "route": route,
+                "status": seen["status"],
+                "duration_ms": round(seconds * 1000, 3),
+                "bytes_in": seen["in"],
+                "bytes_out": seen["out"],
+                "namespace": scope.get("path_params", {}).get("namespace"),
+                "client": client[0] if client else None,
+                "token_name": principal_name(scope),
+            }
+            access_log.info(json.dumps(line, separators=(",", ":")))

@@ -1,0 +1,149 @@
+"""Bearer tokens and roles: read < write < admin.
+
+A token is ``xlc_<id>_<secret>``: the id is public (it names the token in listings and finds its row), the
+secret has 256 bits of randomness. Only the SHA-256 of the whole token is stored, and a presented token is
+compared with it in constant time. No HTTP here: failures are :class:`~cache_server.errors.Unauthorized`
+and :class:`~cache_server.errors.Forbidden`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+from dataclasses import dataclass
+
+from cache_server.errors import BadRequest, Forbidden, Unauthorized
+from cache_server.index.models import ApiToken, utcnow
+from cache_server.index.token_repository import TokenRepository
+
+__all__ = ["Principal", "Role", "TokenInfo", "TokenManager", "hash_token"]
+
+TOKEN_PREFIX = "xlc"
+_TOKEN = re.compile(r"xlc_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
+_NO_MATCH = hashlib.sha256(b"no such token").hexdigest()
+TOUCH_EVERY = dt.timedelta(seconds=60)  # last_used_at is written at most this often per token and process
+
+
+class Role(enum.IntEnum):
+    """What a token may do; each role includes the ones below it."""
+
+    READ = 1
+    WRITE = 2
+    ADMIN = 3
+
+    @classmethod
+    def parse(cls, value: str) -> Role:
+        """``"read"``, ``"write"`` or ``"admin"``."""
+        try:
+            return cls[value.strip().upper()]
+        except KeyError:
+            raise BadRequest(f"Unknown role {value!r}: use read, write or admin.") from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking: the token's id, name and role."""
+
+    token_id: str
+    name: str
+    role: Role
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """A token as listed (never the secret)."""
+
+    id: str
+    name: str
+    role: str
+    created_at: dt.datetime
+    last_used_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, row: ApiToken) -> TokenInfo:
+        return cls(row.id, row.name, row.role, row.created_at, row.last_used_at, row.revoked_at)
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token: SHA-256 hex (enough for a 256-bit random secret)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenManager:
+    """Creates, lists, revokes and checks tokens."""
+
+    def __init__(self, repository: TokenRepository) -> None:
+        self._repository = repository
+        self._touched: dict[str, dt.datetime] = {}
+        self._lock = threading.Lock()
+
+    def create(self, name: str, role: Role) -> tuple[str, TokenInfo]:
+        """A new token for ``name`` with ``role``. The token itself is returned here and never again."""
+        if not _NAME.fullmatch(name):
+            raise BadRequest(
+                f"The token name {name!r} is not allowed: start with a letter or digit, then letters, "
+                "digits, '.', '_', '@' or '-' (at most 128)."
+            )
+        if self._repository.active_tokens_named(name):
+            raise BadRequest(f"An active token named {name!r} exists; revoke it first or pick another name.")
+        token_id = secrets.token_hex(6)
+        token = f"{TOKEN_PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
+        row = self._repository.add_token(
+            token_id=token_id, name=name, role=role.label, token_sha256=hash_token(token)
+        )
+        return token, TokenInfo.of(row)
+
+    def list_tokens(self) -> list[TokenInfo]:
+        """Every token, revoked ones included."""
+        return [TokenInfo.of(row) for row in self._repository.list_tokens()]
+
+    def revoke(self, name_or_id: str) -> list[TokenInfo]:
+        """Revoke the active tokens with this name (or this id); returns what was revoked."""
+        return [TokenInfo.of(row) for row in self._repository.revoke_tokens(name_or_id)]
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal a presented token stands for; :class:`Unauthorized` unless it is valid."""
+        if not token:
+            raise Unauthorized(
+                "This server requires a token: send 'Authorization: Bearer <token>' "
+                "(an admin creates one with 'xla-cache-server token create')."
+            )
+        match = _TOKEN.fullmatch(token.strip())
+        row = self._repository.get_token(match.group(1)) if match else None
+        # Compare even when there is no row, so a wrong id costs the same as a wrong secret.
+        same = hmac.compare_digest(hash_token(token.strip()), row.token_sha256 if row else _NO_MATCH)
+        if row is None or not same:
+            raise Unauthorized("The token is not valid.")
+        if row.revoked_at is not None:
+            raise Unauthorized(f"The token {row.name!r} ({row.id}) was revoked.")
+        self._touch(row.id)
+        return Principal(token_id=row.id, name=row.name, role=Role.parse(row.role))
+
+    @staticmethod
+    def authorize(principal: Principal, needed: Role, action: str) -> None:
+        """:class:`Forbidden` unless the principal's role is at least ``needed``."""
+        if principal.role < needed:
+            raise Forbidden(
+                f"The token {principal.name!r} has the {principal.role.label} role; {action} needs "
+                f"the {needed.label} role."
+            )
+
+    def _touch(self, token_id: str) -> None:
+        now = utcnow()
+        with self._lock:
+            last = self._touched.get(token_id)
+            if last is not None and now - last < TOUCH_EVERY:
+                return
+            self._touched[token_id] = now
+        self._repository.touch_token(token_id, now)

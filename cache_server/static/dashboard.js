@@ -1,0 +1,231 @@
+// The dashboard: reads /dashboard/data and draws it with plain SVG (no libraries: the cache VM has no internet).
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const REFRESH_MS = 30000;
+
+function el(tag, attrs, text) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n.toFixed(0) : n.toFixed(n < 10 ? 2 : 1)) + " " + units[i];
+}
+
+function fmtCount(n) { return n.toLocaleString("en-US"); }
+
+function fmtRate(r) { return r === null || r === undefined ? "–" : (100 * r).toFixed(1) + " %"; }
+
+function fmtSeconds(s) {
+  if (s < 60) return s.toFixed(1) + " s";
+  if (s < 3600) return (s / 60).toFixed(1) + " min";
+  if (s < 86400) return (s / 3600).toFixed(1) + " h";
+  return (s / 86400).toFixed(1) + " days";
+}
+
+function fmtWhen(iso) { return new Date(iso).toLocaleString(); }
+
+function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
+function empty(container, sentence) {
+  clear(container);
+  container.appendChild(el("p", { class: "empty" }, sentence));
+}
+
+function renderTotals(t) {
+  const cards = [
+    ["Entries stored", fmtCount(t.entries)],
+    ["Bytes stored", fmtBytes(t.bytes)],
+    ["Hit rate", fmtRate(t.hit_rate)],
+    ["Hits", fmtCount(t.hits)],
+    ["Misses", fmtCount(t.misses)],
+    ["Compile time saved", fmtSeconds(t.compile_seconds_saved)],
+    ["Bytes served", fmtBytes(t.bytes_served)],
+    ["Uploads", fmtCount(t.uploads)],
+    ["Evictions", fmtCount(t.evictions)],
+  ];
+  const box = document.getElementById("totals");
+  clear(box);
+  for (const [label, value] of cards) {
+    const card = el("div", { class: "card" });
+    card.appendChild(el("div", { class: "value", "data-total": label }, value));
+    card.appendChild(el("div", { class: "label" }, label));
+    box.appendChild(card);
+  }
+}
+
+function niceMax(v) {
+  if (v <= 0) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// Stacked bars of hits and misses per day, and the day's hit rate as a line on a 0-100 % axis.
+function renderHits(daily) {
+  const fig = document.getElementById("hits-chart");
+  if (!daily.some((d) => d.hits + d.misses > 0)) {
+    empty(fig, "No lookups yet: the chart fills in as jobs ask the cache for entries.");
+    return;
+  }
+  clear(fig);
+  const W = 900, H = 260, L = 56, R = 48, T = 12, B = 36;
+  const plotW = W - L - R, plotH = H - T - B;
+  const max = niceMax(Math.max(...daily.map((d) => d.hits + d.misses)));
+  const step = plotW / daily.length;
+  const barW = Math.max(2, step * 0.7);
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Hits and misses per day" });
+  for (let i = 0; i <= 4; i++) {
+    const y = T + plotH - (plotH * i) / 4;
+    svg.appendChild(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: y, y2: y }));
+    svg.appendChild(svgEl("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, fmtCount((max * i) / 4)));
+    svg.appendChild(svgEl("text", { x: W - R + 6, y: y + 4 }, `${25 * i} %`));
+  }
+  const points = [];
+  daily.forEach((d, i) => {
+    const x = L + i * step + (step - barW) / 2;
+    const hitH = (plotH * d.hits) / max;
+    const missH = (plotH * d.misses) / max;
+    const base = T + plotH;
+    const title = `${d.day}: ${fmtCount(d.hits)} hits, ${fmtCount(d.misses)} misses, hit rate ${fmtRate(d.hit_rate)}`;
+    if (d.hits > 0) {
+      const r = svgEl("rect", { class: "bar bar-hit", x, y: base - hitH, width: barW, height: hitH });
+      r.appendChild(svgEl("title", {}, title));
+      svg.appendChild(r);
+    }
+    if (d.misses > 0) {
+      const r = svgEl("rect", { class: "bar bar-miss", x, y: base - hitH - missH, width: barW, height: missH });
+      r.appendChild(svgEl("title", {}, title));
+      svg.appendChild(r);
+    }
+    if (d.hit_rate !== null) points.push([x + barW / 2, T + plotH * (1 - d.hit_rate), title]);
+    if (daily.length <= 16 || i % Math.ceil(daily.length / 10) === 0 || i === daily.length - 1) {
+      svg.appendChild(svgEl("text", { x: x + barW / 2, y: H - B + 16, "text-anchor": "middle" }, d.day.slice(5)));
+    }
+  });
+  if (points.length > 1) {
+    const dPath = points.map(([x, y], i) => `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
+    svg.appendChild(svgEl("path", { class: "rate-line", d: dPath }));
+  }
+  for (const [x, y, title] of points) {
+    const dot = svgEl("circle", { class: "rate-dot", cx: x, cy: y, r: 3 });
+    dot.appendChild(svgEl("title", {}, title));
+    svg.appendChild(dot);
+  }
+  fig.appendChild(svg);
+  const legend = el("figcaption", { class: "legend" });
+  legend.appendChild(el("span", { class: "hit" }, "hits"));
+  legend.appendChild(el("span", { class: "miss" }, "misses"));
+  legend.appendChild(el("span", { class: "rate" }, "hit rate (right axis)"));
+  fig.appendChild(legend);
+}
+
+// Horizontal bars: one row per item, labelled on the left, value at the end of the bar.
+function renderBars(figId, items, barClass, label, value, shown, ariaLabel) {
+  const fig = document.getElementById(figId);
+  clear(fig);
+  const W = 900, L = 260, R = 110, rowH = 26, T = 4;
+  const H = T * 2 + rowH * items.length;
+  const max = Math.max(...items.map(value), 1);
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": ariaLabel });
+  items.forEach((item, i) => {
+    const y = T + i * rowH;
+    const w = Math.max(1, ((W - L - R) * value(item)) / max);
+    let name = label(item);
+    if (name.length > 40) name = name.slice(0, 39) + "…";
+    svg.appendChild(svgEl("text", { x: L - 8, y: y + rowH / 2 + 4, "text-anchor": "end" }, name));
+    const r = svgEl("rect", { class: `bar ${barClass}`, x: L, y: y + 4, width: w, height: rowH - 8 });
+    r.appendChild(svgEl("title", {}, `${label(item)}: ${shown(item)}`));
+    svg.appendChild(r);
+    svg.appendChild(svgEl("text", { class: "value", x: L + w + 6, y: y + rowH / 2 + 4 }, shown(item)));
+  });
+  fig.appendChild(svg);
+}
+
+function renderTable(id, headers, rows) {
+  const table = document.getElementById(id);
+  clear(table);
+  const head = el("tr");
+  headers.forEach(([h, cls]) => head.appendChild(el("th", cls ? { class: cls } : {}, h)));
+  table.appendChild(el("thead")).appendChild(head);
+  const body = table.appendChild(el("tbody"));
+  for (const row of rows) {
+    const tr = el("tr");
+    row.forEach((cell, i) => {
+      const td = el("td", headers[i][1] ? { class: headers[i][1] } : {});
+      if (cell instanceof Node) td.appendChild(cell); else td.textContent = cell;
+      tr.appendChild(td);
+    });
+    body.appendChild(tr);
+  }
+}
+
+function renderNamespaces(namespaces) {
+  const withBytes = namespaces.filter((n) => n.bytes > 0);
+  if (withBytes.length === 0) {
+    empty(document.getElementById("ns-chart"), "Nothing stored yet.");
+  } else {
+    renderBars("ns-chart", withBytes, "bar-bytes", (n) => n.namespace, (n) => n.bytes,
+      (n) => fmtBytes(n.bytes), "Bytes stored per namespace");
+  }
+  renderTable("ns-table",
+    [["namespace", "text"], ["entries"], ["bytes"], ["hits"], ["misses"], ["hit rate"], ["uploads"],
+      ["evictions"], ["compile time saved"], ["last used", "text"]],
+    namespaces.map((n) => [el("code", {}, n.namespace), fmtCount(n.entries), fmtBytes(n.bytes), fmtCount(n.hits),
+      fmtCount(n.misses), fmtRate(n.hit_rate), fmtCount(n.uploads), fmtCount(n.evictions),
+      fmtSeconds(n.compile_seconds_saved), fmtWhen(n.last_used_at)]));
+}
+
+function renderGraphs(graphs) {
+  if (graphs.length === 0) {
+    empty(document.getElementById("graphs-chart"),
+      "No parsed graphs yet (CPU and GPU entries are parsed after upload; TPU executables cannot be read).");
+    clear(document.getElementById("graphs-table"));
+    return;
+  }
+  renderBars("graphs-chart", graphs, "bar-variants", (g) => g.module, (g) => g.variants,
+    (g) => `${g.variants} variant${g.variants === 1 ? "" : "s"}`, "Shape variants per graph");
+  renderTable("graphs-table",
+    [["graph (HLO module)", "text"], ["namespace", "text"], ["variants"], ["entries"], ["bytes"], ["hits"],
+      ["traced at", "text"], ["example shapes", "text"]],
+    graphs.map((g) => [el("code", {}, g.module), el("code", {}, g.namespace), fmtCount(g.variants),
+      fmtCount(g.entries), fmtBytes(g.bytes), fmtCount(g.hits), g.source || "–",
+      el("code", {}, g.examples.join("\n"))]));
+}
+
+async function load() {
+  const error = document.getElementById("error");
+  try {
+    const response = await fetch("/dashboard/data", { credentials: "same-origin", cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+    renderTotals(body.totals);
+    renderHits(body.daily);
+    renderNamespaces(body.namespaces);
+    renderGraphs(body.top_graphs);
+    document.getElementById("updated").textContent = `Updated ${fmtWhen(body.generated_at)}; refreshes every 30 s.`;
+    error.hidden = true;
+    document.body.dataset.loaded = "true";
+  } catch (exc) {
+    error.textContent = `Could not load the numbers: ${exc.message}`;
+    error.hidden = false;
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  load();
+  setInterval(load, REFRESH_MS);
+});
