@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from cache_server import metrics
 from cache_server.errors import IndexUnavailable
 from cache_server.index.models import utcnow
 from cache_server.index.repository import AccessDelta, IndexRepository
@@ -38,10 +39,12 @@ class AccessRecorder:
             delta.hits += 1
             delta.bytes_served += bytes_served
             delta.last_access = now
+        metrics.HITS.labels(namespace).inc()
 
     def miss(self, namespace: str, count: int = 1) -> None:
         with self._lock:
             self._misses[namespace] = self._misses.get(namespace, 0) + count
+        metrics.MISSES.labels(namespace).inc(count)
 
     def flush(self) -> None:
         """Write what has been collected. On failure the counts are kept for the next try."""
