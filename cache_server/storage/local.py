@@ -16,13 +16,13 @@ import errno
 import json
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
-from cache_server.errors import StorageUnavailable
+from cache_server.errors import InvalidName, StorageUnavailable
 from cache_server.names import check_key, check_namespace
 from cache_server.storage.base import BlobInfo, blob_name
 
@@ -39,6 +39,14 @@ def _path_parts(name: str) -> tuple[str, str]:
     if not sep:
         check_key(name)  # raises with a clear message
     return check_namespace(namespace), check_key(key)
+
+
+def _is_valid(check: Callable[[str], str], value: str) -> bool:
+    try:
+        check(value)
+    except InvalidName:
+        return False
+    return True
 
 
 def _fsync_dir(path: Path) -> None:
@@ -181,9 +189,12 @@ class LocalBlobStore:
         if not self.root.exists():
             return
         for ns_dir in sorted(self.root.iterdir()):
-            if ns_dir.name == TMP_DIR or not ns_dir.is_dir():
+            # Skip what is not ours: the root may be a mount point (lost+found) or shared over NFS (.nfs*).
+            if ns_dir.name == TMP_DIR or not ns_dir.is_dir() or not _is_valid(check_namespace, ns_dir.name):
                 continue
             for path in ns_dir.iterdir():
+                if not _is_valid(check_key, path.name) or not path.is_file():
+                    continue
                 name = blob_name(ns_dir.name, path.name)
                 if not name.startswith(prefix):
                     continue
