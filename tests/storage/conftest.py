@@ -15,32 +15,47 @@ from tests.support.gcs_emulator import (  # noqa: F401 - fixtures
     fake_gcs_endpoint,
     gcs_bucket,
     object_names,
+    put_object,
 )
 
 
 @dataclass
 class Backend:
-    """A store under test, and a way to see everything it physically keeps (blobs, temp files, sessions)."""
+    """A store under test, what it physically keeps (blobs, temp files), a way to leave a foreign file."""
 
     kind: str
     store: BlobStore
     stored_files: Callable[[], list[str]]
+    plant: Callable[[str, bytes], None]  # a file or object that another program left under the store's root
 
 
 def _local_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
 
 
+def _plant_file(root: Path, relative: str, data: bytes) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
 @pytest.fixture(params=["local", "gcs"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "local":
         root = tmp_path / "blobs"
-        yield Backend("local", LocalBlobStore(root), lambda: _local_files(root))
+        store = LocalBlobStore(root)
+        yield Backend(
+            "local", store, lambda: _local_files(root), lambda rel, data: _plant_file(root, rel, data)
+        )
         return
     endpoint: str = request.getfixturevalue("fake_gcs_endpoint")
     bucket: str = request.getfixturevalue("gcs_bucket")
     store = GcsBlobStore(bucket, "cache/v1", endpoint=endpoint, retries=2, backoff=0.05)
+
+    def plant(relative: str, data: bytes) -> None:
+        put_object(endpoint, bucket, f"cache/v1/{relative}", data)
+
     try:
-        yield Backend("gcs", store, lambda: object_names(endpoint, bucket))
+        yield Backend("gcs", store, lambda: object_names(endpoint, bucket), plant)
     finally:
         store.close()

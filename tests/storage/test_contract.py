@@ -229,6 +229,17 @@ def test_list_yields_every_blob_under_a_prefix(backend: Backend) -> None:
     assert list(store.list("nothing")) == []
 
 
+def test_list_skips_what_is_not_a_blob(backend: Backend) -> None:
+    """Blob roots are shared with others: an NFS ``.nfs*`` file, ``lost+found``, a note someone left."""
+    store = backend.store
+    assert store.put("ns/real", [b"blob"], {}) is True
+    for foreign in ["README", "ns/.nfs0000000012345", "lost+found/x", "ns/sub/deeper", "ns/has space"]:
+        backend.plant(foreign, b"not a blob")
+    assert [i.name for i in store.list()] == ["ns/real"]
+    assert [i.name for i in store.list("ns/")] == ["ns/real"]
+    assert store.stat("ns/real") is not None
+
+
 @pytest.mark.parametrize("sent", [100 * 1024, 40 * MIB], ids=["small", "large"])
 def test_interrupted_upload_leaves_nothing(backend: Backend, sent: int) -> None:
     store = backend.store

@@ -42,6 +42,7 @@ __all__ = [
     "fake_gcs_endpoint",
     "gcs_bucket",
     "object_names",
+    "put_object",
     "run_fake_gcs",
 ]
 
@@ -127,6 +128,17 @@ def create_bucket(endpoint: str, name: str | None = None) -> str:
     response = httpx.post(f"{endpoint}/storage/v1/b", params={"project": "test"}, json={"name": name})
     response.raise_for_status()
     return name
+
+
+def put_object(endpoint: str, bucket: str, name: str, data: bytes) -> None:
+    """Write an object directly, as another program sharing the bucket would."""
+    response = httpx.post(
+        f"{endpoint}/upload/storage/v1/b/{bucket}/o",
+        params={"uploadType": "media", "name": name},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    response.raise_for_status()
 
 
 def object_names(endpoint: str, bucket: str) -> list[str]:
