@@ -17,7 +17,7 @@ from client.errors import (
 )
 from client.fingerprint import collect_fingerprint, namespace_id
 from client.uploader import UploadReport
-from client.warm import WarmReport, default_cache_dir, flush, namespace_dir, warm
+from client.warming import WarmReport, default_cache_dir, flush, namespace_dir, warm
 
 __all__ = [
     "CacheAlreadyInitialized",

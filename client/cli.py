@@ -73,7 +73,7 @@ def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
 
 def cmd_warm(args: argparse.Namespace) -> int:
     """Download this runtime's entries into the cache directory (torch_xla is not initialized)."""
-    from client.warm import warm
+    from client.warming import warm
 
     fingerprint = _runtime_fingerprint(args)
     report = warm(
@@ -214,7 +214,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _default_cache_dir() -> Path:
-    from client.warm import default_cache_dir
+    from client.warming import default_cache_dir
 
     return default_cache_dir()
 

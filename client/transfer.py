@@ -100,9 +100,13 @@ def download(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     workers: int = 4,
-    large_entry_bytes: int = LARGE_ENTRY_BYTES,
+    large_entry_bytes: int | None = None,
 ) -> DownloadResult:
-    """Fetch ``needed`` into ``directory``; never raises for server trouble (it lands in ``errors``)."""
+    """Fetch ``needed`` into ``directory``; never raises for server trouble (it lands in ``errors``).
+
+    Entries of at least ``large_entry_bytes`` (default :data:`LARGE_ENTRY_BYTES`) come by single GETs.
+    """
+    large = LARGE_ENTRY_BYTES if large_entry_bytes is None else large_entry_bytes
     progress = progress or NullProgress()
     cancel = cancel or threading.Event()
     result = DownloadResult()
@@ -147,7 +151,7 @@ def download(
         if stop():
             return
         try:
-            if len(job) == 1 and job[0].size >= large_entry_bytes:
+            if len(job) == 1 and job[0].size >= large:
                 fetch_one(job[0])
                 errors: list[str] = []
             else:
@@ -164,7 +168,7 @@ def download(
                 result.errors.extend(errors)
 
     try:
-        jobs = _plan(needed, large_entry_bytes)
+        jobs = _plan(needed, large)
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
             list(pool.map(run, jobs))
         if result.entries:

@@ -1,0 +1,121 @@
+"""The fingerprint and the namespace id derived from it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from client.fingerprint import NAMESPACE_RE, build_fingerprint, flags_digest, namespace_id
+from tests.client.conftest import FACTS
+
+DESIGN_FIELDS = {
+    "torch_xla_version",
+    "torch_xla_git",
+    "torch_version",
+    "torch_git",
+    "jax_version",
+    "jaxlib_version",
+    "device_type",
+    "device_kind",
+    "global_device_count",
+    "process_count",
+    "spmd",
+    "process_index",
+    "pjrt_plugins",
+    "xla_flags_digest",
+    "libtpu_init_args_digest",
+}
+
+
+def test_fingerprint_has_every_field_the_design_lists() -> None:
+    fp = build_fingerprint(FACTS, env={"XLA_FLAGS": "--xla_foo=1"})
+    assert DESIGN_FIELDS <= set(fp)
+    assert fp["torch_xla_version"] == "2.7.0"
+    assert fp["device_kind"] == "cpu"
+    assert fp["process_index"] == 0
+    assert fp["xla_flags_digest"] == flags_digest("--xla_foo=1")
+
+
+def test_process_index_only_without_spmd() -> None:
+    ranks = [build_fingerprint({**FACTS, "process_count": 4, "process_index": i}, env={}) for i in range(4)]
+    assert len({namespace_id(fp) for fp in ranks}) == 4  # one namespace per process without SPMD
+    hosts = [
+        build_fingerprint({**FACTS, "spmd": True, "process_count": 4, "process_index": i}, env={})
+        for i in range(4)
+    ]
+    assert {fp["process_index"] for fp in hosts} == {None}
+    assert len({namespace_id(fp) for fp in hosts}) == 1  # SPMD hosts share
+
+
+def test_flags_digest_reads_only_xla_tokens_and_their_effective_values() -> None:
+    assert flags_digest(None) is None
+    assert flags_digest("") is None
+    assert flags_digest("--other=1 -v") is None
+    base = flags_digest("--xla_a=1 --xla_b=2")
+    assert base is not None
+    assert flags_digest("--xla_b=2 --xla_a=1") == base  # order does not matter
+    assert flags_digest("--xla_a=1 --other=7 --xla_b=2") == base  # non-XLA tokens ignored
+    assert flags_digest("--xla_a=0 --xla_a=1 --xla_b=2") == base  # the last value wins, as in XLA
+    assert flags_digest("--xla_a=1 --xla_b=3") != base
+    assert flags_digest("--xla_a='1' --xla_b=2") == base  # shell quoting
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("torch_xla_version", "2.8.0"),
+        ("torch_xla_git", "0" * 40),
+        ("torch_version", "2.8.0"),
+        ("torch_git", "1" * 40),
+        ("jax_version", "0.4.38"),
+        ("device_type", "TPU"),
+        ("device_kind", "TPU v4"),
+        ("global_device_count", 8),
+        ("process_count", 2),
+        ("spmd", True),
+        ("process_index", 1),
+        ("pjrt_plugins", {"libtpu": "0.0.12"}),
+    ],
+)
+def test_every_runtime_fact_changes_the_namespace(field: str, value: Any) -> None:
+    base = namespace_id(build_fingerprint(FACTS, env={}))
+    assert namespace_id(build_fingerprint({**FACTS, field: value}, env={})) != base
+
+
+@pytest.mark.parametrize("variable", ["XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_ACCELERATOR_TYPE"])
+def test_environment_changes_the_namespace(variable: str) -> None:
+    base = namespace_id(build_fingerprint(FACTS, env={}))
+    assert namespace_id(build_fingerprint(FACTS, env={variable: "--xla_tpu_x=1"})) != base
+
+
+def test_namespace_id_is_stable_and_valid() -> None:
+    fp = build_fingerprint(FACTS, env={})
+    reordered = dict(reversed(list(fp.items())))
+    assert namespace_id(reordered) == namespace_id(fp)
+    ns = namespace_id(fp)
+    assert NAMESPACE_RE.fullmatch(ns)
+    assert ns.startswith("cpu-tx2.7.0-")
+    # Pinned: the id is a documented function of the fingerprint; changing it strands every stored entry.
+    canonical = json.dumps(fp, sort_keys=True, separators=(",", ":")).encode()
+    assert ns == "cpu-tx2.7.0-" + hashlib.sha256(canonical).hexdigest()[:32]
+
+
+def test_odd_versions_still_give_a_valid_namespace() -> None:
+    fp = build_fingerprint(
+        {**FACTS, "torch_xla_version": "2.9.0+git/abc def", "device_type": "We!rd"}, env={}
+    )
+    assert NAMESPACE_RE.fullmatch(namespace_id(fp))
+
+
+def test_importing_the_client_never_imports_torch() -> None:
+    code = (
+        "import sys, client, client.cli, client.doctor, client.uploader, client.transfer\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla'))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

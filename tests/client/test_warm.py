@@ -1,0 +1,285 @@
+"""warm() against a fake server: what lands in the directory, what is reported, and failing open."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client import CacheAlreadyInitialized, warm
+from client import warming as warm_module
+from client.cachedir import FINGERPRINT_NAME, read_fingerprint
+from client.dirlock import DirLock
+from tests.client.conftest import warnings_of
+from tests.client.fakes import FakeCacheServer, sha
+
+TIMEOUT = 2.0
+SLACK = 1.5  # thread start-up and teardown on a loaded 2-core machine; far below any real timeout
+
+
+def seed(server: FakeCacheServer, namespace: str, count: int, size: int = 3000) -> dict[str, bytes]:
+    entries = {str(10**20 + i): os.urandom(size + i) for i in range(count)}
+    for key, data in entries.items():
+        server.put(namespace, key, data)
+    return entries
+
+
+def test_warm_downloads_every_entry_verified(
+    fake_server: FakeCacheServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+) -> None:
+    entries = seed(fake_server, namespace, 30)
+    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    directory = tmp_path / namespace
+    assert report.namespace == namespace
+    assert report.cache_dir == str(directory)
+    assert report.errors == []
+    assert report.downloaded_entries == 30
+    assert report.downloaded_bytes == sum(len(d) for d in entries.values())
+    assert report.present_entries == 0
+    for key, data in entries.items():
+        assert (directory / key).read_bytes() == data
+    assert sorted(os.listdir(directory)) == sorted([*entries, FINGERPRINT_NAME, ".xla-cache.lock"])
+    assert read_fingerprint(directory) == fingerprint
+    assert fake_server.namespaces[namespace]["fingerprint"] == fingerprint  # registered with the server
+    assert fake_server.paths("POST").count(f"/v1/namespaces/{namespace}/bundle") == 1  # one stream
+
+
+def test_second_warm_skips_what_is_present_and_replaces_what_is_wrong(
+    fake_server: FakeCacheServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+) -> None:
+    entries = seed(fake_server, namespace, 5)
+    warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    directory = tmp_path / namespace
+    damaged = sorted(entries)[0]
+    data = entries[damaged]
+    (directory / damaged).write_bytes(bytes([data[0] ^ 1]) + data[1:])  # same size, wrong digest
+    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    assert (report.present_entries, report.downloaded_entries) == (4, 1)
+    assert (directory / damaged).read_bytes() == data
+
+
+def test_max_bytes_limits_the_manifest(
+    fake_server: FakeCacheServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+) -> None:
+    seed(fake_server, namespace, 10, size=1000)
+    report = warm(
+        fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT, max_bytes=3500
+    )
+    manifest = [r for r in fake_server.requests if r.path.endswith("/manifest")][0]
+    assert manifest.query["max_bytes"] == "3500"
+    assert report.downloaded_entries == 3
+
+
+def test_large_entries_come_by_parallel_gets(
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from client import transfer
+
+    monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 5000)
+    small = seed(fake_server, namespace, 3, size=100)
+    big = {"77": os.urandom(6000), "78": os.urandom(7000)}
+    for key, data in big.items():
+        fake_server.put(namespace, key, data)
+    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    assert report.downloaded_entries == 5 and report.errors == []
+    gets = [p for p in fake_server.paths("GET") if "/entries/" in p]
+    assert sorted(p.rsplit("/", 1)[1] for p in gets) == ["77", "78"]
+    for key, data in {**small, **big}.items():
+        assert (tmp_path / namespace / key).read_bytes() == data
+
+
+def test_token_is_sent(fake_server: FakeCacheServer, fingerprint: dict[str, Any], tmp_path: Path) -> None:
+    warm(
+        fake_server.url, tmp_path, token="s3cret", initialize=False, fingerprint=fingerprint, timeout=TIMEOUT
+    )
+    assert {r.headers.get("authorization") for r in fake_server.requests} == {"Bearer s3cret"}
+
+
+def test_settings_come_from_the_environment(
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seed(fake_server, namespace, 2)
+    monkeypatch.setenv("XLA_CACHE_SERVER", fake_server.url)
+    monkeypatch.setenv("XLA_CACHE_TOKEN", "from-env")
+    monkeypatch.setenv("XLA_CACHE_DIR", str(tmp_path / "env-dir"))
+    report = warm(initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    assert report.cache_dir == str(tmp_path / "env-dir" / namespace)
+    assert report.downloaded_entries == 2
+    assert fake_server.requests[0].headers["authorization"] == "Bearer from-env"
+
+
+def test_warm_logs_one_line_with_the_report(
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seed(fake_server, namespace, 3)
+    with caplog.at_level(logging.INFO, logger="xla_cache"):
+        warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    lines = [r.getMessage() for r in caplog.records if r.name == "xla_cache"]
+    assert len(lines) == 1
+    assert namespace in lines[0] and "3 entries" in lines[0] and "downloaded" in lines[0]
+
+
+# -- fail open ------------------------------------------------------------------------------------------
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _warm_and_time(server_url: str, fingerprint: dict[str, Any], directory: Path) -> tuple[Any, float]:
+    started = time.monotonic()
+    report = warm(server_url, directory, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    return report, time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    "failure", ["down", "hang", "5xx", "corrupt bundle", "garbage bundle", "corrupt get"]
+)
+def test_warm_fails_open_within_the_timeout_with_one_warning(
+    failure: str,
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seed(fake_server, namespace, 4)
+    url = fake_server.url
+    expected = {
+        "down": "cannot connect",
+        "hang": "did not",
+        "5xx": "HTTP 503 storage_unavailable",
+        "corrupt bundle": "SHA-256",
+        "garbage bundle": "not a valid tar stream",
+        "corrupt get": "SHA-256",
+    }[failure]
+    if failure == "down":
+        url = _closed_port_url()
+    elif failure == "hang":
+        fake_server.hang = True
+    elif failure == "5xx":
+        fake_server.fail_status = 503
+    elif failure == "corrupt bundle":
+        fake_server.corrupt_bundle = True
+    elif failure == "garbage bundle":
+        fake_server.garbage_bundle = True
+    else:
+        from client import transfer
+
+        fake_server.corrupt_bundle = True  # the fake also corrupts single GETs
+        monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 1)
+    with caplog.at_level(logging.INFO, logger="xla_cache"):
+        report, seconds = _warm_and_time(url, fingerprint, tmp_path)
+    assert seconds < TIMEOUT + SLACK, f"{failure}: warm cost {seconds:.2f} s"
+    warnings = warnings_of(caplog)
+    assert len(warnings) == 1, warnings
+    assert expected in warnings[0]
+    assert "training continues" in warnings[0]
+    assert report.errors and report.downloaded_entries == 0
+    # Nothing unverified is left for torch_xla to read.
+    assert [n for n in os.listdir(tmp_path / namespace) if not n.startswith(".")] == []
+    assert [n for n in os.listdir(tmp_path / namespace) if n.endswith(".part")] == []
+
+
+def test_a_slow_server_costs_at_most_the_timeout(
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The hang case above, measured: the job pays the timeout, not the server's delay."""
+    fake_server.hang = True
+    report, seconds = _warm_and_time(fake_server.url, fingerprint, tmp_path)
+    assert TIMEOUT - 0.5 <= seconds < TIMEOUT + SLACK
+    assert "did not" in report.errors[0]
+
+
+def test_a_second_process_warming_the_same_directory_waits_for_the_lock(
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seed(fake_server, namespace, 2)
+    (tmp_path / namespace).mkdir(parents=True)
+    holder = DirLock(tmp_path / namespace)
+    assert holder.acquire(1)
+    try:
+        report, seconds = _warm_and_time(fake_server.url, fingerprint, tmp_path)
+    finally:
+        holder.release()
+    assert seconds < TIMEOUT + SLACK
+    assert "another process" in report.errors[0] and report.downloaded_entries == 0
+    assert fake_server.requests == []  # it never touched the server while the other one warmed
+    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    assert report.downloaded_entries == 2
+
+
+def test_no_server_means_local_cache_only(
+    fingerprint: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="xla_cache"):
+        report = warm(None, tmp_path, initialize=False, fingerprint=fingerprint)
+    assert report.server is None and report.errors == []
+    assert warnings_of(caplog) == []
+
+
+# -- torch_xla integration (faked here; real in tests/e2e) ---------------------------------------------
+
+
+def test_too_late_is_a_clear_error_before_any_request(
+    fake_server: FakeCacheServer, fingerprint: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
+
+    def too_late() -> None:
+        raise CacheAlreadyInitialized("torch_xla already compiled a graph in this process")
+
+    monkeypatch.setattr(warm_module, "check_not_too_late", too_late)
+    with pytest.raises(CacheAlreadyInitialized, match="already compiled"):
+        warm(fake_server.url, tmp_path, fingerprint=fingerprint)
+    assert fake_server.requests == []
+
+
+def test_warm_initializes_the_cache_and_starts_the_uploader(
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    initialized: list[str] = []
+    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
+    monkeypatch.setattr(warm_module, "check_not_too_late", lambda: None)
+    monkeypatch.setattr(warm_module, "initialize_cache", initialized.append)
+    seed(fake_server, namespace, 2)
+    report = warm(fake_server.url, tmp_path, fingerprint=fingerprint, timeout=TIMEOUT)
+    assert initialized == [str(tmp_path / namespace)]
+    assert report.initialized and report.uploading
+    new = os.urandom(500)
+    (tmp_path / namespace / "999").write_bytes(new)
+    totals = warm_module.flush(timeout=TIMEOUT)
+    assert totals.uploaded == 1
+    assert fake_server.entries[namespace]["999"] == new
+    assert sum(1 for p in fake_server.paths("PUT") if "/entries/" in p) == 1  # downloaded ones not sent back
