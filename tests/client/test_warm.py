@@ -16,7 +16,7 @@ from client import warming as warm_module
 from client.cachedir import FINGERPRINT_NAME, read_fingerprint
 from client.dirlock import DirLock
 from tests.client.conftest import warnings_of
-from tests.client.fakes import FakeCacheServer, sha
+from tests.client.fakes import FakeCacheServer
 
 TIMEOUT = 2.0
 SLACK = 1.5  # thread start-up and teardown on a loaded 2-core machine; far below any real timeout
@@ -70,7 +70,7 @@ def test_max_bytes_limits_the_manifest(
     report = warm(
         fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT, max_bytes=3500
     )
-    manifest = [r for r in fake_server.requests if r.path.endswith("/manifest")][0]
+    manifest = next(r for r in fake_server.requests if r.path.endswith("/manifest"))
     assert manifest.query["max_bytes"] == "3500"
     assert report.downloaded_entries == 3
 
