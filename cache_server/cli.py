@@ -1,4 +1,4 @@
-"""``xla-cache-server``: serve the API, migrate the index."""
+"""``xla-cache-server``: serve the API, migrate the index, manage tokens."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from cache_server.cli_tokens import add_token_commands
 from cache_server.settings import Settings
 
 __all__ = ["main"]
@@ -47,16 +48,20 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         from cache_server.migrate import upgrade
 
         upgrade(settings)
-    uvicorn.run(
-        "cache_server.app:create_app_from_env",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=settings.log_level,
-        proxy_headers=True,
-        timeout_graceful_shutdown=30,
-    )
+    from cache_server.metrics import multiprocess_directory
+
+    with multiprocess_directory(args.workers):  # several workers: one /metrics over all of them
+        uvicorn.run(
+            "cache_server.app:create_app_from_env",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=settings.log_level,
+            proxy_headers=True,
+            timeout_graceful_shutdown=30,
+            access_log=False,  # the app logs each request as JSON, without query strings (tokens)
+        )
     return 0
 
 
@@ -122,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--verify", action="store_true", help="hash every blob and leave out corrupt ones")
     reindex.add_argument("--dry-run", action="store_true", help="count what would be added, write nothing")
     reindex.set_defaults(func=_cmd_reindex)
+    add_token_commands(sub)
     return parser
 
 

@@ -10,7 +10,10 @@ worker answers and whatever the other workers did.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -32,6 +35,7 @@ __all__ = [
     "REQUESTS",
     "REQUEST_SECONDS",
     "StoredCollector",
+    "multiprocess_directory",
     "render",
 ]
 
@@ -99,3 +103,22 @@ def render(stored: Collector) -> bytes:
     from_index = CollectorRegistry(auto_describe=False)
     from_index.register(stored)
     return body + generate_latest(from_index)
+
+
+@contextmanager
+def multiprocess_directory(workers: int) -> Iterator[str | None]:
+    """With more than one worker, a fresh ``PROMETHEUS_MULTIPROC_DIR`` for the workers, removed afterwards.
+
+    Must be entered before the workers start (they read the variable when they import prometheus-client).
+    A directory the operator set already is used as it is and left alone.
+    """
+    if workers <= 1 or os.environ.get(MULTIPROC_ENV):
+        yield os.environ.get(MULTIPROC_ENV)
+        return
+    path = tempfile.mkdtemp(prefix="xla-cache-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)

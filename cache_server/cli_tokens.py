@@ -1,0 +1,117 @@
+"""``xla-cache-server token create|list|revoke``: bearer tokens for ``XLA_CACHE_AUTH=on``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from cache_server.auth import Role, TokenInfo, TokenManager
+from cache_server.errors import CacheError
+from cache_server.settings import Settings
+
+__all__ = ["add_token_commands"]
+
+
+@contextmanager
+def _tokens(settings: Settings) -> Iterator[TokenManager]:
+    from cache_server.index.db import make_engine, make_sessionmaker
+    from cache_server.index.token_repository import TokenRepository
+
+    if settings.uses_embedded_sqlite:
+        from cache_server.migrate import upgrade
+
+        upgrade(settings)  # like serve: the embedded index migrates itself
+    engine = make_engine(settings)
+    try:
+        yield TokenManager(TokenRepository(engine, make_sessionmaker(engine)))
+    finally:
+        engine.dispose()
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def _as_json(info: TokenInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "name": info.name,
+        "role": info.role,
+        "created_at": info.created_at.isoformat(),
+        "last_used_at": info.last_used_at.isoformat() if info.last_used_at else None,
+        "revoked_at": info.revoked_at.isoformat() if info.revoked_at else None,
+    }
+
+
+def _guarded(command: Callable[[argparse.Namespace, Settings], int]) -> Callable[..., int]:
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        try:
+            return command(args, settings)
+        except CacheError as exc:
+            print(f"error: {exc.detail}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _create(args: argparse.Namespace, settings: Settings) -> int:
+    with _tokens(settings) as tokens:
+        token, info = tokens.create(args.name, Role.parse(args.role))
+    print(token)
+    print(
+        f"created token {info.name!r} (id {info.id}, role {info.role}). It is shown only this once: "
+        "give it to its user now (clients read XLA_CACHE_TOKEN; the dashboard opens as /?token=...).",
+        file=sys.stderr,
+    )
+    if not settings.auth:
+        print("note: XLA_CACHE_AUTH is off here, so the server does not ask for tokens yet.", file=sys.stderr)
+    return 0
+
+
+def _list(args: argparse.Namespace, settings: Settings) -> int:
+    with _tokens(settings) as tokens:
+        infos = tokens.list_tokens()
+    if args.json:
+        print(json.dumps([_as_json(info) for info in infos], indent=2))
+        return 0
+    rows = [("ID", "NAME", "ROLE", "CREATED (UTC)", "LAST USED (UTC)", "REVOKED (UTC)")]
+    rows += [
+        (i.id, i.name, i.role, _when(i.created_at), _when(i.last_used_at), _when(i.revoked_at)) for i in infos
+    ]
+    widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if not infos:
+        print("(no tokens yet: xla-cache-server token create --name NAME --role read|write|admin)")
+    return 0
+
+
+def _revoke(args: argparse.Namespace, settings: Settings) -> int:
+    with _tokens(settings) as tokens:
+        revoked = tokens.revoke(args.token)
+    if not revoked:
+        print(f"error: no active token named {args.token!r} or with that id.", file=sys.stderr)
+        return 1
+    for info in revoked:
+        print(f"revoked token {info.name!r} (id {info.id}, role {info.role})")
+    return 0
+
+
+def add_token_commands(sub: Any) -> None:
+    """Add ``token create|list|revoke`` to the server CLI's subcommands."""
+    token = sub.add_parser("token", help="create, list and revoke bearer tokens (roles read < write < admin)")
+    actions = token.add_subparsers(dest="token_command", required=True)
+    create = actions.add_parser("create", help="create a token and print it (once)")
+    create.add_argument("--name", required=True, help="who or what uses it, e.g. ci or alice")
+    create.add_argument("--role", required=True, choices=["read", "write", "admin"], help="what it may do")
+    create.set_defaults(func=_guarded(_create))
+    listing = actions.add_parser("list", help="list tokens (never their secrets)")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.set_defaults(func=_guarded(_list))
+    revoke = actions.add_parser("revoke", help="revoke the active token with this name (or id)")
+    revoke.add_argument("token", metavar="NAME_OR_ID")
+    revoke.set_defaults(func=_guarded(_revoke))
