@@ -17,6 +17,7 @@ __all__ = [
     "IndexUnavailable",
     "InvalidName",
     "NamespaceNotFound",
+    "SignedUrlsUnavailable",
     "StorageUnavailable",
     "TooManyKeys",
     "Unauthorized",
@@ -88,6 +89,12 @@ class StorageUnavailable(CacheError):
     """The blob store cannot be reached or keeps failing; retrying later may work."""
 
     code = "storage_unavailable"
+
+
+class SignedUrlsUnavailable(CacheError):
+    """Signed URLs were asked for, but this server does not hand them out (off, or its store cannot sign)."""
+
+    code = "signed_urls_unavailable"
 
 
 class IndexUnavailable(CacheError):

@@ -54,7 +54,10 @@ class Settings(BaseSettings):
     storage_timeout: float = Field(default=30.0, gt=0, description="Seconds for one storage call.")
     storage_retries: int = Field(default=5, ge=0, description="Retries of a storage call on 429/5xx.")
     signed_url_seconds: int = Field(
-        default=0, ge=0, description="GCS: serve signed URLs valid this long (0: off)."
+        default=0,
+        ge=0,
+        le=7 * 24 * 3600,  # the longest a V4 signed URL may live
+        description="GCS: hand out signed URLs valid this long, so hosts download from the bucket (0: off).",
     )
     log_level: str = Field(default="info", description="Logging level.")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from cache_server.api import admin, dashboard, entries, health, metrics, namespaces
+from cache_server.api import admin, dashboard, entries, health, metrics, namespaces, signed_urls
 
 __all__ = ["router"]
 
@@ -15,3 +15,4 @@ router.include_router(admin.router)
 router.include_router(dashboard.router)
 router.include_router(namespaces.router)
 router.include_router(entries.router)
+router.include_router(signed_urls.router)

@@ -13,9 +13,11 @@ from fastapi.responses import StreamingResponse
 
 from cache_server.api.deps import ServiceDep
 from cache_server.api.schemas import KeysRequest, ManifestEntry, ManifestOut, MissingOut, PutOut
+from cache_server.api.signed_urls import redirect_to
 from cache_server.errors import BadRequest
 from cache_server.index.models import Entry
 from cache_server.names import check_key, check_namespace, check_sha256
+from cache_server.signed_urls import sign_entry
 
 __all__ = ["router"]
 
@@ -113,18 +115,31 @@ async def put_entry(
     )
 
 
-@router.get("/entries/{key:path}", response_class=StreamingResponse)
+@router.get(
+    "/entries/{key:path}",
+    response_class=StreamingResponse,
+    responses={307: {"description": "With ?redirect=1 on a server that signs URLs: download from Location"}},
+)
 def get_entry(
     namespace: str,
     key: str,
     service: ServiceDep,
     if_none_match: Annotated[str | None, Header()] = None,
+    redirect: Annotated[
+        bool, Query(description="Prefer a 307 to a short-lived signed URL when the server hands them out.")
+    ] = False,
 ) -> Response:
-    """Download an entry's bytes with ``ETag`` and ``X-Content-SHA256``; 404 on a miss (counted)."""
+    """Download an entry's bytes with ``ETag`` and ``X-Content-SHA256``; 404 on a miss (counted).
+
+    With ``?redirect=1`` a server that hands out signed URLs answers 307 to one instead (same headers,
+    plus ``X-Content-Length``); any other server streams the bytes as usual.
+    """
     if if_none_match:
         entry = service.head_entry(namespace, key)
         if if_none_match.strip() in (f'"{entry.sha256}"', "*"):
             return Response(status_code=304, headers={"ETag": f'"{entry.sha256}"'})
+    if redirect and (signed := sign_entry(service, namespace, key)) is not None:
+        return redirect_to(signed)
     opened = service.open_entry(namespace, key)
     return StreamingResponse(
         opened.body, media_type="application/octet-stream", headers=_entry_headers(opened.entry)

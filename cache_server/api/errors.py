@@ -28,6 +28,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.IndexUnavailable: 503,
     errors.Unauthorized: 401,
     errors.Forbidden: 403,
+    errors.SignedUrlsUnavailable: 501,
 }
 
 HTTP_CODES = {

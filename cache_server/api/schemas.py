@@ -16,6 +16,8 @@ __all__ = [
     "NamespaceIn",
     "NamespaceOut",
     "PutOut",
+    "SignedUrlOut",
+    "SignedUrlsOut",
 ]
 
 
@@ -69,3 +71,16 @@ class ManifestOut(BaseModel):
     namespace: str
     entries: list[ManifestEntry]
     total_bytes: int
+
+
+class SignedUrlOut(BaseModel):
+    url: str = Field(description="GET it, without credentials, until it expires.")
+    size: int
+    sha256: str = Field(description="Check the downloaded bytes against it.")
+
+
+class SignedUrlsOut(BaseModel):
+    namespace: str
+    expires_in: int = Field(description="Seconds each URL stays valid from now.")
+    urls: dict[str, SignedUrlOut] = Field(description="By key: the stored entries among those asked for.")
+    missing: list[str] = Field(description="The keys asked for that are not stored.")
