@@ -24,7 +24,7 @@ from client.api import CacheApi, normalize_server
 from client.cachedir import LocalFile, remove_temp_files, scan, write_fingerprint
 from client.deadline import Deadline
 from client.dirlock import DirLock
-from client.errors import ServerProblem, ServerUnavailable
+from client.errors import ServerError, ServerProblem, ServerUnavailable
 from client.fingerprint import collect_fingerprint, namespace_id
 from client.progress import Progress
 from client.transfer import download, split_present
@@ -102,6 +102,7 @@ class _Outcome:
     on_server: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     unavailable: bool = False
+    read_only: bool = False
 
 
 def _sync(
@@ -126,7 +127,14 @@ def _sync(
             )
             return
         remove_temp_files(directory)
-        api.register_namespace(namespace, fingerprint, labels, deadline)
+        try:
+            api.register_namespace(namespace, fingerprint, labels, deadline)
+        except ServerError as exc:
+            if exc.status != 403:
+                raise
+            # A read-only token: warming works, registering and uploading do not.
+            outcome.read_only = True
+            outcome.errors.append(f"{exc.reason}; with this token the job warms but uploads nothing")
         manifest = api.manifest(namespace, deadline, max_bytes=max_bytes)
         outcome.manifest_entries = len(manifest)
         present, needed = split_present(manifest, directory)
@@ -296,8 +304,8 @@ def warm(
     report.errors = list(outcome.errors)
     if report.errors:
         logger.warning(
-            "xla-cache: warming namespace %s from %s was incomplete: %s; training continues with the local "
-            "cache (%d entries)",
+            "xla-cache: trouble with namespace %s on %s: %s; training continues with the local cache "
+            "(%d entries)",
             namespace,
             report.server,
             _summarize(report.errors),
@@ -311,7 +319,7 @@ def warm(
             key: item for key, item in scan(directory).items() if key in outcome.on_server
         }
         uploader = Uploader(
-            api if upload else None,
+            api if upload and not outcome.read_only else None,
             namespace,
             directory,
             known=known,
@@ -322,7 +330,7 @@ def warm(
         )
         uploader.start()
         _replace_uploader(uploader, api)
-        report.uploading = upload and api is not None
+        report.uploading = upload and api is not None and not outcome.read_only
     elif api is not None:
         api.close()
 

@@ -1,0 +1,46 @@
+"""The CLI's arguments and failures (its transfers against a real server are in test_against_server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from client.cli import build_parser, main
+
+
+def test_every_subcommand_has_its_own_function() -> None:
+    parser = build_parser()
+    for command in ("warm", "push", "stats", "doctor"):
+        args = parser.parse_args([command])
+        assert args.func.__name__ == f"cmd_{command}"
+
+
+def test_push_without_a_server_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "ns").mkdir()
+    (tmp_path / "ns" / ".fingerprint.json").write_text("{}")
+    assert main(["push", "--cache-dir", str(tmp_path)]) == 2
+    assert "XLA_CACHE_SERVER" in capsys.readouterr().err
+
+
+def test_push_with_nothing_to_push(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["push", "--server", "http://127.0.0.1:9", "--cache-dir", str(tmp_path)]) == 2
+    assert "no namespace directories" in capsys.readouterr().err
+
+
+def test_push_to_a_server_that_is_down_fails_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ns").mkdir()
+    (tmp_path / "ns" / "1").write_bytes(b"x")
+    assert (
+        main(["push", "--server", "http://127.0.0.1:9", "--cache-dir", str(tmp_path), "--namespace", "ns"])
+        == 1
+    )
+    assert "cannot connect" in capsys.readouterr().out
+
+
+def test_bad_namespace_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["stats", "--namespace", "../x"])
+    assert "not a valid namespace" in capsys.readouterr().err
