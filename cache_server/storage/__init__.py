@@ -14,7 +14,7 @@ def open_store(url: str, *, timeout: float = 30.0, retries: int = 5) -> BlobStor
 
         return LocalBlobStore.from_url(url)
     if url.startswith("gs://"):
-        from cache_server.storage.gcs import GcsBlobStore  # type: ignore[import-not-found,unused-ignore]
+        from cache_server.storage.gcs import GcsBlobStore
 
-        return GcsBlobStore.from_url(url, timeout=timeout, retries=retries)  # type: ignore[no-any-return,unused-ignore]
+        return GcsBlobStore.from_url(url, timeout=timeout, retries=retries)
     raise ValueError(f"Unsupported storage URL {url!r}: use file:///path or gs://bucket/prefix.")

@@ -43,9 +43,9 @@ def _plant_file(root: Path, relative: str, data: bytes) -> None:
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "local":
         root = tmp_path / "blobs"
-        store = LocalBlobStore(root)
+        local = LocalBlobStore(root)
         yield Backend(
-            "local", store, lambda: _local_files(root), lambda rel, data: _plant_file(root, rel, data)
+            "local", local, lambda: _local_files(root), lambda rel, data: _plant_file(root, rel, data)
         )
         return
     endpoint: str = request.getfixturevalue("fake_gcs_endpoint")

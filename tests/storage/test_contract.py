@@ -8,7 +8,7 @@ import hashlib
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
@@ -291,7 +291,7 @@ def test_a_reader_closed_early_releases_its_blob(backend: Backend) -> None:
 
 @pytest.mark.slow
 def test_512_mib_streams_both_ways_in_bounded_memory(
-    backend: Backend, record_property: pytest.RecordProperty
+    backend: Backend, record_property: Callable[[str, object], None]
 ) -> None:
     store = backend.store
     sent = hashlib.sha256()

@@ -81,7 +81,7 @@ def verify_v4(url: str, key: rsa.RSAPrivateKey) -> dict[str, str]:
 def test_signed_url_downloads_the_blob_and_is_signed_by_the_key(
     fake_gcs_endpoint: str, gcs_bucket: str, key: rsa.RSAPrivateKey
 ) -> None:
-    credentials = service_account.Credentials.from_service_account_info(
+    credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
         key_info(key),
         scopes=["https://www.googleapis.com/auth/devstorage.read_write"],
         always_use_jwt_access=True,  # self-signed tokens: the emulator is the only thing contacted
