@@ -39,11 +39,11 @@ class Interrupted(Exception):
 
 
 def pieces(data: bytes, seed: int = 0) -> Iterator[bytes]:
-    """``data`` in pieces of irregular sizes (1 byte to 3 MiB), as an upload arrives."""
+    """``data`` in pieces of irregular sizes (empty to 3 MiB), as an upload arrives."""
     rng = random.Random(seed)
     at = 0
     while at < len(data):
-        size = rng.choice([1, 4096, 65_537, MIB, MIB + 1, 3 * MIB])
+        size = rng.choice([0, 1, 4096, 65_537, MIB, MIB + 1, 3 * MIB])
         yield data[at : at + size]
         at += size
 
