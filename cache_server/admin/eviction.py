@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -43,13 +43,6 @@ class EvictionResult:
     entries: list[EntryRef] = field(default_factory=list)
     listed_all: bool = True
 
-    def add(self, other: EvictionResult, list_limit: int) -> None:
-        self.evicted += other.evicted
-        self.freed_bytes += other.freed_bytes
-        room = max(0, list_limit - len(self.entries))
-        self.entries.extend(other.entries[:room])
-        self.listed_all = self.listed_all and other.listed_all and len(other.entries) <= room
-
 
 class Evictor:
     """Removes entries to keep the store within its budgets, or as an admin asks."""
@@ -75,11 +68,10 @@ class Evictor:
         dry_run: bool = False,
         list_limit: int = 1000,
     ) -> EvictionResult:
-        """Evict entries unused for ``older_than_seconds``, then least recently used ones until the store
+        """Evict entries unused for ``older_than_seconds``, and least recently used ones until the store
         (or ``namespace``) holds at most ``max_total_bytes``.
 
-        With neither given, the configured budgets apply (``XLA_CACHE_MAX_TOTAL_BYTES`` and
-        ``XLA_CACHE_MAX_NAMESPACE_BYTES``).
+        With neither given, the configured budgets apply (:meth:`enforce_budgets`).
         """
         if namespace is not None:
             check_namespace(namespace)
@@ -89,39 +81,27 @@ class Evictor:
             raise BadRequest("max_total_bytes must not be negative.")
         if older_than_seconds is not None and older_than_seconds < 0:
             raise BadRequest("older_than_seconds must not be negative.")
-        self._before()
         cutoff = (
             utcnow() - dt.timedelta(seconds=older_than_seconds) if older_than_seconds is not None else None
         )
-        excess = 0
-        if max_total_bytes is not None:
-            stored = self._repository.stored_by_namespace()
-            held = stored.get(namespace, (0, 0))[1] if namespace else sum(b for _, b in stored.values())
-            excess = held - max_total_bytes
-        return self._run(self._victims(namespace, cutoff, excess), dry_run=dry_run, list_limit=list_limit)
+        if namespace is not None:  # the budget is the namespace's own
+            return self._evict(namespace, None, max_total_bytes, cutoff, dry_run, list_limit)
+        return self._evict(None, max_total_bytes, None, cutoff, dry_run, list_limit)
 
     def enforce_budgets(
         self, *, namespace: str | None = None, dry_run: bool = False, list_limit: int = 1000
     ) -> EvictionResult:
-        """Apply the configured budgets: each namespace under its limit, then the whole store."""
+        """Bring each namespace within ``XLA_CACHE_MAX_NAMESPACE_BYTES`` (its oldest entries go), then the
+        whole store within ``XLA_CACHE_MAX_TOTAL_BYTES`` (the oldest of what is left go). With ``namespace``,
+        only that namespace's budget."""
         per_namespace = self._settings.max_namespace_bytes
-        total = self._settings.max_total_bytes
+        total = self._settings.max_total_bytes if namespace is None else None
         if per_namespace is None and total is None:
             raise BadRequest(
                 "Say what to evict (max_total_bytes or older_than_seconds), or configure "
                 "XLA_CACHE_MAX_TOTAL_BYTES or XLA_CACHE_MAX_NAMESPACE_BYTES."
             )
-        result = EvictionResult(dry_run=dry_run)
-        if per_namespace is not None:
-            for name, (_, held) in sorted(self._repository.stored_by_namespace().items()):
-                if held > per_namespace and namespace in (None, name):
-                    part = self.evict(
-                        max_total_bytes=per_namespace, namespace=name, dry_run=dry_run, list_limit=list_limit
-                    )
-                    result.add(part, list_limit)
-        if total is not None and namespace is None:
-            result.add(self.evict(max_total_bytes=total, dry_run=dry_run, list_limit=list_limit), list_limit)
-        return result
+        return self._evict(namespace, total, per_namespace, None, dry_run, list_limit)
 
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace: its entries (rows, then blobs, in batches) and then its row."""
@@ -135,14 +115,47 @@ class Evictor:
         return result
 
     # -- internals --------------------------------------------------------------------------------------
-    def _victims(self, namespace: str | None, cutoff: dt.datetime | None, excess: int) -> Iterable[EntryRef]:
-        """Least recently used entries while they are older than the cutoff or bytes are still over."""
-        for ref in self._repository.iter_lru(namespace=namespace):
-            if (cutoff is not None and ref.last_access_at < cutoff) or excess > 0:
+    def _evict(
+        self,
+        only: str | None,
+        total_budget: int | None,
+        namespace_budget: int | None,
+        cutoff: dt.datetime | None,
+        dry_run: bool,
+        list_limit: int,
+    ) -> EvictionResult:
+        self._before()
+        stored = {
+            name: held
+            for name, (_, held) in self._repository.stored_by_namespace().items()
+            if only in (None, name)
+        }
+        over: dict[str, int] = {}  # namespace -> bytes it must lose to meet its own budget
+        if namespace_budget is not None:
+            over = {name: held - namespace_budget for name, held in stored.items() if held > namespace_budget}
+        # What the store must lose beyond those cuts to meet the total budget.
+        excess = sum(stored.values()) - sum(over.values()) - total_budget if total_budget is not None else 0
+        victims = self._victims(only, cutoff, over, excess)
+        return self._run(victims, dry_run=dry_run, list_limit=list_limit)
+
+    def _victims(
+        self, only: str | None, cutoff: dt.datetime | None, over: dict[str, int], excess: int
+    ) -> Iterator[EntryRef]:
+        """One pass in least-recently-used order. An entry goes if its namespace is over its budget, or the
+        store is over the total budget, or it is older than the cutoff. Equivalent to cutting each namespace
+        first and then the store, from one snapshot of what is stored."""
+        for ref in self._repository.iter_lru(namespace=only):
+            if over.get(ref.namespace, 0) > 0:
+                over[ref.namespace] -= ref.size
+                if over[ref.namespace] <= 0:
+                    del over[ref.namespace]
+            elif excess > 0 or (cutoff is not None and ref.last_access_at < cutoff):
                 excess -= ref.size
-                yield ref
+            elif not over:
+                return  # nothing after this one is older, and no budget is exceeded any more
             else:
-                return  # in LRU order: nothing after this one is older or needed
+                continue  # only other namespaces still have to lose bytes
+            yield ref
 
     def _run(self, victims: Iterable[EntryRef], *, dry_run: bool, list_limit: int) -> EvictionResult:
         result = EvictionResult(dry_run=dry_run)

@@ -1,0 +1,83 @@
+"""Reading the graph out of real torch_xla entries, without an XLA schema."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from cache_server.admin.hlo import GraphInfo, iter_fields, parse_entry
+from tests.admin.conftest import real_entries
+
+SOURCE = "tests/admin/fixtures/generate_entries.py"
+
+
+def parsed() -> dict[str, GraphInfo | None]:
+    return {key: parse_entry([data]) for key, data in real_entries().items()}
+
+
+def test_real_entries_give_module_shapes_and_source_line() -> None:
+    infos = [info for info in parsed().values() if info is not None]
+    assert len(infos) == 4
+    fuse = sorted(info.shapes for info in infos if info.source and info.source.endswith(f"{SOURCE}:20"))
+    assert fuse == [
+        "(f32[16,3], f32[2,16]) -> (f32[3])",
+        "(f32[16,3], f32[4,16]) -> (f32[3])",
+        "(f32[16,3], f32[8,16]) -> (f32[3])",
+    ]
+    assert {info.module for info in infos if info.shapes in fuse} == {"SyncTensorsGraph.15"}
+    other = [info for info in infos if info.shapes not in fuse]
+    assert [(o.module, o.shapes) for o in other] == [
+        ("SyncTensorsGraph.12", "(f32[], f32[5,5]) -> (f32[5,5])")
+    ]
+    assert other[0].source is not None and other[0].source.endswith(f"{SOURCE}:30")
+    assert len({info.signature for info in infos}) == 4  # each variant has its own signature
+
+
+def test_same_result_whatever_the_chunking() -> None:
+    for data in real_entries().values():
+        whole = parse_entry([data])
+        assert parse_entry(data[i : i + 1] for i in range(len(data))) == whole
+        assert parse_entry(data[i : i + 777] for i in range(0, len(data), 777)) == whole
+
+
+def test_what_is_not_an_entry_parses_to_none() -> None:
+    data = next(iter(real_entries().values()))
+    assert parse_entry([b""]) is None
+    assert parse_entry([b"hello, not a protobuf"]) is None
+    assert parse_entry([os.urandom(4096)]) is None
+    assert parse_entry([data[:300]]) is None  # cut inside the HLO module
+    assert parse_entry([b"\x0a\x03abc"]) is None  # a valid message without the executable's layout
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    length, out = len(payload), bytearray()
+    while True:
+        byte = length & 0x7F
+        length >>= 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes([number << 3 | 2]) + bytes(out) + payload
+
+
+def test_reads_only_up_to_the_end_of_the_module() -> None:
+    data = next(iter(real_entries().values()))
+    # The real layout: outer field 1 = compilation result, whose field 1 = module with config.
+    outer = list(iter_fields(data))
+    _, _, start, end = outer[0]
+    result = data[start:end]
+    _, _, m_start, m_end = next(iter_fields(result))
+    with_config = result[m_start:m_end]
+    object_code = b"\0" * (64 * 1024 * 1024)
+    big = _field(1, _field(1, with_config) + _field(4, object_code))
+
+    consumed = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal consumed
+        for i in range(0, len(big), 64 * 1024):
+            consumed += 1
+            yield big[i : i + 64 * 1024]
+
+    assert parse_entry(chunks()) == parse_entry([data])
+    assert consumed <= 2  # 128 KiB of a 64 MiB entry
