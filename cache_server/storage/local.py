@@ -128,7 +128,9 @@ class LocalBlobStore:
                 handle.write(_encode_header(header))
                 handle.flush()
                 os.fsync(handle.fileno())
-            final.parent.mkdir(parents=True, exist_ok=True)
+            if not final.parent.is_dir():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                _fsync_dir(self.root)  # the new namespace directory must survive a crash too
             try:
                 os.link(tmp, final)
             except FileExistsError:
