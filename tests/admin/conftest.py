@@ -39,9 +39,12 @@ def admin_of(client: TestClient) -> AdminService:
     return admin
 
 
-def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def metric_samples(text: str) -> Samples:
     """Every sample of a Prometheus scrape, by name and sorted labels."""
-    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    samples: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value

@@ -1,0 +1,155 @@
+"""GET /metrics after known traffic: the numbers match, in one process and across two uvicorn workers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from cache_server.api.telemetry import ACCESS_LOGGER
+from tests.admin.conftest import Samples, metric_samples, upload
+from tests.conftest import sha
+from tests.support.server import run_server
+
+ENTRY_ROUTE = "/v1/namespaces/{namespace}/entries/{key:path}"
+
+
+def scrape(get: Callable[[str], httpx.Response]) -> Samples:
+    response = get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return metric_samples(response.text)
+
+
+def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def test_metrics_after_known_traffic(client: TestClient) -> None:
+    before = scrape(client.get)
+    upload(client, "m-ns", "a", b"a" * 1000)
+    upload(client, "m-ns", "b", b"b" * 2000)
+    for _ in range(3):
+        assert client.get("/v1/namespaces/m-ns/entries/a").status_code == 200
+    assert client.get("/v1/namespaces/m-ns/entries/zzz").status_code == 404
+    assert client.post("/v1/namespaces/m-ns/missing", json={"keys": ["a", "q"]}).status_code == 200
+    assert (
+        client.post("/admin/evict", json={"max_total_bytes": 1000, "namespace": "m-ns"}).json()["evicted"]
+        == 1
+    )
+    after = scrape(client.get)
+
+    requests = "xla_cache_http_requests_total"
+    assert delta(after, before, requests, route=ENTRY_ROUTE, method="PUT", status="201") == 2
+    assert delta(after, before, requests, route=ENTRY_ROUTE, method="GET", status="200") == 3
+    assert delta(after, before, requests, route=ENTRY_ROUTE, method="GET", status="404") == 1
+    assert (
+        delta(after, before, requests, route="/metrics", method="GET", status="200") == 1
+    )  # the first scrape
+    latency = "xla_cache_http_request_duration_seconds_count"
+    assert delta(after, before, latency, route=ENTRY_ROUTE, method="GET") == 4
+    assert delta(after, before, "xla_cache_hits_total", namespace="m-ns") == 3
+    assert delta(after, before, "xla_cache_misses_total", namespace="m-ns") == 1  # "missing" is not a miss
+    assert delta(after, before, "xla_cache_http_received_bytes_total", route=ENTRY_ROUTE) == 3000
+    assert delta(after, before, "xla_cache_http_sent_bytes_total", route=ENTRY_ROUTE) >= 3 * 1000
+    assert delta(after, before, "xla_cache_evictions_total", namespace="m-ns") == 1
+    # b is the least recently used: a was downloaded after b was uploaded.
+    assert delta(after, before, "xla_cache_evicted_bytes_total", namespace="m-ns") == 2000
+    assert after[("xla_cache_stored_entries", (("namespace", "m-ns"),))] == 1
+    assert after[("xla_cache_stored_bytes", (("namespace", "m-ns"),))] == 1000
+    assert after[("xla_cache_index_up", ())] == 1
+
+
+def test_access_log_is_one_json_line_per_request_without_tokens(
+    auth_client: TestClient, tokens: dict[str, str]
+) -> None:
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger(ACCESS_LOGGER).addHandler(keep)
+    try:
+        data = b"x" * 123
+        headers = {"X-Content-SHA256": sha(data), "Authorization": f"Bearer {tokens['write']}"}
+        assert (
+            auth_client.put("/v1/namespaces/logged/entries/k1", content=data, headers=headers).status_code
+            == 201
+        )
+        link = auth_client.get("/", params={"token": tokens["read"]}, follow_redirects=False)
+        assert link.status_code == 303
+        assert auth_client.get("/v1/namespaces/logged/entries/k1").status_code == 401
+    finally:
+        logging.getLogger(ACCESS_LOGGER).removeHandler(keep)
+    assert len(lines) == 3
+    put, link_line, denied = (json.loads(line) for line in lines)
+    assert put["method"] == "PUT" and put["path"] == "/v1/namespaces/logged/entries/k1"
+    assert (put["status"], put["bytes_in"], put["namespace"], put["token_name"]) == (
+        201,
+        123,
+        "logged",
+        "user-write",
+    )
+    assert put["duration_ms"] > 0 and put["bytes_out"] > 0 and put["route"] == ENTRY_ROUTE
+    assert (link_line["path"], link_line["status"]) == ("/", 303)
+    assert (denied["status"], denied["token_name"]) == (401, None)
+    for line in lines:
+        for token in tokens.values():
+            assert token not in line and token.rsplit("_", 1)[1] not in line
+        assert "token=" not in line and "?" not in line
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    data_dir = tmp_path_factory.mktemp("two-workers")
+    with run_server(data_dir, {"TMPDIR": str(data_dir)}, workers=2) as server:
+        yield server.url, data_dir
+    assert not list(data_dir.glob("xla-cache-metrics-*")), "serve left its metrics directory behind"
+
+
+def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> None:
+    url, data_dir = two_workers
+    metrics_dirs = list(data_dir.glob("xla-cache-metrics-*"))
+    assert len(metrics_dirs) == 1  # serve made one for its workers
+    with httpx.Client(base_url=url, timeout=30) as http:
+        before = scrape(http.get)
+        data = os.urandom(4096)
+        assert (
+            http.put(
+                "/v1/namespaces/w2/entries/e", content=data, headers={"X-Content-SHA256": sha(data)}
+            ).status_code
+            == 201
+        )
+
+        def download(_: int) -> bytes:
+            with httpx.Client(base_url=url, timeout=30) as fresh:  # a new connection: either worker
+                response = fresh.get("/v1/namespaces/w2/entries/e")
+                assert response.status_code == 200
+                return response.content
+
+        with ThreadPoolExecutor(6) as pool:  # concurrent, so both workers take some
+            assert all(body == data for body in pool.map(download, range(60)))
+        scrapes = []
+        for _ in range(6):  # whichever worker answers, the totals are the same
+            with httpx.Client(base_url=url, timeout=30) as fresh:
+                scrapes.append(scrape(fresh.get))
+    worker_files = {p.name.split("_")[-1] for p in metrics_dirs[0].glob("*.db")}
+    assert len(worker_files) >= 2, f"only one worker wrote metrics: {worker_files}"
+    for after in scrapes:
+        assert delta(after, before, "xla_cache_hits_total", namespace="w2") == 60
+        got = delta(
+            after, before, "xla_cache_http_requests_total", route=ENTRY_ROUTE, method="GET", status="200"
+        )
+        assert got == 60
+        assert delta(after, before, "xla_cache_http_received_bytes_total", route=ENTRY_ROUTE) == 4096
+        assert after[("xla_cache_stored_bytes", (("namespace", "w2"),))] == 4096
