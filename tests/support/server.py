@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +48,13 @@ def run_server(
     workers: int = 1,
     port: int | None = None,
     startup_timeout: float = 60.0,
+    host: str = "127.0.0.1",
+    extra_args: Sequence[str] = (),
 ) -> Iterator[LiveServer]:
-    """Start ``xla-cache-server serve``, wait until ``/readyz`` answers 200, stop it afterwards."""
+    """Start ``xla-cache-server serve``, wait until ``/readyz`` answers 200, stop it afterwards.
+
+    ``host`` is where it listens (the tests reach it on 127.0.0.1 either way).
+    """
     port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / f"server-{port}.log"
@@ -58,7 +63,17 @@ def run_server(
     full_env.update(env or {})
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(SERVER_BIN), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
+            [
+                str(SERVER_BIN),
+                "serve",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                *extra_args,
+            ],
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
