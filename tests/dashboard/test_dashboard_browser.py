@@ -1,0 +1,147 @@
+"""The dashboard in headless Chromium, against a real server with auth on and a few weeks of history.
+
+A person opens ``/?token=<read token>``; the page must load with the server's numbers, draw its charts,
+and log no console error. The screenshot is kept in ``test-output/dashboard.png``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.dialects import sqlite
+
+from cache_server.index.daily import bump_daily
+from cache_server.index.db import make_engine, make_sessionmaker
+from cache_server.settings import Settings
+from tests.admin.conftest import real_entries
+from tests.conftest import sha
+from tests.dashboard.cdp import chromium_path, headless_chromium
+from tests.support.server import SERVER_BIN, LiveServer, run_server
+
+SCREENSHOT = Path(__file__).resolve().parents[2] / "test-output" / "dashboard.png"
+CHROMIUM = chromium_path()
+# Skipped on a workstation without it; on CI (scripts/test installs it) a missing browser fails the test.
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"), reason="Debian's chromium is not installed"
+)
+
+
+def make_token(data_dir: Path, name: str, role: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    env["XLA_CACHE_DATA_DIR"] = str(data_dir)
+    done = subprocess.run(
+        [str(SERVER_BIN), "token", "create", "--name", name, "--role", role],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def add_history(data_dir: Path, days: int = 20) -> None:
+    """Earlier days of the rollup, as a server running for weeks would have them."""
+    engine = make_engine(Settings(data_dir=data_dir))
+    today = dt.datetime.now(dt.timezone.utc).date()
+    try:
+        with make_sessionmaker(engine).begin() as session:
+            for back in range(1, days + 1):
+                day = today - dt.timedelta(days=back)
+                hits = 40 + 7 * (days - back)
+                bump_daily(session, sqlite.insert, "vision-tpu-v5e", day, hits=hits, misses=30 - back % 25)
+                bump_daily(session, sqlite.insert, "text-gpu", day, hits=hits // 3, misses=5 + back % 4)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    data_dir = tmp_path_factory.mktemp("dashboard")
+    tokens = {role: make_token(data_dir, f"dash-{role}", role) for role in ("read", "write", "admin")}
+    with run_server(data_dir, {"XLA_CACHE_AUTH": "on"}) as srv:
+        write = {"Authorization": f"Bearer {tokens['write']}"}
+        with httpx.Client(base_url=srv.url, headers=write, timeout=30) as http:
+            labels = {"team": "vision"}
+            assert http.put("/v1/namespaces/vision-tpu-v5e", json={"labels": labels}).status_code == 201
+            for key, data in real_entries().items():
+                headers = {"X-Content-SHA256": sha(data), "X-Compile-Time-Ms": "42000"}
+                assert http.put(
+                    f"/v1/namespaces/vision-tpu-v5e/entries/{key}", content=data, headers=headers
+                ).is_success
+            for i in range(5):
+                data = os.urandom(200_000 + 50_000 * i)
+                response = http.put(
+                    f"/v1/namespaces/text-gpu/entries/{i}",
+                    content=data,
+                    headers={"X-Content-SHA256": sha(data)},
+                )
+                assert response.status_code == 201
+            first = next(iter(real_entries()))
+            for _ in range(4):
+                assert http.get(f"/v1/namespaces/vision-tpu-v5e/entries/{first}").status_code == 200
+            assert http.get("/v1/namespaces/text-gpu/entries/nope").status_code == 404
+            admin = {"Authorization": f"Bearer {tokens['admin']}"}
+            for _ in range(100):  # the entries are parsed in the background
+                if http.get("/admin/stats", headers=admin).json()["top_graphs"]:
+                    break
+                time.sleep(0.1)
+        add_history(data_dir)
+        yield srv, tokens
+
+
+def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer, dict[str, str]]) -> None:
+    srv, tokens = server
+    assert CHROMIUM is not None
+    with headless_chromium(CHROMIUM) as browser:
+        browser.open(f"{srv.url}/?token={tokens['read']}")  # how a person opens it: the link they were given
+        browser.wait_for("document.body && document.body.dataset.loaded === 'true'")
+        assert browser.evaluate("location.href") == f"{srv.url}/"  # the token left the address bar
+        page = browser.evaluate(
+            """(() => {
+              const count = (sel) => document.querySelectorAll(sel).length;
+              const box = (sel) => { const r = document.querySelector(sel).getBoundingClientRect();
+                                     return [r.width, r.height]; };
+              const total = (label) => document.querySelector(`[data-total="${label}"]`).textContent;
+              return {
+                entries: total("Entries stored"), hitRate: total("Hit rate"),
+                saved: total("Compile time saved"),
+                hitBars: count("#hits-chart rect.bar-hit"), missBars: count("#hits-chart rect.bar-miss"),
+                rateLine: document.querySelector("#hits-chart path.rate-line")?.getAttribute("d") ?? "",
+                hitsBox: box("#hits-chart svg"), nsBars: count("#ns-chart rect.bar-bytes"),
+                nsBox: box("#ns-chart svg"), graphBars: count("#graphs-chart rect.bar-variants"),
+                graphRows: [...document.querySelectorAll("#graphs-table tbody tr")].map(
+                  (tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
+                nsRows: [...document.querySelectorAll("#ns-table tbody tr td:first-child")].map(
+                  (td) => td.textContent),
+                error: document.getElementById("error").hidden,
+              };
+            })()"""
+        )
+        browser.screenshot(SCREENSHOT)
+        browser.evaluate("1")  # take in any event still on its way
+        errors = list(browser.errors)
+    assert page["entries"] == "9"
+    assert page["hitRate"] == "80.0 %"  # 4 hits, 1 miss
+    assert page["saved"] == "2.8 min"  # 4 hits x 42 s
+    assert page["hitBars"] == 21 and page["missBars"] == 21  # 20 days of history and today
+    assert page["rateLine"].count("L") == 20  # one point a day
+    assert page["hitsBox"][0] > 600 and page["hitsBox"][1] > 150
+    assert page["nsBars"] == 2 and page["nsBox"][1] > 20
+    assert page["graphBars"] == 2
+    assert page["graphRows"][0] == ["SyncTensorsGraph.15", "vision-tpu-v5e", "3"]
+    assert page["nsRows"] == ["text-gpu", "vision-tpu-v5e"]  # largest first
+    assert page["error"] is True  # the error box stayed hidden
+    assert errors == []
+    assert SCREENSHOT.stat().st_size > 20_000
+    assert (
+        json.loads(httpx.get(f"{srv.url}/dashboard/data").text)["error"] == "unauthorized"
+    )  # no cookie here
