@@ -36,75 +36,78 @@ def assert_unavailable(response: httpx.Response, code: str) -> None:
     assert body["detail"].endswith(".") and "Traceback" not in body["detail"]
 
 
-def wait_ready(server: LiveServer) -> None:
+def wait_ready(api: httpx.Client) -> None:
     deadline = time.monotonic() + 30
-    while httpx.get(f"{server.url}/readyz", timeout=30).status_code != 200:
+    while api.get("/readyz").status_code != 200:
         assert time.monotonic() < deadline, "the server did not become ready again by itself"
         time.sleep(0.2)
 
 
-def put_new(server: LiveServer, key: str) -> httpx.Response:
+def put_new(api: httpx.Client, key: str) -> httpx.Response:
     data = key.encode() * 1000
-    return httpx.put(
-        f"{server.url}/v1/namespaces/ns/entries/{key}",
-        content=data,
-        headers={"X-Content-SHA256": sha(data)},
-        timeout=30,
-    )
+    return api.put(f"/v1/namespaces/ns/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)})
 
 
 @pytest.fixture
-def postgres_behind_proxy(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServer, TcpProxy]]:
+def postgres_behind_proxy(
+    deployment: Deployment, tmp_path: Path
+) -> Iterator[tuple[httpx.Client, LiveServer, TcpProxy]]:
+    """A server with auth on, whose PostgreSQL is reached through a proxy: every request needs the index."""
     migrated = cli(deployment, tmp_path / "migrate", "migrate")
     assert migrated.returncode == 0, migrated.stderr
+    created = cli(deployment, tmp_path / "migrate", "token", "create", "--name", "ci", "--role", "write")
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
     url = make_url(deployment.database_url)
     with tcp_proxy(url.host or "127.0.0.1", url.port or 5432) as proxy:
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-        env = deployment.env(XLA_CACHE_DATABASE_URL=proxied, XLA_CACHE_DB_CONNECT_TIMEOUT="2")
-        with run_server(tmp_path / "server", env) as server:
-            yield server, proxy
+        env = deployment.env(
+            XLA_CACHE_DATABASE_URL=proxied, XLA_CACHE_DB_CONNECT_TIMEOUT="2", XLA_CACHE_AUTH="on"
+        )
+        with (
+            run_server(tmp_path / "server", env) as server,
+            httpx.Client(
+                base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            ) as api,
+        ):
+            yield api, server, proxy
 
 
 @pytest.mark.parametrize("deployment", ["postgresql-local"], indirect=True)
-def test_postgresql_outage(postgres_behind_proxy: tuple[LiveServer, TcpProxy]) -> None:
-    server, proxy = postgres_behind_proxy
-    assert (
-        httpx.put(f"{server.url}{ENTRY}", content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code
-        == 201
-    )
+def test_postgresql_outage(postgres_behind_proxy: tuple[httpx.Client, LiveServer, TcpProxy]) -> None:
+    api, server, proxy = postgres_behind_proxy
+    assert api.put(ENTRY, content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code == 201
 
     for outage in (proxy.refuse, proxy.blackhole):
         outage()
-        ready = httpx.get(f"{server.url}/readyz", timeout=30)
+        ready = api.get("/readyz")
         assert_unavailable(ready, "index_unavailable")
         assert "index database cannot be reached" in ready.json()["detail"]
-        assert_unavailable(httpx.get(f"{server.url}{ENTRY}", timeout=30), "index_unavailable")
-        assert_unavailable(put_new(server, "5678"), "index_unavailable")
-        assert_unavailable(
-            httpx.get(f"{server.url}/v1/namespaces/ns/manifest", timeout=30), "index_unavailable"
-        )
-        assert_unavailable(
-            httpx.post(f"{server.url}/v1/namespaces/ns/missing", json={"keys": ["1"]}, timeout=30),
-            "index_unavailable",
-        )
-        assert httpx.get(f"{server.url}/healthz").status_code == 200  # alive, only not ready
+        assert_unavailable(api.get(ENTRY), "index_unavailable")  # the token check needs the index too
+        assert_unavailable(put_new(api, "5678"), "index_unavailable")
+        assert_unavailable(api.get("/v1/namespaces/ns/manifest"), "index_unavailable")
+        assert_unavailable(api.post("/v1/namespaces/ns/missing", json={"keys": ["1"]}), "index_unavailable")
+        assert api.get("/healthz").status_code == 200  # alive, only not ready
 
         proxy.forward()
-        wait_ready(server)
-        assert httpx.get(f"{server.url}{ENTRY}").content == DATA
-        assert httpx.get(f"{server.url}/v1/namespaces/ns").json()["entries"] >= 1
+        wait_ready(api)
+        assert api.get(ENTRY).content == DATA
+        assert api.get("/v1/namespaces/ns").json()["entries"] >= 1
 
-    assert put_new(server, "5678").status_code == 201
+    assert put_new(api, "5678").status_code == 201
+    assert httpx.get(f"{server.url}{ENTRY}").status_code == 401  # auth was on all along
     # The hits of the reads between the outages were kept through failed flushes, not lost.
     deadline = time.monotonic() + 20
-    while (hits := httpx.get(f"{server.url}/v1/namespaces/ns").json()["hits"]) != 2:
+    while (hits := api.get("/v1/namespaces/ns").json()["hits"]) != 2:
         assert time.monotonic() < deadline, f"{hits} hits counted, not 2"
         time.sleep(0.1)
     assert "unhandled error" not in server.log()
 
 
 @pytest.fixture
-def bucket_behind_proxy(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServer, TcpProxy]]:
+def bucket_behind_proxy(
+    deployment: Deployment, tmp_path: Path
+) -> Iterator[tuple[httpx.Client, LiveServer, TcpProxy]]:
     emulator = urlparse(deployment.extra_env["STORAGE_EMULATOR_HOST"])
     with tcp_proxy(emulator.hostname or "127.0.0.1", emulator.port or 80) as proxy:
         env = deployment.env(
@@ -112,30 +115,30 @@ def bucket_behind_proxy(deployment: Deployment, tmp_path: Path) -> Iterator[tupl
             XLA_CACHE_STORAGE_TIMEOUT="2",
             XLA_CACHE_STORAGE_RETRIES="1",
         )
-        with run_server(tmp_path / "server", env) as server:
-            yield server, proxy
+        with (
+            run_server(tmp_path / "server", env) as server,
+            httpx.Client(base_url=server.url, timeout=60) as api,
+        ):
+            yield api, server, proxy
 
 
 @pytest.mark.parametrize("deployment", ["sqlite-gcs"], indirect=True)
-def test_storage_outage(bucket_behind_proxy: tuple[LiveServer, TcpProxy]) -> None:
-    server, proxy = bucket_behind_proxy
-    assert (
-        httpx.put(f"{server.url}{ENTRY}", content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code
-        == 201
-    )
+def test_storage_outage(bucket_behind_proxy: tuple[httpx.Client, LiveServer, TcpProxy]) -> None:
+    api, server, proxy = bucket_behind_proxy
+    assert api.put(ENTRY, content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code == 201
 
     for outage in (proxy.refuse, proxy.blackhole):
         outage()
-        ready = httpx.get(f"{server.url}/readyz", timeout=60)
+        ready = api.get("/readyz")
         assert_unavailable(ready, "storage_unavailable")
         assert "Google Cloud Storage" in ready.json()["detail"]
-        assert_unavailable(httpx.get(f"{server.url}{ENTRY}", timeout=60), "storage_unavailable")
-        assert_unavailable(put_new(server, "5678"), "storage_unavailable")
-        assert httpx.get(f"{server.url}/healthz").status_code == 200
+        assert_unavailable(api.get(ENTRY), "storage_unavailable")
+        assert_unavailable(put_new(api, "5678"), "storage_unavailable")
+        assert api.get("/healthz").status_code == 200
 
         proxy.forward()
-        wait_ready(server)
-        assert httpx.get(f"{server.url}{ENTRY}").content == DATA
+        wait_ready(api)
+        assert api.get(ENTRY).content == DATA
 
-    assert put_new(server, "5678").status_code == 201
+    assert put_new(api, "5678").status_code == 201
     assert "unhandled error" not in server.log()
