@@ -65,6 +65,7 @@ MULTIPART_LIMIT = 8 * MIB
 DEFAULT_CHUNK_SIZE = 16 * MIB
 READ_CHUNK = MIB
 MAX_SIGNED_URL_SECONDS = 7 * 24 * 3600  # the V4 limit
+READY_TIMEOUT_SECONDS = 5.0
 EMULATOR_PROJECT = "xla-cache-emulator"
 _CHUNK_MULTIPLE = 256 * 1024  # GCS wants every non-final chunk to be a multiple of this
 _SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
@@ -683,7 +684,10 @@ class GcsBlobStore:
             raise self._unavailable("list", exc) from exc
 
     def check(self) -> None:
-        """List at most one object under the prefix: needs only object permissions, like everything else."""
+        """List at most one object under the prefix: needs only object permissions, like everything else.
+
+        One attempt with a short timeout: readiness must answer quickly, not after the retry policy.
+        """
         try:
             next(
                 iter(
@@ -691,8 +695,8 @@ class GcsBlobStore:
                         self._bucket,
                         prefix=self._object_prefix,
                         max_results=1,
-                        retry=self._retry,
-                        timeout=self._timeout,
+                        retry=None,
+                        timeout=min(self._timeout, READY_TIMEOUT_SECONDS),
                     )
                 ),
                 None,

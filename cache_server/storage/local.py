@@ -138,7 +138,8 @@ class LocalBlobStore:
             _fsync_dir(final.parent)
             return True
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            # ENOENT: the blob directory itself was removed under us (readyz reports it too).
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ENOENT):
                 raise StorageUnavailable(
                     f"The local blob directory cannot be written: {exc.strerror}."
                 ) from exc

@@ -69,4 +69,7 @@ def test_health_and_readiness(client: TestClient, service: CacheService) -> None
     not_ready = client.get("/readyz")
     assert not_ready.status_code == 503
     assert not_ready.json()["error"] == "storage_unavailable"
+    upload = client.put("/v1/namespaces/ns1/entries/k", content=b"x", headers={"X-Content-SHA256": sha(b"x")})
+    assert upload.status_code == 503
+    assert upload.json()["error"] == "storage_unavailable"
     assert client.get("/healthz").status_code == 200

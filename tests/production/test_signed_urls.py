@@ -24,7 +24,7 @@ from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from tests.conftest import sha
-from tests.storage.test_gcs_setup import key_info, verify_v4
+from tests.support.gcs_keys import key_info, verify_v4
 
 NS = "tpu-v5e-8"
 EXPIRES = 120
