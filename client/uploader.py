@@ -8,7 +8,8 @@ sample for it, the compile time.
 
 The uploader never raises into the job and warns at most once per outage. At interpreter exit it makes one
 last pass within a bound; it skips that pass when the server did not answer its last call (a server that is
-down or hangs must not cost the job a second timeout) and says how to push the entries later.
+down or hangs must not cost the job a second timeout; so does an explicit flush) and says how to push the
+entries later.
 """
 
 from __future__ import annotations
@@ -155,19 +156,25 @@ class Uploader:
     # -- public -------------------------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None, *, at_exit: bool = False) -> UploadReport:
-        """Upload every complete entry now, within ``timeout`` seconds; returns the running totals."""
+        """Upload every complete entry now, within ``timeout`` seconds; returns the running totals.
+
+        While the server does not answer (its last call was refused or timed out), this returns at once
+        instead of waiting on it again: the background thread keeps retrying off the job's path, and a
+        job never pays more than one timeout for an unresponsive server.
+        """
         started = time.monotonic()
         bound = self.timeout if timeout is None else timeout
         self.check_deserialize_failures()
         if self.api is None:
             return self._snapshot(started)
-        if at_exit and self._failing and self._last_failure_unavailable:
+        if self._failing and self._last_failure_unavailable:
             pending = self._pending_count()
             if pending:
                 logger.info(
-                    "xla-cache: not uploading %d new entries at exit: the server did not answer its last "
-                    "call; upload them later with `xla-cache push --cache-dir %s --namespace %s`",
+                    "xla-cache: not uploading %d new entries %s: the server did not answer its last call; "
+                    "upload them later with `xla-cache push --cache-dir %s --namespace %s`",
                     pending,
+                    "at exit" if at_exit else "now",
                     self.directory.parent,
                     self.namespace,
                 )

@@ -1,0 +1,135 @@
+"""A training-like job for the end-to-end tests: a dynamic fuse-embedding step, one graph per shape.
+
+Like the user's multimodal model: image tokens and text tokens of varying counts are embedded, concatenated
+and padded to a fixed length. Every (image count, text count) pair is a new XLA graph. The job warms the
+cache with ``client.warm()`` first (unless ``--no-warm``), runs the shapes, flushes uploads, and prints one
+JSON line: torch_xla's cache counters, the warm and upload reports, and a digest of every output.
+
+    python tests/e2e/fuse_job.py --server URL --cache-dir DIR --shapes 60 [--spmd] [--corrupt-local]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
+
+import client
+
+PATCHES_PER_IMAGE = 4
+EMBED_DIM = 32
+VOCAB = 97
+SEQ_LEN = 64
+
+
+def shapes(count: int) -> list[tuple[int, int]]:
+    """``count`` distinct (images, text tokens) pairs that fit in SEQ_LEN."""
+    pairs = [(images, text) for text in range(1, 41) for images in range(0, 6)]
+    return pairs[:count]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server")
+    parser.add_argument("--cache-dir", required=True)
+    parser.add_argument("--shapes", type=int, default=60)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--spmd", action="store_true")
+    parser.add_argument("--no-warm", action="store_true", help="initialize the cache directly (baseline)")
+    parser.add_argument("--corrupt-local", action="store_true", help="damage the warmed files before running")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    import numpy as np
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    if args.spmd:
+        xr.use_spmd()
+
+    started = time.monotonic()
+    if args.no_warm:
+        xr.initialize_cache(args.cache_dir, readonly=False)
+        warm_report = None
+    else:
+        warm_report = client.warm(args.server, args.cache_dir, timeout=args.timeout)
+    warm_seconds = time.monotonic() - started
+    if args.corrupt_local and warm_report is not None:
+        for item in Path(warm_report.cache_dir).iterdir():
+            if not item.name.startswith("."):
+                item.write_bytes(b"not an executable" * 10)
+
+    device = torch_xla.device()
+    mesh = None
+    if args.spmd:
+        import torch_xla.distributed.spmd as xs
+
+        count = xr.global_runtime_device_count()
+        mesh = xs.Mesh(np.arange(count), (1, count), ("data", "model"))
+
+    generator = torch.Generator().manual_seed(1234)
+    table_cpu = torch.randn(VOCAB, EMBED_DIM, generator=generator)
+    projection_cpu = torch.randn(EMBED_DIM, EMBED_DIM, generator=generator)
+    table = table_cpu.to(device)
+    projection = projection_cpu.to(device)
+    if mesh is not None:
+        import torch_xla.distributed.spmd as xs
+
+        xs.mark_sharding(table, mesh, (None, "model"))
+
+    digests = []
+    for images, text in shapes(args.shapes):
+        patches = torch.randn(images * PATCHES_PER_IMAGE, EMBED_DIM, generator=generator).to(device)
+        token_ids = torch.randint(0, VOCAB, (text,), generator=generator).to(device)
+        image_embeddings = patches @ projection
+        text_embeddings = table[token_ids]
+        fused = torch.cat([image_embeddings, text_embeddings], dim=0)
+        padded = torch.nn.functional.pad(fused, (0, 0, 0, SEQ_LEN - fused.shape[0]))
+        if mesh is not None:
+            import torch_xla.distributed.spmd as xs
+
+            xs.mark_sharding(padded, mesh, (None, "model"))
+        xm.mark_step()
+        digests.append(hashlib.sha256(padded.cpu().numpy().tobytes()).hexdigest())
+
+    upload = client.flush()
+    import torch_xla.debug.metrics as met
+
+    counters = {
+        name: int(met.counter_value(name) or 0)
+        for name in (
+            "PersistentCacheHit",
+            "PersistentCacheMiss",
+            "UncachedCompile",
+            "PersistentCacheDeserializeFailure",
+        )
+    }
+    print(
+        json.dumps(
+            {
+                "counters": counters,
+                "graphs": len(digests),
+                "digests": digests,
+                "warm": warm_report.as_dict() if warm_report else None,
+                "warm_seconds": warm_seconds,
+                "upload": upload.__dict__,
+                "pid": os.getpid(),
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""End to end: a real server, real torch_xla 2.7 jobs on CPU, the user's dynamic fuse-embedding step.
+
+Job 1 compiles one graph per shape and uploads; its cache directory is wiped; job 2 warms and runs the same
+shapes: every graph comes from the persistent cache, none is compiled, and the outputs are identical.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job
+from tests.support.server import LiveServer
+
+pytestmark = pytest.mark.e2e
+
+SHAPES = FIRST_JOB_SHAPES
+
+
+def test_first_job_compiles_every_shape_and_uploads_it(first_job: tuple[JobResult, Path]) -> None:
+    result, cache = first_job
+    assert result.data["graphs"] == SHAPES >= 50
+    assert result.counters["UncachedCompile"] == SHAPES
+    assert result.counters["PersistentCacheHit"] == 0
+    assert result.data["upload"]["uploaded"] == SHAPES
+    assert result.warm["errors"] == []
+    entries = [p for p in Path(result.warm["cache_dir"]).iterdir() if not p.name.startswith(".")]
+    assert len(entries) == SHAPES
+    assert Path(result.warm["cache_dir"]).parent == cache
+    fingerprint = result.warm["fingerprint"]
+    assert fingerprint["torch_xla_version"] == "2.7.0"
+    assert fingerprint["torch_version"].startswith("2.7.0")
+    assert len(fingerprint["torch_xla_git"]) == 40 and len(fingerprint["torch_git"]) == 40
+    assert (fingerprint["device_type"], fingerprint["device_kind"]) == ("CPU", "cpu")
+    assert (fingerprint["global_device_count"], fingerprint["process_count"]) == (1, 1)
+    assert (fingerprint["spmd"], fingerprint["process_index"]) == (False, 0)
+    assert result.cache_warnings() == []
+
+
+def test_second_job_after_a_wipe_compiles_nothing(
+    live_server: LiveServer, first_job: tuple[JobResult, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, cache = first_job
+    shutil.rmtree(cache)
+    second = run_job(["--server", live_server.url, "--cache-dir", str(cache), "--shapes", str(SHAPES)])
+    assert second.warm["namespace"] == first.warm["namespace"]
+    assert (second.warm["downloaded_entries"], second.warm["errors"]) == (SHAPES, [])
+    assert second.counters["PersistentCacheHit"] == first.data["graphs"] == SHAPES
+    assert second.counters["UncachedCompile"] == 0
+    assert second.counters["PersistentCacheDeserializeFailure"] == 0
+    assert second.data["digests"] == first.data["digests"]
+    assert second.data["upload"]["uploaded"] == 0  # nothing new to send
+    assert second.cache_warnings() == []
+    with capsys.disabled():
+        print(
+            f"\n[measured] warm of {SHAPES} entries ({second.warm['downloaded_bytes']} bytes): "
+            f"{second.warm['server_seconds']:.3f} s with the server, "
+            f"{second.data['warm_seconds']:.3f} s in all"
+        )
+
+
+def test_spmd_over_four_cpu_devices(live_server: LiveServer, tmp_path: Path) -> None:
+    env = {"CPU_NUM_DEVICES": "4"}
+    args = ["--server", live_server.url, "--cache-dir", str(tmp_path / "cache"), "--shapes", "50", "--spmd"]
+    first = run_job(args, env)
+    fingerprint = first.warm["fingerprint"]
+    assert (fingerprint["spmd"], fingerprint["global_device_count"], fingerprint["process_index"]) == (
+        True,
+        4,
+        None,
+    )
+    assert first.counters["UncachedCompile"] == 50 and first.data["upload"]["uploaded"] == 50
+    shutil.rmtree(tmp_path / "cache")
+    second = run_job(args, env)
+    assert second.warm["namespace"] == first.warm["namespace"]
+    assert second.warm["downloaded_entries"] == 50
+    assert second.counters["PersistentCacheHit"] == 50
+    assert second.counters["UncachedCompile"] == 0
+    assert second.data["digests"] == first.data["digests"]
+
+
+def test_other_xla_flags_land_in_another_namespace_and_warm_nothing(
+    live_server: LiveServer, first_job: tuple[JobResult, Path], tmp_path: Path
+) -> None:
+    first, _ = first_job
+    other = run_job(
+        ["--server", live_server.url, "--cache-dir", str(tmp_path), "--shapes", "10"],
+        {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
+    )
+    assert other.warm["namespace"] != first.warm["namespace"]
+    assert other.warm["fingerprint"]["xla_flags_digest"] != first.warm["fingerprint"]["xla_flags_digest"]
+    assert (other.warm["manifest_entries"], other.warm["downloaded_entries"]) == (0, 0)
+    assert other.counters["PersistentCacheHit"] == 0
+    assert other.counters["UncachedCompile"] == 10
+
+
+def test_cli_warm_prepares_a_directory_torch_xla_hits(
+    live_server: LiveServer, first_job: tuple[JobResult, Path], tmp_path: Path
+) -> None:
+    first, _ = first_job
+    done = run_cli(["warm", "--server", live_server.url, "--cache-dir", str(tmp_path), "--json"])
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["namespace"] == first.warm["namespace"]
+    assert report["downloaded_entries"] == SHAPES and report["errors"] == []
+    job = run_job(["--no-warm", "--cache-dir", report["cache_dir"], "--shapes", "10"])
+    assert job.counters["PersistentCacheHit"] == 10
+    assert job.counters["UncachedCompile"] == 0
+    assert job.data["digests"] == first.data["digests"][:10]
+
+
+def test_entries_torch_xla_cannot_load_give_one_clear_warning(
+    live_server: LiveServer, first_job: tuple[JobResult, Path], tmp_path: Path
+) -> None:
+    """What torch_xla 2.8/2.9 do to every entry, simulated on 2.7 by damaging the warmed files."""
+    first, _ = first_job
+    job = run_job(
+        ["--server", live_server.url, "--cache-dir", str(tmp_path), "--shapes", "10", "--corrupt-local"]
+    )
+    assert job.counters["PersistentCacheDeserializeFailure"] == 10
+    assert job.counters["UncachedCompile"] == 10
+    assert job.data["digests"] == first.data["digests"][:10]  # training went on
+    warnings = job.cache_warnings()
+    assert len(warnings) == 1
+    # The background watcher may see the counter before the last of the 10 failures: it warns once.
+    assert re.search(r"failed to load \d+ entries", warnings[0])
+    assert "PersistentCacheDeserializeFailure" in warnings[0]
+    assert "xla-cache doctor" in warnings[0]
+
+
+def test_doctor_says_this_torch_xla_loads_its_own_entries(live_server: LiveServer) -> None:
+    done = run_cli(["doctor", "--server", live_server.url, "--json"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["loads_own_entries"] is True
+    assert report["torch_xla_version"] == "2.7.0"
+    assert report["second_run"]["counters"]["PersistentCacheHit"] == report["second_run"]["graphs"] == 3
+    assert report["second_run"]["counters"]["UncachedCompile"] == 0
+    assert report["server_ready"] is True
+
+
+TOO_LATE = """
+import torch, torch_xla, torch_xla.core.xla_model as xm
+import client
+x = torch.ones(3, device=torch_xla.device()) * 2
+xm.mark_step()
+try:
+    client.warm("http://127.0.0.1:9", sys.argv[1])
+except client.CacheAlreadyInitialized as exc:
+    print("refused:", exc)
+"""
+
+
+def test_warm_after_the_first_graph_is_a_clear_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + TOO_LATE, str(tmp_path)],
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: torch_xla already compiled a graph" in done.stdout
+    assert "before the first step" in done.stdout
