@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cache_server import metrics
@@ -26,7 +26,7 @@ from cache_server.storage.base import BlobStore, blob_name
 __all__ = ["BATCH", "EvictionResult", "Evictor"]
 
 log = logging.getLogger(__name__)
-BATCH = 1000  # rows per delete transaction
+BATCH = 5000  # rows per delete transaction
 BLOB_DELETERS = 8  # concurrent blob deletes (one HTTP call each on GCS)
 
 
@@ -107,10 +107,12 @@ class Evictor:
         """Remove a namespace: its entries (rows, then blobs, in batches) and then its row."""
         check_namespace(namespace)
         result = EvictionResult()
-        while page := self._repository.keys_page(namespace, after=None, limit=BATCH):
-            removed = self._remove([(namespace, key) for key, _ in page], evicted=False)
-            result.evicted += len(removed)
-            result.freed_bytes += sum(size for _, _, size in removed)
+        with _BlobDeleter(self._store) as blobs:
+            while page := self._repository.keys_page(namespace, after=None, limit=BATCH):
+                removed = self._delete_rows([(namespace, key) for key, _ in page], evicted=False)
+                blobs.delete(removed)
+                result.evicted += len(removed)
+                result.freed_bytes += sum(size for _, _, size in removed)
         self._repository.drop_namespace_row(namespace)
         return result
 
@@ -160,37 +162,35 @@ class Evictor:
     def _run(self, victims: Iterable[EntryRef], *, dry_run: bool, list_limit: int) -> EvictionResult:
         result = EvictionResult(dry_run=dry_run)
         batch: list[EntryRef] = []
+        with _BlobDeleter(self._store) as blobs:
 
-        def flush() -> None:
-            if dry_run:
-                result.evicted += len(batch)
-                result.freed_bytes += sum(ref.size for ref in batch)
-            else:
-                removed = self._remove([(ref.namespace, ref.key) for ref in batch], evicted=True)
-                result.evicted += len(removed)
-                result.freed_bytes += sum(size for _, _, size in removed)
-            batch.clear()
+            def flush() -> None:
+                if dry_run:
+                    result.evicted += len(batch)
+                    result.freed_bytes += sum(ref.size for ref in batch)
+                else:
+                    removed = self._delete_rows([(ref.namespace, ref.key) for ref in batch], evicted=True)
+                    blobs.delete(removed)
+                    result.evicted += len(removed)
+                    result.freed_bytes += sum(size for _, _, size in removed)
+                batch.clear()
 
-        for ref in victims:
-            if len(result.entries) < list_limit:
-                result.entries.append(ref)
-            else:
-                result.listed_all = False
-            batch.append(ref)
-            if len(batch) >= BATCH:
-                flush()
-        flush()
+            for ref in victims:
+                if len(result.entries) < list_limit:
+                    result.entries.append(ref)
+                else:
+                    result.listed_all = False
+                batch.append(ref)
+                if len(batch) >= BATCH:
+                    flush()
+            flush()
         return result
 
-    def _remove(self, refs: Sequence[tuple[str, str]], *, evicted: bool) -> list[tuple[str, str, int]]:
-        """Rows first (one transaction), then the blobs of the rows this call really deleted."""
+    def _delete_rows(self, refs: Sequence[tuple[str, str]], *, evicted: bool) -> list[tuple[str, str, int]]:
+        """Delete rows (one transaction); returns those this call really deleted, whose blobs may go now."""
         if not refs:
             return []
         removed = self._repository.delete_entries(refs, evicted=evicted)
-        with ThreadPoolExecutor(BLOB_DELETERS, thread_name_prefix="xla-cache-evict") as pool:
-            failures = sum(not ok for ok in pool.map(self._delete_blob, removed))
-        if failures:
-            log.warning("%d blobs could not be deleted; gc will remove them", failures)
         if evicted:
             counts: Counter[str] = Counter()
             sizes: Counter[str] = Counter()
@@ -202,11 +202,46 @@ class Evictor:
                 metrics.EVICTED_BYTES.labels(namespace).inc(sizes[namespace])
         return removed
 
-    def _delete_blob(self, item: tuple[str, str, int]) -> bool:
-        namespace, key, _ = item
+
+class _BlobDeleter:
+    """Deletes blobs of rows already deleted, in a few threads, while the next batch of rows is deleted.
+
+    Each thread gets a slice of a batch (a task per blob would cost more than a local unlink). At most two
+    batches are in flight; leaving the ``with`` block waits for all of them.
+    """
+
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+        self._pool = ThreadPoolExecutor(BLOB_DELETERS, thread_name_prefix="xla-cache-evict")
+        self._pending: list[Future[int]] = []
+        self.failures = 0
+
+    def delete(self, removed: Sequence[tuple[str, str, int]]) -> None:
+        self._wait()  # the batch before this one
+        slices = [removed[i::BLOB_DELETERS] for i in range(min(BLOB_DELETERS, len(removed)))]
+        self._pending = [self._pool.submit(self._delete_all, part) for part in slices]
+
+    def _wait(self) -> None:
+        self.failures += sum(future.result() for future in self._pending)
+        self._pending = []
+
+    def _delete_all(self, items: Sequence[tuple[str, str, int]]) -> int:
+        failures = 0
+        for namespace, key, _ in items:
+            try:
+                self._store.delete(blob_name(namespace, key))
+            except CacheError as exc:
+                failures += 1
+                log.warning("could not delete blob %s/%s: %s", namespace, key, exc.detail)
+        return failures
+
+    def __enter__(self) -> _BlobDeleter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         try:
-            self._store.delete(blob_name(namespace, key))
-        except CacheError as exc:
-            log.warning("could not delete blob %s/%s: %s", namespace, key, exc.detail)
-            return False
-        return True
+            self._wait()
+        finally:
+            self._pool.shutdown()
+        if self.failures:
+            log.warning("%d blobs could not be deleted; gc will remove them", self.failures)

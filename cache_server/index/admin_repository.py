@@ -232,9 +232,7 @@ class AdminRepository(IndexRepository):
         return groups
 
     # -- eviction ---------------------------------------------------------------------------------------
-    def iter_lru(
-        self, *, namespace: str | None = None, accessed_before: dt.datetime | None = None
-    ) -> Iterator[EntryRef]:
+    def iter_lru(self, *, namespace: str | None = None) -> Iterator[EntryRef]:
         """Entries least recently used first, streamed from one read transaction.
 
         The caller may delete what it has seen while it iterates (other transactions; WAL on SQLite).
@@ -245,10 +243,9 @@ class AdminRepository(IndexRepository):
         )
         if namespace is not None:
             stmt = stmt.where(Entry.namespace == namespace)
-        if accessed_before is not None:
-            stmt = stmt.where(Entry.last_access_at < accessed_before)
         with self._tx() as session:
-            for row in session.execute(stmt.execution_options(yield_per=1000)):
+            # Core rows straight off the cursor: this may stream millions of them.
+            for row in session.connection().execute(stmt.execution_options(yield_per=2000)):
                 yield EntryRef(*row)
 
     def delete_entries(self, refs: Iterable[tuple[str, str]], *, evicted: bool) -> list[tuple[str, str, int]]:

@@ -1,0 +1,104 @@
+"""Benchmark: evicting 100,000 entries, and what /metrics and /admin/stats cost on an index that size.
+
+Prints figures measured in one run on this machine (no pass/fail). Setup (writing the blobs and rows) is
+not measured; blobs are written by the real local store with fsync skipped, to set up faster.
+
+    uv run python bench/eviction.py [--entries 100000] [--size 256] [--database-url postgresql://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cache_server.admin import AdminService
+from cache_server.app import build_service
+from cache_server.index.repository import EntryRecord
+from cache_server.metrics import StoredCollector, render
+from cache_server.migrate import upgrade
+from cache_server.settings import Settings
+from cache_server.storage.base import blob_name
+
+NAMESPACES = 8
+
+
+def populate(admin: AdminService, entries: int, size: int) -> None:
+    store = admin.service.store
+    data = b"x" * size
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
+    records = []
+    with mock.patch("os.fsync"):  # setup only: the blobs are real files in the real layout
+        for i in range(entries):
+            namespace, key = f"ns{i % NAMESPACES}", f"{i:012d}"
+            store.put(blob_name(namespace, key), [data], {"sha256": "0" * 64})
+            records.append(
+                EntryRecord(namespace, key, size, "0" * 64, created_at=start + dt.timedelta(milliseconds=i))
+            )
+    admin.repository.add_missing_entries(records)
+
+
+def timed(label: str, work: object, repeat: int = 1) -> object:
+    result = None
+    start = time.perf_counter()
+    for _ in range(repeat):
+        result = work()  # type: ignore[operator]
+    seconds = (time.perf_counter() - start) / repeat
+    print(f"{label:<52} {seconds * 1000:10.1f} ms")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=256, help="bytes per entry")
+    parser.add_argument("--database-url", default="", help="default: SQLite in a temporary directory")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(data_dir=Path(tmp), database_url=args.database_url)
+        upgrade(settings)
+        service = build_service(settings)
+        admin = AdminService(settings, service)
+        try:
+            where = settings.resolved_database_url.split("@")[-1]
+            print(f"index: {where}, store: local directory, CPUs: {os.cpu_count()}")
+            start = time.perf_counter()
+            populate(admin, args.entries, args.size)
+            print(
+                f"setup: {args.entries} entries of {args.size} B in {NAMESPACES} namespaces "
+                f"({time.perf_counter() - start:.1f} s, not part of the figures)"
+            )
+            collector = StoredCollector(admin.repository.stored_by_namespace)
+            timed(
+                "GET /metrics body (stored gauges read from the index)", lambda: render(collector), repeat=5
+            )
+            timed("GET /admin/stats report", lambda: admin.stats(), repeat=5)
+            dry = timed(
+                "evict dry run, everything (lists 1000)", lambda: admin.evict(max_total_bytes=0, dry_run=True)
+            )
+            assert dry.evicted == args.entries  # type: ignore[attr-defined]
+            start = time.perf_counter()
+            result = admin.evict(max_total_bytes=0)
+            seconds = time.perf_counter() - start
+            assert result.evicted == args.entries, result.evicted
+            left_rows = sum(n for n, _ in admin.repository.stored_by_namespace().values())
+            left_blobs = sum(1 for _ in service.store.list())
+            assert left_rows == 0 and left_blobs == 0, (left_rows, left_blobs)
+            label = f"evict {args.entries} entries (rows, then blobs)"
+            print(f"{label:<52} {seconds * 1000:10.1f} ms   = {args.entries / seconds:,.0f} entries/s")
+            print(
+                f"after: {left_rows} rows, {left_blobs} blobs left; evictions counted: "
+                f"{admin.stats().totals.evictions}"
+            )
+        finally:
+            service.stop()
+
+
+if __name__ == "__main__":
+    main()
