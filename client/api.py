@@ -285,3 +285,8 @@ class CacheApi:
         """``GET /admin/stats`` (needs an admin token when auth is on)."""
         what = "the admin stats request"
         return dict(self._json(self._call("GET", "/admin/stats", what, deadline), what))
+
+    def admin_evict(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+        """``POST /admin/evict`` (needs an admin token when auth is on)."""
+        what = "the eviction request"
+        return dict(self._json(self._call("POST", "/admin/evict", what, deadline, json=body), what))

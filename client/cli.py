@@ -1,4 +1,4 @@
-"""``xla-cache``: warm, push, stats, doctor. One function per subcommand; ``--json`` for scripts.
+"""``xla-cache``: warm, push, stats, evict, doctor. One function per subcommand; ``--json`` for scripts.
 
 Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`.
 """
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from client.admin_cli import evict_lines, parse_duration, parse_size, stats_lines
 from client.api import CacheApi
 from client.cachedir import read_fingerprint, scan
 from client.deadline import Deadline
@@ -154,11 +155,14 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """The namespace's entries, bytes and counters on the server, and the server's totals if allowed."""
-    namespace = args.namespace or namespace_id(_runtime_fingerprint(args))
+    """The namespace's entries, bytes and counters on the server, and the server's totals if allowed.
+
+    With ``--all`` only the server-wide part (no torch_xla needed): totals, namespaces, top graphs.
+    """
+    namespace = None if args.all else args.namespace or namespace_id(_runtime_fingerprint(args))
     api = CacheApi(_server(args), _token(args))
     try:
-        info = api.get_namespace(namespace, Deadline(args.timeout))
+        info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
         totals: dict[str, Any] | None
         admin_error: str | None
         try:
@@ -171,22 +175,34 @@ def cmd_stats(args: argparse.Namespace) -> int:
     finally:
         api.close()
     data: dict[str, Any] = {"namespace": info, "admin": totals, "admin_error": admin_error}
-    lines = [f"namespace  {namespace}"]
+    lines = [f"namespace  {namespace}"] if namespace else []
     for key in ("entries", "bytes", "hits", "misses", "uploads", "created_at", "last_used_at"):
         if key in info:
             lines.append(f"  {key:<12} {info[key]}")
     if totals is not None:
-        lines.append("server totals")
-        summary = totals.get("totals", totals)
-        if isinstance(summary, dict):
-            lines += [
-                f"  {key:<12} {value}"
-                for key, value in summary.items()
-                if not isinstance(value, (dict, list))
-            ]
+        lines += stats_lines(totals)
     else:
         lines.append(f"server totals unavailable ({admin_error})")
     _emit(args, data, lines)
+    return 0 if totals is not None or namespace else 1
+
+
+def cmd_evict(args: argparse.Namespace) -> int:
+    """Evict least recently used entries on the server (``--dry-run`` lists what would go)."""
+    body: dict[str, Any] = {"dry_run": args.dry_run, "namespace": args.namespace}
+    try:
+        if args.max_total_bytes is not None:
+            body["max_total_bytes"] = parse_size(args.max_total_bytes)
+        if args.older_than is not None:
+            body["older_than_seconds"] = parse_duration(args.older_than)
+    except ValueError as exc:
+        raise ClientError(str(exc)) from None
+    api = CacheApi(_server(args), _token(args))
+    try:
+        result = api.admin_evict(body, Deadline(args.timeout))
+    finally:
+        api.close()
+    _emit(args, result, evict_lines(result))
     return 0
 
 
@@ -258,7 +274,22 @@ def build_parser() -> argparse.ArgumentParser:
     _common(stats, timeout=30.0)
     stats.add_argument("--namespace", help="namespace (default: this runtime's)")
     stats.add_argument("--spmd", action="store_true", help="fingerprint the runtime with SPMD on")
+    stats.add_argument("--all", action="store_true", help="only the server-wide stats (no namespace)")
     stats.set_defaults(func=cmd_stats)
+
+    evict = sub.add_parser(
+        "evict",
+        help="evict least recently used entries on the server (admin token)",
+        description="With no limit given, the server applies its configured budgets.",
+    )
+    _common(evict, timeout=600.0)
+    evict.add_argument("--max-total-bytes", metavar="SIZE", help="keep at most this much, e.g. 500G or 10GiB")
+    evict.add_argument(
+        "--older-than", metavar="AGE", help="evict entries unused for this long, e.g. 30d or 12h"
+    )
+    evict.add_argument("--namespace", help="only this namespace (the size limit is then its own)")
+    evict.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    evict.set_defaults(func=cmd_evict)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     _common(doctor, timeout=300.0)

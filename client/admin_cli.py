@@ -1,0 +1,123 @@
+"""What ``xla-cache stats`` and ``xla-cache evict`` print, and how they read sizes and durations.
+
+The commands themselves are in :mod:`client.cli` (one function per subcommand); this module turns the
+server's ``/admin/stats`` and ``/admin/evict`` answers into lines a person reads, and parses ``10GiB`` or
+``7d`` style arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["evict_lines", "format_bytes", "format_seconds", "parse_duration", "parse_size", "stats_lines"]
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*", re.IGNORECASE)
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_POWERS = "kmgtp"
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``1234``, ``500M``, ``10GiB``, ``1.5T`` (K, M, G... are powers of 1024)."""
+    match = _SIZE.fullmatch(text)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (examples: 1000000, 500M, 10GiB)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    return int(number * 1024 ** (_POWERS.index(unit) + 1 if unit else 0))
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``3600``, ``90s``, ``30m``, ``12h``, ``7d``, ``2w``."""
+    match = _DURATION.fullmatch(text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (examples: 3600, 12h, 7d)")
+    return float(match.group(1)) * _SECONDS[match.group(2).lower()]
+
+
+def format_bytes(value: float) -> str:
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    index = 0
+    while value >= 1024 and index < len(units) - 1:
+        value /= 1024
+        index += 1
+    return f"{value:.0f} {units[index]}" if index == 0 else f"{value:.1f} {units[index]}"
+
+
+def format_seconds(value: float) -> str:
+    for limit, unit, size in ((60, "s", 1), (3600, "min", 60), (86400, "h", 3600)):
+        if value < limit:
+            return f"{value / size:.1f} {unit}"
+    return f"{value / 86400:.1f} days"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
+    return [
+        "  "
+        + "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
+    """The server's totals, a table of namespaces, and the graphs with the most shape variants."""
+    t = stats["totals"]
+    lines = [
+        "server totals",
+        f"  stored       {t['entries']:,} entries, {format_bytes(t['bytes'])}",
+        f"  hit rate     {_rate(t['hit_rate'])}  ({t['hits']:,} hits, {t['misses']:,} misses)",
+        f"  saved        {format_seconds(t['compile_seconds_saved'])} of compile time (uploaders' figures)",
+        f"  served       {format_bytes(t['bytes_served'])}",
+        f"  uploads      {t['uploads']:,}    evictions {t['evictions']:,}",
+    ]
+    namespaces = stats.get("namespaces", [])
+    if namespaces:
+        lines.append("namespaces (largest first)")
+        rows = [["namespace", "entries", "bytes", "hit rate", "hits", "misses", "saved"]]
+        rows += [
+            [
+                n["namespace"],
+                f"{n['entries']:,}",
+                format_bytes(n["bytes"]),
+                _rate(n["hit_rate"]),
+                f"{n['hits']:,}",
+                f"{n['misses']:,}",
+                format_seconds(n["compile_seconds_saved"]),
+            ]
+            for n in namespaces
+        ]
+        lines += _table(rows, right={1, 2, 3, 4, 5, 6})
+    top = stats.get("top_graphs", [])[:graphs]
+    if top:
+        lines.append("graphs with the most shape variants (each variant is one more compile)")
+        for g in top:
+            where = f"  traced at {g['source']}" if g.get("source") else ""
+            plural = "s" if g["variants"] != 1 else " "
+            lines.append(f"  {g['variants']:>4} variant{plural}  {g['module']}  [{g['namespace']}]{where}")
+            lines += [f"         e.g. {shape}" for shape in g.get("examples", [])[:2]]
+    return lines
+
+
+def evict_lines(result: dict[str, Any], *, shown: int = 20) -> list[str]:
+    """What an eviction did, or on a dry run what it would do and the first entries it would remove."""
+    count, freed = result["evicted"], format_bytes(result["freed_bytes"])
+    if not result["dry_run"]:
+        return [f"evicted {count:,} entries, freed {freed}"]
+    lines = [f"dry run: would evict {count:,} entries, freeing {freed} (nothing was removed)"]
+    keys = result.get("keys") or []
+    if keys:
+        lines.append("least recently used first:")
+        lines += [
+            f"  {k['namespace']}/{k['key']}  {format_bytes(k['size'])}  last used {k['last_access_at']}"
+            for k in keys[:shown]
+        ]
+        if count > shown:
+            lines.append(f"  ... and {count - shown:,} more")
+    return lines

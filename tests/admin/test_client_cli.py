@@ -1,0 +1,145 @@
+"""``xla-cache stats`` and ``xla-cache evict`` against a real server with auth on."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from client.admin_cli import parse_duration, parse_size
+from client.cli import main as cli_main
+from tests.admin.conftest import real_entries
+from tests.admin.test_serve_auth import server_cli
+from tests.conftest import sha
+from tests.support.server import LiveServer, run_server
+
+KIB = 1024
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    data_dir = tmp_path_factory.mktemp("cli")
+    tokens = {}
+    for role in ("read", "admin"):
+        made = server_cli(data_dir, "token", "create", "--name", f"cli-{role}", "--role", role)
+        assert made.returncode == 0, made.stderr
+        tokens[role] = made.stdout.strip()
+    with run_server(data_dir, {"XLA_CACHE_AUTH": "on"}) as srv:
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        with httpx.Client(base_url=srv.url, headers=admin, timeout=30) as http:
+            for key, data in real_entries().items():
+                headers = {"X-Content-SHA256": sha(data), "X-Compile-Time-Ms": "90000"}
+                assert http.put(
+                    f"/v1/namespaces/cpu-job/entries/{key}", content=data, headers=headers
+                ).is_success
+                assert http.get(f"/v1/namespaces/cpu-job/entries/{key}").status_code == 200
+            for i in range(10):
+                data = bytes([i]) * KIB
+                url = f"/v1/namespaces/small/entries/s{i}"
+                assert http.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+            for _ in range(100):  # the entries are parsed in the background
+                if http.get("/admin/stats").json()["top_graphs"]:
+                    break
+                time.sleep(0.1)
+        yield srv, tokens
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli_main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_stats_is_readable_and_json(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    code, out, _ = run(["stats", "--all", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    assert code == 0
+    assert "14 entries" in out  # 4 real entries and 10 small ones
+    assert "hit rate     100.0 %  (4 hits, 0 misses)" in out
+    assert "6.0 min of compile time" in out  # 4 hits x 90 s
+    assert "cpu-job" in out and "small" in out
+    assert "3 variants  SyncTensorsGraph.15  [cpu-job]" in out
+    assert "e.g. (f32[16,3], f32[2,16]) -> (f32[3])" in out
+
+    code, out, _ = run(["stats", "--all", "--json", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    body = json.loads(out)
+    assert code == 0 and body["admin"]["totals"]["entries"] == 14
+    assert body["admin"]["top_graphs"][0]["variants"] == 3
+
+    code, out, _ = run(
+        ["stats", "--namespace", "small", "--server", srv.url, "--token", tokens["admin"]], capsys
+    )
+    assert code == 0 and "namespace  small" in out and "entries      10" in out
+
+
+def test_stats_with_a_read_token_says_why_totals_are_missing(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    code, out, _ = run(["stats", "--all", "--server", srv.url, "--token", tokens["read"]], capsys)
+    assert code == 1
+    assert "server totals unavailable" in out and "403" in out and "admin role" in out
+
+
+def test_evict_dry_run_then_for_real(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    common = ["--server", srv.url, "--token", tokens["admin"], "--namespace", "small"]
+    code, out, _ = run(["evict", "--max-total-bytes", "4KiB", "--dry-run", *common], capsys)
+    assert code == 0
+    assert "dry run: would evict 6 entries, freeing 6.0 KiB (nothing was removed)" in out
+    assert out.index("small/s0 ") < out.index("small/s5 ")  # least recently used first
+    assert "small/s6" not in out
+
+    code, out, _ = run(["evict", "--older-than", "1h", "--json", *common], capsys)
+    assert code == 0 and json.loads(out)["evicted"] == 0  # nothing is that old
+
+    code, out, _ = run(["evict", "--max-total-bytes", "4K", *common], capsys)
+    assert code == 0 and out.strip() == "evicted 6 entries, freed 6.0 KiB"
+    code, out, _ = run(
+        ["stats", "--namespace", "small", "--json", "--server", srv.url, "--token", tokens["admin"]], capsys
+    )
+    assert json.loads(out)["namespace"]["entries"] == 4
+
+
+def test_evict_refuses_bad_input_and_weak_tokens(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    code, _, err = run(
+        ["evict", "--max-total-bytes", "lots", "--server", srv.url, "--token", tokens["admin"]], capsys
+    )
+    assert code == 2 and "not a size" in err
+    code, _, err = run(
+        ["evict", "--max-total-bytes", "1G", "--server", srv.url, "--token", tokens["read"]], capsys
+    )
+    assert code == 2 and "403" in err
+
+
+def test_sizes_and_durations() -> None:
+    assert parse_size("1234") == 1234
+    assert parse_size("500M") == 500 * 1024**2
+    assert parse_size("10GiB") == 10 * 1024**3
+    assert parse_size("1.5 t") == int(1.5 * 1024**4)
+    assert parse_duration("90") == 90 and parse_duration("30m") == 1800
+    assert (
+        parse_duration("12h") == 43200 and parse_duration("7d") == 604800 and parse_duration("2w") == 1209600
+    )
+    for bad in ("", "ten", "5x", "-1"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_help_mentions_both(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["--help"])
+    out = capsys.readouterr().out
+    assert "stats" in out and "evict" in out
