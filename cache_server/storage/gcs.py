@@ -26,378 +26,45 @@ own libraries read) or an explicit ``endpoint``, requests go there, with anonymo
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import http.client
-import logging
 import os
-import random
-import re
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import TracebackType
-from typing import Any, TypeVar, cast
+from collections.abc import Iterable, Iterator, Mapping
 from urllib.parse import quote, urlparse
 
 import google.auth
-import google_crc32c
 import requests
-import urllib3
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials, Credentials, Signing
 from google.cloud import storage
-from google.cloud.storage import exceptions as storage_exceptions
 from requests.adapters import HTTPAdapter
 
 from cache_server.errors import InvalidName, StorageUnavailable
 from cache_server.names import check_key, check_namespace
+from cache_server.storage._gcs_errors import (
+    VENDOR_ERRORS,
+    Exists,
+    HttpError,
+    Retry,
+    describe,
+    is_transient,
+    status_of,
+)
+from cache_server.storage._gcs_reader import READ_CHUNK, GcsReader
+from cache_server.storage._gcs_upload import Pending, Upload
 from cache_server.storage.base import BlobInfo
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "MULTIPART_LIMIT", "READ_CHUNK", "GcsBlobStore"]
-
-log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 MULTIPART_LIMIT = 8 * MIB
 """Bodies up to this size are uploaded in one request; larger ones through a resumable session."""
 DEFAULT_CHUNK_SIZE = 16 * MIB
-READ_CHUNK = MIB
 MAX_SIGNED_URL_SECONDS = 7 * 24 * 3600  # the V4 limit
 READY_TIMEOUT_SECONDS = 5.0
 EMULATOR_PROJECT = "xla-cache-emulator"
 _CHUNK_MULTIPLE = 256 * 1024  # GCS wants every non-final chunk to be a multiple of this
 _SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
-_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-_PERSISTED = re.compile(r"bytes=0-(\d+)")
-
-_T = TypeVar("_T")
-
-
-class _HttpError(Exception):
-    """An unexpected status from one of the requests this module sends itself."""
-
-    def __init__(self, response: requests.Response) -> None:
-        super().__init__(f"{response.status_code} {response.reason}: {response.text[:200]}")
-        self.response = response
-
-
-class _Exists(Exception):
-    """GCS refused the upload because the object exists (412)."""
-
-
-_VENDOR_ERRORS: tuple[type[BaseException], ...] = (
-    api_exceptions.GoogleAPICallError,
-    auth_exceptions.GoogleAuthError,
-    storage_exceptions.InvalidResponse,
-    storage_exceptions.DataCorruption,
-    requests.RequestException,
-    urllib3.exceptions.HTTPError,
-    http.client.HTTPException,
-    ConnectionError,
-    TimeoutError,
-    _HttpError,
-)
-_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
-    requests.ConnectionError,
-    requests.Timeout,
-    requests.exceptions.ChunkedEncodingError,
-    urllib3.exceptions.ProtocolError,
-    urllib3.exceptions.TimeoutError,
-    http.client.HTTPException,
-    ConnectionError,
-    TimeoutError,
-)
-
-
-def _status_of(exc: BaseException) -> int | None:
-    if isinstance(exc, api_exceptions.GoogleAPICallError) and isinstance(exc.code, int):
-        return exc.code
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def _is_transient(exc: BaseException) -> bool:
-    """Worth retrying: 408/429/5xx, a dropped or refused connection, a timeout."""
-    status = _status_of(exc)
-    if status is not None:
-        return status in _TRANSIENT_STATUS
-    if isinstance(exc, auth_exceptions.TransportError):  # the token endpoint could not be reached
-        return True
-    return isinstance(exc, _TRANSIENT_TYPES)
-
-
-def _describe(exc: BaseException) -> str:
-    status = _status_of(exc)
-    if status is None:
-        text = str(exc) or type(exc).__name__
-        return text if len(text) <= 200 else text[:200] + "..."
-    reason = f"HTTP {status} {http.client.responses.get(status, '')}".strip()
-    try:  # the JSON API's own sentence, e.g. which permission is missing
-        message = str(getattr(exc, "response", None).json()["error"]["message"])  # type: ignore[union-attr]
-    except Exception:
-        return reason
-    return f"{reason}: {message[:200]}" if message else reason
-
-
-class _Retry:
-    """Exponential backoff with jitter on transient errors, at most ``retries`` retries per call.
-
-    Instances also serve as the ``retry=`` argument of google-cloud-storage calls, which call ``retry(func)``
-    and then the function it returns.
-    """
-
-    def __init__(self, retries: int, initial: float, maximum: float) -> None:
-        self.retries = retries
-        self.initial = initial
-        self.maximum = maximum
-
-    def sleep(self, attempt: int) -> None:
-        delay = min(self.maximum, self.initial * 2**attempt)
-        time.sleep(delay * (0.5 + random.random() / 2))
-
-    def run(self, func: Callable[[], _T]) -> _T:
-        attempt = 0
-        while True:
-            try:
-                return func()
-            except Exception as exc:
-                if attempt >= self.retries or not _is_transient(exc):
-                    raise
-                log.debug("retrying a storage request after %s", _describe(exc))
-                self.sleep(attempt)
-                attempt += 1
-
-    def __call__(self, func: Callable[..., _T], on_error: object = None) -> Callable[..., _T]:
-        def retrying(*args: Any, **kwargs: Any) -> _T:
-            return self.run(lambda: func(*args, **kwargs))
-
-        return retrying
-
-
-class _Body:
-    """A request body made of pieces sent one after another, never joined (and sendable again)."""
-
-    def __init__(self, pieces: list[memoryview]) -> None:
-        self._pieces = pieces
-        self._size = sum(len(p) for p in pieces)
-
-    def __len__(self) -> int:
-        return self._size
-
-    def __iter__(self) -> Iterator[bytes]:
-        # requests and urllib3 only send each piece; a memoryview does as well as bytes.
-        return iter(cast("list[bytes]", self._pieces))
-
-
-class _Pending:
-    """Bytes received from the chunks iterator and not yet handed to GCS, and the CRC32C of all of them."""
-
-    def __init__(self) -> None:
-        self._pieces: deque[memoryview] = deque()
-        self.size = 0
-        self._crc32c = 0
-
-    def add(self, piece: bytes) -> None:
-        # A caller may reuse a mutable buffer after handing it over; keep an immutable copy then.
-        data = piece if isinstance(piece, bytes) else bytes(piece)
-        self._crc32c = google_crc32c.extend(self._crc32c, data)
-        self._pieces.append(memoryview(data))
-        self.size += len(data)
-
-    def take(self, n: int) -> list[memoryview]:
-        """Remove and return the first ``n`` bytes (slices of the pieces, not copies)."""
-        out: list[memoryview] = []
-        need = n
-        while need:
-            piece = self._pieces[0]
-            if len(piece) <= need:
-                out.append(self._pieces.popleft())
-                need -= len(piece)
-            else:
-                out.append(piece[:need])
-                self._pieces[0] = piece[need:]
-                need = 0
-        self.size -= n
-        return out
-
-    def joined(self) -> bytes:
-        return b"".join(self._pieces)
-
-    def crc32c(self) -> bytes:
-        """The CRC32C of every byte added so far, big-endian, as GCS reports it."""
-        return int(self._crc32c).to_bytes(4, "big")
-
-
-def _skip(pieces: list[memoryview], n: int) -> list[memoryview]:
-    """The pieces without their first ``n`` bytes."""
-    out: list[memoryview] = []
-    for piece in pieces:
-        if n >= len(piece):
-            n -= len(piece)
-            continue
-        out.append(piece[n:])
-        n = 0
-    return out
-
-
-class _Upload:
-    """One resumable upload session (https://cloud.google.com/storage/docs/performing-resumable-uploads)."""
-
-    def __init__(self, store: GcsBlobStore, url: str) -> None:
-        self._store = store
-        self.url = url
-        self.offset = 0  # bytes GCS has persisted
-
-    def send(self, pieces: list[memoryview], *, crc32c: bytes | None = None) -> None:
-        """Send ``pieces`` (which start at :attr:`offset`) and return once GCS has persisted them.
-
-        With ``crc32c`` (the checksum of the whole object) this is the final chunk, which creates the object.
-        Raises :class:`_Exists` on 412. A transient failure is retried after asking GCS what it kept.
-        """
-        final = crc32c is not None
-        start = self.offset
-        end = start + sum(len(p) for p in pieces)
-        retry = self._store._retry
-        attempt = 0
-        ask_status = False
-        while True:
-            try:
-                if ask_status:
-                    ask_status = False
-                    response = self._put(b"", "bytes */*")
-                    if response.status_code == 308:
-                        self.offset = self._persisted(response, start)
-                        if self.offset >= end and not final:
-                            return
-                        continue
-                else:
-                    body = _skip(pieces, self.offset - start)
-                    response = self._put(_Body(body) if body else b"", self._range(end, final), crc32c)
-                    if response.status_code == 308:
-                        persisted = self._persisted(response, start)
-                        if persisted <= self.offset and self.offset < end:
-                            raise _HttpError(response)  # no progress: retried below like a server error
-                        self.offset = persisted
-                        attempt = 0
-                        if self.offset >= end and not final:
-                            return
-                        continue
-                if response.status_code in (200, 201):
-                    if not final:
-                        raise StorageUnavailable(
-                            "Google Cloud Storage finished a resumable upload before its last chunk was sent."
-                        )
-                    self.offset = end
-                    return
-                if response.status_code == 412:
-                    raise _Exists()
-                raise _HttpError(response)
-            except _VENDOR_ERRORS as exc:
-                no_progress = isinstance(exc, _HttpError) and exc.response.status_code == 308
-                if attempt >= retry.retries or not (no_progress or _is_transient(exc)):
-                    raise
-                retry.sleep(attempt)
-                attempt += 1
-                ask_status = True
-
-    @staticmethod
-    def _persisted(response: requests.Response, start: int) -> int:
-        match = _PERSISTED.fullmatch(response.headers.get("Range", ""))
-        persisted = int(match.group(1)) + 1 if match else 0
-        if persisted < start:
-            raise StorageUnavailable("Google Cloud Storage lost part of an upload it had acknowledged.")
-        return persisted
-
-    def _range(self, end: int, final: bool) -> str:
-        total = str(end) if final else "*"
-        if self.offset == end:
-            return f"bytes */{total}"
-        return f"bytes {self.offset}-{end - 1}/{total}"
-
-    def _put(
-        self, body: Iterable[bytes] | bytes, content_range: str, crc32c: bytes | None = None
-    ) -> requests.Response:
-        headers = {"Content-Range": content_range}
-        if crc32c is not None:
-            # GCS checks the whole object against this before it makes the object exist.
-            headers["X-Goog-Hash"] = "crc32c=" + base64.b64encode(crc32c).decode()
-        response = self._store._session.put(
-            self.url, data=body, headers=headers, timeout=self._store._timeout
-        )
-        response.close()
-        return response
-
-    def cancel(self) -> None:
-        """Cancel the session; an unfinished session never becomes an object, so failures are only logged."""
-        try:
-            self._store._session.delete(self.url, timeout=min(self._store._timeout, 10.0)).close()
-        except _VENDOR_ERRORS as exc:
-            log.warning("could not cancel a resumable upload session (it expires by itself): %s", exc)
-
-
-class _GcsReader:
-    """An open GCS object: its info and one streamed GET, resumed with a Range request if it drops."""
-
-    def __init__(self, store: GcsBlobStore, info: BlobInfo, url: str, response: requests.Response) -> None:
-        self.info = info
-        self._store = store
-        self._url = url
-        self._response: requests.Response | None = response
-
-    def chunks(self) -> Iterator[bytes]:
-        store, size = self._store, self.info.size
-        offset = 0
-        attempt = 0
-        try:
-            while offset < size:
-                if self._response is None:
-                    response = store._get_media(self.info.name, self._url, offset)
-                    if response is None:
-                        raise StorageUnavailable(
-                            f"The object for {self.info.name!r} in Google Cloud Storage bucket "
-                            f"{store.bucket_name!r} was deleted while it was being read."
-                        )
-                    self._response = response
-                try:
-                    for piece in self._response.raw.stream(READ_CHUNK, decode_content=False):
-                        if piece:
-                            offset += len(piece)
-                            attempt = 0
-                            yield piece
-                    if offset < size:
-                        raise ConnectionError(f"the download ended after {offset} of {size} bytes")
-                except _VENDOR_ERRORS as exc:
-                    if attempt >= store._retry.retries or not _is_transient(exc):
-                        raise store._unavailable(f"read {self.info.name!r} from", exc) from exc
-                    store._retry.sleep(attempt)
-                    attempt += 1
-                finally:
-                    self._close_response()
-            if offset != size:
-                raise StorageUnavailable(
-                    f"Google Cloud Storage bucket {store.bucket_name!r} returned {offset} bytes for "
-                    f"{self.info.name!r}, which has {size}."
-                )
-        finally:
-            self._close_response()
-
-    def _close_response(self) -> None:
-        if self._response is not None:
-            self._response.close()
-            self._response = None
-
-    def close(self) -> None:
-        self._close_response()
-
-    def __enter__(self) -> _GcsReader:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _emulator_host() -> str | None:
@@ -445,7 +112,7 @@ class GcsBlobStore:
         raw_endpoint = endpoint or _emulator_host()
         self.endpoint = _with_scheme(raw_endpoint) if raw_endpoint else None
         self._timeout = timeout
-        self._retry = _Retry(retries, backoff, max_backoff)
+        self._retry = Retry(retries, backoff, max_backoff)
         self._chunk_size = chunk_size
         self._credentials, self._client = self._make_client(credentials, project)
         # google-cloud-storage 3.x fetches bucket metadata in the background to label its traces: an extra
@@ -514,17 +181,17 @@ class GcsBlobStore:
         self, action: str, exc: BaseException, missing: str = "the bucket does not exist"
     ) -> StorageUnavailable:
         """The error to raise for ``exc``; ``missing`` says what a 404 means for this request."""
-        status = _status_of(exc)
-        if _is_transient(exc):
+        status = status_of(exc)
+        if is_transient(exc):
             attempts = self._retry.retries + 1
             plural = "s" if attempts > 1 else ""
-            reason = f"it still failed after {attempts} attempt{plural} ({_describe(exc)})"
+            reason = f"it still failed after {attempts} attempt{plural} ({describe(exc)})"
         elif status in (401, 403):
-            reason = f"access was refused ({_describe(exc)}); check that the credentials may use its objects"
+            reason = f"access was refused ({describe(exc)}); check that the credentials may use its objects"
         elif status in (404, 410):
             reason = missing
         else:
-            reason = _describe(exc)
+            reason = describe(exc)
         return StorageUnavailable(
             f"Cannot {action} Google Cloud Storage bucket {self.bucket_name!r}: {reason}."
         )
@@ -540,7 +207,7 @@ class GcsBlobStore:
         blob = self._bucket.blob(self._object_name(name))
         blob.metadata = dict(metadata)
         pieces = iter(chunks)
-        pending = _Pending()
+        pending = Pending()
         for piece in pieces:
             pending.add(piece)
             if pending.size > MULTIPART_LIMIT:
@@ -559,12 +226,12 @@ class GcsBlobStore:
             )
         except api_exceptions.PreconditionFailed:
             return False
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable(f"store {name!r} in", exc) from exc
         return True
 
     def _put_resumable(
-        self, name: str, blob: storage.Blob, pending: _Pending, pieces: Iterator[bytes]
+        self, name: str, blob: storage.Blob, pending: Pending, pieces: Iterator[bytes]
     ) -> bool:
         try:
             # GCS would refuse the body at its end anyway; do not upload it for nothing.
@@ -572,20 +239,20 @@ class GcsBlobStore:
             url = None if exists else self._start_session(blob)
         except api_exceptions.PreconditionFailed:
             url = None
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable(f"store {name!r} in", exc) from exc
         if url is None:
             for _ in pieces:  # let a checking iterator see every byte
                 pass
             return False
-        upload = _Upload(self, url)
+        upload = Upload(self._session, url, retry=self._retry, timeout=self._timeout)
         try:
             for piece in pieces:
                 pending.add(piece)
                 while pending.size >= self._chunk_size:
                     self._send(name, upload, pending.take(self._chunk_size))
             self._send(name, upload, pending.take(pending.size), crc32c=pending.crc32c())
-        except _Exists:
+        except Exists:
             upload.cancel()
             for _ in pieces:
                 pass
@@ -605,13 +272,11 @@ class GcsBlobStore:
         )
         return url
 
-    def _send(
-        self, name: str, upload: _Upload, pieces: list[memoryview], crc32c: bytes | None = None
-    ) -> None:
+    def _send(self, name: str, upload: Upload, pieces: list[memoryview], crc32c: bytes | None = None) -> None:
         try:
             upload.send(pieces, crc32c=crc32c)
-        except _VENDOR_ERRORS as exc:
-            gone = f"its resumable upload session has expired ({_describe(exc)})"
+        except VENDOR_ERRORS as exc:
+            gone = f"its resumable upload session has expired ({describe(exc)})"
             raise self._unavailable(f"store {name!r} in", exc, gone) from exc
 
     # -- reading -----------------------------------------------------------------------------------------
@@ -621,7 +286,7 @@ class GcsBlobStore:
             blob: storage.Blob | None = self._bucket.get_blob(
                 object_name, retry=self._retry, timeout=self._timeout
             )
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable(f"look up {name!r} in", exc) from exc
         return blob
 
@@ -638,14 +303,14 @@ class GcsBlobStore:
             response.close()
             if response.status_code == 404:
                 return None
-            raise _HttpError(response)
+            raise HttpError(response)
 
         try:
             return self._retry.run(get)
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable(f"read {name!r} from", exc) from exc
 
-    def open(self, name: str) -> _GcsReader | None:
+    def open(self, name: str) -> GcsReader | None:
         blob = self._get_blob(name)
         if blob is None:
             return None
@@ -656,7 +321,15 @@ class GcsBlobStore:
         response = self._get_media(name, url, 0)
         if response is None:  # deleted since the lookup
             return None
-        return _GcsReader(self, self._info(name, blob), url, response)
+        return GcsReader(
+            self._info(name, blob),
+            url,
+            response,
+            bucket_name=self.bucket_name,
+            retry=self._retry,
+            get_media=self._get_media,
+            unavailable=self._unavailable,
+        )
 
     def stat(self, name: str) -> BlobInfo | None:
         blob = self._get_blob(name)
@@ -668,7 +341,7 @@ class GcsBlobStore:
             self._bucket.delete_blob(object_name, retry=self._retry, timeout=self._timeout)
         except api_exceptions.NotFound:
             return False
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable(f"delete {name!r} from", exc) from exc
         return True
 
@@ -680,7 +353,7 @@ class GcsBlobStore:
                 name = self._blob_name(blob.name)
                 if name is not None:
                     yield self._info(name, blob)
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable("list", exc) from exc
 
     def check(self) -> None:
@@ -701,7 +374,7 @@ class GcsBlobStore:
                 ),
                 None,
             )
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable("reach", exc) from exc
 
     def close(self) -> None:
@@ -730,6 +403,6 @@ class GcsBlobStore:
                 credentials=self._credentials,
                 api_access_endpoint=self.endpoint,
             )
-        except _VENDOR_ERRORS as exc:
+        except VENDOR_ERRORS as exc:
             raise self._unavailable(f"sign a URL for {name!r} in", exc) from exc
         return url
