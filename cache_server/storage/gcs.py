@@ -178,14 +178,22 @@ class GcsBlobStore:
         return name
 
     def _unavailable(
-        self, action: str, exc: BaseException, missing: str = "the bucket does not exist"
+        self,
+        action: str,
+        exc: BaseException,
+        missing: str = "the bucket does not exist",
+        attempts: int | None = None,
     ) -> StorageUnavailable:
-        """The error to raise for ``exc``; ``missing`` says what a 404 means for this request."""
+        """The error to raise for ``exc``; ``missing`` says what a 404 means for this request.
+
+        ``attempts``: how many tries were made (the retry policy's count unless the caller says).
+        """
         status = status_of(exc)
-        if is_transient(exc):
-            attempts = self._retry.retries + 1
-            plural = "s" if attempts > 1 else ""
-            reason = f"it still failed after {attempts} attempt{plural} ({describe(exc)})"
+        attempts = self._retry.retries + 1 if attempts is None else attempts
+        if is_transient(exc) and attempts == 1:
+            reason = f"it failed ({describe(exc)})"
+        elif is_transient(exc):
+            reason = f"it still failed after {attempts} attempts ({describe(exc)})"
         elif status in (401, 403):
             reason = f"access was refused ({describe(exc)}); check that the credentials may use its objects"
         elif status in (404, 410):
@@ -375,7 +383,7 @@ class GcsBlobStore:
                 None,
             )
         except VENDOR_ERRORS as exc:
-            raise self._unavailable("reach", exc) from exc
+            raise self._unavailable("reach", exc, attempts=1) from exc
 
     def close(self) -> None:
         self._client.close()
