@@ -39,12 +39,12 @@ class AccessRecorder:
             delta.hits += 1
             delta.bytes_served += bytes_served
             delta.last_access = now
-        metrics.HITS.labels(namespace).inc()
+        metrics.HITS.labels(metrics.namespace_label(namespace)).inc()
 
     def miss(self, namespace: str, count: int = 1) -> None:
         with self._lock:
             self._misses[namespace] = self._misses.get(namespace, 0) + count
-        metrics.MISSES.labels(namespace).inc(count)
+        metrics.MISSES.labels(metrics.namespace_label(namespace)).inc(count)
 
     def flush(self) -> None:
         """Write what has been collected. On failure the counts are kept for the next try."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -36,6 +37,7 @@ __all__ = [
     "REQUEST_SECONDS",
     "StoredCollector",
     "multiprocess_directory",
+    "namespace_label",
     "render",
 ]
 
@@ -61,6 +63,23 @@ HITS = Counter(
 MISSES = Counter("xla_cache_misses", "Entries asked for and not stored, by namespace.", ["namespace"])
 EVICTIONS = Counter("xla_cache_evictions", "Entries evicted, by namespace.", ["namespace"])
 EVICTED_BYTES = Counter("xla_cache_evicted_bytes", "Bytes freed by eviction, by namespace.", ["namespace"])
+
+
+MAX_NAMESPACE_LABELS = 1000
+_labelled: set[str] = set()
+_labelled_lock = threading.Lock()
+
+
+def namespace_label(namespace: str) -> str:
+    """The namespace as a label value, or ``"_other"`` once this process has seen 1,000 distinct ones.
+
+    Misses are counted for any valid name a client asks for; made-up names must not grow every scrape.
+    """
+    with _labelled_lock:
+        if namespace in _labelled or len(_labelled) < MAX_NAMESPACE_LABELS:
+            _labelled.add(namespace)
+            return namespace
+    return "_other"
 
 
 class StoredCollector(Collector):

@@ -198,8 +198,9 @@ class Evictor:
                 counts[namespace] += 1
                 sizes[namespace] += size
             for namespace in counts:
-                metrics.EVICTIONS.labels(namespace).inc(counts[namespace])
-                metrics.EVICTED_BYTES.labels(namespace).inc(sizes[namespace])
+                label = metrics.namespace_label(namespace)
+                metrics.EVICTIONS.labels(label).inc(counts[namespace])
+                metrics.EVICTED_BYTES.labels(label).inc(sizes[namespace])
         return removed
 
 

@@ -153,3 +153,12 @@ def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> No
         assert got == 60
         assert delta(after, before, "xla_cache_http_received_bytes_total", route=ENTRY_ROUTE) == 4096
         assert after[("xla_cache_stored_bytes", (("namespace", "w2"),))] == 4096
+
+
+def test_made_up_namespaces_do_not_grow_the_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cache_server import metrics
+
+    monkeypatch.setattr(metrics, "_labelled", set())
+    monkeypatch.setattr(metrics, "MAX_NAMESPACE_LABELS", 3)
+    assert [metrics.namespace_label(f"ns{i}") for i in range(5)] == ["ns0", "ns1", "ns2", "_other", "_other"]
+    assert metrics.namespace_label("ns1") == "ns1"  # names seen before keep their own label
