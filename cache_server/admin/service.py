@@ -24,7 +24,10 @@ log = logging.getLogger(__name__)
 
 
 class AdminService:
-    """Operations on the whole cache, over the same index and blob store as the :class:`CacheService`."""
+    """Operations on the whole cache, over the same index and blob store as the :class:`CacheService`.
+
+    Eviction on request is ``evictor.evict(...)``; see :class:`~cache_server.admin.eviction.Evictor`.
+    """
 
     def __init__(self, settings: Settings, service: CacheService) -> None:
         engine = service.repository.engine
@@ -77,24 +80,6 @@ class AdminService:
             check_namespace(namespace)
         self.service.access.flush()
         return build_report(self.repository, days=days, top=top, namespace=namespace)
-
-    def evict(
-        self,
-        *,
-        max_total_bytes: int | None = None,
-        older_than_seconds: float | None = None,
-        namespace: str | None = None,
-        dry_run: bool = False,
-        list_limit: int = 1000,
-    ) -> EvictionResult:
-        """See :meth:`Evictor.evict`."""
-        return self.evictor.evict(
-            max_total_bytes=max_total_bytes,
-            older_than_seconds=older_than_seconds,
-            namespace=namespace,
-            dry_run=dry_run,
-            list_limit=list_limit,
-        )
 
     def gc(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False) -> GcResult:
         """Reconcile the store and the index (see :mod:`cache_server.admin.gc`)."""

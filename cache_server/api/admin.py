@@ -31,7 +31,7 @@ def evict(body: EvictIn, admin: AdminDep) -> EvictOut:
     """Evict least recently used entries: those unused for ``older_than_seconds``, then more until at most
     ``max_total_bytes`` remain (in ``namespace`` if given). With neither, the configured budgets apply.
     ``dry_run`` lists what would go. Index rows go before blobs."""
-    result = admin.evict(
+    result = admin.evictor.evict(
         max_total_bytes=body.max_total_bytes,
         older_than_seconds=body.older_than_seconds,
         namespace=body.namespace,

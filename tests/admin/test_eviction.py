@@ -155,7 +155,7 @@ def test_rows_go_before_blobs(service: CacheService, settings: Settings) -> None
         raise StorageUnavailable("bucket down")
 
     service.store.delete = failing_delete  # type: ignore[method-assign]
-    result = admin.evict(max_total_bytes=0)
+    result = admin.evictor.evict(max_total_bytes=0)
     service.store.delete = real_delete  # type: ignore[method-assign]
     assert result.evicted == 3
     assert seen_rows_at_delete == [False, False, False]

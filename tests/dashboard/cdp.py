@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
+from tests.support.server import stop_process
+
 __all__ = ["Browser", "chromium_path", "headless_chromium"]
 
 FLAGS = [
@@ -126,10 +128,5 @@ def headless_chromium(binary: str) -> Iterator[Browser]:
                 browser.call(f"{domain}.enable")
             yield browser
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         shutil.rmtree(profile, ignore_errors=True)

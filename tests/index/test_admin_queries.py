@@ -56,7 +56,7 @@ def test_eviction_counts_once_and_keeps_the_recently_used(admin: AdminService) -
     for i in range(12):
         put(admin, "ns", f"k{i:02d}", bytes([i]) * 100)
     admin.service.open_entry("ns", "k00")  # the oldest, used now
-    result = admin.evict(max_total_bytes=500)
+    result = admin.evictor.evict(max_total_bytes=500)
     assert (result.evicted, result.freed_bytes) == (7, 700)
     assert set(admin.repository.get_entries("ns", [f"k{i:02d}" for i in range(12)])) == {
         "k00",

@@ -14,9 +14,19 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["LiveServer", "free_port", "run_server"]
+__all__ = ["LiveServer", "free_port", "run_server", "stop_process"]
 
 SERVER_BIN = Path(sys.executable).with_name("xla-cache-server")
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """Ask a process to stop (SIGTERM), and kill it if it has not within ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def free_port() -> int:
@@ -94,9 +104,4 @@ def run_server(
             time.sleep(0.1)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
