@@ -147,7 +147,13 @@ def _device_kind(torch_xla: Any, spmd: bool, device_type: str) -> str | None:
     count, the plugin version and ``accelerator_type`` still separate the hardware generations.
     """
     try:
-        return str(torch_xla._XLAC._xla_device_kind(str(torch_xla.device())))
+        if hasattr(torch_xla, "device"):
+            device = torch_xla.device()
+        else:  # torch_xla before 2.5
+            import torch_xla.core.xla_model as xm
+
+            device = xm.xla_device()
+        return str(torch_xla._XLAC._xla_device_kind(str(device)))
     except Exception:
         if not spmd:
             raise
