@@ -140,6 +140,10 @@ def test_cli_push_and_stats(server: LiveServer, tmp_path: Path, capsys: pytest.C
     assert stats["namespace"]["entries"] == 4
     assert stats["namespace"]["bytes"] == sum(len(d) for d in entries.values())
     assert stats["namespace"]["fingerprint"] == fp
+    assert stats["admin"]["totals"]["entries"] >= 4  # /admin/stats answers on a loopback server without auth
+    assert cli_main(["stats", "--server", server.url, "--namespace", ns]) == 0
+    text = capsys.readouterr().out
+    assert f"namespace  {ns}" in text and "entries      4" in text
     # Pushing again sends nothing.
     assert (
         cli_main(["push", "--server", server.url, "--cache-dir", str(tmp_path), "--namespace", ns, "--json"])

@@ -11,8 +11,12 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job
@@ -21,6 +25,20 @@ from tests.support.server import LiveServer
 pytestmark = pytest.mark.e2e
 
 SHAPES = FIRST_JOB_SHAPES
+
+
+def wait_for_namespace_stats(
+    server: LiveServer, namespace: str, ready: Callable[[dict[str, Any]], bool], limit: float = 30.0
+) -> dict[str, Any]:
+    """The namespace's row of /admin/stats once ``ready`` holds (the server batches its counters)."""
+    end = time.monotonic() + limit
+    while True:
+        rows = httpx.get(f"{server.url}/admin/stats", timeout=10).json()["namespaces"]
+        row = next((r for r in rows if r["namespace"] == namespace), None)
+        if row is not None and ready(row):
+            return dict(row)
+        assert time.monotonic() < end, f"namespace stats never got there: {row}"
+        time.sleep(0.2)
 
 
 def test_first_job_compiles_every_shape_and_uploads_it(first_job: tuple[JobResult, Path]) -> None:
@@ -57,6 +75,9 @@ def test_second_job_after_a_wipe_compiles_nothing(
     assert second.data["digests"] == first.data["digests"]
     assert second.data["upload"]["uploaded"] == 0  # nothing new to send
     assert second.cache_warnings() == []
+    # Job 1 sent each entry's compile time; the server credits it for every hit of job 2.
+    row = wait_for_namespace_stats(live_server, second.warm["namespace"], lambda row: row["hits"] >= SHAPES)
+    assert row["compile_seconds_saved"] > 0
     with capsys.disabled():
         print(
             f"\n[measured] warm of {SHAPES} entries ({second.warm['downloaded_bytes']} bytes): "
