@@ -18,8 +18,10 @@ Fields (all JSON scalars, or a dict of them):
 ``global_device_count``    runtime devices over all processes
 ``process_count``          processes in the job
 ``spmd``                   SPMD on or off
-``process_index``          this process's index when SPMD is off (executables are bound to a device),
-                           None with SPMD (every host runs the same program)
+``process_index``          this process's PJRT index when SPMD is off (its executables are bound to its
+                           devices), None with SPMD (every host runs the same program). Ranks that are
+                           threads of one process (``xmp.spawn`` on CPU/GPU: one thread per device) share
+                           the process's index, its cache directory and its replicated executables.
 ``pjrt_plugins``           ``{distribution: version}`` of installed PJRT plugins (libtpu, CUDA plugin)
 ``accelerator_type``       ``TPU_ACCELERATOR_TYPE`` / ``ACCELERATOR_TYPE`` when set, else None
 ``xla_flags_digest``       SHA-256 of the normalised ``--xla*`` tokens of ``XLA_FLAGS`` (None: no tokens)

@@ -173,6 +173,10 @@ class _State:
     uploader: Uploader | None = None
     api: CacheApi | None = None
     atexit_registered = False
+    # torch_xla's cache directory is one per process: warms that initialize it take turns, and a warm of
+    # the directory already in use (another rank thread of this process) returns that warm's report.
+    warm_lock = threading.Lock()
+    initialized: WarmReport | None = None
 
 
 def _replace_uploader(uploader: Uploader | None, api: CacheApi | None) -> None:
@@ -247,11 +251,41 @@ def warm(
     server = server or os.environ.get("XLA_CACHE_SERVER") or None
     token = token or os.environ.get("XLA_CACHE_TOKEN") or None
     base_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if not initialize:
+        fp = dict(fingerprint) if fingerprint is not None else collect_fingerprint()
+        return _warm(
+            started, server, token, base_dir, fp, max_bytes, upload, timeout, False, labels, progress
+        )
 
-    if initialize:
-        require_torch_xla()
+    require_torch_xla()
+    with _State.warm_lock:
+        fp = dict(fingerprint) if fingerprint is not None else collect_fingerprint()
+        earlier = _State.initialized
+        if earlier is not None and earlier.cache_dir == str(namespace_dir(base_dir, namespace_id(fp))):
+            # Several rank threads of one process (xmp.spawn on CPU/GPU) share one cache directory.
+            logger.info("xla-cache: %s is already warmed and in use in this process", earlier.cache_dir)
+            return earlier
         check_not_too_late()
-    fp = dict(fingerprint) if fingerprint is not None else collect_fingerprint()
+        report = _warm(
+            started, server, token, base_dir, fp, max_bytes, upload, timeout, True, labels, progress
+        )
+        _State.initialized = report
+        return report
+
+
+def _warm(
+    started: float,
+    server: str | None,
+    token: str | None,
+    base_dir: Path,
+    fp: dict[str, Any],
+    max_bytes: int | None,
+    upload: bool,
+    timeout: float,
+    initialize: bool,
+    labels: Mapping[str, str] | None,
+    progress: Progress | None,
+) -> WarmReport:
     namespace = namespace_id(fp)
     directory = namespace_dir(base_dir, namespace)
     directory.mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,7 @@ def _no_uploader_left() -> Iterator[None]:
         uploader.stop()
     warm_module._State.uploader = None
     warm_module._State.api = None
+    warm_module._State.initialized = None
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,32 @@ def test_warm_initializes_the_cache_and_starts_the_uploader(
     assert totals.uploaded == 1
     assert fake_server.entries[namespace]["999"] == new
     assert sum(1 for p in fake_server.paths("PUT") if "/entries/" in p) == 1  # downloaded ones not sent back
+
+
+def test_rank_threads_of_one_process_share_one_warm(
+    fake_server: FakeCacheServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """xmp.spawn on CPU/GPU runs one thread per device in one process: torch_xla has one cache there."""
+    initialized: list[str] = []
+    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
+    monkeypatch.setattr(warm_module, "check_not_too_late", lambda: None)
+    monkeypatch.setattr(warm_module, "initialize_cache", initialized.append)
+    seed(fake_server, namespace, 3)
+    reports: list[Any] = []
+
+    def rank() -> None:
+        reports.append(warm(fake_server.url, tmp_path, fingerprint=fingerprint, timeout=TIMEOUT))
+
+    threads = [threading.Thread(target=rank) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert initialized == [str(tmp_path / namespace)]
+    assert len(reports) == 4 and all(r is reports[0] for r in reports)
+    assert reports[0].downloaded_entries == 3
+    assert fake_server.paths("POST").count(f"/v1/namespaces/{namespace}/bundle") == 1

@@ -120,3 +120,23 @@ def first_job(live_server: LiveServer, tmp_path_factory: pytest.TempPathFactory)
         ["--server", live_server.url, "--cache-dir", str(cache), "--shapes", str(FIRST_JOB_SHAPES)]
     )
     return result, cache
+
+
+SPAWN_JOB = Path(__file__).with_name("spawn_job.py")
+
+
+def run_spawn_job(args: list[str], env: Mapping[str, str] | None = None) -> dict[int, dict[str, Any]]:
+    """Run tests/e2e/spawn_job.py (xmp.spawn); each rank's JSON result by rank."""
+    done = subprocess.run(
+        [sys.executable, str(SPAWN_JOB), *args],
+        env=job_env(env),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, f"spawn job failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    results = [
+        json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT ")
+    ]
+    return {result["rank"]: result for result in results}

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job
+from tests.e2e.conftest import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job, run_spawn_job
 from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.e2e
@@ -190,3 +190,23 @@ def test_warm_after_the_first_graph_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "refused: torch_xla already compiled a graph" in done.stdout
     assert "before the first step" in done.stdout
+
+
+def test_rank_threads_without_spmd_share_their_process_cache(live_server: LiveServer, tmp_path: Path) -> None:
+    """xmp.spawn on CPU runs one thread per device in one process; torch_xla keeps one cache per process, and
+    its executables are replicated over the process's devices: one namespace, one warm, hits on every rank."""
+    env = {"CPU_NUM_DEVICES": "2"}
+    args = ["--server", live_server.url, "--cache-dir", str(tmp_path / "cache"), "--shapes", "8"]
+    first = run_spawn_job(args, env)
+    assert sorted(first) == [0, 1]
+    assert {r["device"] for r in first.values()} == {"xla:0", "xla:1"}
+    assert first[0]["namespace"] == first[1]["namespace"]
+    assert first[0]["uploaded"] == 8
+    shutil.rmtree(tmp_path / "cache")
+    second = run_spawn_job(args, env)
+    for rank in (0, 1):
+        assert second[rank]["namespace"] == first[rank]["namespace"]
+        assert second[rank]["downloaded"] == 8 and second[rank]["errors"] == []
+        assert second[rank]["counters"]["PersistentCacheHit"] == 8
+        assert second[rank]["counters"]["UncachedCompile"] == 0
+        assert second[rank]["digests"] == first[rank]["digests"]
