@@ -1,9 +1,12 @@
 """Moving entries between the server and the cache directory.
 
 Download: entries already on disk with the manifest's size and SHA-256 are kept; small entries come in
-bundles (one tar stream per few thousand entries, the fast path for many small graphs), large ones as
-parallel single GETs (faster for a few big executables). Every file is verified before it is renamed into
-place. Upload: ask ``missing`` first, then stream each lacking entry with its digest (and compile time).
+bundles (tar streams, up to one per worker, the fast path for many small graphs), large ones as parallel
+single GETs (faster for a few big executables). Measured on a 2-core machine with the server on it:
+2,000 entries of 20 KiB took 3.5 s as one bundle, 3.0 s as four, 7.1 s as GETs; 8 entries of 32 MiB took
+1.7 s as a bundle and 0.9 s as GETs. Every file is verified before it is renamed into place.
+
+Upload: ask ``missing`` first, then stream each lacking entry with its digest (and compile time).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from client.progress import NullProgress, Progress
 
 __all__ = [
     "BUNDLE_MAX_BYTES",
+    "BUNDLE_MIN_ENTRIES",
     "LARGE_ENTRY_BYTES",
     "DownloadResult",
     "FileChanged",
@@ -36,6 +40,7 @@ __all__ = [
 
 LARGE_ENTRY_BYTES = 8 * 1024 * 1024  # entries at least this big are fetched with their own GET
 BUNDLE_MAX_BYTES = 256 * 1024 * 1024  # one bundle stream carries at most about this much
+BUNDLE_MIN_ENTRIES = 250  # below this many entries per stream, one more stream is not worth a request
 
 
 class FileChanged(ClientError):
@@ -72,15 +77,20 @@ class DownloadResult:
     keys: list[str] = field(default_factory=list)
 
 
-def _plan(needed: list[RemoteEntry], large_entry_bytes: int) -> list[list[RemoteEntry]]:
-    """Group entries: each large entry alone (a GET), small ones in bundles of bounded count and bytes."""
+def _plan(needed: list[RemoteEntry], large_entry_bytes: int, streams: int) -> list[list[RemoteEntry]]:
+    """Group entries: each large entry alone (a GET); the small ones in up to ``streams`` bundles of about
+    equal size (at least BUNDLE_MIN_ENTRIES entries each), none over the key or byte limit of one request."""
     jobs: list[list[RemoteEntry]] = [[entry] for entry in needed if entry.size >= large_entry_bytes]
+    small = [entry for entry in needed if entry.size < large_entry_bytes]
+    if not small:
+        return jobs
+    parts = max(1, min(streams, len(small) // BUNDLE_MIN_ENTRIES))
+    target = -(-sum(entry.size for entry in small) // parts)  # bytes per bundle, rounded up
+    limit = min(BUNDLE_MAX_BYTES, max(target, 1))
     batch: list[RemoteEntry] = []
     batch_bytes = 0
-    for entry in needed:
-        if entry.size >= large_entry_bytes:
-            continue
-        if batch and (len(batch) >= MAX_KEYS_PER_REQUEST or batch_bytes + entry.size > BUNDLE_MAX_BYTES):
+    for entry in small:
+        if batch and (len(batch) >= MAX_KEYS_PER_REQUEST or batch_bytes + entry.size > limit):
             jobs.append(batch)
             batch, batch_bytes = [], 0
         batch.append(entry)
@@ -168,7 +178,7 @@ def download(
                 result.errors.extend(errors)
 
     try:
-        jobs = _plan(needed, large)
+        jobs = _plan(needed, large, workers)
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
             list(pool.map(run, jobs))
         if result.entries:
