@@ -306,8 +306,13 @@ def upload_entries(
         progress.advance(entries=1)
 
     try:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            list(pool.map(send, to_send))
+        if workers <= 1:
+            # No executor: this also runs inside atexit handlers, where new threads cannot be scheduled.
+            for item in to_send:
+                send(item)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(send, to_send))
     finally:
         progress.close()
     return result

@@ -270,9 +270,8 @@ class Uploader:
                 return
             times = match_compile_times(ready, compile_time_samples())
             try:
-                result = upload_entries(
-                    self.api, self.namespace, ready, deadline, compile_times=times, workers=2
-                )
+                # One at a time: the job's own threads matter more, and at exit no pool may start.
+                result = upload_entries(self.api, self.namespace, ready, deadline, compile_times=times)
             except ServerProblem as exc:
                 self._failed(exc)
                 return

@@ -111,7 +111,7 @@ def test_other_xla_flags_land_in_another_namespace_and_warm_nothing(
 ) -> None:
     first, _ = first_job
     other = run_job(
-        ["--server", live_server.url, "--cache-dir", str(tmp_path), "--shapes", "10"],
+        ["--server", live_server.url, "--cache-dir", str(tmp_path), "--shapes", "10", "--no-flush"],
         {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
     )
     assert other.warm["namespace"] != first.warm["namespace"]
@@ -119,6 +119,10 @@ def test_other_xla_flags_land_in_another_namespace_and_warm_nothing(
     assert (other.warm["manifest_entries"], other.warm["downloaded_entries"]) == (0, 0)
     assert other.counters["PersistentCacheHit"] == 0
     assert other.counters["UncachedCompile"] == 10
+    # The job never called flush(): its exit handler uploaded the 10 new entries to the new namespace.
+    info = httpx.get(f"{live_server.url}/v1/namespaces/{other.warm['namespace']}", timeout=10).json()
+    assert info["entries"] == 10
+    assert "uploaded 10 new entries" in other.stderr
 
 
 def test_cli_warm_prepares_a_directory_torch_xla_hits(
