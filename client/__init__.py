@@ -2,6 +2,17 @@
 
 ``client.warm()`` at job start fills the local torch_xla persistent cache from the server and uploads what
 the job compiles; ``client.flush()`` uploads now. Importing this package never imports torch or torch_xla.
+
+    import torch_xla.runtime as xr
+    import client
+
+    xr.use_spmd()                      # first, if the job uses SPMD (it is part of the fingerprint)
+    report = client.warm("http://cache-vm:8080", "/tmp/xla-cache")   # before the first graph runs
+    ...                                # training; new entries are uploaded in the background and at exit
+
+torch_xla's cache directory is ``<cache_dir>/<namespace>``: one per runtime fingerprint (see
+:mod:`client.fingerprint`), so without SPMD one per process. Server trouble never raises: it costs at most
+``timeout`` seconds and one logged warning (logger ``xla_cache``), and training goes on with the local cache.
 """
 
 from __future__ import annotations
