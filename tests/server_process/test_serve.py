@@ -66,9 +66,7 @@ def test_32_clients_upload_one_new_key_at_once(server: LiveServer) -> None:
     assert httpx.get(url).content == data
 
 
-def raw_request(
-    server: LiveServer, request: bytes, body_chunks: Iterable[bytes] = ()
-) -> tuple[bytes, int]:
+def raw_request(server: LiveServer, request: bytes, body_chunks: Iterable[bytes] = ()) -> tuple[bytes, int]:
     """Send a raw HTTP/1.1 request; return the response head and how many body bytes were accepted."""
     host, port = server.url.removeprefix("http://").split(":")
     sent = 0
