@@ -153,10 +153,6 @@ def test_cli_push_and_stats(server: LiveServer, tmp_path: Path, capsys: pytest.C
     assert (again["uploaded"], again["already_present"]) == (0, 4)
 
 
-def test_cli_warm_with_a_fingerprint_of_this_machine_is_covered_in_e2e() -> None:
-    """`xla-cache warm` fingerprints the live runtime, so it needs torch_xla: see tests/e2e."""
-
-
 # -- auth -------------------------------------------------------------------------------------------------
 
 

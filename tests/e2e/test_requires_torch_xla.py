@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests/e2e/test_warm_e2e.py::test_first_job_compiles_every_shape_and_uploads_it"
 
