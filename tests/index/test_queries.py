@@ -4,29 +4,15 @@ accounting, namespaces made on the fly, listing, and timestamps."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 
-import pytest
-
-from cache_server.index.db import make_engine, make_sessionmaker
 from cache_server.index.models import utcnow
 from cache_server.index.repository import IN_CHUNK, AccessDelta, EntryRecord, IndexRepository
-from cache_server.migrate import upgrade
-from cache_server.settings import Settings
-
-
-@pytest.fixture
-def index(db_settings: Settings) -> Iterator[IndexRepository]:
-    upgrade(db_settings)
-    engine = make_engine(db_settings)
-    yield IndexRepository(engine, make_sessionmaker(engine))
-    engine.dispose()
 
 
 def put(
-    index: IndexRepository, key: str, size: int, *, at: dt.datetime, sha: str = "a", replace: bool = True
+    repo: IndexRepository, key: str, size: int, *, at: dt.datetime, sha: str = "a", replace: bool = True
 ) -> bool:
-    return index.record_entry(
+    return repo.record_entry(
         namespace="ns",
         key=key,
         size=size,
@@ -38,11 +24,11 @@ def put(
     )
 
 
-def test_manifest_orders_by_hits_then_recency_within_bounds(index: IndexRepository) -> None:
+def test_manifest_orders_by_hits_then_recency_within_bounds(repo: IndexRepository) -> None:
     start = utcnow() - dt.timedelta(hours=1)
     for minute, (key, size) in enumerate([("a", 10), ("b", 20), ("c", 30), ("d", 5)]):
-        put(index, key, size, at=start + dt.timedelta(minutes=minute))
-    index.apply_access(
+        put(repo, key, size, at=start + dt.timedelta(minutes=minute))
+    repo.apply_access(
         {
             ("ns", "c"): AccessDelta(hits=5, bytes_served=150, last_access=start),
             ("ns", "a"): AccessDelta(hits=2, bytes_served=20, last_access=start),
@@ -51,9 +37,7 @@ def test_manifest_orders_by_hits_then_recency_within_bounds(index: IndexReposito
     )
 
     def keys(**bounds: int | None) -> list[str]:
-        chosen = index.manifest(
-            "ns", max_bytes=bounds.get("max_bytes"), max_entries=bounds.get("max_entries")
-        )
+        chosen = repo.manifest("ns", max_bytes=bounds.get("max_bytes"), max_entries=bounds.get("max_entries"))
         return [e.key for e in chosen]
 
     assert keys() == ["c", "a", "d", "b"]  # most hits first, then the most recently used
@@ -63,52 +47,52 @@ def test_manifest_orders_by_hits_then_recency_within_bounds(index: IndexReposito
     assert keys(max_bytes=1000, max_entries=0) == []
 
 
-def test_key_lists_longer_than_one_in_query(index: IndexRepository) -> None:
+def test_key_lists_longer_than_one_in_query(repo: IndexRepository) -> None:
     now = utcnow()
     stored = [f"k{i}" for i in range(0, 3 * IN_CHUNK, 2)]
-    index.add_missing_entries([EntryRecord("ns", key, 1, "c" * 64, now) for key in stored])
+    repo.add_missing_entries([EntryRecord("ns", key, 1, "c" * 64, now) for key in stored])
     asked = [f"k{i}" for i in range(3 * IN_CHUNK)]
-    assert sorted(index.get_entries("ns", asked)) == sorted(stored)
-    assert index.missing_keys("ns", asked) == [k for k in asked if k not in set(stored)]
-    summary = index.get_namespace("ns")
+    assert sorted(repo.get_entries("ns", asked)) == sorted(stored)
+    assert repo.missing_keys("ns", asked) == [k for k in asked if k not in set(stored)]
+    summary = repo.get_namespace("ns")
     assert summary is not None and (summary.entries, summary.bytes) == (len(stored), len(stored))
 
 
-def test_the_creator_replaces_a_stale_row_and_counts_one_upload(index: IndexRepository) -> None:
+def test_the_creator_replaces_a_stale_row_and_counts_one_upload(repo: IndexRepository) -> None:
     now = utcnow()
-    assert put(index, "k", 10, at=now)
+    assert put(repo, "k", 10, at=now)
     # The blob vanished and was uploaded again: its creator overwrites the stale row.
-    assert put(index, "k", 20, at=now, sha="b")
-    assert not put(index, "k", 30, at=now, sha="c", replace=False)  # a non-creator never does
-    entry = index.get_entry("ns", "k")
+    assert put(repo, "k", 20, at=now, sha="b")
+    assert not put(repo, "k", 30, at=now, sha="c", replace=False)  # a non-creator never does
+    entry = repo.get_entry("ns", "k")
     assert entry is not None and (entry.size, entry.sha256) == (20, "b" * 64)
-    summary = index.get_namespace("ns")
+    summary = repo.get_namespace("ns")
     assert summary is not None and (summary.entries, summary.namespace.uploads) == (1, 2)
 
 
-def test_namespaces_appear_on_first_use_and_entries_are_listed(index: IndexRepository) -> None:
-    index.ensure_namespace("empty")
-    index.ensure_namespace("empty")
-    empty = index.get_namespace("empty")
+def test_namespaces_appear_on_first_use_and_entries_are_listed(repo: IndexRepository) -> None:
+    repo.ensure_namespace("empty")
+    repo.ensure_namespace("empty")
+    empty = repo.get_namespace("empty")
     assert empty is not None and empty.entries == 0 and empty.namespace.fingerprint == {}
     now = utcnow()
-    index.add_missing_entries(
+    repo.add_missing_entries(
         [EntryRecord(ns, key, 3, "d" * 64, now) for ns in ("x", "y") for key in ("2", "1")]
     )
-    assert [(e.namespace, e.key) for e in index.iter_entries()] == [
+    assert [(e.namespace, e.key) for e in repo.iter_entries()] == [
         ("x", "1"),
         ("x", "2"),
         ("y", "1"),
         ("y", "2"),
     ]
-    assert [e.key for e in index.iter_entries("y")] == ["1", "2"]
-    assert index.get_namespace("nothing") is None
+    assert [e.key for e in repo.iter_entries("y")] == ["1", "2"]
+    assert repo.get_namespace("nothing") is None
 
 
-def test_timestamps_come_back_as_the_same_instant_in_utc(index: IndexRepository) -> None:
+def test_timestamps_come_back_as_the_same_instant_in_utc(repo: IndexRepository) -> None:
     elsewhere = dt.datetime(2024, 3, 5, 23, 30, 15, 123456, tzinfo=dt.timezone(dt.timedelta(hours=-7)))
-    put(index, "k", 1, at=elsewhere)
-    entry = index.get_entry("ns", "k")
+    put(repo, "k", 1, at=elsewhere)
+    entry = repo.get_entry("ns", "k")
     assert entry is not None
     assert entry.created_at == elsewhere
     assert entry.created_at.utcoffset() == dt.timedelta(0)

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
-from cache_server.index.db import make_engine, make_sessionmaker
 from cache_server.index.models import utcnow
 from cache_server.index.repository import ROWS_PER_INSERT, AccessDelta, EntryRecord, IndexRepository
-from cache_server.migrate import upgrade
-from cache_server.settings import Settings
-
-
-@pytest.fixture
-def repo(db_settings: Settings) -> Iterator[IndexRepository]:
-    upgrade(db_settings)
-    engine = make_engine(db_settings)
-    yield IndexRepository(engine, make_sessionmaker(engine))
-    engine.dispose()
 
 
 def record(repo: IndexRepository, key: str, size: int = 10, *, replace: bool = True, ns: str = "ns") -> bool:
