@@ -200,3 +200,24 @@ def test_invalid_setting_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "max_entry_bytes" in result.stderr
+
+
+def test_without_the_server_extra_the_command_says_what_to_install(tmp_path: Path) -> None:
+    """A training host with only the client installed gets a sentence, not a traceback."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(
+        "import sys\n"
+        "class _Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('fastapi', 'sqlalchemy', 'pydantic_settings'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _Hide())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    env["PYTHONPATH"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "cache_server", "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "pip install 'xla-compile-cache[server]'" in result.stderr
+    assert "Traceback" not in result.stderr
