@@ -13,9 +13,12 @@ import hashlib
 import json
 import logging
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
+
+_PRINT_LOCK = threading.Lock()
 
 
 def rank_main(index: int, args: argparse.Namespace) -> None:
@@ -54,7 +57,10 @@ def rank_main(index: int, args: argparse.Namespace) -> None:
         "counters": counters,
         "digests": digests,
     }
-    print("RESULT " + json.dumps(result), flush=True)
+    # Ranks are threads of one process: one write per line under a lock, or two lines can interleave.
+    with _PRINT_LOCK:
+        sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+        sys.stdout.flush()
 
 
 def main() -> int:
