@@ -40,9 +40,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 data = bytes([i]) * KIB
                 url = f"/v1/namespaces/small/entries/s{i}"
                 assert http.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
-            for _ in range(100):  # the entries are parsed in the background
-                if http.get("/admin/stats").json()["top_graphs"]:
-                    break
+            # The entries are parsed in the background: wait until all the real ones are (the first
+            # graph can show up before its other variants are parsed).
+            deadline = time.monotonic() + 30
+            while sum(g["entries"] for g in http.get("/admin/stats").json()["top_graphs"]) < len(
+                real_entries()
+            ):
+                assert time.monotonic() < deadline, "the entries were not parsed in time"
                 time.sleep(0.1)
         yield srv, tokens
 

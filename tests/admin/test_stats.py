@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 from fastapi.testclient import TestClient
 
@@ -11,6 +12,7 @@ from cache_server.service import CacheService
 from cache_server.settings import Settings
 from tests.admin.conftest import admin_of, real_entries, upload
 from tests.conftest import sha
+from tests.support.clock import clear_of_utc_midnight
 
 
 def _traffic(client: TestClient) -> None:
@@ -53,6 +55,7 @@ def test_totals_and_namespaces_after_known_traffic(client: TestClient) -> None:
 
 
 def test_daily_rollup_has_today_and_empty_days(client: TestClient) -> None:
+    clear_of_utc_midnight()  # the traffic and "today" below must be one UTC day
     _traffic(client)
     body = client.get("/admin/stats", params={"days": 7}).json()
     days = body["daily"]
@@ -66,6 +69,7 @@ def test_daily_rollup_has_today_and_empty_days(client: TestClient) -> None:
 
 
 def test_counts_survive_a_restart(settings: Settings, service: CacheService) -> None:
+    clear_of_utc_midnight()  # both reports' daily windows must end on the same UTC day
     with TestClient(create_app(settings, service)) as first:
         _traffic(first)
         before = first.get("/admin/stats").json()
@@ -114,7 +118,14 @@ def test_entries_stored_before_start_are_parsed_by_the_catch_up(
     for key, data in entries.items():  # straight through the service: no admin side listening
         service.put_entry("early", key, [data], sha256=sha(data))
     with TestClient(create_app(settings, service)) as client:
-        assert admin_of(client).graphs.wait_idle(30)
+        admin = admin_of(client)
+        # The catch-up scan runs in the graph thread, which may not have begun it yet: wait_idle alone
+        # can return before it starts. Wait until every entry has its record.
+        deadline = time.monotonic() + 30
+        while admin.repository.unparsed_entries(1):
+            assert time.monotonic() < deadline, "the catch-up scan did not parse the entries in time"
+            time.sleep(0.05)
+        assert admin.graphs.wait_idle(30)
         graphs = client.get("/admin/stats").json()["top_graphs"]
     assert sum(g["entries"] for g in graphs) == len(entries)
     assert graphs[0]["variants"] == 3

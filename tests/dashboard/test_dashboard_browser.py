@@ -24,6 +24,7 @@ from cache_server.settings import Settings
 from tests.admin.conftest import real_entries
 from tests.conftest import sha
 from tests.dashboard.cdp import chromium_path, headless_chromium
+from tests.support.clock import clear_of_utc_midnight
 from tests.support.server import SERVER_BIN, LiveServer, run_server
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "test-output" / "dashboard.png"
@@ -65,6 +66,7 @@ def add_history(data_dir: Path, days: int = 20) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    clear_of_utc_midnight(120)  # the history, today's traffic and the page's 21 days: one UTC day
     data_dir = tmp_path_factory.mktemp("dashboard")
     tokens = {role: make_token(data_dir, f"dash-{role}", role) for role in ("read", "write", "admin")}
     with run_server(data_dir, {"XLA_CACHE_AUTH": "on"}) as srv:
@@ -90,9 +92,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 assert http.get(f"/v1/namespaces/vision-tpu-v5e/entries/{first}").status_code == 200
             assert http.get("/v1/namespaces/text-gpu/entries/nope").status_code == 404
             admin = {"Authorization": f"Bearer {tokens['admin']}"}
-            for _ in range(100):  # the entries are parsed in the background
-                if http.get("/admin/stats", headers=admin).json()["top_graphs"]:
-                    break
+            # The entries are parsed in the background: wait until all the real ones are (the first
+            # graph can show up before its other variants are parsed).
+            deadline = time.monotonic() + 30
+            while sum(
+                g["entries"] for g in http.get("/admin/stats", headers=admin).json()["top_graphs"]
+            ) < len(real_entries()):
+                assert time.monotonic() < deadline, "the entries were not parsed in time"
                 time.sleep(0.1)
         add_history(data_dir)
         yield srv, tokens
