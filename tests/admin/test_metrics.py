@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -109,6 +110,12 @@ def test_access_log_is_one_json_line_per_request_without_tokens(
         assert "token=" not in line and "?" not in line
 
 
+def entry_gets(after: Samples, before: Samples) -> float:
+    return delta(
+        after, before, "xla_cache_http_requests_total", route=ENTRY_ROUTE, method="GET", status="200"
+    )
+
+
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     data_dir = tmp_path_factory.mktemp("two-workers")
@@ -139,6 +146,12 @@ def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> No
 
         with ThreadPoolExecutor(6) as pool:  # concurrent, so both workers take some
             assert all(body == data for body in pool.map(download, range(60)))
+        # A request is counted once its response has been sent, so the worker that served the last
+        # download may count it just after the client has it: wait until every request is counted.
+        deadline = time.monotonic() + 20
+        while (counted := entry_gets(scrape(http.get), before)) != 60:
+            assert counted < 60 and time.monotonic() < deadline, f"{counted} GETs counted, not 60"
+            time.sleep(0.1)
         scrapes = []
         for _ in range(6):  # whichever worker answers, the totals are the same
             with httpx.Client(base_url=url, timeout=30) as fresh:
@@ -147,10 +160,7 @@ def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> No
     assert len(worker_files) >= 2, f"only one worker wrote metrics: {worker_files}"
     for after in scrapes:
         assert delta(after, before, "xla_cache_hits_total", namespace="w2") == 60
-        got = delta(
-            after, before, "xla_cache_http_requests_total", route=ENTRY_ROUTE, method="GET", status="200"
-        )
-        assert got == 60
+        assert entry_gets(after, before) == 60
         assert delta(after, before, "xla_cache_http_received_bytes_total", route=ENTRY_ROUTE) == 4096
         assert after[("xla_cache_stored_bytes", (("namespace", "w2"),))] == 4096
 
