@@ -15,6 +15,7 @@ from cache_server.migrate import upgrade
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from tests.admin.conftest import real_entries
+from tests.support.clock import clear_of_utc_midnight
 
 
 @pytest.fixture
@@ -31,6 +32,7 @@ def put(admin: AdminService, namespace: str, key: str, data: bytes, compile_ms: 
 
 
 def test_counters_rollup_and_graphs(admin: AdminService) -> None:
+    clear_of_utc_midnight()  # the writes and the report's last day must be one UTC day
     for key, data in real_entries().items():
         put(admin, "cpu", key, data, compile_ms=5000)
     put(admin, "cpu", "opaque", b"not an executable")
