@@ -57,8 +57,9 @@ class TcpProxy:
 
     def blackhole(self) -> None:
         """Reset open connections, then accept new ones but never answer (the host is unreachable)."""
-        self._drop_connections()
-        self.mode = "blackhole"
+        with self._lock:  # first: no connection accepted from now on is forwarded
+            self.mode = "blackhole"
+        self._drop_connections()  # then every one accepted before, forwarded or not
         self._listen()
 
     def close(self) -> None:
@@ -112,8 +113,10 @@ class TcpProxy:
             except OSError:
                 return
             client.settimeout(None)
-            self._track(client)
-            if self.mode != "forward":
+            with self._lock:  # tracked and judged at once, so a switch of mode cannot fall in between
+                self._open.add(client)
+                forward = self.mode == "forward"
+            if not forward:
                 continue  # held open, never answered: a black hole
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
