@@ -32,8 +32,8 @@ class GraphIndexer:
         self._repository = repository
         self._store = store
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=queue_size)
-        self._overflowed = threading.Event()
-        self._pending = 0  # queued and not yet parsed, plus one while a catch-up scan runs
+        self._catch_up_due = False  # a catch-up scan is asked for (counted in _pending from that moment)
+        self._pending = 0  # queued and not yet parsed, plus one for a catch-up scan asked for or running
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -44,7 +44,7 @@ class GraphIndexer:
                 self._queue.put_nowait((namespace, key))
                 self._pending += 1
             except queue.Full:
-                self._overflowed.set()  # the catch-up scan will find it
+                self._request_catch_up()  # the catch-up scan will find it
 
     def parse(self, namespace: str, key: str) -> GraphRecord:
         """Parse one stored entry and record the result (an unparseable entry is recorded as such)."""
@@ -75,9 +75,16 @@ class GraphIndexer:
         with self._changed:
             return self._changed.wait_for(lambda: self._pending == 0, timeout)
 
+    def _request_catch_up(self) -> None:
+        """Ask for a catch-up scan; the caller holds ``_changed``. Counted at once, so ``wait_idle`` waits."""
+        if not self._catch_up_due:
+            self._catch_up_due = True
+            self._pending += 1
+
     def start(self) -> None:
         if self._thread is None:
-            self._overflowed.set()  # entries stored before this process started
+            with self._changed:
+                self._request_catch_up()  # entries stored before this process started
             self._thread = threading.Thread(target=self._run, name="xla-cache-graphs", daemon=True)
             self._thread.start()
 
@@ -94,10 +101,9 @@ class GraphIndexer:
 
     def _run(self) -> None:
         while True:
-            if self._overflowed.is_set():
-                with self._changed:
-                    self._pending += 1
-                self._overflowed.clear()
+            with self._changed:
+                due, self._catch_up_due = self._catch_up_due, False
+            if due:
                 self._guarded(self.catch_up)
                 self._done(1)
             try:
