@@ -50,6 +50,29 @@ class LiveServer:
         return self.log_path.read_text(errors="replace")
 
 
+class _PortTaken(Exception):
+    """The server could not bind its port."""
+
+
+def _wait_ready(server: LiveServer, startup_timeout: float) -> None:
+    """Return once the server's /readyz answers 200 (and the server is still running)."""
+    deadline = time.monotonic() + startup_timeout
+    while True:
+        if server.process.poll() is not None:
+            if "address already in use" in server.log().lower():
+                raise _PortTaken
+            raise RuntimeError(f"xla-cache-server exited with {server.process.returncode}:\n{server.log()}")
+        try:
+            ready = httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            ready = False
+        if ready and server.process.poll() is None:  # not another process answering on a taken port
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"xla-cache-server did not become ready:\n{server.log()}")
+        time.sleep(0.1)
+
+
 @contextmanager
 def run_server(
     data_dir: Path,
@@ -65,43 +88,46 @@ def run_server(
 
     ``host`` is where it listens (the tests reach it on 127.0.0.1 either way).
     """
-    port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
-    log_path = data_dir / f"server-{port}.log"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
     full_env.update({"XLA_CACHE_DATA_DIR": str(data_dir), "XLA_CACHE_ACCESS_FLUSH_SECONDS": "0.2"})
     full_env.update(env or {})
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [
-                str(SERVER_BIN),
-                "serve",
-                "--host",
-                host,
-                "--port",
-                str(port),
-                "--workers",
-                str(workers),
-                *extra_args,
-            ],
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = LiveServer(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+    # A port picked by free_port() can be taken by another process before the server binds it: then
+    # pick another (only when the caller did not ask for a port).
+    attempts = 1 if port else 3
+    for attempt in range(attempts):
+        chosen = port or free_port()
+        log_path = data_dir / f"server-{chosen}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [
+                    str(SERVER_BIN),
+                    "serve",
+                    "--host",
+                    host,
+                    "--port",
+                    str(chosen),
+                    "--workers",
+                    str(workers),
+                    *extra_args,
+                ],
+                env=full_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        server = LiveServer(url=f"http://127.0.0.1:{chosen}", process=process, log_path=log_path)
+        try:
+            _wait_ready(server, startup_timeout)
+        except _PortTaken:
+            stop_process(process)
+            if attempt == attempts - 1:
+                raise RuntimeError(f"no free port for xla-cache-server:\n{server.log()}") from None
+            continue
+        except BaseException:
+            stop_process(process)
+            raise
+        break
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"xla-cache-server exited with {process.returncode}:\n{server.log()}")
-            try:
-                if httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"xla-cache-server did not become ready:\n{server.log()}")
-            time.sleep(0.1)
         yield server
     finally:
         stop_process(process)
