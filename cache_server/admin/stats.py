@@ -77,11 +77,10 @@ class StatsReport:
     top_graphs: list[GraphGroup]
 
 
-def _days(since: dt.date, rows: list[DailyRow]) -> list[DayCounters]:
+def _days(since: dt.date, last: dt.date, rows: list[DailyRow]) -> list[DayCounters]:
     by_day = {row.day: row for row in rows}
     days = []
     day = since
-    last = today()
     while day <= last:
         empty = DailyRow(day, 0, 0, 0, 0, 0, 0, 0)
         days.append(DayCounters(day, by_day.get(day, empty)))
@@ -101,11 +100,12 @@ def build_report(
         counters.add(row)
         totals.add(row)
         per_namespace.append(NamespaceStats(row.name, row.labels, row.last_used_at, counters))
-    since = today() - dt.timedelta(days=max(days, 1) - 1)
+    last = today()  # read once, so a report made across midnight still has exactly ``days`` days
+    since = last - dt.timedelta(days=max(days, 1) - 1)
     return StatsReport(
         generated_at=utcnow(),
         totals=totals,
         namespaces=per_namespace,
-        daily=_days(since, repository.daily(since, namespace)),
+        daily=_days(since, last, repository.daily(since, namespace)),
         top_graphs=repository.top_graphs(top, namespace) if top > 0 else [],
     )
