@@ -3,7 +3,7 @@
 Prints figures measured in one run on this machine (no pass/fail). Setup (writing the blobs and rows) is
 not measured; blobs are written by the real local store with fsync skipped, to set up faster.
 
-    uv run python bench/eviction.py [--entries 100000] [--size 256] [--database-url postgresql://...]
+    .venv/bin/python bench/eviction.py [--entries 100000] [--size 256] [--database-url postgresql://...]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Prints figures measured in one run on this machine (no pass/fail):
   - signed URLs: keys per second answered by ``POST /v1/namespaces/{ns}/urls`` (GCS emulator, a throwaway
     service-account key), against the same keys streamed through ``POST .../bundle``.
 
-    uv run python bench/production.py [--blobs 5000] [--keys 2000]
+    .venv/bin/python bench/production.py [--blobs 5000] [--keys 2000]
 """
 
 from __future__ import annotations

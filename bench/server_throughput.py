@@ -4,7 +4,7 @@ Prints figures and ratios measured in one run on this machine (no pass/fail):
   - many small entries: one GET each (sequential, and 8 in parallel) against one bundle stream;
   - one large entry: upload and download throughput.
 
-    uv run python bench/server_throughput.py [--small 2000] [--small-size 65536] [--large-mib 512]
+    .venv/bin/python bench/server_throughput.py [--small 2000] [--small-size 65536] [--large-mib 512]
 """
 
 from __future__ import annotations

