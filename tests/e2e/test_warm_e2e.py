@@ -211,6 +211,9 @@ def test_rank_threads_without_spmd_share_their_process_cache(live_server: LiveSe
     for rank in (0, 1):
         assert second[rank]["namespace"] == first[rank]["namespace"]
         assert second[rank]["downloaded"] == 8 and second[rank]["errors"] == []
-        assert second[rank]["counters"]["PersistentCacheHit"] == 8
+        # The counters are the process's, shared by both rank threads: every one of the 8 graphs is loaded
+        # from the persistent cache at least once, and when both threads reach a graph at the same moment
+        # both may load it. What must hold exactly: nothing is compiled.
+        assert 8 <= second[rank]["counters"]["PersistentCacheHit"] <= 16
         assert second[rank]["counters"]["UncachedCompile"] == 0
         assert second[rank]["digests"] == first[rank]["digests"]
