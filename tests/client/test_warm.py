@@ -249,6 +249,16 @@ def test_no_server_means_local_cache_only(
 # -- torch_xla integration (faked here; real in tests/e2e) ---------------------------------------------
 
 
+@pytest.fixture
+def fake_torch_xla(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """torch_xla present and not yet compiling; returns the directories initialize_cache was given."""
+    initialized: list[str] = []
+    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
+    monkeypatch.setattr(warm_module, "check_not_too_late", lambda: None)
+    monkeypatch.setattr(warm_module, "initialize_cache", initialized.append)
+    return initialized
+
+
 def test_too_late_is_a_clear_error_before_any_request(
     fake_server: FakeCacheServer, fingerprint: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,16 +274,13 @@ def test_too_late_is_a_clear_error_before_any_request(
 
 
 def test_warm_initializes_the_cache_and_starts_the_uploader(
+    fake_torch_xla: list[str],
     fake_server: FakeCacheServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    initialized: list[str] = []
-    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
-    monkeypatch.setattr(warm_module, "check_not_too_late", lambda: None)
-    monkeypatch.setattr(warm_module, "initialize_cache", initialized.append)
+    initialized = fake_torch_xla
     seed(fake_server, namespace, 2)
     report = warm(fake_server.url, tmp_path, fingerprint=fingerprint, timeout=TIMEOUT)
     assert initialized == [str(tmp_path / namespace)]
@@ -287,17 +294,14 @@ def test_warm_initializes_the_cache_and_starts_the_uploader(
 
 
 def test_rank_threads_of_one_process_share_one_warm(
+    fake_torch_xla: list[str],
     fake_server: FakeCacheServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """xmp.spawn on CPU/GPU runs one thread per device in one process: torch_xla has one cache there."""
-    initialized: list[str] = []
-    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
-    monkeypatch.setattr(warm_module, "check_not_too_late", lambda: None)
-    monkeypatch.setattr(warm_module, "initialize_cache", initialized.append)
+    initialized = fake_torch_xla
     seed(fake_server, namespace, 3)
     reports: list[Any] = []
 
