@@ -82,17 +82,25 @@ class JobResult:
         return [line for line in self.stderr.splitlines() if line.startswith("WARNING xla_cache")]
 
 
-def run_job(args: list[str], env: Mapping[str, str] | None = None) -> JobResult:
-    """Run tests/e2e/fuse_job.py; its JSON result and its log."""
+def _run_script(
+    script: Path, args: list[str], env: Mapping[str, str] | None
+) -> subprocess.CompletedProcess[str]:
+    """Run a job script of this folder with the test interpreter; it must succeed."""
     done = subprocess.run(
-        [sys.executable, str(JOB), *args],
+        [sys.executable, str(script), *args],
         env=job_env(env),
         capture_output=True,
         text=True,
         timeout=JOB_TIMEOUT,
         check=False,
     )
-    assert done.returncode == 0, f"job failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"{script.name} failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    return done
+
+
+def run_job(args: list[str], env: Mapping[str, str] | None = None) -> JobResult:
+    """Run tests/e2e/fuse_job.py; its JSON result and its log."""
+    done = _run_script(JOB, args, env)
     last = done.stdout.strip().splitlines()[-1]
     return JobResult(json.loads(last), done.stderr)
 
@@ -128,15 +136,7 @@ SPAWN_JOB = Path(__file__).with_name("spawn_job.py")
 
 def run_spawn_job(args: list[str], env: Mapping[str, str] | None = None) -> dict[int, dict[str, Any]]:
     """Run tests/e2e/spawn_job.py (xmp.spawn); each rank's JSON result by rank."""
-    done = subprocess.run(
-        [sys.executable, str(SPAWN_JOB), *args],
-        env=job_env(env),
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT,
-        check=False,
-    )
-    assert done.returncode == 0, f"spawn job failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    done = _run_script(SPAWN_JOB, args, env)
     results = [
         json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT ")
     ]
