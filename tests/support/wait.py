@@ -1,0 +1,33 @@
+"""The one poll-until loop of the suite: wait for something another thread or process does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["wait_until"]
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str | Callable[[], str] = "the condition never became true",
+) -> T:
+    """Call ``condition`` until it returns something truthy, and return that; fail the test after ``timeout``.
+
+    ``message`` (or what it returns, read at the failure) says what did not happen, for the failure report.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"{text} (waited {timeout:g} s)")
+        time.sleep(interval)
