@@ -18,19 +18,18 @@ from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cache_server.admin import AdminService
-from cache_server.app import build_service
-from cache_server.index.repository import EntryRecord
+from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.metrics import StoredCollector, render
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
+from cache_server.wiring import Services, build_services
 
 NAMESPACES = 8
 
 
-def populate(admin: AdminService, entries: int, size: int) -> None:
-    store = admin.service.store
+def populate(services: Services, entries: int, size: int) -> None:
+    store = services.store
     data = b"x" * size
     start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
     records = []
@@ -41,7 +40,7 @@ def populate(admin: AdminService, entries: int, size: int) -> None:
             records.append(
                 EntryRecord(namespace, key, size, "0" * 64, created_at=start + dt.timedelta(milliseconds=i))
             )
-    admin.repository.add_missing_entries(records)
+    EntryRepository(services.database).add_missing_entries(records)  # the index, loaded in bulk
 
 
 def timed(label: str, work: object, repeat: int = 1) -> object:
@@ -63,18 +62,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), database_url=args.database_url)
         upgrade(settings)
-        service = build_service(settings)
-        admin = AdminService(settings, service)
+        services = build_services(settings)
+        admin = services.admin
         try:
             where = settings.resolved_database_url.split("@")[-1]
             print(f"index: {where}, store: local directory, CPUs: {os.cpu_count()}")
             start = time.perf_counter()
-            populate(admin, args.entries, args.size)
+            populate(services, args.entries, args.size)
             print(
                 f"setup: {args.entries} entries of {args.size} B in {NAMESPACES} namespaces "
                 f"({time.perf_counter() - start:.1f} s, not part of the figures)"
             )
-            collector = StoredCollector(admin.repository.stored_by_namespace)
+            collector = StoredCollector(admin.stored_by_namespace)
             timed(
                 "GET /metrics body (stored gauges read from the index)", lambda: render(collector), repeat=5
             )
@@ -88,17 +87,17 @@ def main() -> None:
             result = admin.evictor.evict(max_total_bytes=0)
             seconds = time.perf_counter() - start
             assert result.evicted == args.entries, result.evicted
-            left_rows = sum(n for n, _ in admin.repository.stored_by_namespace().values())
-            left_blobs = sum(1 for _ in service.store.list())
+            left_rows = sum(n for n, _ in admin.stored_by_namespace().values())
+            left_blobs = sum(1 for _ in services.store.list())
             assert left_rows == 0 and left_blobs == 0, (left_rows, left_blobs)
             label = f"evict {args.entries} entries (rows, then blobs)"
             print(f"{label:<52} {seconds * 1000:10.1f} ms   = {args.entries / seconds:,.0f} entries/s")
             print(
                 f"after: {left_rows} rows, {left_blobs} blobs left; evictions counted: "
-                f"{admin.stats().totals.evictions}"
+                f"{admin.stats().totals.counters.evictions}"
             )
         finally:
-            service.stop()
+            services.stop()
 
 
 if __name__ == "__main__":

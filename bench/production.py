@@ -26,15 +26,14 @@ from google.oauth2 import service_account
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cache_server.app import create_app
-from cache_server.index.db import make_engine, make_sessionmaker
-from cache_server.index.repository import IndexRepository
+from cache_server.index import Database, EntryRepository
 from cache_server.migrate import downgrade, upgrade
-from cache_server.reindex import reindex
-from cache_server.service import CacheService
+from cache_server.reindex import Reindexer
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobStore
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.storage.local import LocalBlobStore
+from cache_server.wiring import build_services
 from tests.support.databases import fresh_database_url
 from tests.support.gcs_emulator import create_bucket, run_fake_gcs
 
@@ -51,14 +50,14 @@ def time_reindex(store: BlobStore, database: str, tmp: Path) -> float:
     with fresh_database_url(database, tmp) as url:
         settings = Settings(data_dir=tmp / "data", database_url=url)
         upgrade(settings)
-        engine = make_engine(settings)
-        repo = IndexRepository(engine, make_sessionmaker(engine))
+        index = Database.from_settings(settings)
+        reindexer = Reindexer(EntryRepository(index), store)
         start = time.perf_counter()
-        report = reindex(repo, store)
+        report = reindexer.run()
         elapsed = time.perf_counter() - start
         assert report.added == report.blobs, report.summary()
         downgrade(settings, "base")
-        engine.dispose()
+        index.dispose()
         return elapsed
 
 
@@ -102,13 +101,12 @@ def main() -> None:
         bucket = create_bucket(endpoint)
         settings = Settings(data_dir=tmp / "urls", storage_url=f"gs://{bucket}/b", signed_url_seconds=300)
         upgrade(settings)
-        engine = make_engine(settings)
         store = GcsBlobStore(bucket, "b", endpoint=endpoint, credentials=signing_credentials())
         fill(store, args.keys)
-        service = CacheService(settings, IndexRepository(engine, make_sessionmaker(engine)), store)
-        reindex(service.repository, store)
+        services = build_services(settings, store=store)
+        services.reindexer.run()
         keys = [str(i) for i in range(args.keys)]
-        with TestClient(create_app(settings, service)) as client:
+        with TestClient(create_app(settings, services)) as client:
             start = time.perf_counter()
             body = client.post("/v1/namespaces/bench/urls", json={"keys": keys}).json()
             urls_s = time.perf_counter() - start

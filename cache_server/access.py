@@ -11,9 +11,10 @@ import logging
 import threading
 
 from cache_server import metrics
+from cache_server.domain import Clock, utcnow
 from cache_server.errors import IndexUnavailable
-from cache_server.index.models import utcnow
-from cache_server.index.repository import AccessDelta, IndexRepository
+from cache_server.index.entries import AccessDelta, EntryRepository
+from cache_server.periodic import Periodic
 
 __all__ = ["AccessRecorder"]
 
@@ -23,17 +24,17 @@ log = logging.getLogger(__name__)
 class AccessRecorder:
     """Collects hits and misses and writes them in batches."""
 
-    def __init__(self, repository: IndexRepository, interval: float) -> None:
+    def __init__(self, repository: EntryRepository, interval: float, clock: Clock = utcnow) -> None:
         self._repository = repository
-        self._interval = interval
+        self._clock = clock
         self._lock = threading.Lock()
         self._hits: dict[tuple[str, str], AccessDelta] = {}
         self._misses: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._flusher = Periodic("xla-cache-access-flush", "writing access counters", interval, self.flush)
 
     def hit(self, namespace: str, key: str, bytes_served: int) -> None:
-        now = utcnow()
+        """Count one use of an entry (a download, a bundle member, a signed URL handed out)."""
+        now = self._clock()
         with self._lock:
             delta = self._hits.setdefault((namespace, key), AccessDelta())
             delta.hits += 1
@@ -42,6 +43,7 @@ class AccessRecorder:
         metrics.HITS.labels(metrics.namespace_label(namespace)).inc()
 
     def miss(self, namespace: str, count: int = 1) -> None:
+        """Count ``count`` lookups of entries the namespace does not have."""
         with self._lock:
             self._misses[namespace] = self._misses.get(namespace, 0) + count
         metrics.MISSES.labels(metrics.namespace_label(namespace)).inc(count)
@@ -54,7 +56,7 @@ class AccessRecorder:
         if not hits and not misses:
             return
         try:
-            self._repository.apply_access(hits, misses)
+            self._repository.apply_access(hits, misses, day=self._clock().date())
         except Exception as exc:
             # An unreachable index is an outage, already explained; anything else is worth a traceback.
             outage = isinstance(exc, IndexUnavailable)
@@ -65,30 +67,15 @@ class AccessRecorder:
             )
             with self._lock:
                 for ident, delta in hits.items():
-                    kept = self._hits.setdefault(ident, AccessDelta())
-                    kept.hits += delta.hits
-                    kept.bytes_served += delta.bytes_served
-                    if kept.last_access is None or (
-                        delta.last_access and delta.last_access > kept.last_access
-                    ):
-                        kept.last_access = delta.last_access
+                    self._hits.setdefault(ident, AccessDelta()).merge(delta)
                 for namespace, count in misses.items():
                     self._misses[namespace] = self._misses.get(namespace, 0) + count
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="xla-cache-access-flush", daemon=True)
-        self._thread.start()
+        """Write the counts every ``interval`` seconds from now on."""
+        self._flusher.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        """Stop the periodic writes and write what is left."""
+        self._flusher.stop(timeout=10)
         self.flush()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.flush()

@@ -8,46 +8,33 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from cache_server.admin import AdminService
 from cache_server.api import router
 from cache_server.api.auth import authorize
 from cache_server.api.errors import install_error_handlers
 from cache_server.api.middleware import RejectEncodedSeparators
 from cache_server.api.telemetry import Telemetry, configure_access_log
-from cache_server.index.db import make_engine, make_sessionmaker
-from cache_server.index.repository import IndexRepository
-from cache_server.service import CacheService
 from cache_server.settings import Settings
-from cache_server.storage import open_store
+from cache_server.wiring import Services, build_services
 
-__all__ = ["build_service", "create_app", "create_app_from_env"]
-
-
-def build_service(settings: Settings) -> CacheService:
-    """The service over the index and blob store the settings name."""
-    engine = make_engine(settings)
-    repository = IndexRepository(engine, make_sessionmaker(engine))
-    store = open_store(
-        settings.resolved_storage_url, timeout=settings.storage_timeout, retries=settings.storage_retries
-    )
-    return CacheService(settings, repository, store)
+__all__ = ["create_app", "create_app_from_env"]
 
 
-def create_app(settings: Settings | None = None, service: CacheService | None = None) -> FastAPI:
-    """Build the FastAPI app for ``settings`` (read from the environment when not given)."""
+def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
+    """Build the FastAPI app for ``settings`` (read from the environment when not given).
+
+    ``services`` are built from the settings unless given (tests build their own, to look inside); the app
+    starts them when it starts and stops them when it stops.
+    """
     settings = settings or Settings()
-    service = service or build_service(settings)
-    admin = AdminService(settings, service)
+    services = services or build_services(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service.start()
-        admin.start()
+        services.start()
         try:
             yield
         finally:
-            admin.stop()
-            service.stop()
+            services.stop()
 
     app = FastAPI(
         title="XLA compilation cache",
@@ -57,8 +44,7 @@ def create_app(settings: Settings | None = None, service: CacheService | None = 
         dependencies=[Depends(authorize)],  # the role each route needs: cache_server.api.auth
     )
     app.state.settings = settings
-    app.state.service = service
-    app.state.admin = admin
+    app.state.services = services
     install_error_handlers(app)
     app.include_router(router)
     app.add_middleware(RejectEncodedSeparators)

@@ -17,9 +17,9 @@ import secrets
 import threading
 from dataclasses import dataclass
 
+from cache_server.domain import Clock, TokenInfo, utcnow
 from cache_server.errors import BadRequest, Forbidden, Unauthorized
-from cache_server.index.models import ApiToken, utcnow
-from cache_server.index.token_repository import TokenRepository
+from cache_server.index.tokens import TokenRepository
 
 __all__ = ["Principal", "Role", "TokenInfo", "TokenManager", "hash_token"]
 
@@ -59,22 +59,6 @@ class Principal:
     role: Role
 
 
-@dataclass(frozen=True)
-class TokenInfo:
-    """A token as listed (never the secret)."""
-
-    id: str
-    name: str
-    role: str
-    created_at: dt.datetime
-    last_used_at: dt.datetime | None
-    revoked_at: dt.datetime | None
-
-    @classmethod
-    def of(cls, row: ApiToken) -> TokenInfo:
-        return cls(row.id, row.name, row.role, row.created_at, row.last_used_at, row.revoked_at)
-
-
 def hash_token(token: str) -> str:
     """The stored form of a token: SHA-256 hex (enough for a 256-bit random secret)."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -83,8 +67,9 @@ def hash_token(token: str) -> str:
 class TokenManager:
     """Creates, lists, revokes and checks tokens."""
 
-    def __init__(self, repository: TokenRepository) -> None:
+    def __init__(self, repository: TokenRepository, clock: Clock = utcnow) -> None:
         self._repository = repository
+        self._clock = clock
         self._touched: dict[str, dt.datetime] = {}
         self._lock = threading.Lock()
 
@@ -95,22 +80,22 @@ class TokenManager:
                 f"The token name {name!r} is not allowed: start with a letter or digit, then letters, "
                 "digits, '.', '_', '@' or '-' (at most 128)."
             )
-        if self._repository.active_tokens_named(name):
+        if self._repository.has_active_token_named(name):
             raise BadRequest(f"An active token named {name!r} exists; revoke it first or pick another name.")
         token_id = secrets.token_hex(6)
         token = f"{TOKEN_PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
-        row = self._repository.add_token(
-            token_id=token_id, name=name, role=role.label, token_sha256=hash_token(token)
+        info = self._repository.add_token(
+            token_id=token_id, name=name, role=role.label, token_sha256=hash_token(token), now=self._clock()
         )
-        return token, TokenInfo.of(row)
+        return token, info
 
     def list_tokens(self) -> list[TokenInfo]:
         """Every token, revoked ones included."""
-        return [TokenInfo.of(row) for row in self._repository.list_tokens()]
+        return self._repository.list_tokens()
 
     def revoke(self, name_or_id: str) -> list[TokenInfo]:
         """Revoke the active tokens with this name (or this id); returns what was revoked."""
-        return [TokenInfo.of(row) for row in self._repository.revoke_tokens(name_or_id)]
+        return self._repository.revoke_tokens(name_or_id, now=self._clock())
 
     def authenticate(self, token: str | None) -> Principal:
         """The principal a presented token stands for; :class:`Unauthorized` unless it is valid."""
@@ -120,15 +105,16 @@ class TokenManager:
                 "(an admin creates one with 'xla-cache-server token create')."
             )
         match = _TOKEN.fullmatch(token.strip())
-        row = self._repository.get_token(match.group(1)) if match else None
+        found = self._repository.get_token(match.group(1)) if match else None
         # Compare even when there is no row, so a wrong id costs the same as a wrong secret.
-        same = hmac.compare_digest(hash_token(token.strip()), row.token_sha256 if row else _NO_MATCH)
-        if row is None or not same:
+        same = hmac.compare_digest(hash_token(token.strip()), found[1] if found else _NO_MATCH)
+        if found is None or not same:
             raise Unauthorized("The token is not valid.")
-        if row.revoked_at is not None:
-            raise Unauthorized(f"The token {row.name!r} ({row.id}) was revoked.")
-        self._touch(row.id)
-        return Principal(token_id=row.id, name=row.name, role=Role.parse(row.role))
+        info = found[0]
+        if info.revoked_at is not None:
+            raise Unauthorized(f"The token {info.name!r} ({info.id}) was revoked.")
+        self._touch(info.id)
+        return Principal(token_id=info.id, name=info.name, role=Role.parse(info.role))
 
     @staticmethod
     def authorize(principal: Principal, needed: Role, action: str) -> None:
@@ -140,7 +126,7 @@ class TokenManager:
             )
 
     def _touch(self, token_id: str) -> None:
-        now = utcnow()
+        now = self._clock()
         with self._lock:
             last = self._touched.get(token_id)
             if last is not None and now - last < TOUCH_EVERY:

@@ -77,23 +77,21 @@ def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
-    from cache_server.app import build_service
     from cache_server.errors import CacheError
     from cache_server.migrate import upgrade
-    from cache_server.reindex import ReindexReport, reindex
+    from cache_server.reindex import ReindexReport
+    from cache_server.wiring import build_services
 
     def progress(report: ReindexReport) -> None:
         log.info("reindex: %s so far", report.summary())
 
     try:
         upgrade(settings)  # a lost database comes back empty: give it the schema first
-        service = build_service(settings)
+        services = build_services(settings)
         try:
-            report = reindex(
-                service.repository, service.store, verify=args.verify, dry_run=args.dry_run, progress=progress
-            )
+            report = services.reindexer.run(verify=args.verify, dry_run=args.dry_run, progress=progress)
         finally:
-            service.stop()
+            services.stop()
     except CacheError as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return 1

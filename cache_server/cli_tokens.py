@@ -20,18 +20,17 @@ __all__ = ["add_token_commands"]
 @contextmanager
 def _tokens(settings: Settings) -> Iterator[TokenManager]:
     from cache_server.auth import TokenManager
-    from cache_server.index.db import make_engine, make_sessionmaker
-    from cache_server.index.token_repository import TokenRepository
+    from cache_server.index import Database, TokenRepository
 
     if settings.uses_embedded_sqlite:
         from cache_server.migrate import upgrade
 
         upgrade(settings)  # like serve: the embedded index migrates itself
-    engine = make_engine(settings)
+    database = Database.from_settings(settings)
     try:
-        yield TokenManager(TokenRepository(engine, make_sessionmaker(engine)))
+        yield TokenManager(TokenRepository(database))
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 def _when(value: Any) -> str:

@@ -3,8 +3,8 @@
 Every blob carries what its index row needs in its metadata (written by
 :meth:`cache_server.service.CacheService.put_entry` together with the bytes): ``namespace``, ``key``,
 ``sha256``, ``created``, and optionally ``compile_time_ms`` and ``uploader``. The store knows each blob's
-size. So after the database is lost (or restored from an old backup) :func:`reindex` lists the store and
-adds every row the index lacks. Rows already there win: reindexing a healthy index changes nothing, and
+size. So after the database is lost (or restored from an old backup) :meth:`Reindexer.run` lists the store
+and adds every row the index lacks. Rows already there win: reindexing a healthy index changes nothing, and
 it is safe while servers keep answering.
 
 What cannot come back: namespace fingerprints and labels (each client registers its namespace again when
@@ -19,12 +19,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cache_protocol import UPLOADER_MAX_LENGTH
 from cache_server.errors import CacheError
-from cache_server.index.repository import EntryRecord, IndexRepository
+from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key, check_namespace, check_sha256
 from cache_server.storage.base import BlobInfo, BlobStore, split_blob_name
 
-__all__ = ["ReindexReport", "reindex"]
+__all__ = ["ReindexReport", "Reindexer", "record_of"]
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -99,56 +100,61 @@ def record_of(info: BlobInfo, store: BlobStore, *, verify: bool) -> EntryRecord:
         sha256=sha256,
         created_at=created,
         compile_time_ms=_optional_int(meta.get("compile_time_ms")),
-        uploader=uploader[:256] if uploader else None,
+        uploader=uploader[:UPLOADER_MAX_LENGTH] if uploader else None,
     )
 
 
-def reindex(
-    repository: IndexRepository,
-    store: BlobStore,
-    *,
-    verify: bool = False,
-    dry_run: bool = False,
-    progress: Callable[[ReindexReport], None] | None = None,
-) -> ReindexReport:
-    """Add an index row for every blob that lacks one. See the module docstring.
+class Reindexer:
+    """Rebuilds the rows of the index's :class:`EntryRepository` from one blob store."""
 
-    ``verify`` hashes every blob's bytes (slow: it reads the whole store) and leaves out those that do not
-    match their recorded digest; ``dry_run`` counts what would be added without writing.
-    """
-    report = ReindexReport()
-    batch: list[EntryRecord] = []
+    def __init__(self, entries: EntryRepository, store: BlobStore) -> None:
+        self._entries = entries
+        self._store = store
 
-    def flush() -> None:
-        if not batch:
-            return
-        if dry_run:
-            missing = 0
-            for namespace in {r.namespace for r in batch}:
-                keys = [r.key for r in batch if r.namespace == namespace]
-                missing += len(repository.missing_keys(namespace, keys))
-            added = missing
-        else:
-            added = repository.add_missing_entries(batch)
-        report.added += added
-        report.already_indexed += len(batch) - added
-        batch.clear()
-        if progress is not None:
-            progress(report)
+    def run(
+        self,
+        *,
+        verify: bool = False,
+        dry_run: bool = False,
+        progress: Callable[[ReindexReport], None] | None = None,
+    ) -> ReindexReport:
+        """Add an index row for every blob that lacks one. See the module docstring.
 
-    for info in store.list():
-        report.blobs += 1
-        try:
-            record = record_of(info, store, verify=verify)
-        except (CacheError, ValueError) as exc:
-            reason = exc.detail if isinstance(exc, CacheError) else str(exc)
-            log.warning("reindex: leaving out %s: %s", info.name, reason)
-            report.skipped[info.name] = reason
-            continue
-        report.namespaces.add(record.namespace)
-        report.bytes += record.size
-        batch.append(record)
-        if len(batch) >= BATCH:
-            flush()
-    flush()
-    return report
+        ``verify`` hashes every blob's bytes (slow: it reads the whole store) and leaves out those that do
+        not match their recorded digest; ``dry_run`` counts what would be added without writing.
+        """
+        report = ReindexReport()
+        batch: list[EntryRecord] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            if dry_run:
+                added = 0
+                for namespace in {r.namespace for r in batch}:
+                    keys = [r.key for r in batch if r.namespace == namespace]
+                    added += len(self._entries.missing_keys(namespace, keys))
+            else:
+                added = self._entries.add_missing_entries(batch)
+            report.added += added
+            report.already_indexed += len(batch) - added
+            batch.clear()
+            if progress is not None:
+                progress(report)
+
+        for info in self._store.list():
+            report.blobs += 1
+            try:
+                record = record_of(info, self._store, verify=verify)
+            except (CacheError, ValueError) as exc:
+                reason = exc.detail if isinstance(exc, CacheError) else str(exc)
+                log.warning("reindex: leaving out %s: %s", info.name, reason)
+                report.skipped[info.name] = reason
+                continue
+            report.namespaces.add(record.namespace)
+            report.bytes += record.size
+            batch.append(record)
+            if len(batch) >= BATCH:
+                flush()
+        flush()
+        return report

@@ -1,7 +1,9 @@
-"""The domain: put, get, manifest, bundle, namespaces. No HTTP here.
+"""The cache service: namespaces and entries (put, read, manifest, bundle, signed URLs). No HTTP here.
 
 Consistency rules (DESIGN.md): the blob is written before its index row, and removed after it; a reader
 only gets bytes whose SHA-256 matches the index (checked while streaming: a mismatch breaks the stream).
+
+The service owns what it is given: nothing else touches its repository or its store.
 """
 
 from __future__ import annotations
@@ -13,27 +15,42 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER, UPLOADER_MAX_LENGTH
 from cache_server.access import AccessRecorder
+from cache_server.domain import Clock, EntryInfo, NamespaceInfo, utcnow
 from cache_server.errors import (
     DigestConflict,
     DigestMismatch,
     EntryNotFound,
     EntryTooLarge,
     NamespaceNotFound,
+    SignedUrlsUnavailable,
     StorageUnavailable,
     TooManyKeys,
 )
-from cache_server.index.models import Entry, utcnow
-from cache_server.index.repository import IndexRepository, NamespaceSummary
+from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key, check_namespace
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobReader, BlobStore, blob_name
+from cache_server.storage.base import BlobReader, BlobStore, SignsUrls, blob_name
+from cache_server.streams import coalesce
 
-__all__ = ["CacheService", "CorruptBlob", "OpenedEntry", "PutResult"]
+__all__ = [
+    "CacheService",
+    "CorruptBlob",
+    "EntryRead",
+    "NotModified",
+    "OpenedEntry",
+    "PutResult",
+    "SignedEntry",
+    "SignedUrls",
+    "StoredHook",
+]
 
 log = logging.getLogger(__name__)
 TAR_BLOCK = 512
-BUNDLE_PIECE = 1024 * 1024
+
+StoredHook = Callable[[str, str], None]
+"""Called with (namespace, key) after a new entry is stored; must be quick and must not raise."""
 
 
 class CorruptBlob(RuntimeError):
@@ -51,12 +68,42 @@ class PutResult:
     sha256: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpenedEntry:
-    """An entry ready to stream: its index row and a verifying byte iterator."""
+    """An entry ready to stream: what the index knows of it and a verifying byte iterator."""
 
-    entry: Entry
+    entry: EntryInfo
     body: Iterator[bytes]
+
+
+@dataclass(frozen=True)
+class NotModified:
+    """The reader already has the entry (its ``If-None-Match`` names the entry's digest)."""
+
+    entry: EntryInfo
+
+
+@dataclass(frozen=True)
+class SignedEntry:
+    """An entry, and a URL its bytes can be downloaded from until it expires."""
+
+    key: str
+    url: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SignedUrls:
+    """Signed URLs for the stored keys among those asked for, and the keys that are not stored."""
+
+    expires_in: int
+    entries: list[SignedEntry]
+    missing: list[str]
+
+
+EntryRead = OpenedEntry | NotModified | SignedEntry
+"""What a read of one entry gives: its bytes, "you have it", or a signed URL to fetch it from."""
 
 
 def _checked_upload(chunks: Iterable[bytes], sha256: str, limit: int) -> Iterator[bytes]:
@@ -70,65 +117,87 @@ def _checked_upload(chunks: Iterable[bytes], sha256: str, limit: int) -> Iterato
         yield chunk
     if digest.hexdigest() != sha256:
         raise DigestMismatch(
-            f"The body's SHA-256 is {digest.hexdigest()}, not {sha256} as X-Content-SHA256 says; "
+            f"The body's SHA-256 is {digest.hexdigest()}, not {sha256} as {SHA256_HEADER} says; "
             "nothing was stored."
         )
 
 
-def _coalesce(pieces: Iterator[bytes], size: int = BUNDLE_PIECE) -> Iterator[bytes]:
-    """Join small pieces (tar headers, small entries, padding) so the response sends fewer, larger writes."""
-    buffer = bytearray()
-    for piece in pieces:
-        buffer += piece
-        if len(buffer) >= size:
-            yield bytes(buffer)
-            buffer.clear()
-    if buffer:
-        yield bytes(buffer)
+def _not_found(namespace: str, key: str) -> EntryNotFound:
+    return EntryNotFound(f"No entry {key!r} in namespace {namespace!r}.")
+
+
+class _Signer:
+    """Short-lived signed URLs, so many hosts fetch bytes from the bucket and not through the server.
+
+    The URL is made locally, without asking the store whether the blob is there: the consistency rules
+    (blob before row, row removed before blob) make a row without a blob rare, and then the download itself
+    answers 404.
+    """
+
+    def __init__(self, store: SignsUrls, seconds: int) -> None:
+        self._store = store
+        self.seconds = seconds
+
+    def sign(self, entry: EntryInfo) -> SignedEntry | None:
+        """A URL for the entry, or None when the store's credentials cannot sign."""
+        url = self._store.signed_url(blob_name(entry.namespace, entry.key), self.seconds)
+        if url is None:
+            return None
+        return SignedEntry(key=entry.key, url=url, size=entry.size, sha256=entry.sha256)
 
 
 class CacheService:
-    """Entries and namespaces over one index and one blob store."""
+    """Entries and namespaces over the index's :class:`EntryRepository` and one blob store.
 
-    def __init__(self, settings: Settings, repository: IndexRepository, store: BlobStore) -> None:
-        self.settings = settings
-        self.repository = repository
-        self.store = store
-        self.access = AccessRecorder(repository, settings.access_flush_seconds)
-        # Called with (namespace, key) after a new entry is stored; must be quick and must not raise
-        # (the admin side queues the entry for parsing).
-        self.stored_listeners: list[Callable[[str, str], None]] = []
+    ``access`` counts hits and misses; ``on_stored`` hears of each new entry; ``clock`` gives the times
+    written to the index. Signed URLs are handed out when ``XLA_CACHE_SIGNED_URL_SECONDS`` > 0 and the store
+    can sign (:class:`~cache_server.storage.base.SignsUrls`).
+    """
 
-    def start(self) -> None:
-        self.access.start()
-
-    def stop(self) -> None:
-        self.access.stop()
-        self.store.close()
-        self.repository.engine.dispose()
+    def __init__(
+        self,
+        settings: Settings,
+        entries: EntryRepository,
+        store: BlobStore,
+        access: AccessRecorder,
+        *,
+        on_stored: StoredHook | None = None,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._settings = settings
+        self._entries = entries
+        self._store = store
+        self._access = access
+        self._on_stored = on_stored
+        self._clock = clock
+        seconds = settings.signed_url_seconds
+        self._signer = _Signer(store, seconds) if seconds > 0 and isinstance(store, SignsUrls) else None
 
     # -- health -----------------------------------------------------------------------------------------
     def check_ready(self) -> None:
         """Raise IndexUnavailable or StorageUnavailable unless both are reachable."""
-        self.repository.ping()
-        self.store.check()
+        self._entries.ping()
+        self._store.check()
 
     # -- namespaces -------------------------------------------------------------------------------------
     def register_namespace(
         self, namespace: str, fingerprint: Mapping[str, Any], labels: Mapping[str, str]
-    ) -> tuple[NamespaceSummary, bool]:
-        return self.repository.upsert_namespace(check_namespace(namespace), fingerprint, labels)
+    ) -> tuple[NamespaceInfo, bool]:
+        """Create the namespace or replace its fingerprint and labels; returns it and whether it is new."""
+        return self._entries.upsert_namespace(
+            check_namespace(namespace), fingerprint, labels, now=self._clock()
+        )
 
-    def get_namespace(self, namespace: str) -> NamespaceSummary:
-        summary = self.repository.get_namespace(check_namespace(namespace))
-        if summary is None:
+    def get_namespace(self, namespace: str) -> NamespaceInfo:
+        info = self._entries.get_namespace(check_namespace(namespace))
+        if info is None:
             raise NamespaceNotFound(f"The namespace {namespace!r} has never been registered.")
-        return summary
+        return info
 
-    # -- entries ----------------------------------------------------------------------------------------
+    # -- upload -----------------------------------------------------------------------------------------
     def check_upload_size(self, declared: int | None) -> None:
         """Refuse at once an upload whose declared length is over the limit."""
-        limit = self.settings.max_entry_bytes
+        limit = self._settings.max_entry_bytes
         if declared is not None and declared > limit:
             raise EntryTooLarge(
                 f"The entry is {declared} bytes; the limit is {limit} bytes (XLA_CACHE_MAX_ENTRY_BYTES)."
@@ -149,42 +218,38 @@ class CacheService:
         check_namespace(namespace)
         check_key(key)
         self.check_upload_size(declared_size)
-        existing = self.repository.get_entry(namespace, key)
+        existing = self._entries.get_entry(namespace, key)
         if existing is not None and existing.sha256 != sha256:
             raise self._conflict(namespace, key, existing.sha256)
-        created_at = utcnow()
-        metadata = {
-            "namespace": namespace,
-            "key": key,
-            "sha256": sha256,
-            "created": created_at.isoformat(),
-        }
+        created_at = self._clock()
+        uploader = uploader[:UPLOADER_MAX_LENGTH] if uploader else None
+        metadata = {"namespace": namespace, "key": key, "sha256": sha256, "created": created_at.isoformat()}
         if compile_time_ms is not None:
             metadata["compile_time_ms"] = str(compile_time_ms)
         if uploader:
-            metadata["uploader"] = uploader[:256]
-        checked = _checked_upload(chunks, sha256, self.settings.max_entry_bytes)
+            metadata["uploader"] = uploader
         name = blob_name(namespace, key)
-        created = self.store.put(name, checked, metadata)
-        info = self.store.stat(name)
+        created = self._store.put(
+            name, _checked_upload(chunks, sha256, self._settings.max_entry_bytes), metadata
+        )
+        info = self._store.stat(name)
         if info is None:
             raise StorageUnavailable("The blob store lost an entry right after writing it; please retry.")
         stored_sha = info.metadata.get("sha256", "")
         if not created and stored_sha != sha256:
             raise self._conflict(namespace, key, stored_sha)
-        self.repository.record_entry(
+        record = EntryRecord(
             namespace=namespace,
             key=key,
             size=info.size,
             sha256=stored_sha,
-            created_at=info.created if not created else created_at,
+            created_at=created_at if created else info.created,
             compile_time_ms=compile_time_ms,
-            uploader=uploader[:256] if uploader else None,
-            replace=created,
+            uploader=uploader,
         )
-        if created:
-            for listener in self.stored_listeners:
-                listener(namespace, key)
+        self._entries.record_entry(record, replace=created)
+        if created and self._on_stored is not None:
+            self._on_stored(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
 
     @staticmethod
@@ -194,28 +259,43 @@ class CacheService:
             "entries are immutable and the first upload stays."
         )
 
-    def head_entry(self, namespace: str, key: str) -> Entry:
-        """The entry's row, without counting a hit."""
-        entry = self.repository.get_entry(check_namespace(namespace), check_key(key))
+    # -- reading one entry ------------------------------------------------------------------------------
+    def head_entry(self, namespace: str, key: str) -> EntryInfo:
+        """What the index knows of an entry, without counting a hit."""
+        entry = self._entries.get_entry(check_namespace(namespace), check_key(key))
         if entry is None:
-            raise EntryNotFound(f"No entry {key!r} in namespace {namespace!r}.")
+            raise _not_found(namespace, key)
         return entry
 
-    def open_entry(self, namespace: str, key: str) -> OpenedEntry:
-        """Open an entry for streaming; counts a hit, or a miss when absent."""
+    def read_entry(
+        self, namespace: str, key: str, *, if_none_match: str | None = None, redirect: bool = False
+    ) -> EntryRead:
+        """Read an entry, looking its row up once.
+
+        :class:`NotModified` when ``if_none_match`` names its digest (or is ``*``), not counted; with
+        ``redirect`` on a server that signs URLs, a :class:`SignedEntry` (a hit); otherwise the
+        :class:`OpenedEntry` to stream (a hit). :class:`EntryNotFound` on a miss (counted).
+        """
         check_namespace(namespace)
         check_key(key)
-        entry = self.repository.get_entry(namespace, key)
-        reader = self.store.open(blob_name(namespace, key)) if entry is not None else None
-        if entry is None or reader is None:
-            self.access.miss(namespace)
-            if entry is not None:
-                log.warning("index row without blob: %s/%s (gc will drop it)", namespace, key)
-            raise EntryNotFound(f"No entry {key!r} in namespace {namespace!r}.")
-        self.access.hit(namespace, key, entry.size)
+        entry = self._entries.get_entry(namespace, key)
+        if entry is None:
+            self._access.miss(namespace)
+            raise _not_found(namespace, key)
+        if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
+            return NotModified(entry)
+        if redirect and self._signer is not None and (signed := self._signer.sign(entry)) is not None:
+            self._access.hit(namespace, key, entry.size)
+            return signed
+        reader = self._store.open(blob_name(namespace, key))
+        if reader is None:
+            self._access.miss(namespace)
+            log.warning("index row without blob: %s/%s (gc will drop it)", namespace, key)
+            raise _not_found(namespace, key)
+        self._access.hit(namespace, key, entry.size)
         return OpenedEntry(entry=entry, body=self._verified(entry, reader))
 
-    def _verified(self, entry: Entry, reader: BlobReader) -> Iterator[bytes]:
+    def _verified(self, entry: EntryInfo, reader: BlobReader) -> Iterator[bytes]:
         """Stream the blob, holding back its last chunk until the whole digest has been checked.
 
         A blob whose bytes no longer match the index therefore never reaches a reader complete: the
@@ -245,28 +325,30 @@ class CacheService:
         """Remove an entry: index row first, then the blob."""
         check_namespace(namespace)
         check_key(key)
-        if self.repository.delete_entry(namespace, key) is None:
-            raise EntryNotFound(f"No entry {key!r} in namespace {namespace!r}.")
-        self.store.delete(blob_name(namespace, key))
+        if self._entries.delete_entry(namespace, key) is None:
+            raise _not_found(namespace, key)
+        self._store.delete(blob_name(namespace, key))
 
+    # -- many entries -----------------------------------------------------------------------------------
     def _check_keys(self, keys: Sequence[str]) -> list[str]:
-        limit = self.settings.max_keys_per_request
+        """The keys, checked and without duplicates, within the per-request limit."""
+        limit = self._settings.max_keys_per_request
         if len(keys) > limit:
             raise TooManyKeys(
                 f"The request names {len(keys)} keys; at most {limit} are allowed in one request."
             )
-        return [check_key(key) for key in keys]
+        return list(dict.fromkeys(check_key(key) for key in keys))
 
     def missing(self, namespace: str, keys: Sequence[str]) -> list[str]:
         """Which of ``keys`` the namespace lacks."""
         check_namespace(namespace)
-        return self.repository.missing_keys(namespace, self._check_keys(keys))
+        return self._entries.missing_keys(namespace, self._check_keys(keys))
 
     def manifest(
         self, namespace: str, *, max_bytes: int | None = None, max_entries: int | None = None
-    ) -> list[Entry]:
+    ) -> list[EntryInfo]:
         """The entries worth warming, most useful first, within the bounds."""
-        return self.repository.manifest(
+        return self._entries.manifest(
             check_namespace(namespace), max_bytes=max_bytes, max_entries=max_entries
         )
 
@@ -276,28 +358,61 @@ class CacheService:
         Checks run before the first byte; each member's bytes are verified while they stream.
         """
         check_namespace(namespace)
-        wanted = list(dict.fromkeys(self._check_keys(keys)))
-        rows = self.repository.get_entries(namespace, wanted)
+        wanted = self._check_keys(keys)
+        rows = self._entries.get_entries(namespace, wanted)
         missing = len(wanted) - len(rows)
         if missing:
-            self.access.miss(namespace, missing)
-        return _coalesce(self._tar_stream(namespace, [rows[key] for key in wanted if key in rows]))
+            self._access.miss(namespace, missing)
+        return coalesce(self._tar_stream([rows[key] for key in wanted if key in rows]))
 
-    def _tar_stream(self, namespace: str, entries: list[Entry]) -> Iterator[bytes]:
+    def _tar_stream(self, entries: list[EntryInfo]) -> Iterator[bytes]:
         for entry in entries:
-            reader = self.store.open(blob_name(namespace, entry.key))
+            reader = self._store.open(blob_name(entry.namespace, entry.key))
             if reader is None:
-                log.warning("index row without blob: %s/%s (left out of the bundle)", namespace, entry.key)
+                log.warning(
+                    "index row without blob: %s/%s (left out of the bundle)", entry.namespace, entry.key
+                )
                 continue
-            self.access.hit(namespace, entry.key, entry.size)
+            self._access.hit(entry.namespace, entry.key, entry.size)
             info = tarfile.TarInfo(entry.key)
             info.size = entry.size
             info.mtime = int(entry.created_at.timestamp())
             info.mode = 0o644
-            info.pax_headers = {"XLA_CACHE.sha256": entry.sha256}
+            info.pax_headers = {BUNDLE_SHA256_PAX: entry.sha256}
             yield info.tobuf(format=tarfile.PAX_FORMAT)
             yield from self._verified(entry, reader)
             padding = -entry.size % TAR_BLOCK
             if padding:
                 yield b"\0" * padding
         yield b"\0" * (2 * TAR_BLOCK)
+
+    def sign_entries(self, namespace: str, keys: Sequence[str]) -> SignedUrls:
+        """Signed URLs for the stored entries among ``keys`` (each a hit; each absent key a miss).
+
+        Raises :class:`SignedUrlsUnavailable` when this server does not hand out signed URLs.
+        """
+        check_namespace(namespace)
+        wanted = self._check_keys(keys)
+        if self._signer is None:
+            raise SignedUrlsUnavailable(
+                "This server does not hand out signed URLs (XLA_CACHE_SIGNED_URL_SECONDS is 0, or its "
+                "storage is not Google Cloud Storage); download the entries with POST .../bundle instead."
+            )
+        rows = self._entries.get_entries(namespace, wanted)
+        signed: list[SignedEntry] = []
+        for key in wanted:
+            if key not in rows:
+                continue
+            item = self._signer.sign(rows[key])
+            if item is None:
+                raise SignedUrlsUnavailable(
+                    "This server's storage credentials cannot sign URLs (a service-account key is needed); "
+                    "download the entries with POST .../bundle instead."
+                )
+            signed.append(item)
+        for item in signed:
+            self._access.hit(namespace, item.key, item.size)
+        missing = [key for key in wanted if key not in rows]
+        if missing:
+            self._access.miss(namespace, len(missing))
+        return SignedUrls(expires_in=self._signer.seconds, entries=signed, missing=missing)

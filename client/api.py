@@ -16,13 +16,15 @@ from urllib.parse import quote
 
 import httpx
 
+from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER, UPLOADER_HEADER
+from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
 from client.deadline import Deadline
 from client.errors import ServerError, ServerUnavailable
 
 __all__ = ["MAX_KEYS_PER_REQUEST", "CacheApi", "RemoteEntry", "normalize_server"]
 
-# The server's default limit on keys in one missing/bundle request is 10,000; stay well under it.
-MAX_KEYS_PER_REQUEST = 2000
+# Well under the server's default limit on keys in one request, so a server configured lower still takes it.
+MAX_KEYS_PER_REQUEST = SERVER_MAX_KEYS // 5
 USER_AGENT = "xla-cache-client/0.1"
 
 
@@ -58,7 +60,7 @@ class CacheApi:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.server = normalize_server(server)
-        headers = {"User-Agent": USER_AGENT, "X-Uploader": f"{socket.gethostname()}:{os.getpid()}"}
+        headers = {"User-Agent": USER_AGENT, UPLOADER_HEADER: f"{socket.gethostname()}:{os.getpid()}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
@@ -264,12 +266,12 @@ class CacheApi:
         """``PUT .../entries/{key}``, streamed. Returns 201 (stored), 200 (already there) or 409 (another
         digest already stored; the server keeps the first)."""
         headers = {
-            "X-Content-SHA256": sha256,
+            SHA256_HEADER: sha256,
             "Content-Length": str(size),
             "Content-Type": "application/octet-stream",
         }
         if compile_time_ms is not None:
-            headers["X-Compile-Time-Ms"] = str(compile_time_ms)
+            headers[COMPILE_TIME_HEADER] = str(compile_time_ms)
         response = self._call(
             "PUT",
             f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}",

@@ -13,18 +13,17 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from cache_protocol import FINGERPRINT_FILE, is_key
 from client.errors import CorruptTransfer
 
 __all__ = [
     "CHUNK",
-    "FINGERPRINT_NAME",
     "LOCK_NAME",
     "TEMP_SUFFIX",
     "LocalFile",
@@ -41,16 +40,12 @@ __all__ = [
 
 CHUNK = 1024 * 1024
 LOCK_NAME = ".xla-cache.lock"
-FINGERPRINT_NAME = ".fingerprint.json"  # the namespace's fingerprint, so `xla-cache push` needs no runtime
 TEMP_SUFFIX = ".part"
-
-# The server's key pattern; torch_xla's names (decimal hashes) always match it.
-_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")
 
 
 def is_entry_name(name: str) -> bool:
     """Whether a file name in the cache directory is an entry (not our lock or temporary files)."""
-    return bool(_KEY.fullmatch(name)) and ".." not in name and not name.endswith(TEMP_SUFFIX)
+    return is_key(name) and not name.endswith(TEMP_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -237,13 +232,13 @@ def write_fingerprint(directory: Path, fingerprint: dict[str, Any]) -> None:
     """Record the namespace's fingerprint in its directory (temporary file + rename)."""
     temp = directory / f".fingerprint.{secrets.token_hex(6)}{TEMP_SUFFIX}"
     temp.write_text(json.dumps(fingerprint, sort_keys=True, indent=1) + "\n")
-    os.replace(temp, directory / FINGERPRINT_NAME)
+    os.replace(temp, directory / FINGERPRINT_FILE)
 
 
 def read_fingerprint(directory: Path) -> dict[str, Any] | None:
     """The fingerprint :func:`write_fingerprint` recorded, or None."""
     try:
-        value = json.loads((directory / FINGERPRINT_NAME).read_text())
+        value = json.loads((directory / FINGERPRINT_FILE).read_text())
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cache_protocol import FINGERPRINT_FILE, name_problem
 from client.admin_cli import evict_lines, parse_duration, parse_size, stats_lines
 from client.api import CacheApi
 from client.cachedir import read_fingerprint, scan
 from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
-from client.fingerprint import NAMESPACE_RE, namespace_id
+from client.fingerprint import namespace_id
 from client.progress import NullProgress, Progress, TqdmProgress
 
 __all__ = ["build_parser", "main"]
@@ -66,7 +67,7 @@ def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
         return [cache_dir / namespace]
     if not cache_dir.is_dir():
         return []
-    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and (p / ".fingerprint.json").is_file())
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and (p / FINGERPRINT_FILE).is_file())
 
 
 # -- subcommands ------------------------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     base = Path(args.cache_dir) if args.cache_dir else _default_cache_dir()
     directories = _namespace_dirs(base, args.namespace)
     if not directories:
-        raise ClientError(f"no namespace directories (with a .fingerprint.json) under {base}")
+        raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {base}")
     api = CacheApi(_server(args), _token(args))
     results: list[dict[str, Any]] = []
     failed = False
@@ -122,7 +123,7 @@ def cmd_push(args: argparse.Namespace) -> int:
                 if fingerprint is not None:
                     if namespace_id(fingerprint) != namespace:
                         other = namespace_id(fingerprint)
-                        raise ClientError(f"{directory}: its .fingerprint.json belongs to namespace {other}")
+                        raise ClientError(f"{directory}: its {FINGERPRINT_FILE} belongs to namespace {other}")
                     api.register_namespace(namespace, fingerprint, {}, deadline)
                 result = upload_entries(api, namespace, files, deadline, progress=_progress(args), workers=4)
             except ServerProblem as exc:
@@ -308,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    if getattr(args, "namespace", None) and not NAMESPACE_RE.fullmatch(args.namespace):
-        parser.error(f"--namespace {args.namespace!r} is not a valid namespace name")
+    if getattr(args, "namespace", None) and (problem := name_problem("namespace", args.namespace)):
+        parser.error(f"--namespace {args.namespace!r} is not a valid namespace name: {problem}")
     try:
         code: int = args.func(args)
     except ClientError as exc:  # includes ServerProblem: the server could not be used

@@ -49,7 +49,6 @@ from typing import Any
 
 __all__ = [
     "FINGERPRINT_SCHEMA",
-    "NAMESPACE_RE",
     "PLUGIN_DISTRIBUTIONS",
     "build_fingerprint",
     "canonical_json",
@@ -65,7 +64,6 @@ FINGERPRINT_SCHEMA = 1
 PLUGIN_DISTRIBUTIONS = ("libtpu", "libtpu-nightly", "torch_xla_cuda_plugin", "jax-cuda12-pjrt")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # the server's namespace pattern
 
 
 def flags_digest(value: str | None) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 from alembic import context
 from alembic.autogenerate.api import AutogenContext
 
-from cache_server.index.db import make_engine
+from cache_server.index.database import make_engine
 from cache_server.index.models import Base, UtcDateTime
 from cache_server.settings import Settings
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_server.app import build_service, create_app
+from cache_server.app import create_app
+from cache_server.domain import Clock, utcnow
 from cache_server.migrate import upgrade
-from cache_server.service import CacheService
 from cache_server.settings import Settings
+from cache_server.wiring import Services, build_services
 
 
 @pytest.fixture(autouse=True)
@@ -34,16 +35,23 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def service(settings: Settings) -> Iterator[CacheService]:
-    upgrade(settings)
-    svc = build_service(settings)
-    yield svc
-    svc.stop()
+def clock() -> Clock:
+    """What the server's services read the time from (a test module may override it to age entries)."""
+    return utcnow
 
 
 @pytest.fixture
-def client(settings: Settings, service: CacheService) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, service)) as test_client:
+def services(settings: Settings, clock: Clock) -> Iterator[Services]:
+    """The server's parts over a fresh embedded index and store (started and stopped by ``client``)."""
+    upgrade(settings)
+    built = build_services(settings, clock=clock)
+    yield built
+    built.stop()
+
+
+@pytest.fixture
+def client(settings: Settings, services: Services) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, services)) as test_client:
         yield test_client
 
 

@@ -13,3 +13,17 @@ def test_every_setting_is_in_the_readme() -> None:
     text = README.read_text()
     undocumented = [name for name in Settings.model_fields if f"XLA_CACHE_{name.upper()}" not in text]
     assert undocumented == []
+
+
+def test_the_folder_map_names_every_module_of_the_server_and_its_index() -> None:
+    text = README.read_text()
+    folders = text[text.index("## Folders") :]
+    server = README.parent / "cache_server"
+    modules = [
+        path
+        for folder in (server, server / "index", server / "admin")
+        for path in sorted(folder.glob("*.py"))
+        if not path.name.startswith("__")
+    ]
+    unnamed = [str(path.relative_to(server)) for path in modules if path.name not in folders]
+    assert unnamed == []

@@ -16,9 +16,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cache_server import metrics
+from cache_server.domain import Clock, utcnow
 from cache_server.errors import BadRequest, CacheError
-from cache_server.index.admin_repository import AdminRepository, EntryRef
-from cache_server.index.models import utcnow
+from cache_server.index.admin import AdminRepository, EntryRef
 from cache_server.names import check_namespace
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobStore, blob_name
@@ -53,8 +53,10 @@ class Evictor:
         repository: AdminRepository,
         store: BlobStore,
         before: Callable[[], None] = lambda: None,
+        clock: Clock = utcnow,
     ) -> None:
         self._settings = settings
+        self._clock = clock
         self._repository = repository
         self._store = store
         self._before = before  # flushes pending access times, so nothing just used looks old
@@ -82,7 +84,9 @@ class Evictor:
         if older_than_seconds is not None and older_than_seconds < 0:
             raise BadRequest("older_than_seconds must not be negative.")
         cutoff = (
-            utcnow() - dt.timedelta(seconds=older_than_seconds) if older_than_seconds is not None else None
+            self._clock() - dt.timedelta(seconds=older_than_seconds)
+            if older_than_seconds is not None
+            else None
         )
         if namespace is not None:  # the budget is the namespace's own
             return self._evict(namespace, None, max_total_bytes, cutoff, dry_run, list_limit)
@@ -190,7 +194,7 @@ class Evictor:
         """Delete rows (one transaction); returns those this call really deleted, whose blobs may go now."""
         if not refs:
             return []
-        removed = self._repository.delete_entries(refs, evicted=evicted)
+        removed = self._repository.delete_entries(refs, evicted_on=self._clock().date() if evicted else None)
         if evicted:
             counts: Counter[str] = Counter()
             sizes: Counter[str] = Counter()

@@ -14,12 +14,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from cache_server.index.admin_repository import AdminRepository
-from cache_server.index.models import utcnow
-from cache_server.storage.base import BlobStore, blob_name, split_blob_name
+from cache_server.domain import utcnow
+from cache_server.index.admin import AdminRepository
+from cache_server.storage.base import BlobStore, SweepsTempFiles, blob_name, split_blob_name
 
 __all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage"]
 
@@ -82,9 +81,8 @@ def collect_garbage(
     for namespace in repository.namespace_names():
         _drop_lost_rows(repository, store, namespace, listed.get(namespace, set()), started, result)
 
-    remove_temp: Callable[[], int] | None = getattr(store, "remove_stale_temp_files", None)
-    if remove_temp is not None and not dry_run:
-        result.temp_files_removed = remove_temp()
+    if isinstance(store, SweepsTempFiles) and not dry_run:
+        result.temp_files_removed = store.remove_stale_temp_files(DEFAULT_GRACE_SECONDS)
     log.info("gc: %s", result)
     return result
 
@@ -109,6 +107,4 @@ def _drop_lost_rows(
         if result.dry_run:
             result.rows_dropped += len(lost)
         elif lost:
-            result.rows_dropped += len(
-                repository.delete_entries([(namespace, k) for k in lost], evicted=False)
-            )
+            result.rows_dropped += len(repository.delete_entries([(namespace, k) for k in lost]))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from cache_server.admin.hlo import parse_entry
 from cache_server.errors import CacheError
-from cache_server.index.admin_repository import AdminRepository, GraphRecord
+from cache_server.index.admin import AdminRepository, GraphRecord
 from cache_server.storage.base import BlobStore, blob_name
 
 __all__ = ["GraphIndexer"]

@@ -1,22 +1,21 @@
-"""The admin side as one object: stats, eviction (on request and in the background), gc, tokens, graphs."""
+"""The admin side as one service: stats, eviction (on request and in the background), gc, graph parsing."""
 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage
 from cache_server.admin.graphs import GraphIndexer
 from cache_server.admin.stats import StatsReport, build_report
-from cache_server.auth import TokenManager
-from cache_server.errors import CacheError, NamespaceNotFound
-from cache_server.index.admin_repository import AdminRepository
-from cache_server.index.db import make_sessionmaker
-from cache_server.index.token_repository import TokenRepository
+from cache_server.domain import Clock, utcnow
+from cache_server.errors import NamespaceNotFound
+from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
-from cache_server.service import CacheService
+from cache_server.periodic import Periodic
 from cache_server.settings import Settings
+from cache_server.storage.base import BlobStore
 
 __all__ = ["AdminService"]
 
@@ -24,71 +23,84 @@ log = logging.getLogger(__name__)
 
 
 class AdminService:
-    """Operations on the whole cache, over the same index and blob store as the :class:`CacheService`.
+    """Operations on the whole cache, over the index's :class:`AdminRepository` and the blob store.
 
-    Eviction on request is ``evictor.evict(...)``; see :class:`~cache_server.admin.eviction.Evictor`.
+    ``flush_access`` writes the hits and access times counted so far, so that stats and eviction see them.
+    Eviction on request is ``evictor.evict(...)`` (:class:`~cache_server.admin.eviction.Evictor`).
     """
 
-    def __init__(self, settings: Settings, service: CacheService) -> None:
-        engine = service.repository.engine
-        self.settings = settings
-        self.service = service
-        self.repository = AdminRepository(engine, make_sessionmaker(engine))
-        self.tokens = TokenManager(TokenRepository(engine, make_sessionmaker(engine)))
-        self.graphs = GraphIndexer(self.repository, service.store)
-        self.evictor = Evictor(settings, self.repository, service.store, before=service.access.flush)
-        service.stored_listeners.append(self.graphs.notify)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    def __init__(
+        self,
+        settings: Settings,
+        repository: AdminRepository,
+        store: BlobStore,
+        *,
+        flush_access: Callable[[], None] = lambda: None,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._settings = settings
+        self._repository = repository
+        self._store = store
+        self._flush_access = flush_access
+        self._clock = clock
+        self._graphs = GraphIndexer(repository, store)
+        self.evictor = Evictor(settings, repository, store, before=flush_access, clock=clock)
+        self._budgets = Periodic(
+            "xla-cache-evict",
+            "background eviction",
+            settings.eviction_interval_seconds,
+            self._enforce_budgets,
+        )
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
         """Start parsing entries, and background eviction when a budget is configured."""
-        self.graphs.start()
-        budgets = (self.settings.max_total_bytes, self.settings.max_namespace_bytes)
-        if self._thread is None and any(b is not None for b in budgets):
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._evict_loop, name="xla-cache-evict", daemon=True)
-            self._thread.start()
+        self._graphs.start()
+        if self._settings.max_total_bytes is not None or self._settings.max_namespace_bytes is not None:
+            self._budgets.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
-        self.graphs.stop()
+        self._budgets.stop()
+        self._graphs.stop()
 
-    def _evict_loop(self) -> None:
-        while not self._stop.wait(self.settings.eviction_interval_seconds):
-            try:
-                result = self.evictor.enforce_budgets()
-            except CacheError as exc:
-                log.warning("background eviction skipped: %s", exc.detail)
-                continue
-            except Exception:
-                log.exception("background eviction failed")
-                continue
-            if result.evicted:
-                log.info(
-                    "evicted %d entries (%d bytes) to stay within budget", result.evicted, result.freed_bytes
-                )
+    def _enforce_budgets(self) -> None:
+        result = self.evictor.enforce_budgets()
+        if result.evicted:
+            log.info(
+                "evicted %d entries (%d bytes) to stay within budget", result.evicted, result.freed_bytes
+            )
+
+    # -- graphs -----------------------------------------------------------------------------------------
+    def entry_stored(self, namespace: str, key: str) -> None:
+        """The cache service's hook for a new entry: queue it for parsing (never blocks, never raises)."""
+        self._graphs.notify(namespace, key)
+
+    def parse_unparsed(self) -> int:
+        """Parse every stored entry that has not been parsed yet, now; returns how many were."""
+        return self._graphs.catch_up()
+
+    def wait_parsed(self, timeout: float) -> bool:
+        """Wait until every entry queued for parsing so far is parsed; False if ``timeout`` passed first."""
+        return self._graphs.wait_idle(timeout)
 
     # -- operations -------------------------------------------------------------------------------------
     def stats(self, *, days: int = 30, top: int = 10, namespace: str | None = None) -> StatsReport:
         """Totals, per namespace, per day and top graphs; this process's pending counts are written first."""
         if namespace is not None:
             check_namespace(namespace)
-        self.service.access.flush()
-        return build_report(self.repository, days=days, top=top, namespace=namespace)
+        self._flush_access()
+        return build_report(self._repository, now=self._clock(), days=days, top=top, namespace=namespace)
+
+    def stored_by_namespace(self) -> dict[str, tuple[int, int]]:
+        """Entries and bytes stored now, per namespace."""
+        return self._repository.stored_by_namespace()
 
     def gc(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False) -> GcResult:
         """Reconcile the store and the index (see :mod:`cache_server.admin.gc`)."""
-        return collect_garbage(
-            self.repository, self.service.store, grace_seconds=grace_seconds, dry_run=dry_run
-        )
+        return collect_garbage(self._repository, self._store, grace_seconds=grace_seconds, dry_run=dry_run)
 
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace with all its entries; :class:`NamespaceNotFound` if it does not exist."""
-        if self.repository.get_namespace(check_namespace(namespace)) is None:
+        if not self._repository.namespace_exists(check_namespace(namespace)):
             raise NamespaceNotFound(f"The namespace {namespace!r} does not exist.")
         return self.evictor.delete_namespace(namespace)

@@ -9,48 +9,18 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from cache_server.index.admin_repository import AdminRepository, DailyRow, GraphGroup, NamespaceRow
-from cache_server.index.daily import today
-from cache_server.index.models import utcnow
+from cache_server.domain import Counters, NamespaceInfo
+from cache_server.index.admin import AdminRepository, GraphGroup
 
-__all__ = ["Counters", "DayCounters", "NamespaceStats", "StatsReport", "build_report"]
-
-
-def hit_rate(hits: int, misses: int) -> float | None:
-    """Hits over lookups; None before the first lookup."""
-    lookups = hits + misses
-    return hits / lookups if lookups else None
+__all__ = ["DayCounters", "StatsReport", "Totals", "build_report"]
 
 
 @dataclass
-class Counters:
-    """What is stored and what was served, for one namespace or all of them."""
+class Totals:
+    """What is stored now and the counters, for all namespaces together."""
 
-    entries: int = 0
-    bytes: int = 0
-    hits: int = 0
-    misses: int = 0
-    uploads: int = 0
-    evictions: int = 0
-    bytes_served: int = 0
-    compile_ms_saved: int = 0
-
-    @property
-    def hit_rate(self) -> float | None:
-        return hit_rate(self.hits, self.misses)
-
-    def add(self, row: NamespaceRow) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(row, name))
-
-
-@dataclass
-class NamespaceStats:
-    """One namespace's counters, with its labels and when it was last used."""
-
-    name: str
-    labels: dict[str, str]
-    last_used_at: dt.datetime
+    entries: int
+    bytes: int
     counters: Counters
 
 
@@ -59,11 +29,7 @@ class DayCounters:
     """One UTC day of the rollup (days without any count are present, with zeros)."""
 
     day: dt.date
-    row: DailyRow
-
-    @property
-    def hit_rate(self) -> float | None:
-        return hit_rate(self.row.hits, self.row.misses)
+    counters: Counters
 
 
 @dataclass
@@ -71,41 +37,39 @@ class StatsReport:
     """Totals, per namespace, per day, and the graphs with the most shape variants."""
 
     generated_at: dt.datetime
-    totals: Counters
-    namespaces: list[NamespaceStats]
+    totals: Totals
+    namespaces: list[NamespaceInfo]
     daily: list[DayCounters]
     top_graphs: list[GraphGroup]
 
 
-def _days(since: dt.date, last: dt.date, rows: list[DailyRow]) -> list[DayCounters]:
-    by_day = {row.day: row for row in rows}
-    days = []
-    day = since
-    while day <= last:
-        empty = DailyRow(day, 0, 0, 0, 0, 0, 0, 0)
-        days.append(DayCounters(day, by_day.get(day, empty)))
-        day += dt.timedelta(days=1)
-    return days
-
-
 def build_report(
-    repository: AdminRepository, *, days: int = 30, top: int = 10, namespace: str | None = None
+    repository: AdminRepository,
+    *,
+    now: dt.datetime,
+    days: int = 30,
+    top: int = 10,
+    namespace: str | None = None,
 ) -> StatsReport:
-    """The report over every namespace (or one), with ``days`` days of rollup and ``top`` graphs."""
+    """The report over every namespace (or one) made at ``now``, with ``days`` days of rollup (today's
+    included) and ``top`` graphs. The day is read once: a report made across midnight has exactly ``days``."""
     rows = [row for row in repository.namespace_rows() if namespace in (None, row.name)]
-    totals = Counters()
-    per_namespace = []
+    totals = Totals(
+        entries=sum(r.entries for r in rows), bytes=sum(r.bytes for r in rows), counters=Counters()
+    )
     for row in rows:
-        counters = Counters()
-        counters.add(row)
-        totals.add(row)
-        per_namespace.append(NamespaceStats(row.name, row.labels, row.last_used_at, counters))
-    last = today()  # read once, so a report made across midnight still has exactly ``days`` days
-    since = last - dt.timedelta(days=max(days, 1) - 1)
+        totals.counters.add(row.counters)
+    today = now.date()
+    since = today - dt.timedelta(days=max(days, 1) - 1)
+    counted = repository.daily(since, namespace)
+    daily = [
+        DayCounters(day, counted.get(day, Counters()))
+        for day in (since + dt.timedelta(days=n) for n in range((today - since).days + 1))
+    ]
     return StatsReport(
-        generated_at=utcnow(),
+        generated_at=now,
         totals=totals,
-        namespaces=per_namespace,
-        daily=_days(since, last, repository.daily(since, namespace)),
+        namespaces=rows,
+        daily=daily,
         top_graphs=repository.top_graphs(top, namespace) if top > 0 else [],
     )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from cache_server.admin.eviction import EvictionResult
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult
-from cache_server.admin.stats import Counters, StatsReport
+from cache_server.admin.stats import StatsReport
+from cache_server.domain import COUNTERS, Counters, NamespaceInfo, counter_description
 
 __all__ = [
     "CountersOut",
@@ -25,50 +27,67 @@ __all__ = [
 ]
 
 
-class CountersOut(BaseModel):
-    entries: int = Field(description="Entries stored now.")
-    bytes: int = Field(description="Bytes stored now.")
-    hits: int
-    misses: int
-    hit_rate: float | None = Field(description="hits / (hits + misses); null before the first lookup.")
-    uploads: int
-    evictions: int
-    bytes_served: int
-    compile_seconds_saved: float = Field(
-        description="Sum over hits of the compile time the uploader reported (X-Compile-Time-Ms)."
+_MS, _SAVED = "_ms_saved", "_saved"
+_HIT_RATE = (float | None, Field(description="hits / (hits + misses); null before the first lookup."))
+
+
+def _counter_fields() -> dict[str, Any]:
+    """One field per counter of :data:`~cache_server.domain.COUNTERS`; milliseconds are shown as seconds."""
+    defined: dict[str, Any] = {}
+    for name in COUNTERS:
+        if name.endswith(_MS):
+            seconds = name.removesuffix(_MS) + "_seconds" + _SAVED
+            description = counter_description(name).replace("in milliseconds", "in seconds")
+            defined[seconds] = (float, Field(description=description))
+        else:
+            defined[name] = (int, Field(description=counter_description(name)))
+    return defined
+
+
+def counter_values(counters: Counters) -> dict[str, Any]:
+    """The counters' fields of a response body (see :func:`_counter_fields`), with the hit rate."""
+    values: dict[str, Any] = {"hit_rate": counters.hit_rate}
+    for name in COUNTERS:
+        value = getattr(counters, name)
+        if name.endswith(_MS):
+            values[name.removesuffix(_MS) + "_seconds" + _SAVED] = value / 1000
+        else:
+            values[name] = value
+    return values
+
+
+# The counter fields come from the list of counters, so a new counter reaches every response by itself.
+if TYPE_CHECKING:
+    CountersOut = BaseModel
+    NamespaceStatsOut = BaseModel
+    DayOut = BaseModel
+else:
+    CountersOut = create_model(
+        "CountersOut",
+        entries=(int, Field(description="Entries stored now.")),
+        bytes=(int, Field(description="Bytes stored now.")),
+        hit_rate=_HIT_RATE,
+        **_counter_fields(),
     )
-
-    @classmethod
-    def of(cls, c: Counters) -> CountersOut:
-        return cls(
-            entries=c.entries,
-            bytes=c.bytes,
-            hits=c.hits,
-            misses=c.misses,
-            hit_rate=c.hit_rate,
-            uploads=c.uploads,
-            evictions=c.evictions,
-            bytes_served=c.bytes_served,
-            compile_seconds_saved=c.compile_ms_saved / 1000,
-        )
+    NamespaceStatsOut = create_model(
+        "NamespaceStatsOut",
+        __base__=CountersOut,
+        namespace=(str, ...),
+        labels=(dict[str, str], ...),
+        last_used_at=(dt.datetime, ...),
+    )
+    DayOut = create_model("DayOut", day=(dt.date, ...), hit_rate=_HIT_RATE, **_counter_fields())
 
 
-class NamespaceStatsOut(CountersOut):
-    namespace: str
-    labels: dict[str, str]
-    last_used_at: dt.datetime
-
-
-class DayOut(BaseModel):
-    day: dt.date
-    hits: int
-    misses: int
-    hit_rate: float | None
-    uploads: int
-    evictions: int
-    bytes_served: int
-    bytes_uploaded: int
-    compile_seconds_saved: float
+def namespace_stats_out(ns: NamespaceInfo) -> NamespaceStatsOut:
+    return NamespaceStatsOut(
+        namespace=ns.name,
+        labels=ns.labels,
+        last_used_at=ns.last_used_at,
+        entries=ns.entries,
+        bytes=ns.bytes,
+        **counter_values(ns.counters),
+    )
 
 
 class GraphOut(BaseModel):
@@ -93,32 +112,12 @@ class StatsOut(BaseModel):
 
     @classmethod
     def of(cls, report: StatsReport) -> StatsOut:
+        totals = report.totals
         return cls(
             generated_at=report.generated_at,
-            totals=CountersOut.of(report.totals),
-            namespaces=[
-                NamespaceStatsOut(
-                    namespace=ns.name,
-                    labels=ns.labels,
-                    last_used_at=ns.last_used_at,
-                    **CountersOut.of(ns.counters).model_dump(),
-                )
-                for ns in report.namespaces
-            ],
-            daily=[
-                DayOut(
-                    day=d.day,
-                    hits=d.row.hits,
-                    misses=d.row.misses,
-                    hit_rate=d.hit_rate,
-                    uploads=d.row.uploads,
-                    evictions=d.row.evictions,
-                    bytes_served=d.row.bytes_served,
-                    bytes_uploaded=d.row.bytes_uploaded,
-                    compile_seconds_saved=d.row.compile_ms_saved / 1000,
-                )
-                for d in report.daily
-            ],
+            totals=CountersOut(entries=totals.entries, bytes=totals.bytes, **counter_values(totals.counters)),
+            namespaces=[namespace_stats_out(ns) for ns in report.namespaces],
+            daily=[DayOut(day=d.day, **counter_values(d.counters)) for d in report.daily],
             top_graphs=[GraphOut(**vars(g)) for g in report.top_graphs],
         )
 

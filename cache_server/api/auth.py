@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import Request
 
-from cache_server.api.deps import get_admin
+from cache_server.api.deps import get_settings, get_tokens
 from cache_server.auth import Principal, Role
 
 __all__ = [
@@ -76,8 +76,7 @@ def authorize(request: Request) -> None:
     Raises :class:`~cache_server.errors.Unauthorized` (no valid token) or
     :class:`~cache_server.errors.Forbidden` (a role too weak for the route).
     """
-    admin = get_admin(request)
-    if not admin.settings.auth:
+    if not get_settings(request).auth:
         return
     route = request.scope.get("route")
     path = getattr(route, "path", request.url.path)
@@ -86,9 +85,10 @@ def authorize(request: Request) -> None:
     token = _bearer(request)
     if path in BROWSER_ROUTES:
         token = token or request.query_params.get("token") or request.cookies.get(COOKIE_NAME)
-    principal = admin.tokens.authenticate(token)
+    tokens = get_tokens(request)
+    principal = tokens.authenticate(token)
     request.scope[PRINCIPAL_KEY] = principal
-    admin.tokens.authorize(principal, role_for(request.method, path), f"{request.method} {path}")
+    tokens.authorize(principal, role_for(request.method, path), f"{request.method} {path}")
 
 
 def principal_name(scope: Mapping[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse
 
 from cache_server.api.admin_schemas import StatsOut
 from cache_server.api.auth import COOKIE_NAME
-from cache_server.api.deps import AdminDep
+from cache_server.api.deps import AdminDep, SettingsDep
 
 __all__ = ["router"]
 
@@ -39,6 +39,7 @@ router = APIRouter(tags=["dashboard"])
 @router.get("/", response_class=Response, include_in_schema=False)
 def dashboard(
     request: Request,
+    settings: SettingsDep,
     token: Annotated[
         str | None, Query(description="A token to remember in a cookie (then redirected).")
     ] = None,
@@ -46,7 +47,7 @@ def dashboard(
     """The dashboard page: totals, hit rate over time, bytes per namespace, graphs with the most variants."""
     if token is not None:
         redirect = RedirectResponse("/", status_code=303, headers=_SECURITY_HEADERS)
-        if request.app.state.settings.auth:
+        if settings.auth:
             redirect.set_cookie(
                 COOKIE_NAME,
                 token,

@@ -1,4 +1,4 @@
-"""Dependencies shared by the routes."""
+"""Dependencies shared by the routes: the settings and the services ``create_app`` built."""
 
 from __future__ import annotations
 
@@ -7,15 +7,38 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from cache_server.admin import AdminService
+from cache_server.auth import TokenManager
 from cache_server.service import CacheService
 from cache_server.settings import Settings
+from cache_server.wiring import Services
 
-__all__ = ["AdminDep", "ServiceDep", "SettingsDep", "get_admin", "get_service", "get_settings"]
+__all__ = [
+    "AdminDep",
+    "ServiceDep",
+    "SettingsDep",
+    "TokensDep",
+    "get_admin",
+    "get_service",
+    "get_settings",
+    "get_tokens",
+]
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
 
 
 def get_service(request: Request) -> CacheService:
-    service: CacheService = request.app.state.service
-    return service
+    return _services(request).cache
+
+
+def get_admin(request: Request) -> AdminService:
+    return _services(request).admin
+
+
+def get_tokens(request: Request) -> TokenManager:
+    return _services(request).tokens
 
 
 def get_settings(request: Request) -> Settings:
@@ -23,11 +46,7 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
-def get_admin(request: Request) -> AdminService:
-    admin: AdminService = request.app.state.admin
-    return admin
-
-
 ServiceDep = Annotated[CacheService, Depends(get_service)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 AdminDep = Annotated[AdminService, Depends(get_admin)]
+TokensDep = Annotated[TokenManager, Depends(get_tokens)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]

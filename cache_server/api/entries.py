@@ -11,30 +11,29 @@ import anyio.to_thread
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
+from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER
 from cache_server.api.deps import ServiceDep
 from cache_server.api.schemas import KeysRequest, ManifestEntry, ManifestOut, MissingOut, PutOut
 from cache_server.api.signed_urls import redirect_to
+from cache_server.domain import EntryInfo
 from cache_server.errors import BadRequest
-from cache_server.index.models import Entry
 from cache_server.names import check_key, check_namespace, check_sha256
-from cache_server.signed_urls import sign_entry
+from cache_server.service import NotModified, OpenedEntry
+from cache_server.streams import Coalescer
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/namespaces/{namespace}", tags=["entries"])
 
-BRIDGE_CHUNK = 1024 * 1024  # the request body crosses to the worker thread in pieces of about this size
-
 
 async def _coalesced(request: Request) -> AsyncIterator[bytes]:
-    buffer = bytearray()
+    """The request body in pieces of about a MiB: each crosses to the worker thread in one hop."""
+    joiner = Coalescer()
     async for chunk in request.stream():
-        buffer += chunk
-        if len(buffer) >= BRIDGE_CHUNK:
-            yield bytes(buffer)
-            buffer.clear()
-    if buffer:
-        yield bytes(buffer)
+        if (joined := joiner.push(chunk)) is not None:
+            yield joined
+    if (joined := joiner.rest()) is not None:
+        yield joined
 
 
 def _blocking_body(stream: AsyncIterator[bytes]) -> Iterator[bytes]:
@@ -50,10 +49,10 @@ def _blocking_body(stream: AsyncIterator[bytes]) -> Iterator[bytes]:
         yield piece
 
 
-def _entry_headers(entry: Entry) -> dict[str, str]:
+def _entry_headers(entry: EntryInfo) -> dict[str, str]:
     return {
         "ETag": f'"{entry.sha256}"',
-        "X-Content-SHA256": entry.sha256,
+        SHA256_HEADER: entry.sha256,
         "Content-Length": str(entry.size),
         "Cache-Control": "private, max-age=31536000, immutable",
     }
@@ -95,7 +94,7 @@ async def put_entry(
     check_key(key)
     sha256 = check_sha256(x_content_sha256)
     declared = _optional_int("Content-Length", request.headers.get("content-length"))
-    compile_ms = _optional_int("X-Compile-Time-Ms", x_compile_time_ms)
+    compile_ms = _optional_int(COMPILE_TIME_HEADER, x_compile_time_ms)
     service.check_upload_size(declared)
     body = _blocking_body(_coalesced(request).__aiter__())
     result = await anyio.to_thread.run_sync(
@@ -134,16 +133,14 @@ def get_entry(
     With ``?redirect=1`` a server that hands out signed URLs answers 307 to one instead (same headers,
     plus ``X-Content-Length``); any other server streams the bytes as usual.
     """
-    if if_none_match:
-        entry = service.head_entry(namespace, key)
-        if if_none_match.strip() in (f'"{entry.sha256}"', "*"):
-            return Response(status_code=304, headers={"ETag": f'"{entry.sha256}"'})
-    if redirect and (signed := sign_entry(service, namespace, key)) is not None:
-        return redirect_to(signed)
-    opened = service.open_entry(namespace, key)
-    return StreamingResponse(
-        opened.body, media_type="application/octet-stream", headers=_entry_headers(opened.entry)
-    )
+    read = service.read_entry(namespace, key, if_none_match=if_none_match or None, redirect=redirect)
+    if isinstance(read, NotModified):
+        return Response(status_code=304, headers={"ETag": f'"{read.entry.sha256}"'})
+    if isinstance(read, OpenedEntry):
+        return StreamingResponse(
+            read.body, media_type="application/octet-stream", headers=_entry_headers(read.entry)
+        )
+    return redirect_to(read)
 
 
 @router.head("/entries/{key:path}")

@@ -16,5 +16,5 @@ router = APIRouter(tags=["health"])
 def prometheus_metrics(admin: AdminDep) -> Response:
     """Requests by route and status with latency histograms, hits, misses, bytes in and out, evictions
     (summed over all workers), and entries and bytes stored (read from the index now)."""
-    body = render(StoredCollector(admin.repository.stored_by_namespace))
+    body = render(StoredCollector(admin.stored_by_namespace))
     return Response(content=body, headers={"Content-Type": CONTENT_TYPE})

@@ -6,35 +6,34 @@ from fastapi import APIRouter, Response, status
 
 from cache_server.api.deps import ServiceDep
 from cache_server.api.schemas import NamespaceIn, NamespaceOut
-from cache_server.index.repository import NamespaceSummary
+from cache_server.domain import NamespaceInfo
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/namespaces", tags=["namespaces"])
 
 
-def _out(summary: NamespaceSummary) -> NamespaceOut:
-    ns = summary.namespace
+def _out(ns: NamespaceInfo) -> NamespaceOut:
     return NamespaceOut(
         namespace=ns.name,
         fingerprint=ns.fingerprint,
         labels=ns.labels,
         created_at=ns.created_at,
         last_used_at=ns.last_used_at,
-        entries=summary.entries,
-        bytes=summary.bytes,
-        hits=ns.hits,
-        misses=ns.misses,
-        uploads=ns.uploads,
+        entries=ns.entries,
+        bytes=ns.bytes,
+        hits=ns.counters.hits,
+        misses=ns.counters.misses,
+        uploads=ns.counters.uploads,
     )
 
 
 @router.put("/{namespace}", response_model=NamespaceOut)
 def put_namespace(namespace: str, body: NamespaceIn, service: ServiceDep, response: Response) -> NamespaceOut:
     """Register a namespace with its runtime fingerprint and labels, or update them. 201 when new."""
-    summary, created = service.register_namespace(namespace, body.fingerprint, body.labels)
+    info, created = service.register_namespace(namespace, body.fingerprint, body.labels)
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-    return _out(summary)
+    return _out(info)
 
 
 @router.get("/{namespace}", response_model=NamespaceOut)

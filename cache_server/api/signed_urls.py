@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
+from cache_protocol import CONTENT_LENGTH_HEADER, SHA256_HEADER
 from cache_server.api.deps import ServiceDep
 from cache_server.api.schemas import KeysRequest, SignedUrlOut, SignedUrlsOut
-from cache_server.signed_urls import SignedEntry, sign_entries
+from cache_server.service import SignedEntry
 
 __all__ = ["redirect_to", "router"]
 
@@ -20,8 +21,8 @@ def redirect_to(signed: SignedEntry) -> Response:
         headers={
             "Location": signed.url,
             "ETag": f'"{signed.sha256}"',
-            "X-Content-SHA256": signed.sha256,
-            "X-Content-Length": str(signed.size),
+            SHA256_HEADER: signed.sha256,
+            CONTENT_LENGTH_HEADER: str(signed.size),
             "Cache-Control": "no-store",
         },
     )
@@ -38,7 +39,7 @@ def signed_urls(namespace: str, body: KeysRequest, service: ServiceDep) -> Signe
     Only when the server runs on Google Cloud Storage with ``XLA_CACHE_SIGNED_URL_SECONDS`` > 0 and
     credentials that can sign; otherwise 501 ``signed_urls_unavailable``, and ``POST .../bundle`` is the way.
     """
-    result = sign_entries(service, namespace, body.keys)
+    result = service.sign_entries(namespace, body.keys)
     return SignedUrlsOut(
         namespace=namespace,
         expires_in=result.expires_in,

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cache_server import metrics
 from cache_server.api.auth import principal_name
-from cache_server.index.models import utcnow
+from cache_server.domain import utcnow
 
 __all__ = ["ACCESS_LOGGER", "Telemetry", "configure_access_log"]
 

@@ -23,7 +23,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["ApiToken", "Base", "DailyStats", "Entry", "EntryGraph", "Namespace", "UtcDateTime", "utcnow"]
+from cache_server.domain import utcnow
+
+__all__ = ["ApiToken", "Base", "DailyStats", "Entry", "EntryGraph", "Namespace", "UtcDateTime"]
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -31,11 +33,6 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-
-def utcnow() -> dt.datetime:
-    """Now, as an aware UTC datetime."""
-    return dt.datetime.now(dt.timezone.utc)
 
 
 class UtcDateTime(TypeDecorator[dt.datetime]):
@@ -64,7 +61,10 @@ class Base(DeclarativeBase):
 
 
 class Namespace(Base):
-    """A compatibility namespace: the entries that fit one runtime fingerprint, and its counters."""
+    """A compatibility namespace: the entries that fit one runtime fingerprint, and its counters.
+
+    The counter columns are :data:`cache_server.domain.COUNTERS` (a test pins them equal).
+    """
 
     __tablename__ = "namespaces"
 
@@ -78,6 +78,7 @@ class Namespace(Base):
     uploads: Mapped[int] = mapped_column(BigInteger, default=0)
     bytes_served: Mapped[int] = mapped_column(BigInteger, default=0)
     evictions: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    bytes_uploaded: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
@@ -104,7 +105,8 @@ class Entry(Base):
 
 
 class DailyStats(Base):
-    """One namespace's counters for one UTC day: the rollup the dashboard charts.
+    """One namespace's counters (:data:`cache_server.domain.COUNTERS`) for one UTC day: the rollup the
+    dashboard charts.
 
     No foreign key: the history of a namespace outlives the namespace.
     """

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
-from cache_server.storage.base import BlobInfo, BlobReader, BlobStore, blob_name, split_blob_name
+from cache_server.storage.base import (
+    BlobInfo,
+    BlobReader,
+    BlobStore,
+    SignsUrls,
+    SweepsTempFiles,
+    blob_name,
+    split_blob_name,
+)
 
-__all__ = ["BlobInfo", "BlobReader", "BlobStore", "blob_name", "open_store", "split_blob_name"]
+__all__ = [
+    "BlobInfo",
+    "BlobReader",
+    "BlobStore",
+    "SignsUrls",
+    "SweepsTempFiles",
+    "blob_name",
+    "open_store",
+    "split_blob_name",
+]
 
 
 def open_store(url: str, *, timeout: float = 30.0, retries: int = 5) -> BlobStore:

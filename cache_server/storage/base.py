@@ -15,6 +15,10 @@ the bytes. The contract, which ``tests/storage`` checks against every backend un
   ``delete`` returns ``False``.
 * **Plain errors.** Vendor errors are translated at the backend's edge: a backend that cannot reach its
   service (after retrying what is worth retrying) raises :class:`~cache_server.errors.StorageUnavailable`.
+
+Some abilities only some backends have; each is a protocol of its own, so callers ask
+``isinstance(store, SignsUrls)`` rather than probing for methods: :class:`SignsUrls` (direct downloads that
+bypass the server) and :class:`SweepsTempFiles` (cleaning up after uploads that died).
 """
 
 from __future__ import annotations
@@ -25,7 +29,24 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["BlobInfo", "BlobReader", "BlobStore", "blob_name", "split_blob_name"]
+from cache_server.names import check_key, check_namespace
+
+__all__ = [
+    "MIB",
+    "READ_CHUNK",
+    "BlobInfo",
+    "BlobReader",
+    "BlobStore",
+    "SignsUrls",
+    "SweepsTempFiles",
+    "blob_name",
+    "parse_blob_name",
+    "split_blob_name",
+]
+
+MIB = 1024 * 1024
+READ_CHUNK = MIB
+"""The most bytes one piece yielded by :meth:`BlobReader.chunks` holds, in every backend here."""
 
 
 @dataclass(frozen=True)
@@ -98,3 +119,41 @@ def split_blob_name(name: str) -> tuple[str, str]:
     """Inverse of :func:`blob_name`."""
     namespace, _, key = name.partition("/")
     return namespace, key
+
+
+def parse_blob_name(name: str) -> tuple[str, str]:
+    """:func:`split_blob_name` for a name from outside, which a backend is about to build a path or an
+    object name from: raises :class:`~cache_server.errors.InvalidName` unless both parts are valid.
+    """
+    namespace, key = split_blob_name(name)
+    return check_namespace(namespace), check_key(key)
+
+
+@runtime_checkable
+class SignsUrls(Protocol):
+    """A store that can hand out URLs from which anyone may download a blob directly, for a while."""
+
+    def signed_url(self, name: str, expires_seconds: int) -> str | None:
+        """A URL that lets its holder GET the bytes of blob ``name`` for ``expires_seconds``.
+
+        Returns ``None`` when the store's credentials cannot sign (the caller then serves the bytes itself).
+        The URL is made without checking that the blob exists. Raises
+        :class:`~cache_server.errors.InvalidName` for a bad name, :class:`ValueError` for an expiry the
+        backend does not allow, and :class:`~cache_server.errors.StorageUnavailable` if signing needed a
+        service that failed.
+        """
+        ...
+
+
+@runtime_checkable
+class SweepsTempFiles(Protocol):
+    """A store that keeps uploads in progress as temp files, which a process that dies leaves behind."""
+
+    def remove_stale_temp_files(self, older_than_seconds: float) -> int:
+        """Delete the temp files not touched for more than ``older_than_seconds``; return how many.
+
+        Files younger than that are left alone. An upload in progress keeps its file young by writing to it,
+        so a grace period longer than any pause within an upload never removes a live one. Safe to run while
+        other threads and processes use the store.
+        """
+        ...

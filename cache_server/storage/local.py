@@ -24,21 +24,14 @@ from urllib.parse import unquote, urlparse
 
 from cache_server.errors import InvalidName, StorageUnavailable
 from cache_server.names import check_key, check_namespace
-from cache_server.storage.base import BlobInfo, blob_name
+from cache_server.storage.base import READ_CHUNK, BlobInfo, blob_name, parse_blob_name
 
 __all__ = ["HEADER_SIZE", "LocalBlobStore"]
 
 MAGIC = b"XLACACHE1\n"
 HEADER_SIZE = 4096
-CHUNK = 1024 * 1024
 TMP_DIR = ".tmp"
-
-
-def _path_parts(name: str) -> tuple[str, str]:
-    namespace, sep, key = name.partition("/")
-    if not sep:
-        check_key(name)  # raises with a clear message
-    return check_namespace(namespace), check_key(key)
+STALE_TEMP_SECONDS = 3600.0
 
 
 def _is_valid(check: Callable[[str], str], value: str) -> bool:
@@ -66,7 +59,7 @@ class _LocalReader:
 
     def chunks(self) -> Iterator[bytes]:
         self._handle.seek(HEADER_SIZE)
-        while chunk := self._handle.read(CHUNK):
+        while chunk := self._handle.read(READ_CHUNK):
             yield chunk
 
     def close(self) -> None:
@@ -82,7 +75,10 @@ class _LocalReader:
 
 
 class LocalBlobStore:
-    """Blobs in a local directory. Safe for concurrent use by threads and processes on one host."""
+    """Blobs in a local directory. Safe for concurrent use by threads and processes on one host.
+
+    Also a :class:`~cache_server.storage.base.SweepsTempFiles`: a killed process leaves its temp file.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -99,7 +95,7 @@ class LocalBlobStore:
         return cls(Path(path))
 
     def _path(self, name: str) -> Path:
-        namespace, key = _path_parts(name)
+        namespace, key = parse_blob_name(name)
         return self.root / namespace / key
 
     # -- writing ----------------------------------------------------------------------------------------
@@ -212,8 +208,11 @@ class LocalBlobStore:
     def close(self) -> None:
         return None
 
-    def remove_stale_temp_files(self, older_than_seconds: float = 3600.0) -> int:
-        """Delete temp files of uploads that died long ago (a crashed process leaves them)."""
+    def remove_stale_temp_files(self, older_than_seconds: float = STALE_TEMP_SECONDS) -> int:
+        """Delete the temp files of dead uploads; see :class:`~cache_server.storage.base.SweepsTempFiles`.
+
+        A put removes its own temp file whatever happens, so only a process that was killed leaves one.
+        """
         removed = 0
         now = dt.datetime.now().timestamp()
         for path in self._tmp.glob("*.part"):

@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from cache_server.admin import AdminService
-from cache_server.app import build_service, create_app
+from cache_server.app import create_app
 from cache_server.auth import Role
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
+from cache_server.wiring import Services
 from tests.conftest import sha
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch_xla_2.7_cpu"
@@ -34,9 +34,10 @@ def upload(client: TestClient, namespace: str, key: str, data: bytes, **headers:
     return response.status_code
 
 
-def admin_of(client: TestClient) -> AdminService:
-    admin: AdminService = client.app.state.admin  # type: ignore[attr-defined]
-    return admin
+def services_of(client: TestClient) -> Services:
+    """The services behind a test client's app."""
+    services: Services = client.app.state.services  # type: ignore[attr-defined]
+    return services
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -59,15 +60,14 @@ def auth_settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def auth_client(auth_settings: Settings) -> Iterator[TestClient]:
     upgrade(auth_settings)
-    service = build_service(auth_settings)
-    with TestClient(create_app(auth_settings, service)) as test_client:
+    with TestClient(create_app(auth_settings)) as test_client:
         yield test_client
 
 
 @pytest.fixture
 def tokens(auth_client: TestClient) -> dict[str, str]:
     """One token per role, plus one that is revoked (it had the admin role)."""
-    manager = admin_of(auth_client).tokens
+    manager = services_of(auth_client).tokens
     made = {role.label: manager.create(f"user-{role.label}", role)[0] for role in Role}
     made["revoked"] = manager.create("former-admin", Role.ADMIN)[0]
     manager.revoke("former-admin")

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
+import pytest
 from fastapi.testclient import TestClient
 
-from cache_server.admin import AdminService
-from cache_server.app import build_service, create_app
+from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
-from cache_server.service import CacheService
 from cache_server.settings import Settings
-from tests.admin.conftest import admin_of, upload
+from cache_server.wiring import Services
+from tests.admin.conftest import services_of, upload
 from tests.conftest import sha
+from tests.support.clock import ShiftedClock
+from tests.support.wait import wait_until
 
 KIB = 1024
+
+
+@pytest.fixture
+def clock() -> ShiftedClock:
+    """The services' clock: tests age entries by moving it, not by sleeping."""
+    return ShiftedClock()
 
 
 def blob_files(settings: Settings, namespace: str) -> set[str]:
@@ -70,16 +75,16 @@ def test_dry_run_lists_least_recently_used_first_and_removes_nothing(
     assert short["evicted"] == 10 and len(short["keys"]) == 3 and short["keys_truncated"] is True
 
 
-def test_older_than_and_namespace_scope(client: TestClient) -> None:
+def test_older_than_and_namespace_scope(client: TestClient, clock: ShiftedClock) -> None:
     fill(client, "a", 3)
     fill(client, "b", 3)
-    time.sleep(1.2)
+    clock.advance(7200)  # two hours later
     upload(client, "a", "fresh", b"new")
-    body = client.post("/admin/evict", json={"older_than_seconds": 1, "namespace": "a"}).json()
+    body = client.post("/admin/evict", json={"older_than_seconds": 3600, "namespace": "a"}).json()
     assert body["evicted"] == 3
     assert stored_keys(client, "a") == {"fresh"}
     assert len(stored_keys(client, "b")) == 3  # other namespaces untouched
-    everything_old = client.post("/admin/evict", json={"older_than_seconds": 1}).json()
+    everything_old = client.post("/admin/evict", json={"older_than_seconds": 3600}).json()
     assert everything_old["evicted"] == 3 and stored_keys(client, "b") == set()
 
 
@@ -98,29 +103,22 @@ def test_without_criteria_or_budgets_it_says_what_is_missing(client: TestClient)
     assert client.post("/admin/evict", json={"max_total_bytes": -1}).status_code == 400
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "background eviction did not get there in time"
-        time.sleep(0.1)
-
-
 def test_background_eviction_keeps_store_and_namespaces_within_budget(
     client: TestClient, settings: Settings
 ) -> None:
     per_namespace = {ns: fill(client, ns, 6) for ns in ("a", "b", "c", "d")}  # 24 KiB, 6 per namespace
     use(client, "a", [per_namespace["a"][0]])  # the oldest of a, used last of all
-    admin_of(client).service.access.flush()  # access times reach the index in batches (another process here)
+    services_of(client).access.flush()  # access times reach the index in batches (another process here)
     budgets = settings.model_copy(
         update={"max_total_bytes": 10 * KIB, "max_namespace_bytes": 4 * KIB, "eviction_interval_seconds": 0.2}
     )
-    with TestClient(create_app(budgets, build_service(budgets))) as budgeted:
+    with TestClient(create_app(budgets)) as budgeted:
 
         def within() -> bool:
-            stored = admin_of(budgeted).repository.stored_by_namespace().values()
+            stored = services_of(budgeted).admin.stored_by_namespace().values()
             return sum(b for _, b in stored) <= 10 * KIB and all(b <= 4 * KIB for _, b in stored)
 
-        wait_until(within)
+        wait_until(within, timeout=20, message="background eviction did not get within the budgets")
         remaining = {ns: stored_keys(budgeted, ns) for ns in per_namespace}
         again = budgeted.post("/admin/evict", json={"dry_run": True}).json()
     a, b, c, d = (per_namespace[ns] for ns in "abcd")
@@ -141,24 +139,25 @@ def test_delete_namespace_removes_rows_blobs_and_row(client: TestClient, setting
     assert client.delete("/admin/namespaces/gone").status_code == 404
 
 
-def test_rows_go_before_blobs(service: CacheService, settings: Settings) -> None:
+def test_rows_go_before_blobs(
+    services: Services, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """If deleting a blob fails, the row is already gone: never a row without its blob."""
-    for i in range(3):
-        service.put_entry("ns", f"k{i}", [b"x" * 10], sha256=sha(b"x" * 10))
-    admin = AdminService(settings, service)
+    keys = ["k0", "k1", "k2"]
+    for key in keys:
+        services.cache.put_entry("ns", key, [b"x" * 10], sha256=sha(b"x" * 10))
     seen_rows_at_delete: list[bool] = []
-    real_delete = service.store.delete
 
     def failing_delete(name: str) -> bool:
         namespace, key = name.split("/")
-        seen_rows_at_delete.append(service.repository.get_entry(namespace, key) is not None)
+        seen_rows_at_delete.append(services.cache.missing(namespace, [key]) == [])
         raise StorageUnavailable("bucket down")
 
-    service.store.delete = failing_delete  # type: ignore[method-assign]
-    result = admin.evictor.evict(max_total_bytes=0)
-    service.store.delete = real_delete  # type: ignore[method-assign]
+    with monkeypatch.context() as patched:
+        patched.setattr(services.store, "delete", failing_delete)
+        result = services.admin.evictor.evict(max_total_bytes=0)
     assert result.evicted == 3
     assert seen_rows_at_delete == [False, False, False]
-    assert service.repository.get_entries("ns", ["k0", "k1", "k2"]) == {}
+    assert services.cache.missing("ns", keys) == keys
     assert len(blob_files(settings, "ns")) == 3  # orphans now, for gc
-    assert admin.gc(grace_seconds=0).orphan_blobs_removed == 3
+    assert services.admin.gc(grace_seconds=0).orphan_blobs_removed == 3

@@ -7,30 +7,30 @@ import time
 
 from fastapi.testclient import TestClient
 
-from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
+from cache_server.wiring import Services
 from tests.admin.conftest import upload
 from tests.conftest import sha
 
 
-def orphan(service: CacheService, namespace: str, key: str, data: bytes) -> None:
+def orphan(services: Services, namespace: str, key: str, data: bytes) -> None:
     """A blob without its row: what a crash between the two writes leaves."""
-    assert service.store.put(blob_name(namespace, key), [data], {"sha256": sha(data)})
+    assert services.store.put(blob_name(namespace, key), [data], {"sha256": sha(data)})
 
 
 def test_orphans_removed_and_lost_rows_dropped(
-    client: TestClient, service: CacheService, settings: Settings
+    client: TestClient, services: Services, settings: Settings
 ) -> None:
     for key in ("a", "b", "c"):
         upload(client, "ns", key, key.encode() * 100)
-    orphan(service, "ns", "crashed", b"x" * 300)
-    orphan(service, "never-registered", "o", b"y" * 50)
+    orphan(services, "ns", "crashed", b"x" * 300)
+    orphan(services, "never-registered", "o", b"y" * 50)
     (settings.data_dir / "blobs" / "ns" / "b").unlink()  # a row whose blob is gone
 
     dry = client.post("/admin/gc", json={"grace_seconds": 0, "dry_run": True}).json()
     assert (dry["orphan_blobs_removed"], dry["rows_dropped"], dry["dry_run"]) == (2, 1, True)
-    assert service.store.stat(blob_name("ns", "crashed")) is not None  # nothing removed on a dry run
+    assert services.store.stat(blob_name("ns", "crashed")) is not None  # nothing removed on a dry run
 
     body = client.post("/admin/gc", json={"grace_seconds": 0}).json()
     assert body == {
@@ -42,20 +42,20 @@ def test_orphans_removed_and_lost_rows_dropped(
         "temp_files_removed": 0,
         "dry_run": False,
     }
-    assert service.store.stat(blob_name("ns", "crashed")) is None
-    assert service.store.stat(blob_name("never-registered", "o")) is None
+    assert services.store.stat(blob_name("ns", "crashed")) is None
+    assert services.store.stat(blob_name("never-registered", "o")) is None
     assert client.head("/v1/namespaces/ns/entries/b").status_code == 404
     assert {e["key"] for e in client.get("/v1/namespaces/ns/manifest").json()["entries"]} == {"a", "c"}
     again = client.post("/admin/gc", json={"grace_seconds": 0}).json()
     assert (again["orphan_blobs_removed"], again["rows_dropped"]) == (0, 0)
 
 
-def test_young_blobs_are_not_orphans(client: TestClient, service: CacheService) -> None:
+def test_young_blobs_are_not_orphans(client: TestClient, services: Services) -> None:
     """A blob whose row is still on its way (written first, by design) survives the default grace period."""
-    orphan(service, "ns", "uploading", b"z" * 10)
+    orphan(services, "ns", "uploading", b"z" * 10)
     body = client.post("/admin/gc").json()  # default grace: an hour
     assert body["blobs_checked"] == 1 and body["orphan_blobs_removed"] == 0
-    assert service.store.stat(blob_name("ns", "uploading")) is not None
+    assert services.store.stat(blob_name("ns", "uploading")) is not None
 
 
 def test_stale_temp_files_of_dead_uploads_go(client: TestClient, settings: Settings) -> None:

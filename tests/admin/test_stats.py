@@ -6,10 +6,12 @@ import datetime as dt
 
 from fastapi.testclient import TestClient
 
-from cache_server.app import build_service, create_app
+from cache_server.app import create_app
+from cache_server.index import AdminRepository, EntryRepository
 from cache_server.service import CacheService
 from cache_server.settings import Settings
-from tests.admin.conftest import admin_of, real_entries, upload
+from cache_server.wiring import Services
+from tests.admin.conftest import real_entries, services_of, upload
 from tests.conftest import sha
 from tests.support.clock import clear_of_utc_midnight
 
@@ -40,6 +42,7 @@ def test_totals_and_namespaces_after_known_traffic(client: TestClient) -> None:
         "uploads": 3,
         "evictions": 0,
         "bytes_served": 3 * 1000 + 3000 + 500,
+        "bytes_uploaded": 4500,
         "compile_seconds_saved": 3 * 12.0 + 2.5,
     }
     by_name = {ns["namespace"]: ns for ns in body["namespaces"]}
@@ -47,7 +50,7 @@ def test_totals_and_namespaces_after_known_traffic(client: TestClient) -> None:
     vision = by_name["vision"]
     assert (vision["entries"], vision["bytes"], vision["hits"], vision["misses"]) == (2, 4000, 4, 1)
     assert vision["hit_rate"] == 0.8
-    assert vision["compile_seconds_saved"] == 36.0
+    assert vision["compile_seconds_saved"] == 36.0 and vision["bytes_uploaded"] == 4000
     assert vision["labels"] == {"team": "v"}
     assert by_name["text"]["misses"] == 2 and by_name["text"]["hit_rate"] == 1 / 3
     assert [ns["namespace"] for ns in body["namespaces"]] == ["vision", "text"]  # largest first
@@ -67,13 +70,13 @@ def test_daily_rollup_has_today_and_empty_days(client: TestClient) -> None:
     assert all(d["hits"] == 0 and d["hit_rate"] is None for d in days[:-1])
 
 
-def test_counts_survive_a_restart(settings: Settings, service: CacheService) -> None:
+def test_counts_survive_a_restart(settings: Settings, services: Services) -> None:
     clear_of_utc_midnight()  # both reports' daily windows must end on the same UTC day
-    with TestClient(create_app(settings, service)) as first:
+    with TestClient(create_app(settings, services)) as first:
         _traffic(first)
         before = first.get("/admin/stats").json()
     # Stopping flushed the last counters; a fresh app on the same data dir sees the same numbers.
-    with TestClient(create_app(settings, build_service(settings))) as again:
+    with TestClient(create_app(settings)) as again:
         after = again.get("/admin/stats").json()
     assert after["totals"] == before["totals"]
     assert after["daily"] == before["daily"]
@@ -90,7 +93,7 @@ def test_graphs_with_most_shape_variants(client: TestClient) -> None:
         upload(client, "cpu-job", key, data)
     upload(client, "cpu-job", "not-an-executable", b"\x00" * 2048)  # stored, never listed
     upload(client, "other-job", "tpu-like", b"opaque executable bytes")
-    assert admin_of(client).graphs.wait_idle(30)
+    assert services_of(client).admin.wait_parsed(30)
     graphs = client.get("/admin/stats").json()["top_graphs"]
     assert [(g["namespace"], g["module"], g["variants"], g["entries"]) for g in graphs] == [
         ("cpu-job", "SyncTensorsGraph.15", 3, 3),
@@ -111,17 +114,18 @@ def test_graphs_with_most_shape_variants(client: TestClient) -> None:
 
 
 def test_entries_stored_before_start_are_parsed_by_the_catch_up(
-    settings: Settings, service: CacheService
+    settings: Settings, services: Services
 ) -> None:
     entries = real_entries()
-    for key, data in entries.items():  # straight through the service: no admin side listening
-        service.put_entry("early", key, [data], sha256=sha(data))
-    with TestClient(create_app(settings, service)) as client:
-        admin = admin_of(client)
-        # The catch-up is counted as pending from start(), so wait_idle covers it even before the
+    # Stored by another server process: a cache service with no admin side listening to it.
+    elsewhere = CacheService(settings, EntryRepository(services.database), services.store, services.access)
+    for key, data in entries.items():
+        elsewhere.put_entry("early", key, [data], sha256=sha(data))
+    with TestClient(create_app(settings, services)) as client:
+        # The catch-up is counted as pending from start(), so waiting covers it even before the
         # graph thread has begun the scan.
-        assert admin.graphs.wait_idle(30)
-        assert admin.repository.unparsed_entries(1) == []
+        assert services.admin.wait_parsed(30)
+        assert AdminRepository(services.database).unparsed_entries(1) == []
         graphs = client.get("/admin/stats").json()["top_graphs"]
     assert sum(g["entries"] for g in graphs) == len(entries)
     assert graphs[0]["variants"] == 3

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_server.service import CacheService, CorruptBlob
+from cache_server.service import CorruptBlob
+from cache_server.settings import Settings
+from cache_server.wiring import Services
 from tests.conftest import sha
 
 NS = "ns-test"
@@ -76,8 +78,8 @@ def test_upper_case_digest_is_accepted(client: TestClient) -> None:
     assert response.json()["sha256"] == sha(b"x")
 
 
-def test_too_large_declared_is_413(client: TestClient, service: CacheService, settings_dir: Path) -> None:
-    service.settings.max_entry_bytes = 10
+def test_too_large_declared_is_413(client: TestClient, settings: Settings, settings_dir: Path) -> None:
+    settings.max_entry_bytes = 10
     response = client.put(f"{URL}/k", content=b"x" * 11, headers={"X-Content-SHA256": sha(b"x" * 11)})
     assert response.status_code == 413
     assert response.json()["error"] == "entry_too_large"
@@ -85,9 +87,9 @@ def test_too_large_declared_is_413(client: TestClient, service: CacheService, se
     assert stored_files(settings_dir) == []
 
 
-def test_too_large_streamed_is_413(client: TestClient, service: CacheService, settings_dir: Path) -> None:
+def test_too_large_streamed_is_413(client: TestClient, settings: Settings, settings_dir: Path) -> None:
     """A chunked body (no Content-Length) is refused once it passes the limit (see also the e2e test)."""
-    service.settings.max_entry_bytes = 1000
+    settings.max_entry_bytes = 1000
 
     def body() -> object:
         for _ in range(3):
@@ -99,8 +101,8 @@ def test_too_large_streamed_is_413(client: TestClient, service: CacheService, se
     assert not list((settings_dir / "blobs" / ".tmp").iterdir())
 
 
-def test_exactly_at_limit_is_accepted(client: TestClient, service: CacheService) -> None:
-    service.settings.max_entry_bytes = 10
+def test_exactly_at_limit_is_accepted(client: TestClient, settings: Settings) -> None:
+    settings.max_entry_bytes = 10
     assert (
         client.put(f"{URL}/k", content=b"x" * 10, headers={"X-Content-SHA256": sha(b"x" * 10)}).status_code
         == 201
@@ -181,7 +183,7 @@ def test_get_head_delete(client: TestClient, settings_dir: Path) -> None:
     assert stored_files(settings_dir) == []
 
 
-def test_miss_is_json_404_and_counted(client: TestClient, service: CacheService) -> None:
+def test_miss_is_json_404_and_counted(client: TestClient, services: Services) -> None:
     client.put(f"/v1/namespaces/{NS}", json={"fingerprint": {"a": 1}})
     response = client.get(f"{URL}/absent")
     assert response.status_code == 404
@@ -189,18 +191,18 @@ def test_miss_is_json_404_and_counted(client: TestClient, service: CacheService)
         "error": "entry_not_found",
         "detail": f"No entry 'absent' in namespace '{NS}'.",
     }
-    service.access.flush()
+    services.access.flush()
     assert client.get(f"/v1/namespaces/{NS}").json()["misses"] == 1
 
 
-def test_hits_are_batched_not_written_per_get(client: TestClient, service: CacheService) -> None:
+def test_hits_are_batched_not_written_per_get(client: TestClient, services: Services) -> None:
     put(client, "h", b"hit me")
     for _ in range(5):
         assert client.get(f"{URL}/h").status_code == 200
-    entry = service.repository.get_entry(NS, "h")
+    entry = services.cache.head_entry(NS, "h")
     assert entry is not None and entry.hits == 0  # nothing written yet: the flush interval is a minute
-    service.access.flush()
-    entry = service.repository.get_entry(NS, "h")
+    services.access.flush()
+    entry = services.cache.head_entry(NS, "h")
     assert entry is not None and entry.hits == 5
     body = client.get(f"/v1/namespaces/{NS}").json()
     assert body["hits"] == 5
@@ -241,13 +243,13 @@ def test_malformed_json_is_400(client: TestClient, path: str) -> None:
     assert "keys" in wrong.json()["detail"]
 
 
-def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, service: CacheService) -> None:
+def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services: Services) -> None:
     for key, size in [("small", 10), ("big", 1000), ("mid", 100), ("cold", 50)]:
         put(client, key, b"z" * size)
     for key, hits in [("big", 3), ("mid", 2), ("small", 1)]:
         for _ in range(hits):
             client.get(f"{URL}/{key}")
-    service.access.flush()
+    services.access.flush()
     everything = client.get(f"/v1/namespaces/{NS}/manifest").json()
     assert [e["key"] for e in everything["entries"]] == ["big", "mid", "small", "cold"]
     assert everything["total_bytes"] == 1160
@@ -261,7 +263,7 @@ def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, service:
     assert client.get(f"/v1/namespaces/{NS}/manifest?max_entries=abc").status_code == 400
 
 
-def test_bundle_is_a_tar_of_the_present_keys(client: TestClient, service: CacheService) -> None:
+def test_bundle_is_a_tar_of_the_present_keys(client: TestClient, services: Services) -> None:
     blobs = {"111": b"one" * 100, "222": b"", "333": bytes(range(256)) * 7}
     for key, data in blobs.items():
         put(client, key, data)
@@ -278,7 +280,7 @@ def test_bundle_is_a_tar_of_the_present_keys(client: TestClient, service: CacheS
             assert content == blobs[member.name]
             assert member.pax_headers["XLA_CACHE.sha256"] == sha(content)
     assert members == ["333", "111", "222"]
-    service.access.flush()
+    services.access.flush()
     ns = client.get(f"/v1/namespaces/{NS}").json()
     assert ns["hits"] == 3
     assert ns["misses"] == 1

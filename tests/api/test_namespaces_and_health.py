@@ -6,7 +6,7 @@ import shutil
 
 from fastapi.testclient import TestClient
 
-from cache_server.service import CacheService
+from cache_server.settings import Settings
 from tests.conftest import sha
 
 FP = {"framework": "torch_xla", "torch_xla": "2.7.0", "device_type": "CPU", "devices": 4}
@@ -61,10 +61,10 @@ def test_namespace_body_must_be_json_object(client: TestClient) -> None:
     assert client.get("/v1/namespaces/ns1").status_code == 404
 
 
-def test_health_and_readiness(client: TestClient, service: CacheService) -> None:
+def test_health_and_readiness(client: TestClient, settings: Settings) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"status": "ready"}
-    store_root = service.settings.data_dir / "blobs"
+    store_root = settings.data_dir / "blobs"
     shutil.rmtree(store_root)
     not_ready = client.get("/readyz")
     assert not_ready.status_code == 503

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from cache_protocol import FINGERPRINT_FILE
 from client import CacheAlreadyInitialized, warm
 from client import warming as warm_module
-from client.cachedir import FINGERPRINT_NAME, read_fingerprint
+from client.cachedir import read_fingerprint
 from client.dirlock import DirLock
 from tests.client.conftest import warnings_of
 from tests.client.fakes import FakeCacheServer
@@ -44,7 +45,7 @@ def test_warm_downloads_every_entry_verified(
     assert report.present_entries == 0
     for key, data in entries.items():
         assert (directory / key).read_bytes() == data
-    assert sorted(os.listdir(directory)) == sorted([*entries, FINGERPRINT_NAME, ".xla-cache.lock"])
+    assert sorted(os.listdir(directory)) == sorted([*entries, FINGERPRINT_FILE, ".xla-cache.lock"])
     assert read_fingerprint(directory) == fingerprint
     assert fake_server.namespaces[namespace]["fingerprint"] == fingerprint  # registered with the server
     assert fake_server.paths("POST").count(f"/v1/namespaces/{namespace}/bundle") == 1  # one stream

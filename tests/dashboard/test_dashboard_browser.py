@@ -16,10 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy.dialects import sqlite
 
-from cache_server.index.daily import bump_daily
-from cache_server.index.db import make_engine, make_sessionmaker
+from cache_server.index import Database
+from cache_server.index.models import DailyStats
 from cache_server.settings import Settings
 from tests.admin.conftest import real_entries
 from tests.conftest import sha
@@ -51,17 +50,17 @@ def make_token(data_dir: Path, name: str, role: str) -> str:
 
 def add_history(data_dir: Path, days: int = 20) -> None:
     """Earlier days of the rollup, as a server running for weeks would have them."""
-    engine = make_engine(Settings(data_dir=data_dir))
+    database = Database.from_settings(Settings(data_dir=data_dir))
     today = dt.datetime.now(dt.timezone.utc).date()
     try:
-        with make_sessionmaker(engine).begin() as session:
+        with database.transaction() as session:
             for back in range(1, days + 1):
                 day = today - dt.timedelta(days=back)
                 hits = 40 + 7 * (days - back)
-                bump_daily(session, sqlite.insert, "vision-tpu-v5e", day, hits=hits, misses=30 - back % 25)
-                bump_daily(session, sqlite.insert, "text-gpu", day, hits=hits // 3, misses=5 + back % 4)
+                session.add(DailyStats(day=day, namespace="vision-tpu-v5e", hits=hits, misses=30 - back % 25))
+                session.add(DailyStats(day=day, namespace="text-gpu", hits=hits // 3, misses=5 + back % 4))
     finally:
-        engine.dispose()
+        database.dispose()
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cache_server.index.db import make_engine, make_sessionmaker
-from cache_server.index.repository import IndexRepository
+from cache_server.index import Database, EntryRepository
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.support.databases import fresh_database_url
@@ -20,9 +19,9 @@ def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sett
 
 
 @pytest.fixture
-def repo(db_settings: Settings) -> Iterator[IndexRepository]:
-    """The index repository over a migrated, empty database of each kind."""
+def repo(db_settings: Settings) -> Iterator[EntryRepository]:
+    """The entries repository over a migrated, empty database of each kind."""
     upgrade(db_settings)
-    engine = make_engine(db_settings)
-    yield IndexRepository(engine, make_sessionmaker(engine))
-    engine.dispose()
+    database = Database.from_settings(db_settings)
+    yield EntryRepository(database)
+    database.dispose()

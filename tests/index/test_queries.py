@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import datetime as dt
 
-from cache_server.index.models import utcnow
-from cache_server.index.repository import IN_CHUNK, AccessDelta, EntryRecord, IndexRepository
+from cache_server.domain import utcnow
+from cache_server.index.database import IN_CHUNK
+from cache_server.index.entries import AccessDelta, EntryRecord, EntryRepository
 
 
 def put(
-    repo: IndexRepository, key: str, size: int, *, at: dt.datetime, sha: str = "a", replace: bool = True
+    repo: EntryRepository, key: str, size: int, *, at: dt.datetime, sha: str = "a", replace: bool = True
 ) -> bool:
-    return repo.record_entry(
-        namespace="ns",
-        key=key,
-        size=size,
-        sha256=sha * 64,
-        created_at=at,
-        compile_time_ms=None,
-        uploader=None,
-        replace=replace,
-    )
+    return repo.record_entry(EntryRecord("ns", key, size, sha * 64, at), replace=replace)
 
 
-def test_manifest_orders_by_hits_then_recency_within_bounds(repo: IndexRepository) -> None:
+def test_manifest_orders_by_hits_then_recency_within_bounds(repo: EntryRepository) -> None:
     start = utcnow() - dt.timedelta(hours=1)
     for minute, (key, size) in enumerate([("a", 10), ("b", 20), ("c", 30), ("d", 5)]):
         put(repo, key, size, at=start + dt.timedelta(minutes=minute))
@@ -34,6 +26,7 @@ def test_manifest_orders_by_hits_then_recency_within_bounds(repo: IndexRepositor
             ("ns", "a"): AccessDelta(hits=2, bytes_served=20, last_access=start),
         },
         {},
+        day=start.date(),
     )
 
     def keys(**bounds: int | None) -> list[str]:
@@ -47,7 +40,7 @@ def test_manifest_orders_by_hits_then_recency_within_bounds(repo: IndexRepositor
     assert keys(max_bytes=1000, max_entries=0) == []
 
 
-def test_key_lists_longer_than_one_in_query(repo: IndexRepository) -> None:
+def test_key_lists_longer_than_one_in_query(repo: EntryRepository) -> None:
     now = utcnow()
     stored = [f"k{i}" for i in range(0, 3 * IN_CHUNK, 2)]
     repo.add_missing_entries([EntryRecord("ns", key, 1, "c" * 64, now) for key in stored])
@@ -58,7 +51,7 @@ def test_key_lists_longer_than_one_in_query(repo: IndexRepository) -> None:
     assert summary is not None and (summary.entries, summary.bytes) == (len(stored), len(stored))
 
 
-def test_the_creator_replaces_a_stale_row_and_counts_one_upload(repo: IndexRepository) -> None:
+def test_the_creator_replaces_a_stale_row_and_counts_one_upload(repo: EntryRepository) -> None:
     now = utcnow()
     assert put(repo, "k", 10, at=now)
     # The blob vanished and was uploaded again: its creator overwrites the stale row.
@@ -67,29 +60,23 @@ def test_the_creator_replaces_a_stale_row_and_counts_one_upload(repo: IndexRepos
     entry = repo.get_entry("ns", "k")
     assert entry is not None and (entry.size, entry.sha256) == (20, "b" * 64)
     summary = repo.get_namespace("ns")
-    assert summary is not None and (summary.entries, summary.namespace.uploads) == (1, 2)
+    assert summary is not None and (summary.entries, summary.counters.uploads) == (1, 2)
 
 
-def test_namespaces_appear_on_first_use_and_entries_are_listed(repo: IndexRepository) -> None:
-    repo.ensure_namespace("empty")
-    repo.ensure_namespace("empty")
-    empty = repo.get_namespace("empty")
-    assert empty is not None and empty.entries == 0 and empty.namespace.fingerprint == {}
+def test_namespaces_appear_on_first_use(repo: EntryRepository) -> None:
     now = utcnow()
     repo.add_missing_entries(
         [EntryRecord(ns, key, 3, "d" * 64, now) for ns in ("x", "y") for key in ("2", "1")]
     )
-    assert [(e.namespace, e.key) for e in repo.iter_entries()] == [
-        ("x", "1"),
-        ("x", "2"),
-        ("y", "1"),
-        ("y", "2"),
-    ]
-    assert [e.key for e in repo.iter_entries("y")] == ["1", "2"]
+    for name in ("x", "y"):
+        found = repo.get_namespace(name)
+        assert found is not None and (found.entries, found.bytes, found.fingerprint) == (2, 6, {})
+        assert found.created_at == now
+    assert sorted(e.key for e in repo.manifest("y", max_bytes=None, max_entries=None)) == ["1", "2"]
     assert repo.get_namespace("nothing") is None
 
 
-def test_timestamps_come_back_as_the_same_instant_in_utc(repo: IndexRepository) -> None:
+def test_timestamps_come_back_as_the_same_instant_in_utc(repo: EntryRepository) -> None:
     elsewhere = dt.datetime(2024, 3, 5, 23, 30, 15, 123456, tzinfo=dt.timezone(dt.timedelta(hours=-7)))
     put(repo, "k", 1, at=elsewhere)
     entry = repo.get_entry("ns", "k")

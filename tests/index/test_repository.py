@@ -4,33 +4,26 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from cache_server.index.models import utcnow
-from cache_server.index.repository import ROWS_PER_INSERT, AccessDelta, EntryRecord, IndexRepository
+from cache_server.domain import utcnow
+from cache_server.index.database import IN_CHUNK
+from cache_server.index.entries import AccessDelta, EntryRecord, EntryRepository
 
 
-def record(repo: IndexRepository, key: str, size: int = 10, *, replace: bool = True, ns: str = "ns") -> bool:
-    return repo.record_entry(
-        namespace=ns,
-        key=key,
-        size=size,
-        sha256="a" * 64,
-        created_at=utcnow(),
-        compile_time_ms=5,
-        uploader="host-1",
-        replace=replace,
-    )
+def record(repo: EntryRepository, key: str, size: int = 10, *, replace: bool = True, ns: str = "ns") -> bool:
+    entry = EntryRecord(ns, key, size, "a" * 64, utcnow(), compile_time_ms=5, uploader="host-1")
+    return repo.record_entry(entry, replace=replace)
 
 
-def test_namespace_round_trip_keeps_json(repo: IndexRepository) -> None:
+def test_namespace_round_trip_keeps_json(repo: EntryRepository) -> None:
     fingerprint = {"torch_xla": "2.7.0", "nested": {"devices": [0, 1]}, "spmd": True}
-    summary, created = repo.upsert_namespace("ns", fingerprint, {"team": "x"})
-    assert created and summary.namespace.fingerprint == fingerprint
-    summary, created = repo.upsert_namespace("ns", {"other": 1}, {})
-    assert not created and summary.namespace.fingerprint == {"other": 1}
-    assert summary.namespace.created_at.tzinfo is not None
+    summary, created = repo.upsert_namespace("ns", fingerprint, {"team": "x"}, now=utcnow())
+    assert created and summary.fingerprint == fingerprint
+    summary, created = repo.upsert_namespace("ns", {"other": 1}, {}, now=utcnow())
+    assert not created and summary.fingerprint == {"other": 1}
+    assert summary.created_at.tzinfo is not None
 
 
-def test_record_entry_then_missing_and_manifest(repo: IndexRepository) -> None:
+def test_record_entry_then_missing_and_manifest(repo: EntryRepository) -> None:
     assert record(repo, "a", 5)
     assert record(repo, "b", 7)
     assert not record(repo, "a", 99, replace=False)  # an existing row wins for a non-creator
@@ -41,26 +34,30 @@ def test_record_entry_then_missing_and_manifest(repo: IndexRepository) -> None:
     assert [e.key for e in repo.manifest("ns", max_bytes=None, max_entries=None)] == ["b", "a"]
 
 
-def test_missing_over_many_keys(repo: IndexRepository) -> None:
+def test_missing_over_many_keys(repo: EntryRepository) -> None:
     for i in range(0, 1200, 3):
         record(repo, f"k{i}")
     keys = [f"k{i}" for i in range(1200)]
     assert repo.missing_keys("ns", keys) == [k for i, k in enumerate(keys) if i % 3]
 
 
-def test_access_batches_add_up(repo: IndexRepository) -> None:
+def test_access_batches_add_up(repo: EntryRepository) -> None:
     record(repo, "a")
     now = utcnow()
-    repo.apply_access({("ns", "a"): AccessDelta(hits=3, bytes_served=30, last_access=now)}, {"ns": 2})
-    repo.apply_access({("ns", "a"): AccessDelta(hits=1, bytes_served=10, last_access=now)}, {})
+    repo.apply_access(
+        {("ns", "a"): AccessDelta(hits=3, bytes_served=30, last_access=now)}, {"ns": 2}, day=now.date()
+    )
+    repo.apply_access(
+        {("ns", "a"): AccessDelta(hits=1, bytes_served=10, last_access=now)}, {}, day=now.date()
+    )
     entry = repo.get_entry("ns", "a")
     summary = repo.get_namespace("ns")
     assert entry is not None and entry.hits == 4
     assert summary is not None
-    assert (summary.namespace.hits, summary.namespace.misses, summary.namespace.bytes_served) == (4, 2, 40)
+    assert (summary.counters.hits, summary.counters.misses, summary.counters.bytes_served) == (4, 2, 40)
 
 
-def test_concurrent_record_of_one_key(repo: IndexRepository) -> None:
+def test_concurrent_record_of_one_key(repo: EntryRepository) -> None:
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda _: record(repo, "same", replace=False), range(16)))
     assert results.count(True) == 1
@@ -68,7 +65,7 @@ def test_concurrent_record_of_one_key(repo: IndexRepository) -> None:
     assert summary is not None and summary.entries == 1
 
 
-def test_delete_entry(repo: IndexRepository) -> None:
+def test_delete_entry(repo: EntryRepository) -> None:
     record(repo, "a")
     removed = repo.delete_entry("ns", "a")
     assert removed is not None and removed.key == "a"
@@ -76,10 +73,12 @@ def test_delete_entry(repo: IndexRepository) -> None:
     assert repo.get_entry("ns", "a") is None
 
 
-def test_add_missing_entries_keeps_existing_rows(repo: IndexRepository) -> None:
+def test_add_missing_entries_keeps_existing_rows(repo: EntryRepository) -> None:
     record(repo, "k0", 10)  # already indexed, with its hits: it must win
-    repo.apply_access({("ns", "k0"): AccessDelta(hits=5, bytes_served=50, last_access=utcnow())}, {})
-    count = ROWS_PER_INSERT * 2 + 7  # several INSERTs
+    repo.apply_access(
+        {("ns", "k0"): AccessDelta(hits=5, bytes_served=50, last_access=utcnow())}, {}, day=utcnow().date()
+    )
+    count = IN_CHUNK * 2 + 7  # several INSERTs
     found = [
         EntryRecord(
             namespace="other" if i % 2 else "ns", key=f"k{i}", size=i, sha256="b" * 64, created_at=utcnow()
@@ -93,4 +92,4 @@ def test_add_missing_entries_keeps_existing_rows(repo: IndexRepository) -> None:
     ns, other = repo.get_namespace("ns"), repo.get_namespace("other")
     assert ns is not None and ns.entries == (count + 1) // 2
     assert other is not None and other.entries == count // 2
-    assert other.namespace.fingerprint == {} and other.namespace.uploads == 0
+    assert other.fingerprint == {} and other.counters.uploads == 0

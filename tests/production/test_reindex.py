@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_server.app import build_service, create_app
-from cache_server.index.db import make_engine, make_sessionmaker
-from cache_server.index.repository import IndexRepository
+from cache_server.app import create_app
+from cache_server.index import Database, EntryRepository
 from cache_server.migrate import downgrade, upgrade
-from cache_server.reindex import reindex
+from cache_server.reindex import Reindexer
 from cache_server.settings import Settings
 from cache_server.storage.local import LocalBlobStore
+from cache_server.wiring import build_services
 from tests.conftest import sha
 from tests.production.conftest import Deployment
 from tests.support.server import SERVER_BIN
@@ -42,8 +42,8 @@ def cli(deployment: Deployment, data_dir: Path, *args: str) -> subprocess.Comple
 def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Path) -> None:
     settings = deployment.settings(tmp_path / "data", access_flush_seconds=60.0)
     upgrade(settings)
-    service = build_service(settings)
-    with TestClient(create_app(settings, service)) as client:
+    services = build_services(settings)
+    with TestClient(create_app(settings, services)) as client:
         for (ns, key), data in ENTRIES.items():
             put = client.put(
                 f"/v1/namespaces/{ns}/entries/{key}",
@@ -52,7 +52,7 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
             )
             assert put.status_code == 201
         manifests = {ns: client.get(f"/v1/namespaces/{ns}/manifest").json() for ns in ("vision", "text")}
-        rows = {ident: service.repository.get_entry(*ident) for ident in ENTRIES}
+        rows = {ident: services.cache.head_entry(*ident) for ident in ENTRIES}
 
     downgrade(settings, "base")  # the index is lost: no tables, no rows
     done = cli(deployment, tmp_path / "data", "reindex")
@@ -60,8 +60,8 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
     assert "3 blobs in 2 namespaces" in done.stdout
     assert "3 rows added, 0 already indexed, 0 skipped" in done.stdout
 
-    service = build_service(settings)
-    with TestClient(create_app(settings, service)) as client:
+    services = build_services(settings)
+    with TestClient(create_app(settings, services)) as client:
         for ns, before in manifests.items():
             after = client.get(f"/v1/namespaces/{ns}/manifest").json()
             assert sorted(after["entries"], key=str) == sorted(before["entries"], key=str)
@@ -74,8 +74,7 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
             assert got.status_code == 200
             assert got.headers["X-Content-SHA256"] == sha(data) == sha(got.content)
         for ident, before_row in rows.items():
-            row = service.repository.get_entry(*ident)
-            assert row is not None and before_row is not None
+            row = services.cache.head_entry(*ident)
             assert (row.size, row.sha256, row.created_at, row.compile_time_ms, row.uploader) == (
                 before_row.size,
                 before_row.sha256,
@@ -84,21 +83,21 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
                 "host-7",
             )
 
-    service = build_service(settings)
+    services = build_services(settings)
     try:
-        again = reindex(service.repository, service.store)  # on a healthy index: changes nothing
+        again = services.reindexer.run()  # on a healthy index: changes nothing
     finally:
-        service.stop()
+        services.stop()
     assert (again.blobs, again.added, again.already_indexed) == (3, 0, 3)
 
 
 @pytest.fixture
-def local(tmp_path: Path) -> Iterator[tuple[IndexRepository, LocalBlobStore]]:
+def local(tmp_path: Path) -> Iterator[tuple[EntryRepository, LocalBlobStore]]:
     settings = Settings(data_dir=tmp_path / "data")
     upgrade(settings)
-    engine = make_engine(settings)
-    yield IndexRepository(engine, make_sessionmaker(engine)), LocalBlobStore(tmp_path / "blobs")
-    engine.dispose()
+    database = Database.from_settings(settings)
+    yield EntryRepository(database), LocalBlobStore(tmp_path / "blobs")
+    database.dispose()
 
 
 def meta(ns: str, key: str, digest: str | None) -> dict[str, str]:
@@ -109,19 +108,20 @@ def meta(ns: str, key: str, digest: str | None) -> dict[str, str]:
 
 
 def test_untrustworthy_blobs_are_left_out_and_verify_decides(
-    local: tuple[IndexRepository, LocalBlobStore],
+    local: tuple[EntryRepository, LocalBlobStore],
 ) -> None:
     repo, store = local
+    reindexer = Reindexer(repo, store)
     store.put("ns/good", [b"good"], meta("ns", "good", sha(b"good")))
     store.put("ns/nodigest", [b"old"], meta("ns", "nodigest", None))
     store.put("ns/rotten", [b"bit flipped"], meta("ns", "rotten", sha(b"original")))
     store.put("ns/moved", [b"x"], meta("ns", "elsewhere", sha(b"x")))
 
-    dry = reindex(repo, store, dry_run=True)
+    dry = reindexer.run(dry_run=True)
     assert (dry.blobs, dry.added) == (4, 2)
     assert repo.get_namespace("ns") is None  # a dry run writes nothing
 
-    plain = reindex(repo, store)
+    plain = reindexer.run()
     assert plain.added == 2  # good, and rotten (its metadata is trusted without --verify)
     assert set(plain.skipped) == {"ns/nodigest", "ns/moved"}
     assert "no sha256" in plain.skipped["ns/nodigest"]
@@ -130,7 +130,7 @@ def test_untrustworthy_blobs_are_left_out_and_verify_decides(
     assert good is not None and good.created_at.isoformat() == "2024-05-01T12:00:00+00:00"
 
     repo.delete_entry("ns", "rotten")
-    verified = reindex(repo, store, verify=True)
+    verified = reindexer.run(verify=True)
     assert verified.added == 1 and verified.already_indexed == 1
     assert set(verified.skipped) == {"ns/rotten", "ns/moved"}
     assert "hash to" in verified.skipped["ns/rotten"]

@@ -17,12 +17,10 @@ from fastapi.testclient import TestClient
 from google.oauth2 import service_account
 
 from cache_server.app import create_app
-from cache_server.index.db import make_engine, make_sessionmaker
-from cache_server.index.repository import IndexRepository
 from cache_server.migrate import upgrade
-from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
+from cache_server.wiring import Services, build_services
 from tests.conftest import sha
 from tests.support.gcs_keys import key_info, verify_v4
 
@@ -37,7 +35,7 @@ def key() -> rsa.RSAPrivateKey:
 
 def gcs_service(
     tmp_path: Path, endpoint: str, bucket: str, credentials: service_account.Credentials | None, seconds: int
-) -> CacheService:
+) -> Services:
     settings = Settings(
         data_dir=tmp_path / "data",
         storage_url=f"gs://{bucket}/cache",
@@ -45,23 +43,22 @@ def gcs_service(
         access_flush_seconds=60.0,
     )
     upgrade(settings)
-    engine = make_engine(settings)
     store = GcsBlobStore(bucket, "cache", endpoint=endpoint, credentials=credentials)
-    return CacheService(settings, IndexRepository(engine, make_sessionmaker(engine)), store)
+    return build_services(settings, store=store)
 
 
 @pytest.fixture
 def signing(
     tmp_path: Path, fake_gcs_endpoint: str, gcs_bucket: str, key: rsa.RSAPrivateKey
-) -> Iterator[tuple[TestClient, CacheService]]:
+) -> Iterator[tuple[TestClient, Services]]:
     credentials = service_account.Credentials.from_service_account_info(
         key_info(key),
         scopes=["https://www.googleapis.com/auth/devstorage.read_write"],
         always_use_jwt_access=True,  # self-signed tokens: nothing but the emulator is contacted
     )
-    service = gcs_service(tmp_path, fake_gcs_endpoint, gcs_bucket, credentials, EXPIRES)
-    with TestClient(create_app(service.settings, service)) as client:
-        yield client, service
+    services = gcs_service(tmp_path, fake_gcs_endpoint, gcs_bucket, credentials, EXPIRES)
+    with TestClient(create_app(services.settings, services)) as client:
+        yield client, services
 
 
 def upload(client: TestClient, key: str, data: bytes) -> None:
@@ -71,15 +68,14 @@ def upload(client: TestClient, key: str, data: bytes) -> None:
     assert response.status_code == 201
 
 
-def counters(service: CacheService) -> tuple[int, int]:
-    service.access.flush()
-    summary = service.repository.get_namespace(NS)
-    assert summary is not None
-    return summary.namespace.hits, summary.namespace.misses
+def counters(services: Services) -> tuple[int, int]:
+    services.access.flush()
+    found = services.cache.get_namespace(NS)
+    return found.counters.hits, found.counters.misses
 
 
 def test_entry_get_redirects_to_a_signed_url_on_request(
-    signing: tuple[TestClient, CacheService], fake_gcs_endpoint: str, gcs_bucket: str, key: rsa.RSAPrivateKey
+    signing: tuple[TestClient, Services], fake_gcs_endpoint: str, gcs_bucket: str, key: rsa.RSAPrivateKey
 ) -> None:
     client, service = signing
     data = os.urandom(300_000)
@@ -105,7 +101,7 @@ def test_entry_get_redirects_to_a_signed_url_on_request(
     assert counters(service) == (2, 1)
 
 
-def test_urls_for_a_whole_manifest(signing: tuple[TestClient, CacheService], key: rsa.RSAPrivateKey) -> None:
+def test_urls_for_a_whole_manifest(signing: tuple[TestClient, Services], key: rsa.RSAPrivateKey) -> None:
     client, service = signing
     blobs = {str(1000 + i): os.urandom(10_000 + i) for i in range(25)}
     for name, data in blobs.items():

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,8 @@ class Backend:
     store: BlobStore
     stored_files: Callable[[], list[str]]
     plant: Callable[[str, bytes], None]  # a file or object that another program left under the store's root
+    # For a store that keeps temp files: leave one as an upload that died that many seconds ago would.
+    abandon_upload: Callable[[float], None] | None = None
 
 
 def _local_files(root: Path) -> list[str]:
@@ -39,13 +44,24 @@ def _plant_file(root: Path, relative: str, data: bytes) -> None:
     path.write_bytes(data)
 
 
+def _abandon_local_upload(root: Path, age_seconds: float) -> None:
+    path = root / ".tmp" / f"{uuid.uuid4().hex}.part"
+    path.write_bytes(b"\0" * 4096 + b"half an upload")
+    then = time.time() - age_seconds
+    os.utime(path, (then, then))
+
+
 @pytest.fixture(params=["local", "gcs"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "local":
         root = tmp_path / "blobs"
         local = LocalBlobStore(root)
         yield Backend(
-            "local", local, lambda: _local_files(root), lambda rel, data: _plant_file(root, rel, data)
+            "local",
+            local,
+            lambda: _local_files(root),
+            lambda rel, data: _plant_file(root, rel, data),
+            lambda age: _abandon_local_upload(root, age),
         )
         return
     endpoint: str = request.getfixturevalue("fake_gcs_endpoint")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 import pytest
 
 from cache_server.errors import InvalidName
-from cache_server.storage.base import BlobInfo, BlobStore
+from cache_server.storage.base import BlobInfo, BlobStore, SignsUrls, SweepsTempFiles
 from tests.storage.conftest import Backend
 from tests.support.memory import MIB, PeakRss
 
@@ -94,6 +94,30 @@ def test_round_trip_keeps_bytes_metadata_and_size(backend: Backend, size: int) -
 
 def test_backend_implements_the_protocol(backend: Backend) -> None:
     assert isinstance(backend.store, BlobStore)
+
+
+def test_backend_declares_the_optional_abilities_it_has(backend: Backend) -> None:
+    abilities = {"signs URLs": SignsUrls, "sweeps temp files": SweepsTempFiles}
+    expected = {"local": {"sweeps temp files"}, "gcs": {"signs URLs"}}[backend.kind]
+    assert {name for name, ability in abilities.items() if isinstance(backend.store, ability)} == expected
+
+
+def test_a_sweep_removes_only_temp_files_older_than_the_grace_period(backend: Backend) -> None:
+    store = backend.store
+    if not isinstance(store, SweepsTempFiles):
+        pytest.skip(f"the {backend.kind} store keeps no temp files")
+    assert backend.abandon_upload is not None
+    assert store.put("ns/k", [b"kept"], {}) is True
+    backend.abandon_upload(2 * 3600)  # died two hours ago
+    backend.abandon_upload(60)  # a minute ago: may be an upload that is only slow
+    assert len(backend.stored_files()) == 3
+
+    assert store.remove_stale_temp_files(older_than_seconds=3600) == 1
+    assert len(backend.stored_files()) == 2
+    assert store.remove_stale_temp_files(older_than_seconds=3600) == 0
+    assert store.remove_stale_temp_files(older_than_seconds=30) == 1
+    assert backend.stored_files() == ["ns/k"]
+    assert read_all(store, "ns/k")[1] == b"kept"
 
 
 def test_empty_metadata_round_trips(backend: Backend) -> None:

@@ -2,7 +2,8 @@
 
 fake-gcs-server ignores ``ifGenerationMatch`` on resumable uploads, never fails a request, and finalizes an
 upload when asked for its status, so the resumable protocol (resume from what GCS kept, 412 at the end,
-cancel on failure) and resumed downloads are checked here, request by request.
+cancel on failure) and resumed downloads are checked here, request by request; so are the requests the store
+sends at all (only object requests) and listing page by page.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import base64
 import json
 import random
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -47,12 +49,24 @@ class FakeApi:
     start_status: int | None = None
     media_replies: list[Callable[[bytes], Reply]] = field(default_factory=list)
     chunk_puts: int = 0
+    page_size: int = 1000
 
     def __call__(self, request: Recorded) -> Reply:
         object_prefix = f"/storage/v1/b/{BUCKET}/o/"
         media_prefix = f"/download/storage/v1/b/{BUCKET}/o/"
+        if request.method == "GET" and request.path == object_prefix.rstrip("/"):
+            return self._list(request)
         if request.method == "GET" and request.path.startswith(object_prefix):
             return self._object(request.path[len(object_prefix) :])
+        if request.method == "DELETE" and request.path.startswith(object_prefix):
+            found = self.objects.pop(request.path[len(object_prefix) :], None)
+            return (
+                Reply(204)
+                if found
+                else json_reply(404, {"error": {"code": 404, "message": "No such object"}})
+            )
+        if request.method == "POST" and request.query.get("uploadType") == "multipart":
+            return self._multipart(request)
         if request.method == "GET" and request.path.startswith(media_prefix):
             return self._media(request, request.path[len(media_prefix) :])
         if request.method == "POST" and request.query.get("uploadType") == "resumable":
@@ -85,6 +99,29 @@ class FakeApi:
             "metadata": metadata,
         }
         return json_reply(200, resource)
+
+    def _list(self, request: Recorded) -> Reply:
+        names = sorted(n for n in self.objects if n.startswith(request.query.get("prefix", "")))
+        start = int(request.query.get("pageToken", "0"))
+        end = start + min(self.page_size, int(request.query.get("maxResults", self.page_size)))
+        page: dict[str, object] = {"items": [json.loads(self._object(n).body) for n in names[start:end]]}
+        if end < len(names):
+            page["nextPageToken"] = str(end)
+        return json_reply(200, page)
+
+    def _multipart(self, request: Recorded) -> Reply:
+        boundary = re.fullmatch(r"multipart/related; boundary=(\S+)", request.headers["content-type"])
+        assert boundary, request.headers["content-type"]
+        _, meta, media, end = request.body.split(b"--" + boundary.group(1).encode())
+        assert end == b"--\r\n"
+        resource = json.loads(meta.split(b"\r\n\r\n", 1)[1])
+        data = media.split(b"\r\n\r\n", 1)[1].removesuffix(b"\r\n")
+        if request.query["ifGenerationMatch"] == "0" and resource["name"] in self.objects:
+            return json_reply(412, {"error": {"code": 412, "message": "exists"}})
+        if base64.b64decode(resource["crc32c"]) != google_crc32c.value(data).to_bytes(4, "big"):
+            return json_reply(400, {"error": {"code": 400, "message": "crc32c mismatch"}})
+        self.objects[resource["name"]] = (data, resource.get("metadata") or {}, 1000 + len(self.objects))
+        return self._object(resource["name"])
 
     def _media(self, request: Recorded, name: str) -> Reply:
         if name not in self.objects:
@@ -329,3 +366,43 @@ def test_a_blob_deleted_while_it_is_read_is_unavailable(
     with reader, pytest.raises(StorageUnavailable, match="deleted while it was being read"):
         for _ in reader.chunks():
             pass
+
+
+def test_only_object_requests_are_sent(api: tuple[FakeApi, StubHttpServer, GcsBlobStore]) -> None:
+    """A role limited to objects (no ``storage.buckets.get``) must do: nothing asks for the bucket itself."""
+    _, stub, store = api
+    small, large = body_of(100_000), body_of(MULTIPART_LIMIT + MIB)
+    assert store.put("ns/small", in_pieces(small), {"v": "1"}) is True
+    assert store.put("ns/large", in_pieces(large), {"v": "2"}) is True
+    assert store.put("ns/small", [b"again"], {}) is False
+    for name, data in (("ns/small", small), ("ns/large", large)):
+        reader = store.open(name)
+        assert reader is not None
+        with reader:
+            assert b"".join(reader.chunks()) == data
+    assert sorted(i.name for i in store.list()) == ["ns/large", "ns/small"]
+    store.check()
+    assert store.delete("ns/small") is True
+    assert store.delete("ns/small") is False
+    time.sleep(0.2)  # a background request, were one started, has arrived by now
+
+    object_paths = tuple(
+        f"/{kind}/b/{BUCKET}/o" for kind in ("storage/v1", "upload/storage/v1", "download/storage/v1")
+    )
+    assert [r.path for r in stub.requests if not r.path.startswith((*object_paths, "/session/"))] == []
+
+
+def test_list_follows_the_pages(api: tuple[FakeApi, StubHttpServer, GcsBlobStore]) -> None:
+    fake, stub, store = api
+    fake.page_size = 2
+    names = [f"ns/k{i}" for i in range(5)]
+    for name in names:
+        fake.objects[f"pfx/{name}"] = (name.encode(), {"n": name}, 1)
+    fake.objects["pfx/ns/not a blob"] = (b"", {}, 1)
+    fake.objects["elsewhere/ns/k9"] = (b"", {}, 1)
+
+    listed = list(store.list())
+    assert sorted(i.name for i in listed) == names
+    assert all(dict(i.metadata) == {"n": i.name} and i.size == len(i.name) for i in listed)
+    assert len([r for r in stub.requests if r.path == f"/storage/v1/b/{BUCKET}/o"]) == 3
+    assert [i.name for i in store.list("ns/k3")] == ["ns/k3"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-__all__ = ["clear_of_utc_midnight"]
+__all__ = ["ShiftedClock", "clear_of_utc_midnight"]
 
 
 def clear_of_utc_midnight(seconds: float = 60.0) -> None:
@@ -19,3 +19,21 @@ def clear_of_utc_midnight(seconds: float = 60.0) -> None:
     left = (midnight - now).total_seconds()
     if left < seconds:
         time.sleep(left + 0.5)
+
+
+class ShiftedClock:
+    """A clock for the server's services: the real UTC time plus an offset the test moves forward.
+
+    Entries age by :meth:`advance` instead of by sleeping, and times still increase between calls, so the
+    order of uploads and uses is the order they happened in.
+    """
+
+    def __init__(self) -> None:
+        self.offset = dt.timedelta(0)
+
+    def __call__(self) -> dt.datetime:
+        return dt.datetime.now(dt.timezone.utc) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` forward."""
+        self.offset += dt.timedelta(seconds=seconds)

@@ -1,7 +1,7 @@
 """The admin side's queries: stats, the daily rollup, parsed graphs, eviction and reconciliation.
 
-A subclass of :class:`~cache_server.index.repository.IndexRepository` sharing its engine, so every query
-still lives in the index package and runs in the same short transactions.
+Composed over the same :class:`~cache_server.index.database.Database` as the other repositories; each method
+runs in its own short transaction and returns domain objects, never ORM rows.
 """
 
 from __future__ import annotations
@@ -9,55 +9,18 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
-from cache_server.index.daily import DAILY_COUNTERS, bump_daily, today
+from cache_server.domain import COUNTERS, Counters, NamespaceInfo
+from cache_server.index.counters import add_counts
+from cache_server.index.database import Database, chunked
+from cache_server.index.entries import namespace_info
 from cache_server.index.models import DailyStats, Entry, EntryGraph, Namespace
-from cache_server.index.repository import IN_CHUNK, IndexRepository
 
-__all__ = [
-    "AdminRepository",
-    "DailyRow",
-    "EntryRef",
-    "GraphGroup",
-    "GraphRecord",
-    "NamespaceRow",
-]
-
-
-@dataclass(frozen=True)
-class NamespaceRow:
-    """A namespace's persistent counters with what it stores now."""
-
-    name: str
-    labels: dict[str, str]
-    created_at: dt.datetime
-    last_used_at: dt.datetime
-    entries: int
-    bytes: int
-    hits: int
-    misses: int
-    uploads: int
-    evictions: int
-    bytes_served: int
-    compile_ms_saved: int
-
-
-@dataclass(frozen=True)
-class DailyRow:
-    """The counters of one day, summed over the namespaces asked for."""
-
-    day: dt.date
-    hits: int
-    misses: int
-    uploads: int
-    evictions: int
-    bytes_served: int
-    bytes_uploaded: int
-    compile_ms_saved: int
+__all__ = ["AdminRepository", "EntryRef", "GraphGroup", "GraphRecord"]
 
 
 @dataclass(frozen=True)
@@ -96,11 +59,14 @@ class GraphGroup:
     examples: list[str]
 
 
-class AdminRepository(IndexRepository):
+class AdminRepository:
     """Queries of the admin side (stats, graphs, eviction, gc)."""
 
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
     # -- stats ------------------------------------------------------------------------------------------
-    def namespace_rows(self) -> list[NamespaceRow]:
+    def namespace_rows(self) -> list[NamespaceInfo]:
         """Every namespace with its counters and its stored entries and bytes, largest first."""
         stored = (
             select(
@@ -116,45 +82,31 @@ class AdminRepository(IndexRepository):
             .outerjoin(stored, stored.c.namespace == Namespace.name)
             .order_by(func.coalesce(stored.c.bytes, 0).desc(), Namespace.name)
         )
-        with self._tx() as session:
+        with self._db.transaction() as session:
             return [
-                NamespaceRow(
-                    name=ns.name,
-                    labels=dict(ns.labels or {}),
-                    created_at=ns.created_at,
-                    last_used_at=ns.last_used_at,
-                    entries=int(entries or 0),
-                    bytes=int(size or 0),
-                    hits=ns.hits,
-                    misses=ns.misses,
-                    uploads=ns.uploads,
-                    evictions=ns.evictions,
-                    bytes_served=ns.bytes_served,
-                    compile_ms_saved=ns.compile_ms_saved,
-                )
-                for ns, entries, size in session.execute(stmt)
+                namespace_info(row, int(entries or 0), int(size or 0))
+                for row, entries, size in session.execute(stmt)
             ]
+
+    def namespace_exists(self, namespace: str) -> bool:
+        with self._db.transaction() as session:
+            return session.get(Namespace, namespace) is not None
 
     def stored_by_namespace(self) -> dict[str, tuple[int, int]]:
         """Entries and bytes stored, per namespace (for the gauges and the budgets)."""
         stmt = select(Entry.namespace, func.count(), func.sum(Entry.size)).group_by(Entry.namespace)
-        with self._tx() as session:
+        with self._db.transaction() as session:
             return {ns: (int(count), int(size or 0)) for ns, count, size in session.execute(stmt)}
 
-    def daily(self, since: dt.date, namespace: str | None = None) -> list[DailyRow]:
-        """The rollup from ``since`` on, one row per day that has any counts, oldest first."""
-        sums = [func.sum(getattr(DailyStats, name)) for name in DAILY_COUNTERS]
+    def daily(self, since: dt.date, namespace: str | None = None) -> dict[dt.date, Counters]:
+        """The rollup from ``since`` on, summed over the namespaces (or of one): the days that have counts."""
+        sums = [func.sum(getattr(DailyStats, name)).label(name) for name in COUNTERS]
         stmt = select(DailyStats.day, *sums).where(DailyStats.day >= since).group_by(DailyStats.day)
         if namespace is not None:
             stmt = stmt.where(DailyStats.namespace == namespace)
-        with self._tx() as session:
-            rows = session.execute(stmt.order_by(DailyStats.day)).all()
-        return [
-            DailyRow(
-                row[0], **{name: int(value or 0) for name, value in zip(DAILY_COUNTERS, row[1:], strict=True)}
-            )
-            for row in rows
-        ]
+        with self._db.transaction() as session:
+            rows = session.execute(stmt).all()
+        return {row.day: Counters.of(dict(row._mapping)) for row in rows}
 
     # -- graphs -----------------------------------------------------------------------------------------
     def unparsed_entries(self, limit: int) -> list[tuple[str, str]]:
@@ -165,21 +117,14 @@ class AdminRepository(IndexRepository):
             .where(EntryGraph.key.is_(None))
             .limit(limit)
         )
-        with self._tx() as session:
+        with self._db.transaction() as session:
             return [(ns, key) for ns, key in session.execute(stmt)]
 
     def record_graph(self, record: GraphRecord) -> bool:
         """Keep what parsing found. False if the entry is gone by now (evicted while it was parsed)."""
         try:
-            with self._tx() as session:
-                stmt = self._insert()(EntryGraph).values(
-                    namespace=record.namespace,
-                    key=record.key,
-                    module=record.module,
-                    signature=record.signature,
-                    shapes=record.shapes,
-                    source=record.source,
-                )
+            with self._db.transaction() as session:
+                stmt = self._db.insert(EntryGraph).values(**asdict(record))
                 session.execute(stmt.on_conflict_do_nothing(index_elements=["namespace", "key"]))
         except IntegrityError:
             return False
@@ -208,7 +153,7 @@ class AdminRepository(IndexRepository):
         if namespace is not None:
             stmt = stmt.where(EntryGraph.namespace == namespace)
         groups: list[GraphGroup] = []
-        with self._tx() as session:
+        with self._db.transaction() as session:
             for ns, module, n_variants, n_entries, size, hits, source in session.execute(stmt).all():
                 shown = session.scalars(
                     select(EntryGraph.shapes)
@@ -243,39 +188,35 @@ class AdminRepository(IndexRepository):
         )
         if namespace is not None:
             stmt = stmt.where(Entry.namespace == namespace)
-        with self._tx() as session:
+        with self._db.transaction() as session:
             # Core rows straight off the cursor: this may stream millions of them.
             for row in session.connection().execute(stmt.execution_options(yield_per=2000)):
                 yield EntryRef(*row)
 
-    def delete_entries(self, refs: Iterable[tuple[str, str]], *, evicted: bool) -> list[tuple[str, str, int]]:
+    def delete_entries(
+        self, refs: Iterable[tuple[str, str]], *, evicted_on: dt.date | None = None
+    ) -> list[tuple[str, str, int]]:
         """Delete these entries' rows in one transaction; returns the (namespace, key, size) really deleted.
 
-        With ``evicted`` the namespaces and the daily rollup count them as evictions. Rows another process
+        With ``evicted_on`` the namespaces and that day's rollup count them as evictions. Rows another process
         deleted first are not returned, so each blob is removed (and counted) by exactly one caller.
         """
         by_namespace: dict[str, list[str]] = defaultdict(list)
         for namespace, key in refs:
             by_namespace[namespace].append(key)
         gone: list[tuple[str, str, int]] = []
-        with self._tx() as session:
+        with self._db.transaction() as session:
             for namespace, keys in by_namespace.items():
                 removed: list[tuple[str, str, int]] = []
-                for start in range(0, len(keys), IN_CHUNK):
-                    part = keys[start : start + IN_CHUNK]
+                for part in chunked(keys):
                     result = session.execute(
                         delete(Entry)
                         .where(Entry.namespace == namespace, Entry.key.in_(part))
                         .returning(Entry.namespace, Entry.key, Entry.size)
                     )
                     removed.extend((ns, key, int(size)) for ns, key, size in result)
-                if evicted and removed:
-                    session.execute(
-                        update(Namespace)
-                        .where(Namespace.name == namespace)
-                        .values(evictions=Namespace.evictions + len(removed))
-                    )
-                    bump_daily(session, self._insert(), namespace, today(), evictions=len(removed))
+                if evicted_on is not None and removed:
+                    add_counts(self._db, session, namespace, evicted_on, evictions=len(removed))
                 gone.extend(removed)
         return gone
 
@@ -284,17 +225,17 @@ class AdminRepository(IndexRepository):
         stmt = select(Entry.key, Entry.created_at).where(Entry.namespace == namespace)
         if after is not None:
             stmt = stmt.where(Entry.key > after)
-        with self._tx() as session:
+        with self._db.transaction() as session:
             return [(key, created) for key, created in session.execute(stmt.order_by(Entry.key).limit(limit))]
 
     def namespace_names(self) -> list[str]:
         """Every namespace's name."""
-        with self._tx() as session:
+        with self._db.transaction() as session:
             return list(session.scalars(select(Namespace.name).order_by(Namespace.name)))
 
     def drop_namespace_row(self, namespace: str) -> bool:
         """Remove a namespace's row (its entries' rows must be gone already). True if it was there."""
-        with self._tx() as session:
+        with self._db.transaction() as session:
             result = session.execute(
                 delete(Namespace).where(Namespace.name == namespace).returning(Namespace.name)
             )
@@ -302,4 +243,12 @@ class AdminRepository(IndexRepository):
 
     def present_keys(self, namespace: str, keys: Sequence[str]) -> set[str]:
         """Which of ``keys`` have a row."""
-        return set(keys) - set(self.missing_keys(namespace, keys))
+        present: set[str] = set()
+        with self._db.transaction() as session:
+            for part in chunked(list(dict.fromkeys(keys))):
+                present.update(
+                    session.scalars(
+                        select(Entry.key).where(Entry.namespace == namespace, Entry.key.in_(part))
+                    )
+                )
+        return present

@@ -1,0 +1,287 @@
+"""Namespaces and their entries: the queries of the cache service (and of reindex).
+
+Each public method runs in its own short transaction of the shared :class:`Database`, takes the times it
+writes from its caller (the services own the clock), and returns domain objects, never ORM rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
+from cache_server.index.counters import add_counts
+from cache_server.index.database import Database, chunked
+from cache_server.index.models import Entry, Namespace
+
+__all__ = ["AccessDelta", "EntryRecord", "EntryRepository", "entry_info"]
+
+
+@dataclass
+class AccessDelta:
+    """Hits on one entry since the last flush."""
+
+    hits: int = 0
+    bytes_served: int = 0
+    last_access: dt.datetime | None = None
+
+    def merge(self, other: AccessDelta) -> None:
+        """Add ``other``'s hits and bytes; keep the later access time."""
+        self.hits += other.hits
+        self.bytes_served += other.bytes_served
+        if other.last_access is not None and (
+            self.last_access is None or other.last_access > self.last_access
+        ):
+            self.last_access = other.last_access
+
+
+@dataclass(frozen=True)
+class EntryRecord:
+    """An entry's row as written: by an upload, or rebuilt from its blob (see :mod:`cache_server.reindex`)."""
+
+    namespace: str
+    key: str
+    size: int
+    sha256: str
+    created_at: dt.datetime
+    compile_time_ms: int | None = None
+    uploader: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The ``entries`` row of a new entry: never used yet."""
+        return {**asdict(self), "last_access_at": self.created_at, "hits": 0}
+
+
+def entry_info(row: Entry) -> EntryInfo:
+    """The domain object of an ``entries`` row (its fields are columns of the row)."""
+    return EntryInfo(**{field.name: getattr(row, field.name) for field in fields(EntryInfo)})
+
+
+def namespace_info(row: Namespace, entries: int, size: int) -> NamespaceInfo:
+    """The domain object of a ``namespaces`` row, with what it stores now."""
+    return NamespaceInfo(
+        name=row.name,
+        fingerprint=dict(row.fingerprint or {}),
+        labels=dict(row.labels or {}),
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        entries=entries,
+        bytes=size,
+        counters=Counters.of({name: getattr(row, name) for name in COUNTERS}),
+    )
+
+
+class EntryRepository:
+    """The ``namespaces`` and ``entries`` tables."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def _add_namespaces(self, session: Session, first_seen: Mapping[str, dt.datetime]) -> None:
+        """Insert an empty row for each namespace that has none, first seen at the given time."""
+        if not first_seen:
+            return
+        rows = [
+            {"name": name, "fingerprint": {}, "labels": {}, "created_at": at, "last_used_at": at}
+            for name, at in first_seen.items()
+        ]
+        session.execute(
+            self._db.insert(Namespace).values(rows).on_conflict_do_nothing(index_elements=["name"])
+        )
+
+    def ping(self) -> None:
+        """Raise :class:`~cache_server.errors.IndexUnavailable` unless the database answers."""
+        self._db.ping()
+
+    # -- namespaces -------------------------------------------------------------------------------------
+    def upsert_namespace(
+        self, name: str, fingerprint: Mapping[str, Any], labels: Mapping[str, str], *, now: dt.datetime
+    ) -> tuple[NamespaceInfo, bool]:
+        """Create the namespace or replace its fingerprint and labels. Returns it and whether it is new."""
+        with self._db.transaction() as session:
+            stmt = self._db.insert(Namespace).values(
+                name=name,
+                fingerprint=dict(fingerprint),
+                labels=dict(labels),
+                created_at=now,
+                last_used_at=now,
+            )
+            inserted = stmt.on_conflict_do_nothing(index_elements=["name"]).returning(Namespace.name)
+            created = session.execute(inserted).first() is not None
+            if not created:
+                session.execute(
+                    update(Namespace)
+                    .where(Namespace.name == name)
+                    .values(fingerprint=dict(fingerprint), labels=dict(labels), last_used_at=now)
+                )
+            info = self._namespace(session, name)
+        assert info is not None  # written in this transaction
+        return info, created
+
+    def get_namespace(self, name: str) -> NamespaceInfo | None:
+        """The namespace with its entry count and stored bytes, or None."""
+        with self._db.transaction() as session:
+            return self._namespace(session, name)
+
+    @staticmethod
+    def _namespace(session: Session, name: str) -> NamespaceInfo | None:
+        row = session.get(Namespace, name)
+        if row is None:
+            return None
+        count, total = session.execute(
+            select(func.count(), func.coalesce(func.sum(Entry.size), 0)).where(Entry.namespace == name)
+        ).one()
+        return namespace_info(row, int(count), int(total))
+
+    # -- entries ----------------------------------------------------------------------------------------
+    def get_entry(self, namespace: str, key: str) -> EntryInfo | None:
+        with self._db.transaction() as session:
+            row = session.get(Entry, (namespace, key))
+            return entry_info(row) if row is not None else None
+
+    def get_entries(self, namespace: str, keys: Sequence[str]) -> dict[str, EntryInfo]:
+        """The stored entries among ``keys``, by key."""
+        found: dict[str, EntryInfo] = {}
+        with self._db.transaction() as session:
+            for part in chunked(list(dict.fromkeys(keys))):
+                rows = session.scalars(select(Entry).where(Entry.namespace == namespace, Entry.key.in_(part)))
+                found.update((row.key, entry_info(row)) for row in rows)
+        return found
+
+    def missing_keys(self, namespace: str, keys: Sequence[str]) -> list[str]:
+        """The keys, in the order given and without duplicates, that have no entry."""
+        unique = list(dict.fromkeys(keys))
+        present: set[str] = set()
+        with self._db.transaction() as session:
+            for part in chunked(unique):
+                present.update(
+                    session.scalars(
+                        select(Entry.key).where(Entry.namespace == namespace, Entry.key.in_(part))
+                    )
+                )
+        return [key for key in unique if key not in present]
+
+    def record_entry(self, record: EntryRecord, *, replace: bool) -> bool:
+        """Add the index row of a stored blob (and its namespace, if new). True if a row was written.
+
+        ``replace`` is for the one writer that just created the blob: a stale row left behind for a
+        blob that vanished is overwritten, and the namespace counts one upload. Otherwise (a writer
+        that found the blob already there) an existing row wins and nothing is counted.
+        """
+        values = record.row()
+        with self._db.transaction() as session:
+            self._add_namespaces(session, {record.namespace: record.created_at})
+            stmt = self._db.insert(Entry).values(**values)
+            if replace:
+                changing = {k: v for k, v in values.items() if k not in ("namespace", "key")}
+                stmt = stmt.on_conflict_do_update(index_elements=["namespace", "key"], set_=changing)
+            else:
+                stmt = stmt.on_conflict_do_nothing(index_elements=["namespace", "key"])
+            written = session.execute(stmt.returning(Entry.key)).first() is not None
+            if written and replace:
+                add_counts(
+                    self._db,
+                    session,
+                    record.namespace,
+                    record.created_at.date(),
+                    last_used=record.created_at,
+                    uploads=1,
+                    bytes_uploaded=record.size,
+                )
+            return written
+
+    def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:
+        """Insert the rows among ``records`` that the index lacks, with their namespaces; existing rows win.
+
+        Returns how many rows were added. Hits and uploads are not counted: these are old entries found again.
+        """
+        added = 0
+        for part in chunked(records):
+            first_seen: dict[str, dt.datetime] = {}
+            for record in part:
+                seen = first_seen.get(record.namespace)
+                first_seen[record.namespace] = min(seen, record.created_at) if seen else record.created_at
+            with self._db.transaction() as session:
+                self._add_namespaces(session, first_seen)
+                stmt = (
+                    self._db.insert(Entry)
+                    .values([record.row() for record in part])
+                    .on_conflict_do_nothing(index_elements=["namespace", "key"])
+                    .returning(Entry.key)
+                )
+                added += len(session.execute(stmt).all())
+        return added
+
+    def delete_entry(self, namespace: str, key: str) -> EntryInfo | None:
+        """Remove an entry's row; returns what was removed."""
+        with self._db.transaction() as session:
+            row = session.get(Entry, (namespace, key))
+            if row is None:
+                return None
+            session.delete(row)
+            return entry_info(row)
+
+    def manifest(self, namespace: str, *, max_bytes: int | None, max_entries: int | None) -> list[EntryInfo]:
+        """The most useful entries first (most hits, then most recently used), within the bounds.
+
+        An entry that does not fit in what is left of ``max_bytes`` is skipped and smaller ones after it
+        may still be taken.
+        """
+        chosen: list[EntryInfo] = []
+        budget = max_bytes
+        with self._db.transaction() as session:
+            rows = session.scalars(
+                select(Entry)
+                .where(Entry.namespace == namespace)
+                .order_by(Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key)
+                .execution_options(yield_per=1000)
+            )
+            for row in rows:
+                if max_entries is not None and len(chosen) >= max_entries:
+                    break
+                if budget is not None:
+                    if row.size > budget:
+                        continue
+                    budget -= row.size
+                chosen.append(entry_info(row))
+        return chosen
+
+    # -- access accounting ------------------------------------------------------------------------------
+    def apply_access(
+        self, hits: Mapping[tuple[str, str], AccessDelta], misses: Mapping[str, int], *, day: dt.date
+    ) -> None:
+        """Write a batch of hits (per entry) and misses (per namespace) in one transaction, on ``day``.
+
+        Each hit is credited with its entry's compile time (compile time saved).
+        """
+        if not hits and not misses:
+            return
+        per_namespace: dict[str, Counters] = {}
+        last_used: dict[str, dt.datetime] = {}
+        with self._db.transaction() as session:
+            for (namespace, key), delta in hits.items():
+                values: dict[str, Any] = {"hits": Entry.hits + delta.hits}
+                if delta.last_access is not None:
+                    values["last_access_at"] = delta.last_access
+                    if namespace not in last_used or delta.last_access > last_used[namespace]:
+                        last_used[namespace] = delta.last_access
+                compile_ms = session.execute(
+                    update(Entry)
+                    .where(Entry.namespace == namespace, Entry.key == key)
+                    .values(**values)
+                    .returning(Entry.compile_time_ms)
+                ).scalar()
+                total = per_namespace.setdefault(namespace, Counters())
+                total.hits += delta.hits
+                total.bytes_served += delta.bytes_served
+                total.compile_ms_saved += (compile_ms or 0) * delta.hits
+            for namespace, count in misses.items():
+                per_namespace.setdefault(namespace, Counters()).misses += count
+            for namespace, counts in per_namespace.items():
+                deltas = {name: getattr(counts, name) for name in COUNTERS}
+                add_counts(self._db, session, namespace, day, last_used=last_used.get(namespace), **deltas)

@@ -1,0 +1,74 @@
+"""The parts of a server process, each built once and handed to the services that own them.
+
+:func:`build_services` is the one place that knows how the parts fit: one index :class:`Database`, one
+blob store, one access recorder, one token manager, and the services over them. ``create_app`` serves them
+over HTTP; the command line uses them for reindex.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cache_server.access import AccessRecorder
+from cache_server.admin import AdminService
+from cache_server.auth import TokenManager
+from cache_server.domain import Clock, utcnow
+from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.reindex import Reindexer
+from cache_server.service import CacheService
+from cache_server.settings import Settings
+from cache_server.storage import BlobStore, open_store
+
+__all__ = ["Services", "build_services"]
+
+
+@dataclass
+class Services:
+    """What a server process runs: the services, and the shared parts whose lifetime they share."""
+
+    settings: Settings
+    database: Database
+    store: BlobStore
+    access: AccessRecorder
+    cache: CacheService
+    admin: AdminService
+    tokens: TokenManager
+    reindexer: Reindexer
+
+    def start(self) -> None:
+        """Start the background work: batched access counts, graph parsing, budget eviction."""
+        self.access.start()
+        self.admin.start()
+
+    def stop(self) -> None:
+        """Stop the background work, write the last counts, and release the store and the database."""
+        self.admin.stop()
+        self.access.stop()
+        self.store.close()
+        self.database.dispose()
+
+
+def build_services(settings: Settings, *, store: BlobStore | None = None, clock: Clock = utcnow) -> Services:
+    """Every part for ``settings`` (the blob store may be given instead, such as one with test credentials).
+
+    ``clock`` is what the services read the time from; tests pass their own to age entries.
+    """
+    database = Database.from_settings(settings)
+    if store is None:
+        store = open_store(
+            settings.resolved_storage_url, timeout=settings.storage_timeout, retries=settings.storage_retries
+        )
+    entries = EntryRepository(database)
+    access = AccessRecorder(entries, settings.access_flush_seconds, clock=clock)
+    admin = AdminService(settings, AdminRepository(database), store, flush_access=access.flush, clock=clock)
+    cache = CacheService(settings, entries, store, access, on_stored=admin.entry_stored, clock=clock)
+    return Services(
+        settings=settings,
+        database=database,
+        store=store,
+        access=access,
+        cache=cache,
+        admin=admin,
+        tokens=TokenManager(TokenRepository(database), clock=clock),
+        reindexer=Reindexer(entries, store),
+    )

@@ -1,0 +1,90 @@
+"""The server and the client speak one protocol (:mod:`cache_protocol`): the same names are valid on both
+sides, the headers and the fingerprint file are the ones each side really uses, and the counters of the
+index, the rollup and the stats response are one list."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import BigInteger, inspect
+
+import cache_protocol
+from cache_server.api.admin_schemas import CountersOut, DayOut
+from cache_server.domain import COUNTERS
+from cache_server.errors import InvalidName
+from cache_server.index.models import DailyStats, Namespace
+from cache_server.names import check_key, check_namespace
+from client.cachedir import is_entry_name, read_fingerprint, write_fingerprint
+
+NAMES = [
+    "0",
+    "137088755305343888964398401303341114028",
+    "tpu-v5e-8.spmd_1",
+    "a" * 128,
+    "a" * 129,
+    "k" * 256,
+    "k" * 257,
+    "",
+    ".hidden",
+    "-dash",
+    "a..b",
+    "a/b",
+    "a\\b",
+    "nul\x00",
+    "space here",
+    "ünïcode",
+]
+
+
+def _server_accepts(check: Callable[[str], str], name: str) -> bool:
+    try:
+        check(name)
+    except InvalidName:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_server_and_client_accept_the_same_names(name: str) -> None:
+    assert _server_accepts(check_key, name) == is_entry_name(name) == cache_protocol.is_key(name)
+    assert _server_accepts(check_namespace, name) == cache_protocol.is_namespace(name)
+
+
+def test_headers_on_the_wire_are_the_protocols(client: TestClient) -> None:
+    data = b"an executable"
+    digest = hashlib.sha256(data).hexdigest()
+    url = "/v1/namespaces/ns/entries/1"
+    put = client.put(
+        url,
+        content=data,
+        headers={cache_protocol.SHA256_HEADER: digest, cache_protocol.COMPILE_TIME_HEADER: "1500"},
+    )
+    assert put.status_code == 201
+    assert client.get(url).headers[cache_protocol.SHA256_HEADER] == digest
+    assert client.put(url, content=data).status_code == 400  # the digest header is the one required
+    saved = client.get("/admin/stats").json()["totals"]["compile_seconds_saved"]
+    assert saved == 1.5  # the compile-time header was read: one hit of a 1.5 s compile
+
+
+def test_the_fingerprint_file_is_the_protocols(tmp_path: Path) -> None:
+    write_fingerprint(tmp_path, {"torch_xla": "2.7.0"})
+    assert json.loads((tmp_path / cache_protocol.FINGERPRINT_FILE).read_text()) == {"torch_xla": "2.7.0"}
+    assert read_fingerprint(tmp_path) == {"torch_xla": "2.7.0"}
+    assert not is_entry_name(cache_protocol.FINGERPRINT_FILE)
+
+
+def test_counters_are_one_list() -> None:
+    for table in (Namespace, DailyStats):
+        counter_columns = {
+            column.name
+            for column in inspect(table).columns
+            if isinstance(column.type, BigInteger) and column.name != "size"
+        }
+        assert counter_columns == set(COUNTERS), table.__tablename__
+    shown = {name.replace("_ms_saved", "_seconds_saved") for name in COUNTERS}
+    assert shown <= set(CountersOut.model_fields) and shown <= set(DayOut.model_fields)
