@@ -188,9 +188,13 @@ class AdminRepository:
         )
         if namespace is not None:
             stmt = stmt.where(Entry.namespace == namespace)
-        with self._db.transaction() as session:
-            # Core rows straight off the cursor: this may stream millions of them.
-            for row in session.connection().execute(stmt.execution_options(yield_per=2000)):
+        # Core rows straight off the cursor: this may stream millions of them. The cursor is a server-side
+        # one on PostgreSQL: closed here when the caller stops early, too.
+        with (
+            self._db.transaction() as session,
+            session.connection().execute(stmt.execution_options(yield_per=2000)) as result,
+        ):
+            for row in result:
                 yield EntryRef(*row)
 
     def delete_entries(

@@ -234,13 +234,14 @@ class EntryRepository:
         """
         chosen: list[EntryInfo] = []
         budget = max_bytes
-        with self._db.transaction() as session:
-            rows = session.scalars(
-                select(Entry)
-                .where(Entry.namespace == namespace)
-                .order_by(Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key)
-                .execution_options(yield_per=1000)
-            )
+        query = (
+            select(Entry)
+            .where(Entry.namespace == namespace)
+            .order_by(Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key)
+            .execution_options(yield_per=1000)
+        )
+        # yield_per is a server-side cursor on PostgreSQL: close it even when the loop stops early.
+        with self._db.transaction() as session, session.scalars(query) as rows:
             for row in rows:
                 if max_entries is not None and len(chosen) >= max_entries:
                     break

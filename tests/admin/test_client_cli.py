@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -15,6 +14,7 @@ from tests.admin.conftest import real_entries
 from tests.admin.test_serve_auth import server_cli
 from tests.conftest import sha
 from tests.support.server import LiveServer, run_server
+from tests.support.wait import wait_until
 
 KIB = 1024
 
@@ -42,12 +42,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 assert http.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
             # The entries are parsed in the background: wait until all the real ones are (the first
             # graph can show up before its other variants are parsed).
-            deadline = time.monotonic() + 30
-            while sum(g["entries"] for g in http.get("/admin/stats").json()["top_graphs"]) < len(
-                real_entries()
-            ):
-                assert time.monotonic() < deadline, "the entries were not parsed in time"
-                time.sleep(0.1)
+            wait_until(
+                lambda: (
+                    sum(g["entries"] for g in http.get("/admin/stats").json()["top_graphs"])
+                    >= len(real_entries())
+                ),
+                timeout=30,
+                interval=0.1,
+                message="the entries were not parsed in time",
+            )
         yield srv, tokens
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +17,7 @@ from cache_server.api.telemetry import ACCESS_LOGGER
 from tests.admin.conftest import Samples, metric_samples, upload
 from tests.conftest import sha
 from tests.support.server import run_server
+from tests.support.wait import wait_until
 
 ENTRY_ROUTE = "/v1/namespaces/{namespace}/entries/{key:path}"
 
@@ -148,10 +148,16 @@ def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> No
             assert all(body == data for body in pool.map(download, range(60)))
         # A request is counted once its response has been sent, so the worker that served the last
         # download may count it just after the client has it: wait until every request is counted.
-        deadline = time.monotonic() + 20
-        while (counted := entry_gets(scrape(http.get), before)) != 60:
-            assert counted < 60 and time.monotonic() < deadline, f"{counted} GETs counted, not 60"
-            time.sleep(0.1)
+        counted = [0.0]
+
+        def all_counted() -> bool:
+            counted[0] = entry_gets(scrape(http.get), before)
+            assert counted[0] <= 60, f"{counted[0]} GETs counted, not 60"
+            return counted[0] == 60
+
+        wait_until(
+            all_counted, timeout=20, interval=0.1, message=lambda: f"{counted[0]} GETs counted, not 60"
+        )
         scrapes = []
         for _ in range(6):  # whichever worker answers, the totals are the same
             with httpx.Client(base_url=url, timeout=30) as fresh:

@@ -2,6 +2,9 @@
 
 A person opens ``/?token=<read token>``; the page must load with the server's numbers, draw its charts,
 and log no console error. The screenshot is kept in ``test-output/dashboard.png``.
+
+The browser is Debian's ``chromium`` (``scripts/test`` installs it), driven by Playwright for Python, which
+is told where it is: no browser of Playwright's own is downloaded or used.
 """
 
 from __future__ import annotations
@@ -9,25 +12,37 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import ConsoleMessage, Request, sync_playwright
 
 from cache_server.index import Database
 from cache_server.index.models import DailyStats
 from cache_server.settings import Settings
 from tests.admin.conftest import real_entries
 from tests.conftest import sha
-from tests.dashboard.cdp import chromium_path, headless_chromium
 from tests.support.clock import clear_of_utc_midnight
 from tests.support.server import SERVER_BIN, LiveServer, run_server
+from tests.support.wait import wait_until
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "test-output" / "dashboard.png"
-CHROMIUM = chromium_path()
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 # Skipped on a workstation without it; on CI (scripts/test installs it) a missing browser fails the test.
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None and not os.environ.get("CI"), reason="Debian's chromium is not installed"
@@ -93,12 +108,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
             admin = {"Authorization": f"Bearer {tokens['admin']}"}
             # The entries are parsed in the background: wait until all the real ones are (the first
             # graph can show up before its other variants are parsed).
-            deadline = time.monotonic() + 30
-            while sum(
-                g["entries"] for g in http.get("/admin/stats", headers=admin).json()["top_graphs"]
-            ) < len(real_entries()):
-                assert time.monotonic() < deadline, "the entries were not parsed in time"
-                time.sleep(0.1)
+            wait_until(
+                lambda: (
+                    sum(g["entries"] for g in http.get("/admin/stats", headers=admin).json()["top_graphs"])
+                    >= len(real_entries())
+                ),
+                timeout=30,
+                interval=0.1,
+                message="the entries were not parsed in time",
+            )
         add_history(data_dir)
         yield srv, tokens
 
@@ -106,34 +124,52 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
 def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer, dict[str, str]]) -> None:
     srv, tokens = server
     assert CHROMIUM is not None
-    with headless_chromium(CHROMIUM) as browser:
-        browser.open(f"{srv.url}/?token={tokens['read']}")  # how a person opens it: the link they were given
-        browser.wait_for("document.body && document.body.dataset.loaded === 'true'")
-        assert browser.evaluate("location.href") == f"{srv.url}/"  # the token left the address bar
-        page = browser.evaluate(
-            """(() => {
-              const count = (sel) => document.querySelectorAll(sel).length;
-              const box = (sel) => { const r = document.querySelector(sel).getBoundingClientRect();
-                                     return [r.width, r.height]; };
-              const total = (label) => document.querySelector(`[data-total="${label}"]`).textContent;
-              return {
-                entries: total("Entries stored"), hitRate: total("Hit rate"),
-                saved: total("Compile time saved"),
-                hitBars: count("#hits-chart rect.bar-hit"), missBars: count("#hits-chart rect.bar-miss"),
-                rateLine: document.querySelector("#hits-chart path.rate-line")?.getAttribute("d") ?? "",
-                hitsBox: box("#hits-chart svg"), nsBars: count("#ns-chart rect.bar-bytes"),
-                nsBox: box("#ns-chart svg"), graphBars: count("#graphs-chart rect.bar-variants"),
-                graphRows: [...document.querySelectorAll("#graphs-table tbody tr")].map(
-                  (tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
-                nsRows: [...document.querySelectorAll("#ns-table tbody tr td:first-child")].map(
-                  (td) => td.textContent),
-                error: document.getElementById("error").hidden,
-              };
-            })()"""
-        )
-        browser.screenshot(SCREENSHOT)
-        browser.evaluate("1")  # take in any event still on its way
-        errors = list(browser.errors)
+    errors: list[str] = []  # console errors, uncaught exceptions and failed loads
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type in ("error", "assert"):
+            errors.append(f"console.{message.type}: {message.text} {message.location}")
+
+    def failed(request: Request) -> None:
+        errors.append(f"failed load: {request.url} {request.failure}")
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.set_default_timeout(30_000)
+            tab.on("console", console)
+            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
+            tab.on("requestfailed", failed)
+            tab.goto(f"{srv.url}/?token={tokens['read']}")  # how a person opens it: the link they were given
+            tab.wait_for_function("document.body && document.body.dataset.loaded === 'true'")
+            assert tab.url == f"{srv.url}/"  # the token left the address bar
+            page: dict[str, Any] = tab.evaluate(
+                """(() => {
+                  const count = (sel) => document.querySelectorAll(sel).length;
+                  const box = (sel) => { const r = document.querySelector(sel).getBoundingClientRect();
+                                         return [r.width, r.height]; };
+                  const total = (label) => document.querySelector(`[data-total="${label}"]`).textContent;
+                  return {
+                    entries: total("Entries stored"), hitRate: total("Hit rate"),
+                    saved: total("Compile time saved"),
+                    hitBars: count("#hits-chart rect.bar-hit"), missBars: count("#hits-chart rect.bar-miss"),
+                    rateLine: document.querySelector("#hits-chart path.rate-line")?.getAttribute("d") ?? "",
+                    hitsBox: box("#hits-chart svg"), nsBars: count("#ns-chart rect.bar-bytes"),
+                    nsBox: box("#ns-chart svg"), graphBars: count("#graphs-chart rect.bar-variants"),
+                    graphRows: [...document.querySelectorAll("#graphs-table tbody tr")].map(
+                      (tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
+                    nsRows: [...document.querySelectorAll("#ns-table tbody tr td:first-child")].map(
+                      (td) => td.textContent),
+                    error: document.getElementById("error").hidden,
+                  };
+                })()"""
+            )
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            tab.screenshot(path=SCREENSHOT, full_page=True)
+            tab.evaluate("1")  # take in any event still on its way
+        finally:
+            browser.close()
     assert page["entries"] == "9"
     assert page["hitRate"] == "80.0 %"  # 4 hits, 1 miss
     assert page["saved"] == "2.8 min"  # 4 hits x 42 s

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 
 from tests.e2e.conftest import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job, run_spawn_job
 from tests.support.server import LiveServer
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -31,14 +31,19 @@ def wait_for_namespace_stats(
     server: LiveServer, namespace: str, ready: Callable[[dict[str, Any]], bool], limit: float = 30.0
 ) -> dict[str, Any]:
     """The namespace's row of /admin/stats once ``ready`` holds (the server batches its counters)."""
-    end = time.monotonic() + limit
-    while True:
+    last: list[dict[str, Any] | None] = [None]
+
+    def row_once_ready() -> dict[str, Any] | None:
         rows = httpx.get(f"{server.url}/admin/stats", timeout=10).json()["namespaces"]
-        row = next((r for r in rows if r["namespace"] == namespace), None)
-        if row is not None and ready(row):
-            return dict(row)
-        assert time.monotonic() < end, f"namespace stats never got there: {row}"
-        time.sleep(0.2)
+        last[0] = next((r for r in rows if r["namespace"] == namespace), None)
+        return dict(last[0]) if last[0] is not None and ready(last[0]) else None
+
+    return wait_until(
+        row_once_ready,
+        timeout=limit,
+        interval=0.2,
+        message=lambda: f"namespace stats never got there: {last[0]}",
+    )
 
 
 def test_first_job_compiles_every_shape_and_uploads_it(first_job: tuple[JobResult, Path]) -> None:

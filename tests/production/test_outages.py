@@ -8,7 +8,6 @@ emulator are shared with other tests): ``refuse`` is a stopped service, ``blackh
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -22,6 +21,7 @@ from tests.production.conftest import Deployment
 from tests.production.test_reindex import cli
 from tests.support.server import LiveServer, run_server
 from tests.support.tcp_proxy import TcpProxy, tcp_proxy
+from tests.support.wait import wait_until
 
 DATA = os.urandom(100_000)
 ENTRY = "/v1/namespaces/ns/entries/1234"
@@ -37,10 +37,12 @@ def assert_unavailable(response: httpx.Response, code: str) -> None:
 
 
 def wait_ready(api: httpx.Client) -> None:
-    deadline = time.monotonic() + 30
-    while api.get("/readyz").status_code != 200:
-        assert time.monotonic() < deadline, "the server did not become ready again by itself"
-        time.sleep(0.2)
+    wait_until(
+        lambda: api.get("/readyz").status_code == 200,
+        timeout=30,
+        interval=0.2,
+        message="the server did not become ready again by itself",
+    )
 
 
 def put_new(api: httpx.Client, key: str) -> httpx.Response:
@@ -96,11 +98,12 @@ def test_postgresql_outage(postgres_behind_proxy: tuple[httpx.Client, LiveServer
 
     assert put_new(api, "5678").status_code == 201
     assert httpx.get(f"{server.url}{ENTRY}").status_code == 401  # auth was on all along
+
     # The hits of the reads between the outages were kept through failed flushes, not lost.
-    deadline = time.monotonic() + 20
-    while (hits := api.get("/v1/namespaces/ns").json()["hits"]) != 2:
-        assert time.monotonic() < deadline, f"{hits} hits counted, not 2"
-        time.sleep(0.1)
+    def hits() -> int:
+        return int(api.get("/v1/namespaces/ns").json()["hits"])
+
+    wait_until(lambda: hits() == 2, timeout=20, interval=0.1, message=lambda: f"{hits()} hits counted, not 2")
     assert "unhandled error" not in server.log()
 
 

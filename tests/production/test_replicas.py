@@ -4,7 +4,6 @@ GCS emulator, or one local directory), as behind a load balancer."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -20,6 +19,7 @@ from tests.conftest import sha
 from tests.production.conftest import Deployment
 from tests.production.test_reindex import cli
 from tests.support.server import LiveServer, run_server
+from tests.support.wait import wait_until
 
 NS = "replicated"
 FINGERPRINT = {"framework": "torch_xla", "torch_xla": "2.7.0", "device_type": "TPU", "devices": 8}
@@ -55,12 +55,18 @@ def namespace(server: LiveServer) -> dict[str, Any]:
 
 def settled(servers: tuple[LiveServer, ...], hits: int, misses: int) -> list[dict[str, Any]]:
     """Each replica's view of the namespace once the batched counters have been flushed."""
-    deadline = time.monotonic() + 20
-    while True:
-        views = [namespace(server) for server in servers]
-        if all((v["hits"], v["misses"]) == (hits, misses) for v in views) or time.monotonic() > deadline:
-            return views
-        time.sleep(0.1)
+    views: list[dict[str, Any]] = []
+
+    def views_once_flushed() -> list[dict[str, Any]] | None:
+        views[:] = [namespace(server) for server in servers]
+        return list(views) if all((v["hits"], v["misses"]) == (hits, misses) for v in views) else None
+
+    return wait_until(
+        views_once_flushed,
+        timeout=20,
+        interval=0.1,
+        message=lambda: f"the replicas did not all count {hits} hits and {misses} misses: {views}",
+    )
 
 
 @pytest.mark.parametrize("deployment", ["postgresql-local", "postgresql-gcs"], indirect=True)

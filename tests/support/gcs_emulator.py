@@ -23,7 +23,6 @@ import platform
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ import httpx
 import pytest
 
 from tests.support.server import free_port
+from tests.support.wait import wait_until
 
 __all__ = [
     "create_bucket",
@@ -98,18 +98,22 @@ def run_fake_gcs(*, startup_timeout: float = 30.0) -> Iterator[str]:
 
 
 def _wait_ready(process: subprocess.Popen[bytes], endpoint: str, timeout: float) -> bool:
-    """True once it answers; False if it exited (port taken, most likely); RuntimeError on a timeout."""
-    deadline = time.monotonic() + timeout
-    while process.poll() is None:
+    """True once it answers; False if it exited (port taken, most likely); AssertionError on a timeout."""
+
+    def answered_or_exited() -> str | None:
+        if process.poll() is not None:
+            return "exited"
         try:
             if httpx.get(f"{endpoint}/storage/v1/b", timeout=1.0).status_code == 200:
-                return True
+                return "answered"
         except httpx.HTTPError:
             pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"fake-gcs-server did not answer on {endpoint} within {timeout} s.")
-        time.sleep(0.05)
-    return False
+        return None
+
+    outcome = wait_until(
+        answered_or_exited, timeout=timeout, message=f"fake-gcs-server did not answer on {endpoint}"
+    )
+    return outcome == "answered"
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

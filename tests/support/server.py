@@ -6,13 +6,14 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.support.wait import wait_until
 
 __all__ = ["LiveServer", "free_port", "run_server", "stop_process"]
 
@@ -56,21 +57,24 @@ class _PortTaken(Exception):
 
 def _wait_ready(server: LiveServer, startup_timeout: float) -> None:
     """Return once the server's /readyz answers 200 (and the server is still running)."""
-    deadline = time.monotonic() + startup_timeout
-    while True:
+
+    def ready() -> bool:
         if server.process.poll() is not None:
             if "address already in use" in server.log().lower():
                 raise _PortTaken
             raise RuntimeError(f"xla-cache-server exited with {server.process.returncode}:\n{server.log()}")
         try:
-            ready = httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200
+            answered = httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200
         except httpx.HTTPError:
-            ready = False
-        if ready and server.process.poll() is None:  # not another process answering on a taken port
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"xla-cache-server did not become ready:\n{server.log()}")
-        time.sleep(0.1)
+            return False
+        return answered and server.process.poll() is None  # not another process answering on a taken port
+
+    wait_until(
+        ready,
+        timeout=startup_timeout,
+        interval=0.1,
+        message=lambda: f"xla-cache-server did not become ready:\n{server.log()}",
+    )
 
 
 @contextmanager
