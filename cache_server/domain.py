@@ -108,6 +108,12 @@ class NamespaceInfo:
     bytes: int
     counters: Counters
 
+    @property
+    def framework(self) -> str | None:
+        """Whose cache the namespace holds (``torch_xla``, ``jax``), as its fingerprint says."""
+        framework = self.fingerprint.get("framework")
+        return str(framework) if framework else None
+
 
 @dataclass(frozen=True)
 class TokenInfo:

@@ -17,10 +17,12 @@ torch_xla's cache directory is ``<cache_dir>/<namespace>``: one per runtime fing
 
 from __future__ import annotations
 
+from client.config import ClientConfig, default_cache_dir, namespace_dir
 from client.errors import (
     CacheAlreadyInitialized,
     ClientError,
     CorruptTransfer,
+    FrameworkUnavailable,
     ServerError,
     ServerProblem,
     ServerUnavailable,
@@ -28,12 +30,14 @@ from client.errors import (
 )
 from client.fingerprint import collect_fingerprint, namespace_id
 from client.uploader import UploadReport
-from client.warming import WarmReport, default_cache_dir, flush, namespace_dir, warm
+from client.warming import WarmReport, flush, stop, warm
 
 __all__ = [
     "CacheAlreadyInitialized",
+    "ClientConfig",
     "ClientError",
     "CorruptTransfer",
+    "FrameworkUnavailable",
     "ServerError",
     "ServerProblem",
     "ServerUnavailable",
@@ -45,5 +49,6 @@ __all__ = [
     "flush",
     "namespace_dir",
     "namespace_id",
+    "stop",
     "warm",
 ]

@@ -22,10 +22,10 @@ def main(argv: list[str]) -> int:
     import torch_xla.runtime as xr
 
     from client.cachedir import scan
-    from client.fingerprint import collect_fingerprint, namespace_id
-    from client.xla_runtime import COUNTERS, counter
+    from client.fingerprint import namespace_id
+    from client.frameworks.torch_xla import COUNTERS, FRAMEWORK, counter
 
-    fingerprint = collect_fingerprint()
+    fingerprint = FRAMEWORK.fingerprint()
     xr.initialize_cache(directory, readonly=False)
     device = torch_xla.device()
     outputs = []

@@ -80,10 +80,11 @@ def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
     namespaces = stats.get("namespaces", [])
     if namespaces:
         lines.append("namespaces (largest first)")
-        rows = [["namespace", "entries", "bytes", "hit rate", "hits", "misses", "saved"]]
+        rows = [["namespace", "framework", "entries", "bytes", "hit rate", "hits", "misses", "saved"]]
         rows += [
             [
                 n["namespace"],
+                n.get("framework") or "-",
                 f"{n['entries']:,}",
                 format_bytes(n["bytes"]),
                 _rate(n["hit_rate"]),
@@ -93,7 +94,7 @@ def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
             ]
             for n in namespaces
         ]
-        lines += _table(rows, right={1, 2, 3, 4, 5, 6})
+        lines += _table(rows, right={2, 3, 4, 5, 6, 7})
     top = stats.get("top_graphs", [])[:graphs]
     if top:
         lines.append("graphs with the most shape variants (each variant is one more compile)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from client.api import RemoteEntry
-from client.cachedir import CHUNK, VerifiedWriter
+from client.cachedir import CHUNK, EntryCheck, VerifiedWriter
 from client.errors import CorruptTransfer
 
 __all__ = ["BundleResult", "ChunkReader", "extract_bundle"]
@@ -59,6 +59,7 @@ def extract_bundle(
     on_bytes: Callable[[int], None] | None = None,
     on_entry: Callable[[RemoteEntry], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    check: EntryCheck | None = None,
 ) -> BundleResult:
     """Write every verified member of the tar stream ``chunks`` into ``directory``.
 
@@ -91,7 +92,9 @@ def extract_bundle(
                 if source is None:  # pragma: no cover - isreg() members always have data
                     continue
                 try:
-                    with VerifiedWriter(directory, entry.key, size=entry.size, sha256=entry.sha256) as writer:
+                    with VerifiedWriter(
+                        directory, entry.key, size=entry.size, sha256=entry.sha256, check=check
+                    ) as writer:
                         while chunk := source.read(CHUNK):
                             writer.write(chunk)
                             if on_bytes is not None:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +27,7 @@ __all__ = [
     "CHUNK",
     "LOCK_NAME",
     "TEMP_SUFFIX",
+    "EntryCheck",
     "LocalFile",
     "VerifiedWriter",
     "file_sha256",
@@ -41,6 +43,9 @@ __all__ = [
 CHUNK = 1024 * 1024
 LOCK_NAME = ".xla-cache.lock"
 TEMP_SUFFIX = ".part"
+
+EntryCheck = Callable[[Path], "str | None"]
+"""Why an entry file cannot be loaded by the framework, or None when it can."""
 
 
 def is_entry_name(name: str) -> bool:
@@ -58,8 +63,8 @@ class LocalFile:
     mtime_ns: int
 
 
-def scan(directory: Path) -> dict[str, LocalFile]:
-    """Every entry file in ``directory`` (regular files with an entry name), by key."""
+def scan(directory: Path, is_entry: Callable[[str], bool] = is_entry_name) -> dict[str, LocalFile]:
+    """Every entry file in ``directory`` (regular files whose name ``is_entry``), by key."""
     found: dict[str, LocalFile] = {}
     try:
         iterator = os.scandir(directory)
@@ -67,7 +72,7 @@ def scan(directory: Path) -> dict[str, LocalFile]:
         return found
     with iterator:
         for item in iterator:
-            if not is_entry_name(item.name):
+            if not is_entry(item.name):
                 continue
             try:
                 if not item.is_file(follow_symlinks=False):
@@ -163,7 +168,16 @@ class VerifiedWriter:
     replaces (its size or SHA-256 no longer matches the manifest).
     """
 
-    def __init__(self, directory: Path, key: str, *, size: int, sha256: str, durable: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        key: str,
+        *,
+        size: int,
+        sha256: str,
+        durable: bool = False,
+        check: EntryCheck | None = None,
+    ) -> None:
         if not is_entry_name(key):
             raise CorruptTransfer(f"the server sent an entry named {key!r}, which is not a valid key")
         self.directory = directory
@@ -171,6 +185,7 @@ class VerifiedWriter:
         self.expected_size = size
         self.expected_sha256 = sha256.lower()
         self.durable = durable
+        self.check = check
         self.written = 0
         self._digest = hashlib.sha256()
         self._temp = directory / f".{key}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
@@ -196,7 +211,8 @@ class VerifiedWriter:
             view = view[done:]
 
     def commit(self) -> None:
-        """Check size and SHA-256, then rename into place (fsync first when durable)."""
+        """Check size and SHA-256 (and the framework's ``check``), then rename into place (fsync first when
+        durable)."""
         assert self._fd is not None, "use VerifiedWriter as a context manager"
         if self.written != self.expected_size:
             raise CorruptTransfer(
@@ -211,6 +227,9 @@ class VerifiedWriter:
             os.fsync(self._fd)
         os.close(self._fd)
         self._fd = None
+        problem = self.check(self._temp) if self.check is not None else None
+        if problem is not None:
+            raise CorruptTransfer(f"entry {self.key}: the framework could not load it: {problem}")
         os.replace(self._temp, self.directory / self.key)
         self._committed = True
 

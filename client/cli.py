@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,11 @@ from cache_protocol import FINGERPRINT_FILE, name_problem
 from client.admin_cli import evict_lines, parse_duration, parse_size, stats_lines
 from client.api import CacheApi
 from client.cachedir import read_fingerprint, scan
+from client.config import ClientConfig
 from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
+from client.frameworks import AUTO, all_frameworks, choose, framework_named
 from client.progress import NullProgress, Progress, TqdmProgress
 
 __all__ = ["build_parser", "main"]
@@ -38,28 +39,28 @@ def _progress(args: argparse.Namespace) -> Progress:
     return TqdmProgress()
 
 
-def _server(args: argparse.Namespace) -> str:
-    server = args.server or os.environ.get("XLA_CACHE_SERVER")
-    if not server:
+def _config(args: argparse.Namespace) -> ClientConfig:
+    return ClientConfig.resolve(args.server, args.token, getattr(args, "cache_dir", None))
+
+
+def _server(config: ClientConfig) -> str:
+    if not config.server:
         raise ClientError("no server: pass --server or set XLA_CACHE_SERVER")
-    return server
-
-
-def _token(args: argparse.Namespace) -> str | None:
-    return args.token or os.environ.get("XLA_CACHE_TOKEN") or None
+    return config.server
 
 
 def _runtime_fingerprint(args: argparse.Namespace) -> dict[str, Any]:
-    """This machine's fingerprint (``--spmd`` turns SPMD on first, as the training job would)."""
-    from client.fingerprint import collect_fingerprint
-    from client.xla_runtime import require_torch_xla
-
-    require_torch_xla()
-    if args.spmd:
+    """This machine's fingerprint for ``--framework`` (``--spmd`` turns torch_xla's SPMD on first, as the
+    training job would)."""
+    framework = choose(args.framework)
+    framework.require()
+    if getattr(args, "spmd", False):
+        if framework.name != "torch_xla":
+            raise ClientError("--spmd is torch_xla's (torch_xla.runtime.use_spmd)")
         import torch_xla.runtime as xr
 
         xr.use_spmd()
-    return collect_fingerprint()
+    return framework.fingerprint()
 
 
 def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
@@ -78,10 +79,11 @@ def cmd_warm(args: argparse.Namespace) -> int:
     from client.warming import warm
 
     fingerprint = _runtime_fingerprint(args)
+    config = _config(args)
     report = warm(
-        _server(args),
-        args.cache_dir,
-        token=_token(args),
+        _server(config),
+        config.cache_dir,
+        token=config.token,
         max_bytes=args.max_bytes,
         timeout=args.timeout,
         initialize=False,
@@ -91,7 +93,8 @@ def cmd_warm(args: argparse.Namespace) -> int:
     )
     lines = [
         f"namespace   {report.namespace}",
-        f"cache dir   {report.cache_dir}   (pass it to torch_xla.runtime.initialize_cache)",
+        f"framework   {report.framework}",
+        f"cache dir   {report.cache_dir}   (point {report.framework}'s persistent cache at it)",
         f"downloaded  {report.downloaded_entries} entries, {report.downloaded_bytes} bytes",
         f"present     {report.present_entries} entries, {report.present_bytes} bytes",
         f"seconds     {report.seconds:.2f}",
@@ -105,18 +108,23 @@ def cmd_push(args: argparse.Namespace) -> int:
     """Upload every entry of the cache directory's namespaces that the server lacks."""
     from client.transfer import upload_entries
 
-    base = Path(args.cache_dir) if args.cache_dir else _default_cache_dir()
-    directories = _namespace_dirs(base, args.namespace)
+    config = _config(args)
+    directories = _namespace_dirs(config.cache_dir, args.namespace)
     if not directories:
-        raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {base}")
-    api = CacheApi(_server(args), _token(args))
+        raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
+    api = CacheApi(_server(config), config.token)
     results: list[dict[str, Any]] = []
     failed = False
     try:
         for directory in directories:
             namespace = directory.name
             fingerprint = read_fingerprint(directory)
-            files = list(scan(directory).values())
+            framework = framework_named(str((fingerprint or {}).get("framework", "torch_xla")))
+            files = [
+                item
+                for item in scan(directory, framework.is_entry).values()
+                if framework.entry_problem(item.path) is None
+            ]
             deadline = Deadline(args.timeout)
             row: dict[str, Any] = {"namespace": namespace, "directory": str(directory), "entries": len(files)}
             try:
@@ -158,10 +166,11 @@ def cmd_push(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     """The namespace's entries, bytes and counters on the server, and the server's totals if allowed.
 
-    With ``--all`` only the server-wide part (no torch_xla needed): totals, namespaces, top graphs.
+    With ``--all`` only the server-wide part (no framework needed): totals, namespaces, top graphs.
     """
     namespace = None if args.all else args.namespace or namespace_id(_runtime_fingerprint(args))
-    api = CacheApi(_server(args), _token(args))
+    config = _config(args)
+    api = CacheApi(_server(config), config.token)
     try:
         info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
         totals: dict[str, Any] | None
@@ -198,7 +207,8 @@ def cmd_evict(args: argparse.Namespace) -> int:
             body["older_than_seconds"] = parse_duration(args.older_than)
     except ValueError as exc:
         raise ClientError(str(exc)) from None
-    api = CacheApi(_server(args), _token(args))
+    config = _config(args)
+    api = CacheApi(_server(config), config.token)
     try:
         result = api.admin_evict(body, Deadline(args.timeout))
     finally:
@@ -211,7 +221,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Two-process self-test: does this torch_xla load its own persistent-cache entries?"""
     from client.doctor import run_doctor
 
-    report = run_doctor(server=args.server, token=_token(args), timeout=args.timeout)
+    config = _config(args)
+    report = run_doctor(server=config.server, token=config.token, timeout=args.timeout)
     lines = [
         f"torch_xla          {report.torch_xla_version}",
         f"namespace          {report.namespace}",
@@ -230,17 +241,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # -- parser -----------------------------------------------------------------------------------------------
 
 
-def _default_cache_dir() -> Path:
-    from client.warming import default_cache_dir
-
-    return default_cache_dir()
-
-
 def _common(parser: argparse.ArgumentParser, *, timeout: float) -> None:
     parser.add_argument("--server", help="server URL (default: $XLA_CACHE_SERVER)")
     parser.add_argument("--token", help="bearer token (default: $XLA_CACHE_TOKEN)")
     parser.add_argument("--timeout", type=float, default=timeout, help=f"seconds (default {timeout:g})")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def _framework(parser: argparse.ArgumentParser) -> None:
+    names = sorted(all_frameworks())
+    parser.add_argument(
+        "--framework",
+        choices=[AUTO, *names],
+        default=AUTO,
+        help="whose cache: the one installed with auto (torch_xla first); default auto",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
     )
     warm.add_argument("--max-bytes", type=int, help="download at most this many bytes")
+    _framework(warm)
     warm.add_argument(
         "--spmd", action="store_true", help="the job runs with SPMD (torch_xla.runtime.use_spmd)"
     )
@@ -274,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     stats = sub.add_parser("stats", help="the namespace's entries and counters, and server totals")
     _common(stats, timeout=30.0)
     stats.add_argument("--namespace", help="namespace (default: this runtime's)")
-    stats.add_argument("--spmd", action="store_true", help="fingerprint the runtime with SPMD on")
+    _framework(stats)
+    stats.add_argument("--spmd", action="store_true", help="fingerprint the torch_xla runtime with SPMD on")
     stats.add_argument("--all", action="store_true", help="only the server-wide stats (no namespace)")
     stats.set_defaults(func=cmd_stats)
 

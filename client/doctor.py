@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from client.api import CacheApi
+from client.config import ClientConfig
 from client.deadline import Deadline
 from client.errors import ServerProblem
-from client.uploader import deserialize_failure_cause
+from client.frameworks.torch_xla import deserialize_failure_cause
 
 __all__ = ["DoctorReport", "JobRunner", "judge", "run_doctor", "run_selftest_job"]
 
@@ -133,9 +134,9 @@ def run_doctor(
         first_run=dict(first),
         second_run=dict(second),
     )
-    server = server or os.environ.get("XLA_CACHE_SERVER") or None
-    if server:
-        api = CacheApi(server, token or os.environ.get("XLA_CACHE_TOKEN") or None)
+    config = ClientConfig.resolve(server, token)
+    if config.server:
+        api = CacheApi(config.server, config.token)
         report.server = api.server
         try:
             api.ready(Deadline(10.0))

@@ -11,6 +11,7 @@ __all__ = [
     "CacheAlreadyInitialized",
     "ClientError",
     "CorruptTransfer",
+    "FrameworkUnavailable",
     "ServerError",
     "ServerProblem",
     "ServerUnavailable",
@@ -22,7 +23,11 @@ class ClientError(Exception):
     """Base class of every error the client raises."""
 
 
-class TorchXlaUnavailable(ClientError):
+class FrameworkUnavailable(ClientError):
+    """The framework cannot be imported, so its runtime cannot be fingerprinted or its cache initialized."""
+
+
+class TorchXlaUnavailable(FrameworkUnavailable):
     """torch_xla cannot be imported, so the runtime cannot be fingerprinted or its cache initialized."""
 
 

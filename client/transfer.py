@@ -13,14 +13,23 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from client.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
 from client.bundle import extract_bundle
-from client.cachedir import CHUNK, LocalFile, VerifiedWriter, file_sha256, fsync_directory, scan
+from client.cachedir import (
+    CHUNK,
+    EntryCheck,
+    LocalFile,
+    VerifiedWriter,
+    file_sha256,
+    fsync_directory,
+    is_entry_name,
+    scan,
+)
 from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem, ServerUnavailable
 from client.progress import NullProgress, Progress
@@ -48,10 +57,10 @@ class FileChanged(ClientError):
 
 
 def split_present(
-    manifest: list[RemoteEntry], directory: Path
+    manifest: list[RemoteEntry], directory: Path, is_entry: Callable[[str], bool] = is_entry_name
 ) -> tuple[list[RemoteEntry], list[RemoteEntry]]:
     """Split the manifest into entries already on disk (same size and SHA-256) and entries to fetch."""
-    local = scan(directory)
+    local = scan(directory, is_entry)
     present: list[RemoteEntry] = []
     needed: list[RemoteEntry] = []
     for entry in manifest:
@@ -111,10 +120,12 @@ def download(
     cancel: threading.Event | None = None,
     workers: int = 4,
     large_entry_bytes: int | None = None,
+    check: EntryCheck | None = None,
 ) -> DownloadResult:
     """Fetch ``needed`` into ``directory``; never raises for server trouble (it lands in ``errors``).
 
     Entries of at least ``large_entry_bytes`` (default :data:`LARGE_ENTRY_BYTES`) come by single GETs.
+    ``check`` (the framework's) must pass before an entry is placed.
     """
     large = LARGE_ENTRY_BYTES if large_entry_bytes is None else large_entry_bytes
     progress = progress or NullProgress()
@@ -139,7 +150,7 @@ def download(
     def fetch_one(entry: RemoteEntry) -> None:
         with (
             api.entry(namespace, entry.key, deadline) as (_, chunks),
-            VerifiedWriter(directory, entry.key, size=entry.size, sha256=entry.sha256) as writer,
+            VerifiedWriter(directory, entry.key, size=entry.size, sha256=entry.sha256, check=check) as writer,
         ):
             for chunk in chunks:
                 if cancel.is_set():
@@ -153,7 +164,7 @@ def download(
         wanted = {entry.key: entry for entry in entries}
         with api.bundle(namespace, list(wanted), deadline) as (_, chunks):
             outcome = extract_bundle(
-                chunks, wanted, directory, on_bytes=on_bytes, on_entry=on_entry, should_stop=stop
+                chunks, wanted, directory, on_bytes=on_bytes, on_entry=on_entry, should_stop=stop, check=check
             )
         return outcome.errors
 

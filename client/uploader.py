@@ -1,10 +1,10 @@
-"""The background uploader: sends each new, complete entry torch_xla writes into the cache directory.
+"""The background uploader: sends each new, complete entry the framework writes into the cache directory.
 
-torch_xla writes an entry in place (no temporary name), so a file is sent only once it is complete: this
-process no longer has it open for writing (``/proc/self/fd``), and its size and modification time did not
-change between two scans at least ``settle`` seconds apart. Each pass asks the server which of the ready
-files it lacks and uploads those with their SHA-256 and, when torch_xla's ``CompileTime`` metric has a
-sample for it, the compile time.
+torch_xla and JAX write an entry in place (no temporary name), so a file is sent only once it is complete:
+this process no longer has it open for writing (``/proc/self/fd``), its size and modification time did not
+change between two scans at least ``settle`` seconds apart, and the framework's adapter can load it. Only
+entries are sent (never JAX's ``-atime`` or lock files). Each pass asks the server which of the ready files
+it lacks and uploads those with their SHA-256 and, when the framework tells it, the compile time.
 
 The uploader never raises into the job and warns at most once per outage. At interpreter exit it makes one
 last pass within a bound; it skips that pass when the server did not answer its last call (a server that is
@@ -20,56 +20,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from client.api import CacheApi
 from client.cachedir import LocalFile, files_open_for_writing, scan
 from client.deadline import Deadline
 from client.errors import ServerProblem, ServerUnavailable
+from client.frameworks import Framework
 from client.transfer import upload_entries
-from client.xla_runtime import compile_time_samples, counter, is_spmd_now, loaded_torch_xla_version
 
-__all__ = ["UploadReport", "Uploader", "deserialize_failure_cause", "match_compile_times"]
+__all__ = ["UploadReport", "Uploader"]
 
 logger = logging.getLogger("xla_cache")
-
-DESERIALIZE_FAILURE = "PersistentCacheDeserializeFailure"
-
-
-def deserialize_failure_cause(version: str | None) -> str:
-    """Why torch_xla fails to load cache entries, as far as the version tells."""
-    if version and (version.startswith("2.8") or version.startswith("2.9")):
-        return (
-            f"torch_xla {version} writes persistent-cache entries it cannot load (pytorch/xla #9094 on TPU, "
-            "#8930 on GPU: 'Deserializing serialized executable not supported'), so every graph is compiled "
-            "again; the shared cache cannot help this version: use torch_xla 2.7 or a release with the fix"
-        )
-    return (
-        f"torch_xla {version or '(unknown version)'} could not load some entries: they are corrupt or were "
-        "written by a different runtime; run `xla-cache doctor` to check that this torch_xla loads its own "
-        "entries"
-    )
-
-
-def match_compile_times(files: list[LocalFile], samples: list[tuple[float, float]]) -> dict[str, int]:
-    """Pair each file with the ``CompileTime`` sample torch_xla recorded right after writing it.
-
-    torch_xla records the sample a few milliseconds after closing the file; a sample more than a second
-    after the file's modification time is not taken (the compile time stays unknown).
-    """
-    times: dict[str, int] = {}
-    used: set[int] = set()
-    for item in sorted(files, key=lambda f: f.mtime_ns):
-        written = item.mtime_ns / 1e9
-        best: int | None = None
-        for index, (stamp, _) in enumerate(samples):
-            if index in used or not (written - 0.01 <= stamp <= written + 1.0):
-                continue
-            if best is None or stamp < samples[best][0]:
-                best = index
-        if best is not None:
-            used.add(best)
-            times[item.key] = round(samples[best][1])
-    return times
 
 
 @dataclass
@@ -88,7 +50,9 @@ class UploadReport:
 class Uploader:
     """Watches one cache directory and uploads its complete new entries to one namespace.
 
-    With ``api=None`` it only watches torch_xla's deserialization failures (``upload=False``).
+    ``framework`` says which files are entries, what they took to compile and whether uploading must stop
+    (torch_xla: SPMD switched after the warm changes the namespace); ``fingerprint`` is the namespace's.
+    With ``api=None`` it only watches the framework's load failures (``upload=False``).
     """
 
     def __init__(
@@ -97,11 +61,12 @@ class Uploader:
         namespace: str,
         directory: Path,
         *,
+        framework: Framework,
+        fingerprint: Mapping[str, Any] | None = None,
         known: Mapping[str, LocalFile] | None = None,
         interval: float = 2.0,
         settle: float = 1.0,
         timeout: float = 30.0,
-        spmd: bool | None = None,
         server_failed: bool = False,
         last_failure_unavailable: bool = False,
     ) -> None:
@@ -111,11 +76,13 @@ class Uploader:
         self.interval = interval
         self.settle = settle
         self.timeout = timeout
-        self._spmd = spmd
+        self.framework = framework
+        self._fingerprint = dict(fingerprint or {})
         self._done: dict[str, tuple[int, int]] = {
             key: (item.size, item.mtime_ns) for key, item in (known or {}).items()
         }
         self._seen: dict[str, tuple[int, int, float]] = {}
+        self._refused: dict[str, tuple[int, int]] = {}  # files the framework could not load, as seen
         self._totals = UploadReport()
         self._pass_lock = threading.Lock()
         self._stop = threading.Event()
@@ -126,8 +93,8 @@ class Uploader:
         self._next_try = 0.0
         self._backoff = interval
         self._disabled_reason: str | None = None
-        self._deserialize_baseline = counter(DESERIALIZE_FAILURE)
-        self._deserialize_warned = False
+        self._load_failures_baseline = framework.load_failures()
+        self._load_failures_warned = False
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -147,7 +114,7 @@ class Uploader:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.check_deserialize_failures()
+                self.check_load_failures()
                 if time.monotonic() >= self._next_try:
                     self._pass(final=False, deadline=Deadline(self.timeout), wait=False)
             except Exception:  # never let the thread die silently, never disturb the job
@@ -164,7 +131,7 @@ class Uploader:
         """
         started = time.monotonic()
         bound = self.timeout if timeout is None else timeout
-        self.check_deserialize_failures()
+        self.check_load_failures()
         if self.api is None:
             return self._snapshot(started)
         if self._failing and self._last_failure_unavailable:
@@ -187,19 +154,19 @@ class Uploader:
         """The running totals (without a pass)."""
         return self._snapshot(time.monotonic())
 
-    def check_deserialize_failures(self) -> None:
-        """Warn once if torch_xla failed to load cache entries since the warm."""
-        if self._deserialize_warned:
+    def check_load_failures(self) -> None:
+        """Warn once if the framework failed to load cache entries since the warm."""
+        if self._load_failures_warned:
             return
-        failures = counter(DESERIALIZE_FAILURE) - self._deserialize_baseline
+        failures = self.framework.load_failures() - self._load_failures_baseline
         if failures > 0:
-            self._deserialize_warned = True
+            self._load_failures_warned = True
             logger.warning(
-                "xla-cache: torch_xla failed to load %d entries of the persistent cache in %s "
-                "(PersistentCacheDeserializeFailure): %s",
+                "xla-cache: %s failed to load %d entries of the persistent cache in %s %s",
+                self.framework.name,
                 failures,
                 self.directory,
-                deserialize_failure_cause(loaded_torch_xla_version()),
+                self.framework.load_failure_cause(),
             )
 
     # -- internals ----------------------------------------------------------------------------------------
@@ -219,7 +186,7 @@ class Uploader:
     def _pending_count(self) -> int:
         return sum(
             1
-            for key, item in scan(self.directory).items()
+            for key, item in scan(self.directory, self.framework.is_entry).items()
             if self._done.get(key) != (item.size, item.mtime_ns)
         )
 
@@ -228,7 +195,7 @@ class Uploader:
         now = time.time()
         writing = files_open_for_writing(self.directory)
         ready: list[LocalFile] = []
-        for key, item in scan(self.directory).items():
+        for key, item in scan(self.directory, self.framework.is_entry).items():
             state = (item.size, item.mtime_ns)
             if self._done.get(key) == state or item.size == 0:
                 continue
@@ -240,21 +207,21 @@ class Uploader:
             unchanged = previous is not None and previous[:2] == state
             # A final pass (flush, exit) trusts a closed file: torch_xla wrote it from this process.
             if (final and writing is not None) or (settled and unchanged):
-                ready.append(item)
+                problem = self.framework.entry_problem(item.path)
+                if problem is None:
+                    ready.append(item)
+                elif self._refused.get(key) != state:
+                    self._refused[key] = state  # warn once for each version of the file
+                    logger.warning("xla-cache: not uploading %s: %s", item.path, problem)
         return ready
 
-    def _spmd_changed(self) -> bool:
+    def _blocked(self) -> bool:
         if self._disabled_reason is not None:
             return True
-        now = is_spmd_now()
-        if self._spmd is not None and now is not None and now != self._spmd:
-            self._disabled_reason = "SPMD was switched on or off after client.warm()"
-            logger.warning(
-                "xla-cache: %s, so new entries do not belong to namespace %s; not uploading them. Call "
-                "torch_xla.runtime.use_spmd() before client.warm().",
-                self._disabled_reason,
-                self.namespace,
-            )
+        reason = self.framework.upload_blocked(self._fingerprint) if self._fingerprint else None
+        if reason is not None:
+            self._disabled_reason = reason
+            logger.warning("xla-cache: %s; not uploading new entries to namespace %s", reason, self.namespace)
             return True
         return False
 
@@ -262,13 +229,13 @@ class Uploader:
         if not self._pass_lock.acquire(timeout=deadline.remaining() if wait else 0):
             return
         try:
-            if self.api is None or self._spmd_changed():
+            if self.api is None or self._blocked():
                 return
             ready = self._ready(final)
             if not ready:
                 self._totals.pending = self._pending_count()
                 return
-            times = match_compile_times(ready, compile_time_samples())
+            times = self.framework.compile_times(ready)
             try:
                 # One at a time: the job's own threads matter more, and at exit no pool may start.
                 result = upload_entries(self.api, self.namespace, ready, deadline, compile_times=times)

@@ -1,16 +1,18 @@
-"""``warm()``: make this job's local torch_xla cache hold every graph earlier jobs compiled, then upload.
+"""``warm()``: make this job's local compilation cache hold every executable earlier jobs compiled, then
+upload what this job compiles.
 
-Steps: fingerprint the runtime -> namespace; lock the namespace's cache directory; register the namespace;
-fetch the manifest; download what the directory lacks (verified, renamed into place); point torch_xla's
-persistent cache at the directory; start the background uploader. Everything that talks to the server runs
-in a worker thread the caller waits for at most ``timeout`` seconds: whatever the server does (refuse,
-hang, fail, send garbage), ``warm`` returns within the timeout with one warning, and training goes on with
-the local cache.
+Steps: pick the framework (:mod:`client.frameworks`) and fingerprint its runtime -> namespace; lock the
+namespace's cache directory; register the namespace; fetch the manifest; download what the directory
+lacks (verified, checked by the framework, renamed into place); point the framework's persistent cache at
+the directory; start the background uploader. Everything that talks to the server runs in a worker thread
+the caller waits for at most ``timeout`` seconds: whatever the server does (refuse, hang, fail, send
+garbage), ``warm`` returns within the timeout with one warning, and training goes on with the local cache.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -22,16 +24,17 @@ from typing import Any
 
 from client.api import CacheApi, normalize_server
 from client.cachedir import LocalFile, remove_temp_files, scan, write_fingerprint
+from client.config import ClientConfig, namespace_dir
 from client.deadline import Deadline
 from client.dirlock import DirLock
 from client.errors import ServerError, ServerProblem, ServerUnavailable
-from client.fingerprint import collect_fingerprint, namespace_id
+from client.fingerprint import namespace_id
+from client.frameworks import AUTO, Framework, choose
 from client.progress import Progress
 from client.transfer import download, split_present
 from client.uploader import Uploader, UploadReport
-from client.xla_runtime import check_not_too_late, initialize_cache, require_torch_xla
 
-__all__ = ["WarmReport", "default_cache_dir", "flush", "namespace_dir", "warm"]
+__all__ = ["WarmCounts", "WarmReport", "flush", "stop", "warm"]
 
 logger = logging.getLogger("xla_cache")
 
@@ -40,40 +43,30 @@ logger = logging.getLogger("xla_cache")
 _WORKER_MARGIN = 0.2
 
 
-def default_cache_dir() -> Path:
-    """``$XLA_CACHE_DIR``, else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``."""
-    configured = os.environ.get("XLA_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "xla-cache"
+@dataclass(kw_only=True)
+class WarmCounts:
+    """What the conversation with the server found and fetched."""
 
-
-def namespace_dir(cache_dir: Path | str, namespace: str) -> Path:
-    """The directory torch_xla uses for one namespace: ``<cache_dir>/<namespace>``.
-
-    One directory per namespace keeps entries of different runtimes apart on disk too: without SPMD each
-    process has its own namespace (the process index is in the fingerprint), so its own directory.
-    """
-    return Path(cache_dir) / namespace
-
-
-@dataclass
-class WarmReport:
-    """What :func:`warm` did."""
-
-    namespace: str
-    cache_dir: str  # the directory torch_xla's persistent cache uses
-    server: str | None
     manifest_entries: int = 0
     downloaded_entries: int = 0
     downloaded_bytes: int = 0
     present_entries: int = 0  # already in the directory with the right size and SHA-256
     present_bytes: int = 0
-    seconds: float = 0.0  # the whole call, including importing torch_xla and starting its runtime
+
+
+@dataclass(kw_only=True)
+class WarmReport(WarmCounts):
+    """What :func:`warm` did."""
+
+    namespace: str
+    framework: str
+    cache_dir: str  # the directory the framework's persistent cache uses
+    server: str | None
+    seconds: float = 0.0  # the whole call, including importing the framework and starting its runtime
     server_seconds: float = 0.0  # the server conversation alone: what the timeout bounds
     errors: list[str] = field(default_factory=list)
-    initialized: bool = False  # torch_xla's persistent cache points at cache_dir
+    removed_entries: int = 0  # local entries the framework could not load, removed so it writes them again
+    initialized: bool = False  # the framework's persistent cache points at cache_dir
     uploading: bool = False  # the background uploader runs
     fingerprint: dict[str, Any] = field(default_factory=dict)
 
@@ -93,71 +86,107 @@ class WarmReport:
         return text
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    """Everything one warm needs to know, resolved before any work starts."""
+
+    config: ClientConfig
+    framework: Framework
+    fingerprint: dict[str, Any]
+    namespace: str
+    directory: Path
+    labels: dict[str, str]
+    max_bytes: int | None
+    upload: bool
+    timeout: float
+    progress: Progress | None
+
+
 @dataclass
-class _Outcome:
-    manifest_entries: int = 0
-    downloaded_entries: int = 0
-    downloaded_bytes: int = 0
-    present_entries: int = 0
-    present_bytes: int = 0
-    on_server: set[str] = field(default_factory=set)
+class _Synced:
+    """What the worker thread learnt from the server; read by the caller once the worker is done."""
+
+    counts: WarmCounts = field(default_factory=WarmCounts)
+    on_server: set[str] = field(default_factory=set)  # local keys the server is known to hold
     errors: list[str] = field(default_factory=list)
     unavailable: bool = False
     read_only: bool = False
 
 
-def _sync(
-    api: CacheApi,
-    namespace: str,
-    fingerprint: Mapping[str, Any],
-    labels: Mapping[str, str],
-    directory: Path,
-    deadline: Deadline,
-    max_bytes: int | None,
-    progress: Progress | None,
-    cancel: threading.Event,
-    outcome: _Outcome,
-) -> None:
-    lock = DirLock(directory)
+def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Event) -> _Synced:
+    """Register the namespace and download what the directory lacks (in the worker thread)."""
+    synced = _Synced()
+    counts = synced.counts
+    lock = DirLock(plan.directory)
     try:
         if not lock.acquire(deadline.remaining()):
             holder = lock.holder_pid()
-            outcome.errors.append(
-                f"another process{f' (pid {holder})' if holder else ''} is warming {directory}; "
+            synced.errors.append(
+                f"another process{f' (pid {holder})' if holder else ''} is warming {plan.directory}; "
                 f"gave up waiting after {deadline.seconds:g} s"
             )
-            return
-        remove_temp_files(directory)
+            return synced
+        remove_temp_files(plan.directory)
         try:
-            api.register_namespace(namespace, fingerprint, labels, deadline)
+            api.register_namespace(plan.namespace, plan.fingerprint, plan.labels, deadline)
         except ServerError as exc:
             if exc.status != 403:
                 raise
             # A read-only token: warming works, registering and uploading do not.
-            outcome.read_only = True
-            outcome.errors.append(f"{exc.reason}; with this token the job warms but uploads nothing")
-        manifest = api.manifest(namespace, deadline, max_bytes=max_bytes)
-        outcome.manifest_entries = len(manifest)
-        present, needed = split_present(manifest, directory)
-        outcome.present_entries = len(present)
-        outcome.present_bytes = sum(entry.size for entry in present)
-        outcome.on_server.update(entry.key for entry in present)
+            synced.read_only = True
+            synced.errors.append(f"{exc.reason}; with this token the job warms but uploads nothing")
+        manifest = api.manifest(plan.namespace, deadline, max_bytes=plan.max_bytes)
+        counts.manifest_entries = len(manifest)
+        present, needed = split_present(manifest, plan.directory, plan.framework.is_entry)
+        counts.present_entries = len(present)
+        counts.present_bytes = sum(entry.size for entry in present)
+        synced.on_server.update(entry.key for entry in present)
         if cancel.is_set() or not needed:
-            return
-        result = download(api, namespace, needed, directory, deadline, progress=progress, cancel=cancel)
-        outcome.downloaded_entries = result.entries
-        outcome.downloaded_bytes = result.bytes
-        outcome.on_server.update(result.keys)
-        outcome.errors.extend(result.errors)
-        if result.errors and cancel.is_set():
-            outcome.unavailable = True
+            return synced
+        result = download(
+            api,
+            plan.namespace,
+            needed,
+            plan.directory,
+            deadline,
+            progress=plan.progress,
+            cancel=cancel,
+            check=plan.framework.entry_problem,
+        )
+        counts.downloaded_entries = result.entries
+        counts.downloaded_bytes = result.bytes
+        synced.on_server.update(result.keys)
+        synced.errors.extend(result.errors)
+        synced.unavailable = bool(result.errors) and cancel.is_set()
     except ServerProblem as exc:
-        outcome.errors.append(exc.reason)
-        outcome.unavailable = isinstance(exc, ServerUnavailable)
+        synced.errors.append(exc.reason)
+        synced.unavailable = isinstance(exc, ServerUnavailable)
     except OSError as exc:
-        outcome.errors.append(f"cannot use the cache directory {directory} ({exc})")
+        synced.errors.append(f"cannot use the cache directory {plan.directory} ({exc})")
     finally:
         lock.release()
+    return synced
+
+
+def _talk(plan: _Plan, api: CacheApi) -> tuple[_Synced, float]:
+    """Run :func:`_sync` in a worker thread for at most the plan's timeout; returns it and the seconds."""
+    cancel = threading.Event()
+    deadline = Deadline(max(0.0, plan.timeout - min(_WORKER_MARGIN, plan.timeout / 10)))
+    done: list[_Synced] = []
+    worker = threading.Thread(
+        target=lambda: done.append(_sync(plan, api, deadline, cancel)), name="xla-cache-warm", daemon=True
+    )
+    started = time.monotonic()
+    worker.start()
+    worker.join(max(0.0, plan.timeout))
+    seconds = round(time.monotonic() - started, 3)
+    if done:
+        return done[0], seconds
+    cancel.set()
+    server = normalize_server(plan.config.server or "")
+    late = _Synced(errors=[f"{server} did not finish the warm within the {plan.timeout:g} s timeout"])
+    late.unavailable = True
+    return late, seconds
 
 
 def _summarize(errors: list[str], limit: int = 3) -> str:
@@ -168,44 +197,81 @@ def _summarize(errors: list[str], limit: int = 3) -> str:
     return text
 
 
-class _State:
-    lock = threading.Lock()
-    uploader: Uploader | None = None
-    api: CacheApi | None = None
-    atexit_registered = False
-    # torch_xla's cache directory is one per process: warms that initialize it take turns, and a warm of
-    # the directory already in use (another rank thread of this process) returns that warm's report.
-    warm_lock = threading.Lock()
-    initialized: WarmReport | None = None
+def _remove_unloadable(plan: _Plan, on_server: set[str]) -> int:
+    """Remove local entries the framework could not load (never those the server vouched for)."""
+    removed = 0
+    for key, item in scan(plan.directory, plan.framework.is_entry).items():
+        if key in on_server:
+            continue
+        problem = plan.framework.entry_problem(item.path)
+        if problem is not None:
+            logger.warning(
+                "xla-cache: removing %s so that %s writes it again: %s",
+                item.path,
+                plan.framework.name,
+                problem,
+            )
+            with contextlib.suppress(FileNotFoundError):
+                item.path.unlink()
+            removed += 1
+    return removed
 
 
-def _replace_uploader(uploader: Uploader | None, api: CacheApi | None) -> None:
-    with _State.lock:
-        old, old_api = _State.uploader, _State.api
-        _State.uploader, _State.api = uploader, api
-        if not _State.atexit_registered:
-            atexit.register(_at_exit)
-            _State.atexit_registered = True
-    if old is not None:
-        old.stop()
-        old.flush()
-    if old_api is not None and old_api is not api:
-        old_api.close()
+class _Process:
+    """This process's warm and uploader: the framework's cache directory is one per process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        # Warms that initialize the cache take turns; a warm of the directory already in use (another rank
+        # thread of this process) returns that warm's report.
+        self.warm_lock = threading.Lock()
+        self.uploader: Uploader | None = None
+        self.api: CacheApi | None = None
+        self.initialized: WarmReport | None = None
+        self._exit_handler = False
+
+    def replace_uploader(self, uploader: Uploader | None, api: CacheApi | None) -> None:
+        with self.lock:
+            old, old_api = self.uploader, self.api
+            self.uploader, self.api = uploader, api
+            if not self._exit_handler:
+                atexit.register(self.at_exit)
+                self._exit_handler = True
+        if old is not None:
+            old.stop()
+            old.flush()
+        if old_api is not None and old_api is not api:
+            old_api.close()
+
+    def stop(self, *, flush: bool) -> UploadReport:
+        """Stop the uploader (uploading what is complete first if ``flush``); forget this process's warm."""
+        with self.lock:
+            uploader, api = self.uploader, self.api
+            self.uploader, self.api, self.initialized = None, None, None
+        report = UploadReport()
+        if uploader is not None:
+            uploader.stop()
+            report = uploader.flush() if flush else uploader.report()
+        if api is not None:
+            api.close()
+        return report
+
+    def at_exit(self) -> None:
+        uploader = self.uploader
+        if uploader is None:
+            return
+        uploader.stop()
+        report = uploader.flush(at_exit=True)
+        if report.uploaded:
+            logger.info(
+                "xla-cache: uploaded %d new entries (%d bytes) to namespace %s",
+                report.uploaded,
+                report.bytes,
+                uploader.namespace,
+            )
 
 
-def _at_exit() -> None:
-    uploader = _State.uploader
-    if uploader is None:
-        return
-    uploader.stop()
-    report = uploader.flush(at_exit=True)
-    if report.uploaded:
-        logger.info(
-            "xla-cache: uploaded %d new entries (%d bytes) to namespace %s",
-            report.uploaded,
-            report.bytes,
-            uploader.namespace,
-        )
+_PROCESS = _Process()
 
 
 def flush(timeout: float | None = None) -> UploadReport:
@@ -213,161 +279,161 @@ def flush(timeout: float | None = None) -> UploadReport:
 
     Returns the uploader's running totals; an empty report when :func:`warm` started no uploader.
     """
-    uploader = _State.uploader
+    uploader = _PROCESS.uploader
     if uploader is None:
         return UploadReport()
     return uploader.flush(timeout)
+
+
+def stop(*, flush: bool = True) -> UploadReport:
+    """Stop uploading (after uploading what is complete, unless ``flush`` is False); returns the totals.
+
+    A later :func:`warm` in this process starts afresh.
+    """
+    return _PROCESS.stop(flush=flush)
 
 
 def warm(
     server: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     *,
+    framework: str = AUTO,
     token: str | None = None,
     max_bytes: int | None = None,
     upload: bool = True,
     timeout: float = 30.0,
     initialize: bool = True,
+    all_compilations: bool = True,
     fingerprint: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> WarmReport:
-    """Warm the local torch_xla persistent cache from the server, then upload what this job compiles.
+    """Warm the framework's local persistent compilation cache from the server, then upload what this job
+    compiles.
 
-    Call it once at job start, after ``torch_xla.runtime.use_spmd()`` if the job uses SPMD and before the
-    first graph runs. ``server``, ``token`` and ``cache_dir`` default to ``XLA_CACHE_SERVER``,
-    ``XLA_CACHE_TOKEN`` and ``XLA_CACHE_DIR``. The cache directory torch_xla uses is
-    ``<cache_dir>/<namespace>`` (see :func:`namespace_dir`).
+    Call it once at job start, before the first compilation (torch_xla: after
+    ``torch_xla.runtime.use_spmd()`` if the job uses SPMD). ``framework`` is ``"torch_xla"``, ``"jax"`` or
+    ``"auto"`` (the one the job imported, else the one installed; torch_xla first). ``server``, ``token``
+    and ``cache_dir`` default to ``XLA_CACHE_SERVER``, ``XLA_CACHE_TOKEN`` and ``XLA_CACHE_DIR``
+    (:mod:`client.config`). The framework's cache directory is ``<cache_dir>/<namespace>``.
 
     Server trouble never raises: it costs at most ``timeout`` seconds and one warning, and is listed in the
-    report's ``errors``. Raises :class:`~client.errors.CacheAlreadyInitialized` if torch_xla already compiled
-    a graph (too late), and :class:`~client.errors.TorchXlaUnavailable` if torch_xla cannot be imported.
+    report's ``errors``. Raises :class:`~client.errors.CacheAlreadyInitialized` if the framework already
+    compiled with its cache set elsewhere (too late), and a :class:`~client.errors.ClientError` if the
+    framework cannot be imported.
 
-    ``initialize=False`` only fills the directory (torch_xla's cache is left alone); ``fingerprint``
-    replaces the live runtime's (for tools preparing a directory for another runtime); ``max_bytes`` caps
-    what is downloaded; ``progress`` receives transfer progress.
+    ``initialize=False`` only fills the directory (the framework is left alone); ``all_compilations=False``
+    keeps the framework's own thresholds for what it caches (JAX skips compilations under a second);
+    ``fingerprint`` replaces the live runtime's (for tools preparing a directory for another runtime);
+    ``max_bytes`` caps what is downloaded; ``progress`` receives transfer progress.
     """
     started = time.monotonic()
-    server = server or os.environ.get("XLA_CACHE_SERVER") or None
-    token = token or os.environ.get("XLA_CACHE_TOKEN") or None
-    base_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    config = ClientConfig.resolve(server, token, cache_dir)
+    adapter = choose(str(fingerprint.get("framework", framework)) if fingerprint is not None else framework)
     if not initialize:
-        fp = dict(fingerprint) if fingerprint is not None else collect_fingerprint()
-        return _warm(
-            started, server, token, base_dir, fp, max_bytes, upload, timeout, False, labels, progress
-        )
+        fp = dict(fingerprint) if fingerprint is not None else adapter.fingerprint()
+        plan = _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress)
+        return _warm(plan, started, initialize=False, all_compilations=all_compilations)
 
-    require_torch_xla()
-    with _State.warm_lock:
-        fp = dict(fingerprint) if fingerprint is not None else collect_fingerprint()
-        earlier = _State.initialized
-        if earlier is not None and earlier.cache_dir == str(namespace_dir(base_dir, namespace_id(fp))):
+    adapter.require()
+    with _PROCESS.warm_lock:
+        fp = dict(fingerprint) if fingerprint is not None else adapter.fingerprint()
+        plan = _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress)
+        earlier = _PROCESS.initialized
+        if earlier is not None and earlier.cache_dir == str(plan.directory):
             # Several rank threads of one process (xmp.spawn on CPU/GPU) share one cache directory.
             logger.info("xla-cache: %s is already warmed and in use in this process", earlier.cache_dir)
             return earlier
-        check_not_too_late()
-        report = _warm(
-            started, server, token, base_dir, fp, max_bytes, upload, timeout, True, labels, progress
-        )
-        _State.initialized = report
+        adapter.check_not_too_late()
+        report = _warm(plan, started, initialize=True, all_compilations=all_compilations)
+        _PROCESS.initialized = report
         return report
 
 
-def _warm(
-    started: float,
-    server: str | None,
-    token: str | None,
-    base_dir: Path,
+def _plan(
+    config: ClientConfig,
+    adapter: Framework,
     fp: dict[str, Any],
+    labels: Mapping[str, str] | None,
     max_bytes: int | None,
     upload: bool,
     timeout: float,
-    initialize: bool,
-    labels: Mapping[str, str] | None,
     progress: Progress | None,
-) -> WarmReport:
+) -> _Plan:
     namespace = namespace_id(fp)
-    directory = namespace_dir(base_dir, namespace)
-    directory.mkdir(parents=True, exist_ok=True)
-    write_fingerprint(directory, fp)
-
-    report = WarmReport(
-        namespace=namespace,
-        cache_dir=str(directory),
-        server=normalize_server(server) if server else None,
+    return _Plan(
+        config=config,
+        framework=adapter,
         fingerprint=fp,
+        namespace=namespace,
+        directory=namespace_dir(config.cache_dir, namespace),
+        labels=dict(labels or {}),
+        max_bytes=max_bytes,
+        upload=upload,
+        timeout=timeout,
+        progress=progress,
     )
-    outcome = _Outcome()
+
+
+def _warm(plan: _Plan, started: float, *, initialize: bool, all_compilations: bool) -> WarmReport:
+    plan.directory.mkdir(parents=True, exist_ok=True)
+    write_fingerprint(plan.directory, plan.fingerprint)
+    server = normalize_server(plan.config.server) if plan.config.server else None
     api: CacheApi | None = None
-    if server:
-        api = CacheApi(server, token)
-        cancel = threading.Event()
-        worker_deadline = Deadline(max(0.0, timeout - min(_WORKER_MARGIN, timeout / 10)))
-        worker = threading.Thread(
-            target=_sync,
-            args=(
-                api,
-                namespace,
-                fp,
-                dict(labels or {}),
-                directory,
-                worker_deadline,
-                max_bytes,
-                progress,
-                cancel,
-                outcome,
-            ),
-            name="xla-cache-warm",
-            daemon=True,
-        )
-        # The bound covers the server conversation only: importing torch_xla and starting the PJRT
-        # client above are costs the job pays anyway.
-        talk_started = time.monotonic()
-        worker.start()
-        worker.join(max(0.0, timeout))
-        report.server_seconds = round(time.monotonic() - talk_started, 3)
-        if worker.is_alive():
-            cancel.set()
-            outcome.errors.append(f"{report.server} did not finish the warm within the {timeout:g} s timeout")
-            outcome.unavailable = True
+    synced = _Synced()
+    server_seconds = 0.0
+    if plan.config.server:
+        api = CacheApi(plan.config.server, plan.config.token)
+        # The bound covers the server conversation only: importing the framework and starting its runtime
+        # are costs the job pays anyway.
+        synced, server_seconds = _talk(plan, api)
     else:
         logger.info("xla-cache: no server configured (XLA_CACHE_SERVER); using the local cache only")
 
-    report.manifest_entries = outcome.manifest_entries
-    report.downloaded_entries = outcome.downloaded_entries
-    report.downloaded_bytes = outcome.downloaded_bytes
-    report.present_entries = outcome.present_entries
-    report.present_bytes = outcome.present_bytes
-    report.errors = list(outcome.errors)
+    report = WarmReport(
+        **asdict(synced.counts),
+        namespace=plan.namespace,
+        framework=plan.framework.name,
+        cache_dir=str(plan.directory),
+        server=server,
+        server_seconds=server_seconds,
+        errors=list(synced.errors),
+        fingerprint=plan.fingerprint,
+    )
     if report.errors:
         logger.warning(
             "xla-cache: trouble with namespace %s on %s: %s; training continues with the local cache "
             "(%d entries)",
-            namespace,
+            plan.namespace,
             report.server,
             _summarize(report.errors),
-            len(scan(directory)),
+            len(scan(plan.directory, plan.framework.is_entry)),
         )
+    report.removed_entries = _remove_unloadable(plan, synced.on_server)
 
     if initialize:
-        initialize_cache(str(directory))
+        plan.framework.initialize(plan.directory, all_compilations=all_compilations)
         report.initialized = True
         known: dict[str, LocalFile] = {
-            key: item for key, item in scan(directory).items() if key in outcome.on_server
+            key: item
+            for key, item in scan(plan.directory, plan.framework.is_entry).items()
+            if key in synced.on_server
         }
+        uploading = plan.upload and api is not None and not synced.read_only and plan.framework.uploads_here()
         uploader = Uploader(
-            api if upload and not outcome.read_only else None,
-            namespace,
-            directory,
+            api if uploading else None,
+            plan.namespace,
+            plan.directory,
+            framework=plan.framework,
+            fingerprint=plan.fingerprint,
             known=known,
-            timeout=timeout,
-            spmd=bool(fp.get("spmd")),
+            timeout=plan.timeout,
             server_failed=bool(report.errors),
-            last_failure_unavailable=outcome.unavailable,
+            last_failure_unavailable=synced.unavailable,
         )
         uploader.start()
-        _replace_uploader(uploader, api)
-        report.uploading = upload and api is not None and not outcome.read_only
+        _PROCESS.replace_uploader(uploader, api)
+        report.uploading = uploading
     elif api is not None:
         api.close()
 

@@ -73,6 +73,12 @@ else:
         "NamespaceStatsOut",
         __base__=CountersOut,
         namespace=(str, ...),
+        framework=(
+            str | None,
+            Field(
+                description="Whose cache it is (torch_xla, jax), as its fingerprint says; null if unknown."
+            ),
+        ),
         labels=(dict[str, str], ...),
         last_used_at=(dt.datetime, ...),
     )
@@ -82,6 +88,7 @@ else:
 def namespace_stats_out(ns: NamespaceInfo) -> NamespaceStatsOut:
     return NamespaceStatsOut(
         namespace=ns.name,
+        framework=ns.framework,
         labels=ns.labels,
         last_used_at=ns.last_used_at,
         entries=ns.entries,

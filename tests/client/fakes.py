@@ -1,8 +1,9 @@
 """An in-memory fake of the cache server's API v1 on a loopback port, with failure modes.
 
-Built on the shared scripted stub (:mod:`tests.support.http_stub`). The client tests use it to check what
-the client sends and how it behaves when the server refuses, hangs, fails or sends corrupt bytes; the
-real server is exercised by the end-to-end tests.
+Built on the shared scripted stub (:mod:`tests.support.http_stub`). The client tests use it only where the
+real server cannot be made to misbehave on demand: it hangs, answers 5xx, or sends corrupt bytes or a
+stream that is not tar; and for a job in another process (the exit handler), which cannot reach the app in
+this one. Ordinary behaviour is checked against the real app (``real_server`` in ``conftest.py``).
 """
 
 from __future__ import annotations
@@ -30,12 +31,10 @@ class FakeCacheServer:
 
     entries: dict[str, dict[str, bytes]] = field(default_factory=dict)
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
-    compile_times: dict[tuple[str, str], int] = field(default_factory=dict)
     fail_status: int | None = None  # answer every request with this status
     hang: bool = False  # never answer (until the test ends)
     corrupt_bundle: bool = False  # flip one byte in every bundle member
     garbage_bundle: bool = False  # send bytes that are not a tar stream
-    admin_stats: dict[str, Any] | None = None
     _release: threading.Event = field(default_factory=threading.Event)
 
     def put(self, namespace: str, key: str, data: bytes) -> None:
@@ -73,10 +72,6 @@ class FakeCacheServer:
         parts = request.path.strip("/").split("/")
         if request.path == "/readyz":
             return json_reply(200, {"status": "ready"})
-        if request.path == "/admin/stats":
-            if self.admin_stats is None:
-                return json_reply(404, {"error": "not_found", "detail": "no such route"})
-            return json_reply(200, self.admin_stats)
         if parts[:2] != ["v1", "namespaces"] or len(parts) < 3:
             return json_reply(404, {"error": "not_found", "detail": request.path})
         ns = parts[2]
@@ -128,8 +123,6 @@ class FakeCacheServer:
                 digest = request.headers.get("x-content-sha256", "")
                 if digest != sha(request.body):
                     return json_reply(400, {"error": "digest_mismatch", "detail": "body does not match"})
-                if "x-compile-time-ms" in request.headers:
-                    self.compile_times[(ns, key)] = int(request.headers["x-compile-time-ms"])
                 if key in stored:
                     if sha(stored[key]) != digest:
                         return json_reply(409, {"error": "digest_conflict", "detail": "other digest"})

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from client import transfer, warm
 from client.api import CacheApi
 from client.cli import main as cli_main
 from client.deadline import Deadline
-from client.fingerprint import build_fingerprint, namespace_id
+from client.fingerprint import namespace_id
+from client.frameworks.torch_xla import FRAMEWORK as TORCH_XLA
+from client.frameworks.torch_xla import build_fingerprint
 from client.uploader import Uploader
 from tests.client.conftest import FACTS, warnings_of
 from tests.support.server import LiveServer, run_server
@@ -41,7 +44,8 @@ def fresh_fingerprint(tag: str) -> dict[str, Any]:
 
 
 def upload_all(url: str, namespace: str, directory: Path, token: str | None = None) -> Any:
-    return Uploader(CacheApi(url, token), namespace, directory, settle=0.0, spmd=None).flush(timeout=TIMEOUT)
+    with closing(CacheApi(url, token)) as api:
+        return Uploader(api, namespace, directory, framework=TORCH_XLA, settle=0.0).flush(timeout=TIMEOUT)
 
 
 def make_entries(directory: Path, count: int, size: int, first: int = 0) -> dict[str, bytes]:
@@ -68,7 +72,8 @@ def test_upload_then_warm_round_trip_through_a_bundle(server: LiveServer, tmp_pa
     for key, data in entries.items():
         assert (tmp_path / "b" / ns / key).read_bytes() == data
 
-    info = CacheApi(server.url).get_namespace(ns, Deadline(TIMEOUT))
+    with closing(CacheApi(server.url)) as api:
+        info = api.get_namespace(ns, Deadline(TIMEOUT))
     assert info["fingerprint"] == fp
     assert (info["entries"], info["bytes"]) == (200, second.downloaded_bytes)
 
@@ -110,12 +115,13 @@ def test_an_entry_with_another_digest_is_a_conflict_and_the_first_stays(
     assert upload_all(server.url, ns, tmp_path / "a" / ns).uploaded == 1
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "42").write_bytes(b"a nondeterministic second compile")
-    api = CacheApi(server.url)
-    result = transfer.upload_entries(
-        api, ns, list(transfer.scan(tmp_path / "other").values()), Deadline(TIMEOUT)
-    )
-    assert result.already_present == 1  # `missing` says the server has the key: nothing is sent
-    status, _, _ = transfer.upload_file(api, ns, transfer.scan(tmp_path / "other")["42"], Deadline(TIMEOUT))
+    with closing(CacheApi(server.url)) as api:
+        result = transfer.upload_entries(
+            api, ns, list(transfer.scan(tmp_path / "other").values()), Deadline(TIMEOUT)
+        )
+        assert result.already_present == 1  # `missing` says the server has the key: nothing is sent
+        local = transfer.scan(tmp_path / "other")["42"]
+        status, _, _ = transfer.upload_file(api, ns, local, Deadline(TIMEOUT))
     assert status == 409
     report = warm(server.url, tmp_path / "b", initialize=False, fingerprint=fp, timeout=TIMEOUT)
     assert report.downloaded_entries == 1

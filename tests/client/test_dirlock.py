@@ -32,20 +32,22 @@ def test_second_holder_waits_then_gets_it(tmp_path: Path) -> None:
 
 
 def test_lock_is_released_when_the_holder_process_dies(tmp_path: Path) -> None:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "held"
-        lock = DirLock(tmp_path)
-        assert not lock.acquire(0.2)
-        assert lock.holder_pid() == holder.pid
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
-        started = time.monotonic()
-        assert lock.acquire(5)
-        assert time.monotonic() - started < 5
-        lock.release()
-    finally:
-        if holder.poll() is None:
-            holder.kill()
+    # As a context manager, Popen closes the pipe and reaps the process however the test ends.
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            lock = DirLock(tmp_path)
+            assert not lock.acquire(0.2)
+            assert lock.holder_pid() == holder.pid
+            holder.send_signal(signal.SIGKILL)
             holder.wait()
+            started = time.monotonic()
+            assert lock.acquire(5)
+            assert time.monotonic() - started < 5
+            lock.release()
+        finally:
+            if holder.poll() is None:
+                holder.kill()

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from cache_protocol import is_namespace
-from client.fingerprint import build_fingerprint, flags_digest, namespace_id
+from client.fingerprint import flags_digest, namespace_id
+from client.frameworks.torch_xla import build_fingerprint
 from tests.client.conftest import FACTS
 
 DESIGN_FIELDS = {

@@ -1,4 +1,7 @@
-"""The background uploader: complete new entries only, missing first, digests, compile times, fail open."""
+"""The background uploader: complete new entries only, missing first, digests, compile times, fail open.
+
+Against the real server app in process (``real_server``); a fake server only where it must fail on demand.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -14,17 +17,26 @@ import pytest
 from client import uploader as uploader_module
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan
-from client.uploader import Uploader, deserialize_failure_cause, match_compile_times
-from tests.client.conftest import warnings_of
+from client.frameworks import torch_xla as torch_xla_adapter
+from client.frameworks.torch_xla import TorchXla, deserialize_failure_cause, match_compile_times
+from client.uploader import Uploader
+from tests.client.conftest import FakeTorchXla, RealServer, warnings_of
 from tests.client.fakes import FakeCacheServer, sha
+from tests.support.wait import wait_until
 
 NS = "cpu-tx2.7.0-test"
 
 
-def make_uploader(url: str, directory: Path, **kwargs: object) -> Uploader:
-    options: dict[str, object] = {"interval": 0.05, "settle": 0.0, "timeout": 2.0, "spmd": False}
+def make_uploader(api: CacheApi, directory: Path, **kwargs: object) -> Uploader:
+    options: dict[str, object] = {
+        "interval": 0.05,
+        "settle": 0.0,
+        "timeout": 2.0,
+        "framework": FakeTorchXla(),
+        "fingerprint": {"spmd": False},
+    }
     options.update(kwargs)
-    return Uploader(CacheApi(url), NS, directory, **options)  # type: ignore[arg-type]
+    return Uploader(api, NS, directory, **options)  # type: ignore[arg-type]
 
 
 def age(path: Path, seconds: float = 5.0) -> None:
@@ -33,38 +45,31 @@ def age(path: Path, seconds: float = 5.0) -> None:
     os.utime(path, (stamp, stamp))
 
 
-def wait_for(condition: Callable[[], bool], limit: float = 20.0) -> None:
-    end = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < end, "condition never became true"
-        time.sleep(0.02)
-
-
 def test_flush_uploads_new_entries_with_digest_after_asking_missing(
-    fake_server: FakeCacheServer, tmp_path: Path
+    real_server: RealServer, tmp_path: Path
 ) -> None:
     data = {"1": os.urandom(1000), "2": os.urandom(2000)}
     for key, value in data.items():
         (tmp_path / key).write_bytes(value)
-    fake_server.put(NS, "2", data["2"])  # the server already has this one
-    report = make_uploader(fake_server.url, tmp_path).flush()
+    real_server.put(NS, "2", data["2"])  # the server already has this one
+    report = make_uploader(real_server.api(), tmp_path).flush()
     assert (report.uploaded, report.already_present, report.pending) == (1, 1, 0)
-    assert fake_server.entries[NS]["1"] == data["1"]
-    methods = [(r.method, r.path.rsplit("/", 1)[-1]) for r in fake_server.requests]
+    assert real_server.entry(NS, "1") == data["1"]
+    methods = [(r.method, r.path.rsplit("/", 1)[-1]) for r in real_server.requests]
     assert methods == [("POST", "missing"), ("PUT", "1")]
-    put = fake_server.requests[1]
+    put = real_server.requests[1]
     assert put.headers["x-content-sha256"] == sha(data["1"])
 
 
-def test_known_entries_are_not_sent_again(fake_server: FakeCacheServer, tmp_path: Path) -> None:
+def test_known_entries_are_not_sent_again(real_server: RealServer, tmp_path: Path) -> None:
     (tmp_path / "1").write_bytes(b"downloaded")
     known = scan(tmp_path)
-    report = make_uploader(fake_server.url, tmp_path, known=known).flush()
-    assert report.uploaded == 0 and fake_server.requests == []
+    report = make_uploader(real_server.api(), tmp_path, known=known).flush()
+    assert report.uploaded == 0 and real_server.requests == []
 
 
-def test_a_file_still_open_for_writing_is_not_sent(fake_server: FakeCacheServer, tmp_path: Path) -> None:
-    uploader = make_uploader(fake_server.url, tmp_path)
+def test_a_file_still_open_for_writing_is_not_sent(real_server: RealServer, tmp_path: Path) -> None:
+    uploader = make_uploader(real_server.api(), tmp_path)
     with open(tmp_path / "7", "wb") as handle:
         handle.write(b"half of an executable")
         handle.flush()
@@ -74,43 +79,52 @@ def test_a_file_still_open_for_writing_is_not_sent(fake_server: FakeCacheServer,
         handle.write(b" and the rest")
     report = uploader.flush()
     assert report.uploaded == 1 and report.pending == 0
-    assert fake_server.entries[NS]["7"] == b"half of an executable and the rest"
+    assert real_server.entry(NS, "7") == b"half of an executable and the rest"
 
 
-def test_background_pass_waits_until_the_size_is_stable(fake_server: FakeCacheServer, tmp_path: Path) -> None:
-    uploader = make_uploader(fake_server.url, tmp_path, settle=0.5)
+def test_background_pass_waits_until_the_size_is_stable(real_server: RealServer, tmp_path: Path) -> None:
+    uploader = make_uploader(real_server.api(), tmp_path, settle=0.5)
     path = tmp_path / "5"
     path.write_bytes(b"a" * 100)
     uploader._pass(final=False, deadline=uploader_module.Deadline(2), wait=True)  # first sighting
-    assert fake_server.requests == []
+    assert real_server.requests == []
     path.write_bytes(b"a" * 200)  # it grew: not stable
     age(path)
     uploader._pass(final=False, deadline=uploader_module.Deadline(2), wait=True)
-    assert fake_server.requests == []
+    assert real_server.requests == []
     uploader._pass(final=False, deadline=uploader_module.Deadline(2), wait=True)  # unchanged and settled
-    assert fake_server.entries[NS]["5"] == b"a" * 200
+    assert real_server.entry(NS, "5") == b"a" * 200
 
 
-def test_the_background_thread_uploads_without_a_flush(fake_server: FakeCacheServer, tmp_path: Path) -> None:
-    uploader = make_uploader(fake_server.url, tmp_path)
+def test_the_background_thread_uploads_without_a_flush(real_server: RealServer, tmp_path: Path) -> None:
+    uploader = make_uploader(real_server.api(), tmp_path)
     uploader.start()
     try:
         (tmp_path / "11").write_bytes(b"compiled")
-        wait_for(lambda: "11" in fake_server.entries.get(NS, {}))
+        wait_until(
+            lambda: real_server.has(NS, "11"),
+            timeout=20,
+            interval=0.02,
+            message="entry 11 was never uploaded",
+        )
     finally:
         uploader.stop()
 
 
 def test_compile_time_is_sent_when_torch_xla_recorded_it(
-    fake_server: FakeCacheServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "3").write_bytes(b"x" * 10)
     written = (tmp_path / "3").stat().st_mtime_ns / 1e9
     monkeypatch.setattr(
-        uploader_module, "compile_time_samples", lambda: [(written - 30, 5.0), (written + 0.004, 1234.4)]
+        torch_xla_adapter,
+        "_compile_time_samples",
+        lambda: [(written - 30, 5.0), (written + 0.004, 1234.4)],
     )
-    make_uploader(fake_server.url, tmp_path).flush()
-    assert fake_server.compile_times[(NS, "3")] == 1234
+    assert make_uploader(real_server.api(), tmp_path, framework=TorchXla()).flush().uploaded == 1
+    (put,) = [r for r in real_server.requests if r.method == "PUT"]
+    assert put.path == f"/v1/namespaces/{NS}/entries/3"
+    assert put.headers["x-compile-time-ms"] == "1234"
 
 
 def test_match_compile_times() -> None:
@@ -127,8 +141,8 @@ def test_server_outage_warns_once_and_the_exit_flush_is_skipped(
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     (tmp_path / "1").write_bytes(b"x")
-    uploader = make_uploader(url, tmp_path)
-    with caplog.at_level(logging.INFO, logger="xla_cache"):
+    with closing(CacheApi(url)) as api, caplog.at_level(logging.INFO, logger="xla_cache"):
+        uploader = make_uploader(api, tmp_path)
         uploader.flush()
         uploader.flush()
         started = time.monotonic()
@@ -145,9 +159,9 @@ def test_no_second_warning_when_the_warm_already_warned(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "1").write_bytes(b"x")
-    with FakeCacheServer() as server:
+    with FakeCacheServer() as server, closing(CacheApi(server.url)) as api:
         server.fail_status = 503
-        uploader = make_uploader(server.url, tmp_path, server_failed=True)
+        uploader = make_uploader(api, tmp_path, server_failed=True)
         with caplog.at_level(logging.INFO, logger="xla_cache"):
             uploader.flush()
             uploader.flush(at_exit=True)
@@ -159,16 +173,15 @@ def test_no_second_warning_when_the_warm_already_warned(
 def test_deserialize_failures_give_one_warning_naming_the_cause(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    counts = {"PersistentCacheDeserializeFailure": 0}
-    monkeypatch.setattr(uploader_module, "counter", lambda name: counts.get(name, 0))
-    monkeypatch.setattr(uploader_module, "loaded_torch_xla_version", lambda: "2.8.0")
-    uploader = Uploader(None, NS, tmp_path)
+    torch_xla = FakeTorchXla()
+    torch_xla.version = "2.8.0"
+    uploader = Uploader(None, NS, tmp_path, framework=torch_xla)
     with caplog.at_level(logging.INFO, logger="xla_cache"):
-        uploader.check_deserialize_failures()
+        uploader.check_load_failures()
         assert warnings_of(caplog) == []
-        counts["PersistentCacheDeserializeFailure"] = 3
-        uploader.check_deserialize_failures()
-        counts["PersistentCacheDeserializeFailure"] = 9
+        torch_xla.failures = 3
+        uploader.check_load_failures()
+        torch_xla.failures = 9
         uploader.flush()
     warnings = warnings_of(caplog)
     assert len(warnings) == 1
@@ -181,14 +194,15 @@ def test_deserialize_cause_by_version() -> None:
 
 
 def test_spmd_switched_after_warm_stops_uploads(
-    fake_server: FakeCacheServer,
+    real_server: RealServer,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(uploader_module, "is_spmd_now", lambda: True)
+    torch_xla = FakeTorchXla()
+    torch_xla.spmd = True  # switched on after a warm without SPMD
     (tmp_path / "1").write_bytes(b"x")
     with caplog.at_level(logging.INFO, logger="xla_cache"):
-        report = make_uploader(fake_server.url, tmp_path, spmd=False).flush()
-    assert report.uploaded == 0 and fake_server.requests == []
+        report = make_uploader(real_server.api(), tmp_path, framework=torch_xla).flush()
+    assert report.uploaded == 0 and real_server.requests == []
     assert "use_spmd() before client.warm()" in warnings_of(caplog)[0]

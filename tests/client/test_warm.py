@@ -1,4 +1,5 @@
-"""warm() against a fake server: what lands in the directory, what is reported, and failing open."""
+"""warm() against the real server app (in process): what lands in the directory, what is reported; and
+failing open, against a fake server that hangs, fails or sends corrupt bytes."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from client import CacheAlreadyInitialized, warm
 from client import warming as warm_module
 from client.cachedir import read_fingerprint
 from client.dirlock import DirLock
-from tests.client.conftest import warnings_of
+from tests.client.conftest import FakeTorchXla, RealServer, warnings_of
 from tests.client.fakes import FakeCacheServer
 
 TIMEOUT = 2.0
 SLACK = 1.5  # thread start-up and teardown on a loaded 2-core machine; far below any real timeout
 
 
-def seed(server: FakeCacheServer, namespace: str, count: int, size: int = 3000) -> dict[str, bytes]:
+def seed(
+    server: RealServer | FakeCacheServer, namespace: str, count: int, size: int = 3000
+) -> dict[str, bytes]:
     entries = {str(10**20 + i): os.urandom(size + i) for i in range(count)}
     for key, data in entries.items():
         server.put(namespace, key, data)
@@ -32,10 +35,10 @@ def seed(server: FakeCacheServer, namespace: str, count: int, size: int = 3000) 
 
 
 def test_warm_downloads_every_entry_verified(
-    fake_server: FakeCacheServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+    real_server: RealServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
 ) -> None:
-    entries = seed(fake_server, namespace, 30)
-    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    entries = seed(real_server, namespace, 30)
+    report = warm(real_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
     directory = tmp_path / namespace
     assert report.namespace == namespace
     assert report.cache_dir == str(directory)
@@ -47,38 +50,38 @@ def test_warm_downloads_every_entry_verified(
         assert (directory / key).read_bytes() == data
     assert sorted(os.listdir(directory)) == sorted([*entries, FINGERPRINT_FILE, ".xla-cache.lock"])
     assert read_fingerprint(directory) == fingerprint
-    assert fake_server.namespaces[namespace]["fingerprint"] == fingerprint  # registered with the server
-    assert fake_server.paths("POST").count(f"/v1/namespaces/{namespace}/bundle") == 1  # one stream
+    assert real_server.namespace(namespace)["fingerprint"] == fingerprint  # registered with the server
+    assert real_server.paths("POST").count(f"/v1/namespaces/{namespace}/bundle") == 1  # one stream
 
 
 def test_second_warm_skips_what_is_present_and_replaces_what_is_wrong(
-    fake_server: FakeCacheServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+    real_server: RealServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
 ) -> None:
-    entries = seed(fake_server, namespace, 5)
-    warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    entries = seed(real_server, namespace, 5)
+    warm(real_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
     directory = tmp_path / namespace
     damaged = sorted(entries)[0]
     data = entries[damaged]
     (directory / damaged).write_bytes(bytes([data[0] ^ 1]) + data[1:])  # same size, wrong digest
-    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    report = warm(real_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
     assert (report.present_entries, report.downloaded_entries) == (4, 1)
     assert (directory / damaged).read_bytes() == data
 
 
 def test_max_bytes_limits_the_manifest(
-    fake_server: FakeCacheServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+    real_server: RealServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
 ) -> None:
-    seed(fake_server, namespace, 10, size=1000)
+    seed(real_server, namespace, 10, size=1000)
     report = warm(
-        fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT, max_bytes=3500
+        real_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT, max_bytes=3500
     )
-    manifest = next(r for r in fake_server.requests if r.path.endswith("/manifest"))
+    manifest = next(r for r in real_server.requests if r.path.endswith("/manifest"))
     assert manifest.query["max_bytes"] == "3500"
     assert report.downloaded_entries == 3
 
 
 def test_large_entries_come_by_parallel_gets(
-    fake_server: FakeCacheServer,
+    real_server: RealServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
@@ -87,52 +90,52 @@ def test_large_entries_come_by_parallel_gets(
     from client import transfer
 
     monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 5000)
-    small = seed(fake_server, namespace, 3, size=100)
+    small = seed(real_server, namespace, 3, size=100)
     big = {"77": os.urandom(6000), "78": os.urandom(7000)}
     for key, data in big.items():
-        fake_server.put(namespace, key, data)
-    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+        real_server.put(namespace, key, data)
+    report = warm(real_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
     assert report.downloaded_entries == 5 and report.errors == []
-    gets = [p for p in fake_server.paths("GET") if "/entries/" in p]
+    gets = [p for p in real_server.paths("GET") if "/entries/" in p]
     assert sorted(p.rsplit("/", 1)[1] for p in gets) == ["77", "78"]
     for key, data in {**small, **big}.items():
         assert (tmp_path / namespace / key).read_bytes() == data
 
 
-def test_token_is_sent(fake_server: FakeCacheServer, fingerprint: dict[str, Any], tmp_path: Path) -> None:
+def test_token_is_sent(real_server: RealServer, fingerprint: dict[str, Any], tmp_path: Path) -> None:
     warm(
-        fake_server.url, tmp_path, token="s3cret", initialize=False, fingerprint=fingerprint, timeout=TIMEOUT
+        real_server.url, tmp_path, token="s3cret", initialize=False, fingerprint=fingerprint, timeout=TIMEOUT
     )
-    assert {r.headers.get("authorization") for r in fake_server.requests} == {"Bearer s3cret"}
+    assert {r.headers.get("authorization") for r in real_server.requests} == {"Bearer s3cret"}
 
 
 def test_settings_come_from_the_environment(
-    fake_server: FakeCacheServer,
+    real_server: RealServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    seed(fake_server, namespace, 2)
-    monkeypatch.setenv("XLA_CACHE_SERVER", fake_server.url)
+    seed(real_server, namespace, 2)
+    monkeypatch.setenv("XLA_CACHE_SERVER", real_server.url)
     monkeypatch.setenv("XLA_CACHE_TOKEN", "from-env")
     monkeypatch.setenv("XLA_CACHE_DIR", str(tmp_path / "env-dir"))
     report = warm(initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
     assert report.cache_dir == str(tmp_path / "env-dir" / namespace)
     assert report.downloaded_entries == 2
-    assert fake_server.requests[0].headers["authorization"] == "Bearer from-env"
+    assert real_server.requests[0].headers["authorization"] == "Bearer from-env"
 
 
 def test_warm_logs_one_line_with_the_report(
-    fake_server: FakeCacheServer,
+    real_server: RealServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    seed(fake_server, namespace, 3)
+    seed(real_server, namespace, 3)
     with caplog.at_level(logging.INFO, logger="xla_cache"):
-        warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+        warm(real_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
     lines = [r.getMessage() for r in caplog.records if r.name == "xla_cache"]
     assert len(lines) == 1
     assert namespace in lines[0] and "3 entries" in lines[0] and "downloaded" in lines[0]
@@ -217,24 +220,24 @@ def test_a_slow_server_costs_at_most_the_timeout(
 
 
 def test_a_second_process_warming_the_same_directory_waits_for_the_lock(
-    fake_server: FakeCacheServer,
+    real_server: RealServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    seed(fake_server, namespace, 2)
+    seed(real_server, namespace, 2)
     (tmp_path / namespace).mkdir(parents=True)
     holder = DirLock(tmp_path / namespace)
     assert holder.acquire(1)
     try:
-        report, seconds = _warm_and_time(fake_server.url, fingerprint, tmp_path)
+        report, seconds = _warm_and_time(real_server.url, fingerprint, tmp_path)
     finally:
         holder.release()
     assert seconds < TIMEOUT + SLACK
     assert "another process" in report.errors[0] and report.downloaded_entries == 0
-    assert fake_server.requests == []  # it never touched the server while the other one warmed
-    report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    assert real_server.requests == []  # it never touched the server while the other one warmed
+    report = warm(real_server.url, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
     assert report.downloaded_entries == 2
 
 
@@ -250,64 +253,49 @@ def test_no_server_means_local_cache_only(
 # -- torch_xla integration (faked here; real in tests/e2e) ---------------------------------------------
 
 
-@pytest.fixture
-def fake_torch_xla(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """torch_xla present and not yet compiling; returns the directories initialize_cache was given."""
-    initialized: list[str] = []
-    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
-    monkeypatch.setattr(warm_module, "check_not_too_late", lambda: None)
-    monkeypatch.setattr(warm_module, "initialize_cache", initialized.append)
-    return initialized
-
-
 def test_too_late_is_a_clear_error_before_any_request(
-    fake_server: FakeCacheServer, fingerprint: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    real_server: RealServer, fingerprint: dict[str, Any], tmp_path: Path, fake_torch_xla: FakeTorchXla
 ) -> None:
-    monkeypatch.setattr(warm_module, "require_torch_xla", lambda: None)
-
-    def too_late() -> None:
-        raise CacheAlreadyInitialized("torch_xla already compiled a graph in this process")
-
-    monkeypatch.setattr(warm_module, "check_not_too_late", too_late)
+    fake_torch_xla.too_late = True
     with pytest.raises(CacheAlreadyInitialized, match="already compiled"):
-        warm(fake_server.url, tmp_path, fingerprint=fingerprint)
-    assert fake_server.requests == []
+        warm(real_server.url, tmp_path, fingerprint=fingerprint)
+    assert real_server.requests == []
 
 
 def test_warm_initializes_the_cache_and_starts_the_uploader(
-    fake_torch_xla: list[str],
-    fake_server: FakeCacheServer,
+    fake_torch_xla: FakeTorchXla,
+    real_server: RealServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    initialized = fake_torch_xla
-    seed(fake_server, namespace, 2)
-    report = warm(fake_server.url, tmp_path, fingerprint=fingerprint, timeout=TIMEOUT)
+    initialized = fake_torch_xla.initialized
+    seed(real_server, namespace, 2)
+    report = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=TIMEOUT)
     assert initialized == [str(tmp_path / namespace)]
     assert report.initialized and report.uploading
     new = os.urandom(500)
     (tmp_path / namespace / "999").write_bytes(new)
     totals = warm_module.flush(timeout=TIMEOUT)
     assert totals.uploaded == 1
-    assert fake_server.entries[namespace]["999"] == new
-    assert sum(1 for p in fake_server.paths("PUT") if "/entries/" in p) == 1  # downloaded ones not sent back
+    assert real_server.entry(namespace, "999") == new
+    assert sum(1 for p in real_server.paths("PUT") if "/entries/" in p) == 1  # downloaded ones not sent back
 
 
 def test_rank_threads_of_one_process_share_one_warm(
-    fake_torch_xla: list[str],
-    fake_server: FakeCacheServer,
+    fake_torch_xla: FakeTorchXla,
+    real_server: RealServer,
     fingerprint: dict[str, Any],
     namespace: str,
     tmp_path: Path,
 ) -> None:
     """xmp.spawn on CPU/GPU runs one thread per device in one process: torch_xla has one cache there."""
-    initialized = fake_torch_xla
-    seed(fake_server, namespace, 3)
+    initialized = fake_torch_xla.initialized
+    seed(real_server, namespace, 3)
     reports: list[Any] = []
 
     def rank() -> None:
-        reports.append(warm(fake_server.url, tmp_path, fingerprint=fingerprint, timeout=TIMEOUT))
+        reports.append(warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=TIMEOUT))
 
     threads = [threading.Thread(target=rank) for _ in range(4)]
     for thread in threads:
@@ -317,4 +305,4 @@ def test_rank_threads_of_one_process_share_one_warm(
     assert initialized == [str(tmp_path / namespace)]
     assert len(reports) == 4 and all(r is reports[0] for r in reports)
     assert reports[0].downloaded_entries == 3
-    assert fake_server.paths("POST").count(f"/v1/namespaces/{namespace}/bundle") == 1
+    assert real_server.paths("POST").count(f"/v1/namespaces/{namespace}/bundle") == 1

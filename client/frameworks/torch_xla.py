@@ -1,0 +1,292 @@
+"""PyTorch/XLA: its persistent cache (``torch_xla.runtime.initialize_cache``), fingerprint and counters.
+
+torch_xla's own cache key (the entry's file name) covers the graph, the XLA flags and the torch_xla
+revision, but not the device ordinal, the libtpu version or (before 2.8) the torch revision. The fingerprint
+records everything else an executable depends on; entries are shared only between jobs with equal
+fingerprints.
+
+Fingerprint fields (all JSON scalars, or a dict of them):
+
+=========================  =====================================================================
+``schema``                 version of this layout (1); bumping it moves every job to new namespaces
+``framework``              ``"torch_xla"``
+``torch_xla_version``      ``torch_xla.__version__``; ``torch_xla_git``: its git revision
+``torch_version``          ``torch.__version__``; ``torch_git``: its git revision
+``jax_version``            installed jax / jaxlib versions (torch_xla's Pallas kernels use them), or None
+``jaxlib_version``
+``device_type``            PJRT device type (``CPU``, ``TPU``, ``CUDA``, ...)
+``device_kind``            PJRT device kind (``TPU v4``, ``cpu``, ...); see :func:`runtime_facts`
+``global_device_count``    runtime devices over all processes
+``process_count``          processes in the job
+``spmd``                   SPMD on or off
+``process_index``          this process's PJRT index when SPMD is off (its executables are bound to its
+                           devices), None with SPMD (every host runs the same program). Ranks that are
+                           threads of one process (``xmp.spawn`` on CPU/GPU: one thread per device) share
+                           the process's index, its cache directory and its replicated executables.
+``pjrt_plugins``           ``{distribution: version}`` of installed PJRT plugins (libtpu, CUDA plugin)
+``accelerator_type``       ``TPU_ACCELERATOR_TYPE`` / ``ACCELERATOR_TYPE`` when set, else None
+``xla_flags_digest``       SHA-256 of the normalised ``--xla*`` tokens of ``XLA_FLAGS`` (None: no tokens)
+``libtpu_init_args_digest``  the same for ``LIBTPU_INIT_ARGS``
+=========================  =====================================================================
+
+The namespace's readable prefix is ``<device_type lower-cased>-tx<torch_xla_version>``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from client.cachedir import LocalFile
+from client.errors import CacheAlreadyInitialized, TorchXlaUnavailable
+from client.fingerprint import FINGERPRINT_SCHEMA, distribution_version, flags_digest, safe_label
+from client.frameworks import Framework
+
+__all__ = [
+    "COUNTERS",
+    "FRAMEWORK",
+    "PLUGIN_DISTRIBUTIONS",
+    "TorchXla",
+    "build_fingerprint",
+    "counter",
+    "deserialize_failure_cause",
+    "match_compile_times",
+    "runtime_facts",
+]
+
+COUNTERS = (
+    "PersistentCacheHit",
+    "PersistentCacheMiss",
+    "UncachedCompile",
+    "PersistentCacheDeserializeFailure",
+)
+DESERIALIZE_FAILURE = "PersistentCacheDeserializeFailure"
+
+# PJRT plugins whose version changes the compiled code but not torch_xla's own key.
+PLUGIN_DISTRIBUTIONS = ("libtpu", "libtpu-nightly", "torch_xla_cuda_plugin", "jax-cuda12-pjrt")
+
+
+def _loaded() -> Any | None:
+    """torch_xla if this process already imported it, else None (never imports it)."""
+    return sys.modules.get("torch_xla")
+
+
+def counter(name: str) -> int:
+    """A torch_xla counter's value (0 when it never counted, or torch_xla is not loaded)."""
+    if _loaded() is None:
+        return 0
+    import torch_xla.debug.metrics as met
+
+    value = met.counter_value(name)
+    return int(value) if value is not None else 0
+
+
+def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The fingerprint of a runtime described by ``facts`` (see :func:`runtime_facts`) and ``env``.
+
+    Pure: everything it reads is passed in, so it can be tested without torch_xla.
+    """
+    env = os.environ if env is None else env
+    spmd = bool(facts["spmd"])
+    plugins = {name: version for name, version in sorted(dict(facts.get("pjrt_plugins") or {}).items())}
+    return {
+        "schema": FINGERPRINT_SCHEMA,
+        "framework": "torch_xla",
+        "torch_xla_version": str(facts["torch_xla_version"]),
+        "torch_xla_git": facts.get("torch_xla_git"),
+        "torch_version": str(facts["torch_version"]),
+        "torch_git": facts.get("torch_git"),
+        "jax_version": facts.get("jax_version"),
+        "jaxlib_version": facts.get("jaxlib_version"),
+        "device_type": str(facts["device_type"]),
+        "device_kind": facts.get("device_kind"),
+        "global_device_count": int(facts["global_device_count"]),
+        "process_count": int(facts["process_count"]),
+        "spmd": spmd,
+        "process_index": None if spmd else int(facts["process_index"]),
+        "pjrt_plugins": plugins,
+        "accelerator_type": env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or None,
+        "xla_flags_digest": flags_digest(env.get("XLA_FLAGS")),
+        "libtpu_init_args_digest": flags_digest(env.get("LIBTPU_INIT_ARGS")),
+    }
+
+
+def _device_kind(torch_xla: Any, spmd: bool, device_type: str) -> str | None:
+    """PJRT's device kind of the first device.
+
+    torch_xla 2.7 answers only for a non-SPMD device; with SPMD on, the default device is the virtual
+    ``SPMD:0`` and the query fails. Then the kind is left out (None): the SPMD flag, the device type and
+    count, the plugin version and ``accelerator_type`` still separate the hardware generations.
+    """
+    try:
+        if hasattr(torch_xla, "device"):
+            device = torch_xla.device()
+        else:  # torch_xla before 2.5
+            import torch_xla.core.xla_model as xm
+
+            device = xm.xla_device()
+        return str(torch_xla._XLAC._xla_device_kind(str(device)))
+    except Exception:
+        if not spmd:
+            raise
+        return None
+
+
+def runtime_facts() -> dict[str, Any]:
+    """Read the live runtime's facts from torch and torch_xla (imported here, never at module import).
+
+    This starts the PJRT client but compiles nothing, so the persistent cache can still be initialized after.
+    Call ``torch_xla.runtime.use_spmd()`` before it in SPMD jobs, or the fingerprint says SPMD is off.
+    """
+    import torch
+    import torch_xla
+    import torch_xla.runtime as xr
+    import torch_xla.version as txv
+
+    spmd = bool(xr.is_spmd())
+    device_type = str(xr.device_type())
+    return {
+        "torch_xla_version": torch_xla.__version__,
+        "torch_xla_git": getattr(txv, "__xla_gitrev__", None),
+        "torch_version": torch.__version__,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "jax_version": distribution_version("jax"),
+        "jaxlib_version": distribution_version("jaxlib"),
+        "device_type": device_type,
+        "device_kind": _device_kind(torch_xla, spmd, device_type),
+        "global_device_count": int(xr.global_runtime_device_count()),
+        "process_count": int(xr.process_count()),
+        "spmd": spmd,
+        "process_index": int(xr.process_index()),
+        "pjrt_plugins": {
+            name: version for name in PLUGIN_DISTRIBUTIONS if (version := distribution_version(name))
+        },
+    }
+
+
+def match_compile_times(files: Sequence[LocalFile], samples: list[tuple[float, float]]) -> dict[str, int]:
+    """Pair each file with the ``CompileTime`` sample torch_xla recorded right after writing it.
+
+    torch_xla records the sample a few milliseconds after closing the file; a sample more than a second
+    after the file's modification time is not taken (the compile time stays unknown).
+    """
+    times: dict[str, int] = {}
+    used: set[int] = set()
+    for item in sorted(files, key=lambda f: f.mtime_ns):
+        written = item.mtime_ns / 1e9
+        best: int | None = None
+        for index, (stamp, _) in enumerate(samples):
+            if index in used or not (written - 0.01 <= stamp <= written + 1.0):
+                continue
+            if best is None or stamp < samples[best][0]:
+                best = index
+        if best is not None:
+            used.add(best)
+            times[item.key] = round(samples[best][1])
+    return times
+
+
+def _compile_time_samples() -> list[tuple[float, float]]:
+    """Recent ``CompileTime`` samples as ``(wall-clock seconds, milliseconds)``; empty when unknown."""
+    if _loaded() is None:
+        return []
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    if not data:
+        return []
+    return [(float(stamp), float(value) / 1e6) for stamp, value in data[2]]
+
+
+def deserialize_failure_cause(version: str | None) -> str:
+    """Why torch_xla fails to load cache entries, as far as the version tells."""
+    if version and (version.startswith("2.8") or version.startswith("2.9")):
+        return (
+            f"torch_xla {version} writes persistent-cache entries it cannot load (pytorch/xla #9094 on TPU, "
+            "#8930 on GPU: 'Deserializing serialized executable not supported'), so every graph is compiled "
+            "again; the shared cache cannot help this version: use torch_xla 2.7 or a release with the fix"
+        )
+    return (
+        f"torch_xla {version or '(unknown version)'} could not load some entries: they are corrupt or were "
+        "written by a different runtime; run `xla-cache doctor` to check that this torch_xla loads its own "
+        "entries"
+    )
+
+
+class TorchXla(Framework):
+    """torch_xla 2.x (2.7 is the newest whose persistent cache loads its own entries)."""
+
+    name = "torch_xla"
+    module = "torch_xla"
+    auto_rank = 10  # a torch_xla job may import jax too (Pallas kernels)
+
+    def require(self) -> Any:
+        try:
+            import torch_xla
+        except Exception as exc:  # ImportError, or a broken install raising anything
+            raise TorchXlaUnavailable(f"torch_xla cannot be imported ({type(exc).__name__}: {exc}).") from exc
+        return torch_xla
+
+    def fingerprint(self, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+        self.require()
+        return build_fingerprint(runtime_facts(), env)
+
+    def namespace_prefix(self, fingerprint: Mapping[str, Any]) -> str:
+        device = safe_label(fingerprint.get("device_type", "unknown"), 16).lower()
+        return f"{device}-tx{safe_label(fingerprint.get('torch_xla_version', 'unknown'), 48)}"
+
+    def cache_is_initialized(self) -> bool:
+        """True once torch_xla compiled a graph in this process (its cache setting is then fixed)."""
+        return bool(self.require()._XLAC._xla_computation_cache_is_initialized())
+
+    def check_not_too_late(self) -> None:
+        if self.cache_is_initialized():
+            raise CacheAlreadyInitialized(
+                "torch_xla already compiled a graph in this process, so its persistent cache can no longer "
+                "be set: call client.warm() before the first step (before any mark_step, .cpu() or .item())."
+            )
+
+    def initialize(self, directory: Path, *, all_compilations: bool = True) -> None:
+        # torch_xla caches every compilation; there is no threshold to lower.
+        self.require()
+        import torch_xla.runtime as xr
+
+        self.check_not_too_late()
+        xr.initialize_cache(str(directory), readonly=False)
+
+    def compile_times(self, files: Sequence[LocalFile]) -> dict[str, int]:
+        return match_compile_times(files, _compile_time_samples())
+
+    def spmd_now(self) -> bool | None:
+        """Whether SPMD is on in this process now (None when torch_xla is not loaded)."""
+        if _loaded() is None:
+            return None
+        import torch_xla.runtime as xr
+
+        return bool(xr.is_spmd())
+
+    def loaded_version(self) -> str | None:
+        """``torch_xla.__version__`` if this process loaded it."""
+        version = getattr(_loaded(), "__version__", None)
+        return str(version) if version is not None else None
+
+    def upload_blocked(self, fingerprint: Mapping[str, Any]) -> str | None:
+        now = self.spmd_now()
+        if now is not None and now != bool(fingerprint.get("spmd")):
+            return (
+                "SPMD was switched on or off after client.warm(), so new entries do not belong to its "
+                "namespace; call torch_xla.runtime.use_spmd() before client.warm()"
+            )
+        return None
+
+    def load_failures(self) -> int:
+        return counter(DESERIALIZE_FAILURE)
+
+    def load_failure_cause(self) -> str:
+        return f"({DESERIALIZE_FAILURE}): {deserialize_failure_cause(self.loaded_version())}"
+
+
+FRAMEWORK = TorchXla()

@@ -1,0 +1,90 @@
+"""A JAX job for the end-to-end tests: one jit-compiled function run at many input shapes.
+
+It warms the cache with ``client.warm(framework="jax")`` first (unless ``--no-warm``, which points JAX at the
+directory itself, as a job without this client would), runs the shapes with NumPy inputs (so the only
+compilations are the function's), flushes uploads and prints one JSON line: JAX's own cache events, the warm
+and upload reports, the entry files and a digest of every output.
+
+    python tests/jax/jax_job.py --server URL --cache-dir DIR --shapes 30 [--no-warm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
+
+import client
+
+EVENTS = "/jax/compilation_cache/"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server")
+    parser.add_argument("--cache-dir", required=True)
+    parser.add_argument("--shapes", type=int, default=30)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--no-warm", action="store_true", help="point JAX at the directory itself")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    events: Counter[str] = Counter()
+
+    def on_event(event: str, **_: Any) -> None:
+        if event.startswith(EVENTS):
+            events[event.removeprefix(EVENTS)] += 1
+
+    jax.monitoring.register_event_listener(on_event)
+    if args.no_warm:
+        jax.config.update("jax_compilation_cache_dir", args.cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        warm: dict[str, Any] = {}
+        directory = Path(args.cache_dir)
+    else:
+        report = client.warm(args.server, args.cache_dir, framework="jax", timeout=args.timeout)
+        warm = report.as_dict()
+        directory = Path(report.cache_dir)
+
+    @jax.jit
+    def step(x: jax.Array) -> jax.Array:
+        return jnp.tanh(x @ x.T).sum(axis=0) * 2.0 + 1.0
+
+    digest = hashlib.sha256()
+    for n in range(1, args.shapes + 1):
+        x = (np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 10.0).astype(np.float32)
+        digest.update(np.asarray(step(x)).tobytes())
+    uploaded = asdict(client.flush(timeout=args.timeout)) if not args.no_warm else {}
+    requests = events["compile_requests_use_cache"]
+    print(
+        json.dumps(
+            {
+                "events": dict(events),
+                "hits": events["cache_hits"],
+                "misses": requests - events["cache_hits"],
+                "warm": warm,
+                "uploaded": uploaded,
+                "entries": sorted(p.name for p in directory.iterdir() if p.is_file()),
+                "digest": digest.hexdigest(),
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
