@@ -3,8 +3,10 @@
 CPU and GPU entries written by torch_xla are a serialized ``xla.ExecutableAndOptionsProto``. Its field 1
 (``serialized_executable``) is the backend's compilation result, whose field 1 is an
 ``HloModuleProtoWithConfig`` whose field 1 is the ``HloModuleProto``. That module is read here with a small
-protobuf wire-format reader, so the server needs no XLA schema. TPU executables are opaque: they (and
-anything else that does not have this layout) parse to ``None``.
+protobuf wire-format reader, so the server needs no XLA schema. JAX entries are zlib-compressed: a 4-byte
+compile time, a length-prefixed IFRT header, then the same ``ExecutableAndOptionsProto``; they are
+decompressed as far as the module reaches. TPU executables are opaque: they (and anything else that does
+not have one of these layouts, such as JAX entries compressed with zstandard) parse to ``None``.
 
 Only the bytes up to the end of the HLO module are read; the object code after it never is.
 """
@@ -12,12 +14,14 @@ Only the bytes up to the end of the HLO module are read; the object code after i
 from __future__ import annotations
 
 import hashlib
+import itertools
 import sys
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "parse_entry"]
+__all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_executable", "parse_entry"]
 
 MAX_MODULE_BYTES = 256 * 1024 * 1024  # an HLO module larger than this is not worth the memory to list
 _MODULE_PATH = (1, 1, 1)  # ExecutableAndOptionsProto.serialized_executable -> .hlo_module -> .hlo_module
@@ -259,6 +263,10 @@ class _Prefix:
             self.buf += chunk
         return True
 
+    def rest(self) -> Iterator[bytes]:
+        """The chunks not read yet."""
+        return self._chunks
+
     def varint(self, pos: int) -> tuple[int, int]:
         """The varint at ``pos`` and the position after it, reading more of the blob if needed."""
         self.ensure(pos + 10)  # a varint is at most 10 bytes; a shorter blob is fine
@@ -292,16 +300,68 @@ def _locate_module(prefix: _Prefix) -> tuple[int, int] | None:
     return start, end
 
 
-def parse_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> GraphInfo | None:
-    """The graph an entry holds, or ``None`` when its bytes are not a CPU/GPU torch_xla executable.
+_JAX_TIME_BYTES = 4
+_JAX_HEADER_LIMIT = 64 * 1024  # the IFRT header is about a hundred bytes
 
-    Reads ``chunks`` only as far as the end of the HLO module (at most ``limit`` bytes).
+
+def _is_zlib(head: bytes) -> bool:
+    """Whether ``head`` starts a zlib stream (deflate, a valid header checksum)."""
+    return len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
+
+
+def _inflated(first: bytes, rest: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    """The decompressed bytes of a zlib stream, produced only as they are asked for (at most ``limit``)."""
+    inflater = zlib.decompressobj()
+    produced = 0
+    for chunk in itertools.chain([first], rest):
+        pending = chunk
+        while pending and produced < limit:
+            out = inflater.decompress(pending, 1024 * 1024)
+            pending = inflater.unconsumed_tail
+            produced += len(out)
+            if out:
+                yield out
+        if produced >= limit or inflater.eof:
+            return
+
+
+def jax_executable(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> Iterator[bytes] | None:
+    """The ``ExecutableAndOptionsProto`` inside a JAX entry, decompressed lazily; None if it is not one."""
+    source = iter(chunks)
+    first = next(source, b"")
+    if not _is_zlib(first[:2]):
+        return None
+    prefix = _Prefix(_inflated(first, source, limit), limit)
+    try:
+        if not prefix.ensure(_JAX_TIME_BYTES + 1):
+            return None
+        length, start = prefix.varint(_JAX_TIME_BYTES)
+    except (WireError, zlib.error):
+        return None
+    if length > _JAX_HEADER_LIMIT or not prefix.ensure(start + length):
+        return None
+    return itertools.chain([bytes(prefix.buf[start + length :])], prefix.rest())
+
+
+def parse_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> GraphInfo | None:
+    """The graph an entry holds, or ``None`` when its bytes are not a CPU/GPU torch_xla or JAX executable.
+
+    Reads ``chunks`` only as far as the end of the HLO module (at most ``limit`` bytes, decompressed).
     """
-    prefix = _Prefix(iter(chunks), limit)
+    source = iter(chunks)
+    first = next(source, b"")
+    if _is_zlib(first[:2]):
+        inner = jax_executable(itertools.chain([first], source), limit=limit)
+        return _parse_executable(inner, limit) if inner is not None else None
+    return _parse_executable(itertools.chain([first], source), limit)
+
+
+def _parse_executable(chunks: Iterator[bytes], limit: int) -> GraphInfo | None:
+    prefix = _Prefix(chunks, limit)
     try:
         span = _locate_module(prefix)
         if span is None or not prefix.ensure(span[1]):
             return None
         return _module_info(prefix.buf, *span)
-    except WireError:
+    except (WireError, zlib.error):
         return None

@@ -92,3 +92,15 @@ def test_size_bounded_jax_caches_get_an_atime_for_every_entry(tmp_path: Path) ->
     atime = tmp_path / KEY.replace("-cache", "-atime")
     assert len(atime.read_bytes()) == 8
     assert write_missing_atimes(tmp_path) == 0
+
+
+def test_only_process_0_of_a_multi_process_jax_job_uploads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JAX writes its cache from process 0 only; the other hosts warm their own directories and upload
+    nothing (they would only send the same files again)."""
+    fake = types.ModuleType("jax")
+    index = {"value": 1}
+    fake.process_index = lambda: index["value"]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "jax", fake)
+    assert not Jax().uploads_here()
+    index["value"] = 0
+    assert Jax().uploads_here()

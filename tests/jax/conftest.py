@@ -21,6 +21,7 @@ from tests.support.server import LiveServer, run_server
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("jax_job.py")
+TORCHAX_JOB = Path(__file__).with_name("torchax_job.py")
 JOB_TIMEOUT = 300
 
 
@@ -46,18 +47,18 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         yield server
 
 
-def run_jax_job(args: list[str]) -> tuple[dict[str, Any], str]:
-    """Run tests/jax/jax_job.py on the CPU; its JSON result and its log."""
+def run_jax_job(args: list[str], script: Path = JOB) -> tuple[dict[str, Any], str]:
+    """Run a job script of this folder (tests/jax/jax_job.py) on the CPU; its JSON result and its log."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_"))}
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     done = subprocess.run(
-        [sys.executable, str(JOB), *args],
+        [sys.executable, str(script), *args],
         env=env,
         capture_output=True,
         text=True,
         timeout=JOB_TIMEOUT,
         check=False,
     )
-    assert done.returncode == 0, f"jax_job.py failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"{script.name} failed ({done.returncode}):\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr

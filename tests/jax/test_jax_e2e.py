@@ -6,12 +6,14 @@ JAX's own monitoring events (``/jax/compilation_cache/...``).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
 
-from tests.jax.conftest import run_jax_job
+from tests.jax.conftest import TORCHAX_JOB, run_jax_job
 from tests.support.server import LiveServer
+from tests.support.wait import wait_until
 
 SHAPES = 32
 
@@ -48,6 +50,17 @@ def test_a_job_warmed_in_another_directory_hits_every_shape(live_server: LiveSer
     (row,) = stats["namespaces"]
     assert row["framework"] == "jax" and row["hits"] == SHAPES
 
+    def graphs() -> list[dict[str, object]]:  # entries are parsed in the background after upload
+        with httpx.Client(base_url=live_server.url) as http:
+            found = http.get("/admin/stats", params={"namespace": namespace}).json()["top_graphs"]
+        return [g for g in found if g["entries"] == SHAPES]
+
+    (graph,) = wait_until(graphs, message="the JAX entries were not parsed")
+    assert graph["module"] == "jit_step" and graph["variants"] == SHAPES
+    examples = graph["examples"]
+    assert isinstance(examples, list) and examples
+    assert all(re.fullmatch(r"\(f32\[(\d+),4\]\) -> f32\[\1\]", str(shape)) for shape in examples)
+
 
 def test_a_truncated_local_entry_is_replaced_not_kept(live_server: LiveServer, tmp_path: Path) -> None:
     """JAX never replaces an entry it cannot load: the client removes it, so JAX compiles it once more."""
@@ -71,3 +84,16 @@ def test_without_the_client_jax_keys_contain_the_directory(tmp_path: Path) -> No
         (tmp_path / "E" / name).write_bytes((tmp_path / "D" / name).read_bytes())
     second, _ = run_jax_job(["--no-warm", "--cache-dir", str(tmp_path / "E"), "--shapes", "3"])
     assert second["hits"] == 0 and second["misses"] == 3
+
+
+def test_a_torch_model_through_torchax_shares_the_jax_cache(live_server: LiveServer, tmp_path: Path) -> None:
+    """PyTorch on JAX: warm() with framework auto picks JAX for a torchax job, and job 2 compiles nothing."""
+    first, _ = run_jax_job(["--server", live_server.url, "--cache-dir", str(tmp_path / "A")], TORCHAX_JOB)
+    assert first["warm"]["framework"] == "jax" and first["torch"].startswith("2.7")
+    compiled = first["uploaded"]["uploaded"]  # the model's jit and torchax's eager-op jits
+    assert compiled >= len({1, 2, 3, 5, 8}) and first["misses"] == compiled
+    second, _ = run_jax_job(["--server", live_server.url, "--cache-dir", str(tmp_path / "B")], TORCHAX_JOB)
+    # The namespace is the JAX runtime's: it also holds what other JAX jobs on this server compiled.
+    assert second["warm"]["downloaded_entries"] >= compiled
+    assert second["hits"] == compiled and second["misses"] == 0
+    assert second["digest"] == first["digest"]

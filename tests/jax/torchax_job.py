@@ -1,0 +1,81 @@
+"""A PyTorch model run through torchax (which compiles with JAX), for the end-to-end tests.
+
+``client.warm()`` with the default ``framework="auto"`` picks JAX: the job imported torchax, hence jax, and
+not torch_xla. Prints one JSON line like ``jax_job.py``: JAX's cache events, the warm and upload reports
+and a digest of the outputs.
+
+    python tests/jax/torchax_job.py --server URL --cache-dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
+
+import client
+
+EVENTS = "/jax/compilation_cache/"
+BATCHES = (1, 2, 3, 5, 8)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server")
+    parser.add_argument("--cache-dir", required=True)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    import jax
+    import torch
+    import torchax
+
+    events: Counter[str] = Counter()
+
+    def on_event(event: str, **_: Any) -> None:
+        if event.startswith(EVENTS):
+            events[event.removeprefix(EVENTS)] += 1
+
+    jax.monitoring.register_event_listener(on_event)
+    report = client.warm(args.server, args.cache_dir, timeout=args.timeout)  # auto: JAX
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    torchax.enable_globally()
+    model = model.to("jax")
+    compiled = torchax.compile(model)
+    digest = hashlib.sha256()
+    for batch in BATCHES:
+        x = torch.arange(batch * 16, dtype=torch.float32, device="jax").reshape(batch, 16) / 100.0
+        digest.update(compiled(x).cpu().detach().numpy().tobytes())
+    torchax.disable_globally()
+    uploaded = client.flush(timeout=args.timeout)
+    requests = events["compile_requests_use_cache"]
+    print(
+        json.dumps(
+            {
+                "hits": events["cache_hits"],
+                "misses": requests - events["cache_hits"],
+                "warm": report.as_dict(),
+                "uploaded": asdict(uploaded),
+                "torch": torch.__version__,
+                "digest": digest.hexdigest(),
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
