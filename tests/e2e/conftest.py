@@ -7,7 +7,6 @@ torch_xla there is a broken setup, not a reason to pass.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import require_module
 from tests.support.server import LiveServer, run_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,15 +27,11 @@ JOB_TIMEOUT = 400
 
 
 def _require_torch_xla() -> None:
-    if importlib.util.find_spec("torch_xla") is not None:
-        return
-    message = (
+    require_module(
+        "torch_xla",
         "torch_xla is not installed: the end-to-end tests need torch==2.7.0 and torch_xla==2.7.0 "
-        "(scripts/test installs them)"
+        "(scripts/test installs them)",
     )
-    if os.environ.get("CI"):
-        pytest.fail(message + "; in CI this is a failure, not a skip")
-    pytest.skip(message)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ is set: ``scripts/test`` installs jax 0.10 with the rest of the test environment
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import require_module
 from tests.support.server import LiveServer, run_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,12 +26,9 @@ JOB_TIMEOUT = 300
 
 
 def _require_jax() -> None:
-    if importlib.util.find_spec("jax") is not None:
-        return
-    message = "jax is not installed: the JAX end-to-end tests need jax 0.10 (scripts/test installs it)"
-    if os.environ.get("CI"):
-        pytest.fail(message + "; in CI this is a failure, not a skip")
-    pytest.skip(message)
+    require_module(
+        "jax", "jax is not installed: the JAX end-to-end tests need jax 0.10 (scripts/test installs it)"
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import sys
-from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,32 +21,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
 
 import client
-
-EVENTS = "/jax/compilation_cache/"
+from tests.jax.job_support import CacheEvents, job_arguments
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--server")
-    parser.add_argument("--cache-dir", required=True)
     parser.add_argument("--shapes", type=int, default=30)
-    parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--no-warm", action="store_true", help="point JAX at the directory itself")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    args = job_arguments(parser)
 
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    events: Counter[str] = Counter()
-
-    def on_event(event: str, **_: Any) -> None:
-        if event.startswith(EVENTS):
-            events[event.removeprefix(EVENTS)] += 1
-
-    jax.monitoring.register_event_listener(on_event)
+    events = CacheEvents()
     if args.no_warm:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -68,13 +54,12 @@ def main() -> int:
         x = (np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 10.0).astype(np.float32)
         digest.update(np.asarray(step(x)).tobytes())
     uploaded = asdict(client.flush(timeout=args.timeout)) if not args.no_warm else {}
-    requests = events["compile_requests_use_cache"]
     print(
         json.dumps(
             {
-                "events": dict(events),
-                "hits": events["cache_hits"],
-                "misses": requests - events["cache_hits"],
+                "events": dict(events.counts),
+                "hits": events.hits,
+                "misses": events.misses,
                 "warm": warm,
                 "uploaded": uploaded,
                 "entries": sorted(p.name for p in directory.iterdir() if p.is_file()),

@@ -12,41 +12,26 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import sys
-from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
 
 import client
+from tests.jax.job_support import CacheEvents, job_arguments
 
-EVENTS = "/jax/compilation_cache/"
 BATCHES = (1, 2, 3, 5, 8)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--server")
-    parser.add_argument("--cache-dir", required=True)
-    parser.add_argument("--timeout", type=float, default=30.0)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    args = job_arguments(parser)
 
-    import jax
     import torch
     import torchax
 
-    events: Counter[str] = Counter()
-
-    def on_event(event: str, **_: Any) -> None:
-        if event.startswith(EVENTS):
-            events[event.removeprefix(EVENTS)] += 1
-
-    jax.monitoring.register_event_listener(on_event)
+    events = CacheEvents()
     report = client.warm(args.server, args.cache_dir, timeout=args.timeout)  # auto: JAX
 
     torch.manual_seed(0)
@@ -60,12 +45,11 @@ def main() -> int:
         digest.update(compiled(x).cpu().detach().numpy().tobytes())
     torchax.disable_globally()
     uploaded = client.flush(timeout=args.timeout)
-    requests = events["compile_requests_use_cache"]
     print(
         json.dumps(
             {
-                "hits": events["cache_hits"],
-                "misses": requests - events["cache_hits"],
+                "hits": events.hits,
+                "misses": events.misses,
                 "warm": report.as_dict(),
                 "uploaded": asdict(uploaded),
                 "torch": torch.__version__,
