@@ -17,6 +17,7 @@ __all__ = [
     "FINGERPRINT_FILE",
     "KEY_MAX_LENGTH",
     "KEY_PATTERN",
+    "MAX_COMPILE_TIME_MS",
     "MAX_KEYS_PER_REQUEST",
     "NAMESPACE_MAX_LENGTH",
     "NAMESPACE_PATTERN",
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 NAMESPACE_MAX_LENGTH = 128
-KEY_MAX_LENGTH = 256
+KEY_MAX_LENGTH = 255  # a key is a file name in the local store and in every client's cache directory
 NAMESPACE_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAMESPACE_MAX_LENGTH - 1}}}")
 """A namespace: a letter or digit, then letters, digits, '.', '_' or '-'; never containing '..'."""
 KEY_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{KEY_MAX_LENGTH - 1}}}")
@@ -38,6 +39,8 @@ KEY_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{KEY_MAX_LENGTH - 1}}}"
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 """A SHA-256 digest as the API writes it: 64 lower-case hex digits."""
 
+MAX_COMPILE_TIME_MS = 2**31 - 1
+"""The largest ``X-Compile-Time-Ms`` the server keeps (24 days)."""
 MAX_KEYS_PER_REQUEST = 10_000
 """The server's default bound on the keys of one ``missing``, ``bundle`` or ``urls`` request."""
 UPLOADER_MAX_LENGTH = 256

@@ -42,6 +42,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         description="Shared, managed persistent compilation cache for PyTorch/XLA jobs.",
         lifespan=lifespan,
         dependencies=[Depends(authorize)],  # the role each route needs: cache_server.api.auth
+        docs_url=None,  # served by cache_server.api.docs, behind the role check
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.settings = settings
     app.state.services = services

@@ -21,8 +21,11 @@ log = logging.getLogger("cache_server.cli")
 
 
 def _is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
+    """Whether ``host`` is reachable only from this machine (an empty host means every interface)."""
+    if host == "localhost":
         return True
+    if not host.strip():
+        return False
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

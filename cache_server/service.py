@@ -15,10 +15,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER, UPLOADER_MAX_LENGTH
+from cache_protocol import (
+    BUNDLE_SHA256_PAX,
+    COMPILE_TIME_HEADER,
+    MAX_COMPILE_TIME_MS,
+    SHA256_HEADER,
+    UPLOADER_MAX_LENGTH,
+)
 from cache_server.access import AccessRecorder
 from cache_server.domain import Clock, EntryInfo, NamespaceInfo, utcnow
 from cache_server.errors import (
+    BadRequest,
     DigestConflict,
     DigestMismatch,
     EntryNotFound,
@@ -218,6 +225,10 @@ class CacheService:
         check_namespace(namespace)
         check_key(key)
         self.check_upload_size(declared_size)
+        if compile_time_ms is not None and not 0 <= compile_time_ms <= MAX_COMPILE_TIME_MS:
+            raise BadRequest(
+                f"{COMPILE_TIME_HEADER} must be a whole number of milliseconds, 0 to {MAX_COMPILE_TIME_MS}."
+            )
         existing = self._entries.get_entry(namespace, key)
         if existing is not None and existing.sha256 != sha256:
             raise self._conflict(namespace, key, existing.sha256)

@@ -24,6 +24,9 @@ __all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage"]
 
 log = logging.getLogger(__name__)
 DEFAULT_GRACE_SECONDS = 3600.0
+TEMP_MIN_AGE_SECONDS = 300.0
+"""Upload temp files younger than this are kept whatever the grace period: an upload in progress writes its
+temp file far more often (a body that stalls longer is refused: XLA_CACHE_BODY_TIMEOUT_SECONDS)."""
 CHECK_BATCH = 500
 
 
@@ -82,7 +85,7 @@ def collect_garbage(
         _drop_lost_rows(repository, store, namespace, listed.get(namespace, set()), started, result)
 
     if isinstance(store, SweepsTempFiles) and not dry_run:
-        result.temp_files_removed = store.remove_stale_temp_files(DEFAULT_GRACE_SECONDS)
+        result.temp_files_removed = store.remove_stale_temp_files(max(grace_seconds, TEMP_MIN_AGE_SECONDS))
     log.info("gc: %s", result)
     return result
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from cache_server.api import admin, dashboard, entries, health, metrics, namespaces, signed_urls
+from cache_server.api import admin, dashboard, docs, entries, health, metrics, namespaces, signed_urls
 
 __all__ = ["router"]
 
 router = APIRouter()
 router.include_router(health.router)
 router.include_router(metrics.router)
+router.include_router(docs.router)
 router.include_router(admin.router)
 router.include_router(dashboard.router)
 router.include_router(namespaces.router)

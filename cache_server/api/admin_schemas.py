@@ -129,14 +129,23 @@ class StatsOut(BaseModel):
         )
 
 
+MAX_BYTES = 2**63 - 1  # what the index's BIGINT columns hold
+MAX_SECONDS = 100 * 366 * 24 * 3600  # a century: any longer period is a mistake, and overflows dates
+
+
 class EvictIn(BaseModel):
     max_total_bytes: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_BYTES,
         description="Evict least recently used entries until at most this many bytes remain.",
     )
     older_than_seconds: float | None = Field(
-        default=None, ge=0, description="Evict entries not used for this long."
+        default=None,
+        ge=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Evict entries not used for this long.",
     )
     namespace: str | None = Field(default=None, description="Only this namespace (budgets then apply to it).")
     dry_run: bool = Field(default=False, description="List what would go; remove nothing.")
@@ -175,6 +184,8 @@ class GcIn(BaseModel):
     grace_seconds: float = Field(
         default=DEFAULT_GRACE_SECONDS,
         ge=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
         description="Blobs younger than this are never orphans (their row may be on its way).",
     )
     dry_run: bool = Field(default=False, description="Count what would be removed; remove nothing.")

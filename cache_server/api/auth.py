@@ -49,9 +49,12 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("DELETE", "/admin/namespaces/{namespace}"): Role.ADMIN,
     ("GET", "/"): Role.READ,
     ("GET", "/dashboard/data"): Role.READ,
+    ("GET", "/metrics"): Role.READ,  # it names every namespace
+    ("GET", "/openapi.json"): Role.READ,
+    ("GET", "/docs"): Role.READ,
 }
-OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/metrics", "/static/{name}"})
-BROWSER_ROUTES = frozenset({"/", "/dashboard/data"})
+OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
+BROWSER_ROUTES = frozenset({"/", "/dashboard/data", "/openapi.json", "/docs"})
 
 
 def role_for(method: str, path: str) -> Role:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 __all__ = [
     "EntryOut",
@@ -21,9 +22,53 @@ __all__ = [
 ]
 
 
+MAX_FINGERPRINT_DEPTH = 8
+MAX_FINGERPRINT_BYTES = 64 * 1024
+MAX_LABELS = 64
+MAX_LABEL_LENGTH = 256
+
+
+def _depth(value: Any) -> int:
+    """How deeply JSON containers nest in ``value`` (a scalar is 0)."""
+    depth, level = 0, [value]
+    while level:
+        containers = [v for v in level if isinstance(v, dict | list)]
+        if not containers:
+            return depth
+        depth += 1
+        level = [child for c in containers for child in (c.values() if isinstance(c, dict) else c)]
+    return depth
+
+
 class NamespaceIn(BaseModel):
-    fingerprint: dict[str, Any] = Field(default_factory=dict, description="The runtime fingerprint.")
-    labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels for people.")
+    fingerprint: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            f"The runtime fingerprint: JSON nested at most {MAX_FINGERPRINT_DEPTH} levels, "
+            f"at most {MAX_FINGERPRINT_BYTES} bytes."
+        ),
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description=f"Labels for people (at most {MAX_LABELS}, each at most {MAX_LABEL_LENGTH} characters).",
+    )
+
+    @field_validator("fingerprint")
+    @classmethod
+    def _bounded_fingerprint(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if _depth(value) > MAX_FINGERPRINT_DEPTH:
+            raise ValueError(f"the fingerprint nests deeper than {MAX_FINGERPRINT_DEPTH} levels")
+        if len(json.dumps(value)) > MAX_FINGERPRINT_BYTES:
+            raise ValueError(f"the fingerprint is larger than {MAX_FINGERPRINT_BYTES} bytes as JSON")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _bounded_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if any(len(k) > MAX_LABEL_LENGTH or len(v) > MAX_LABEL_LENGTH for k, v in value.items()):
+            raise ValueError(f"a label's name or value is longer than {MAX_LABEL_LENGTH} characters")
+        return value
 
 
 class NamespaceOut(BaseModel):

@@ -87,8 +87,18 @@ def test_each_route_against_each_principal(
 
 
 def test_open_routes_need_no_token(auth_client: TestClient) -> None:
-    for path in ("/healthz", "/readyz", "/metrics", "/static/dashboard.js", "/static/dashboard.css"):
+    for path in ("/healthz", "/readyz", "/static/dashboard.js", "/static/dashboard.css"):
         assert auth_client.get(path).status_code == 200, path
+
+
+def test_metrics_and_api_docs_need_a_token(auth_client: TestClient, tokens: dict[str, str]) -> None:
+    """/metrics names every namespace and the API document describes every route: not for anyone."""
+    for path in ("/metrics", "/openapi.json", "/docs"):
+        assert auth_client.get(path).status_code == 401, path
+        assert auth_client.get(path, headers=bearer(tokens["read"])).status_code == 200, path
+    document = auth_client.get("/openapi.json", headers=bearer(tokens["read"])).json()
+    assert "/v1/namespaces/{namespace}/entries/{key}" in document["paths"]
+    assert "/openapi.json" not in document["paths"]
 
 
 def test_every_route_has_a_role_or_is_open(auth_client: TestClient) -> None:

@@ -66,4 +66,15 @@ def test_stale_temp_files_of_dead_uploads_go(client: TestClient, settings: Setti
     two_hours_ago = time.time() - 7200
     os.utime(stale, (two_hours_ago, two_hours_ago))
     assert client.post("/admin/gc", json={"grace_seconds": 0}).json()["temp_files_removed"] == 1
-    assert not stale.exists() and fresh.exists()
+    assert not stale.exists() and fresh.exists()  # an upload in progress: never under five minutes old
+
+
+def test_temp_files_follow_the_grace_period(client: TestClient, settings: Settings) -> None:
+    """A crash leftover goes once it is older than the grace period asked for, not after a fixed hour."""
+    leftover = settings.data_dir / "blobs" / ".tmp" / "crashed.part"
+    leftover.write_bytes(b"half an upload")
+    twenty_minutes_ago = time.time() - 1200
+    os.utime(leftover, (twenty_minutes_ago, twenty_minutes_ago))
+    assert client.post("/admin/gc", json={"grace_seconds": 1800}).json()["temp_files_removed"] == 0
+    assert client.post("/admin/gc", json={"grace_seconds": 600}).json()["temp_files_removed"] == 1
+    assert not leftover.exists()

@@ -174,11 +174,13 @@ def test_2_gib_entry_streams_both_ways_with_memory_flat(server: LiveServer) -> N
     (server.log_path.parent / "blobs" / "huge" / "2gib").unlink()
 
 
-def test_serve_refuses_public_address_without_auth(tmp_path: Path) -> None:
+@pytest.mark.parametrize("host", ["0.0.0.0", "", "::", " "], ids=["any-v4", "empty", "any-v6", "blank"])
+def test_serve_refuses_public_address_without_auth(tmp_path: Path, host: str) -> None:
+    """Every way of saying "all interfaces" is refused with auth off (uvicorn reads "" as all of them)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
     env["XLA_CACHE_DATA_DIR"] = str(tmp_path)
     result = subprocess.run(
-        [str(SERVER_BIN), "serve", "--host", "0.0.0.0", "--port", "1"],
+        [str(SERVER_BIN), "serve", "--host", host, "--port", "1"],
         env=env,
         capture_output=True,
         text=True,

@@ -1,0 +1,77 @@
+"""Input out of range for storage or the index is a clear 400, never a 5xx, and nothing is half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import sha
+
+URL = "/v1/namespaces/bounds/entries"
+
+
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"level": value}
+    return value
+
+
+@pytest.mark.parametrize("compile_ms", [str(2**31), str(10**30), "-1"])
+def test_a_compile_time_too_large_for_the_index_stores_nothing(
+    client: TestClient, settings_dir: Path, compile_ms: str
+) -> None:
+    headers = {"X-Content-SHA256": sha(b"x"), "X-Compile-Time-Ms": compile_ms}
+    response = client.put(f"{URL}/k", content=b"x", headers=headers)
+    assert response.status_code == 400 and response.json()["error"] == "bad_request"
+    assert client.get(f"{URL}/k").status_code == 404
+    assert not (settings_dir / "blobs" / "bounds").exists()  # no orphan blob either
+
+
+def test_the_largest_compile_time_is_kept(client: TestClient) -> None:
+    headers = {"X-Content-SHA256": sha(b"x"), "X-Compile-Time-Ms": str(2**31 - 1)}
+    assert client.put(f"{URL}/k", content=b"x", headers=headers).status_code == 201
+
+
+def test_a_key_is_at_most_a_file_name_long(client: TestClient) -> None:
+    longest = "k" * 255
+    assert (
+        client.put(f"{URL}/{longest}", content=b"x", headers={"X-Content-SHA256": sha(b"x")}).status_code
+        == 201
+    )
+    assert client.get(f"{URL}/{longest}").content == b"x"
+    too_long = client.put(f"{URL}/{longest}k", content=b"x", headers={"X-Content-SHA256": sha(b"x")})
+    assert too_long.status_code == 400 and "at most 255" in too_long.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/admin/evict", {"older_than_seconds": 1e300}),
+        ("/admin/evict", {"older_than_seconds": "Infinity"}),
+        ("/admin/evict", {"max_total_bytes": 2**70}),
+        ("/admin/gc", {"grace_seconds": 1e300}),
+        ("/admin/gc", {"grace_seconds": "NaN"}),
+    ],
+)
+def test_periods_and_sizes_beyond_what_dates_and_columns_hold_are_refused(
+    client: TestClient, path: str, body: dict[str, Any]
+) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 400, response.text
+
+
+def test_a_deeply_nested_fingerprint_is_refused_and_the_namespace_stays_usable(client: TestClient) -> None:
+    deep = client.put("/v1/namespaces/deep", json={"fingerprint": nested(200)})
+    assert deep.status_code == 400 and "nests deeper" in deep.json()["detail"]
+    assert client.get("/v1/namespaces/deep").status_code == 404  # nothing saved
+    fine = client.put("/v1/namespaces/deep", json={"fingerprint": nested(8), "labels": {"team": "x"}})
+    assert fine.status_code == 201
+    assert client.get("/v1/namespaces/deep").json()["fingerprint"] == nested(8)
+    huge = client.put("/v1/namespaces/deep", json={"fingerprint": {"blob": "x" * 100_000}})
+    assert huge.status_code == 400
+    labels = client.put("/v1/namespaces/deep", json={"labels": {str(i): "x" for i in range(65)}})
+    assert labels.status_code == 400
