@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = ["DEFAULT_DATA_DIR", "Settings"]
 
 DEFAULT_DATA_DIR = Path("xla-cache-data")
+MIB = 1024**2
 GIB = 1024**3
 
 
@@ -41,6 +42,26 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Background eviction keeps each namespace under this many bytes."
     )
     max_keys_per_request: int = Field(default=10_000, gt=0, description="Keys allowed in one missing/bundle.")
+    max_json_bytes: int = Field(
+        default=16 * MIB,
+        gt=0,
+        description="Largest request body of every route but an entry upload (JSON), in bytes (413 over it).",
+    )
+    max_concurrent_uploads: int = Field(
+        default=16,
+        gt=0,
+        description="Entry uploads handled at once, each on a worker thread of their own (not the routes').",
+    )
+    upload_wait_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="How long an upload waits for a free upload slot before 503 (with Retry-After).",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest pause while a request body arrives before the request ends with 408.",
+    )
     auth: bool = Field(default=False, description="Require bearer tokens.")
     access_flush_seconds: float = Field(
         default=2.0, gt=0, description="How often batched hit/miss counters and access times are written."
@@ -50,6 +71,9 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=20, ge=0, description="Connections allowed beyond the pool size.")
     db_pool_timeout: float = Field(default=10.0, gt=0, description="Seconds to wait for a pooled connection.")
     db_connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait when connecting.")
+    db_statement_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds one database call may take before it is abandoned (503)."
+    )
     db_pool_pre_ping: bool = Field(default=True, description="Test each pooled connection before use.")
     storage_timeout: float = Field(default=30.0, gt=0, description="Seconds for one storage call.")
     storage_retries: int = Field(default=5, ge=0, description="Retries of a storage call on 429/5xx.")

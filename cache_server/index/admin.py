@@ -191,7 +191,7 @@ class AdminRepository:
         # Core rows straight off the cursor: this may stream millions of them. The cursor is a server-side
         # one on PostgreSQL: closed here when the caller stops early, too.
         with (
-            self._db.transaction() as session,
+            self._db.transaction(streaming=True) as session,
             session.connection().execute(stmt.execution_options(yield_per=2000)) as result,
         ):
             for row in result:

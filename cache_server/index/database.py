@@ -3,10 +3,21 @@
 :meth:`Database.transaction` is the only way a repository reaches the database: one short transaction,
 with "cannot reach the database" turned into :class:`~cache_server.errors.IndexUnavailable`.
 :meth:`Database.insert` is the dialect's ``INSERT`` (both SQLite and PostgreSQL know ``ON CONFLICT``).
+
+Every call has a bounded time (``XLA_CACHE_DB_STATEMENT_TIMEOUT``). PostgreSQL enforces it itself
+(``statement_timeout``, ``lock_timeout``) while it answers, and TCP keepalives and ``tcp_user_timeout``
+notice a host that vanished. A server that holds the connection open and answers nothing (a frozen process
+or proxy: the kernel still acknowledges the bytes) is caught by :class:`_Watchdog`, which shuts down the
+socket of a transaction stuck longer than that, so the request gets a 503 instead of hanging.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +38,7 @@ IN_CHUNK = 500
 """Bound on the items of one ``IN (...)`` list or multi-row ``INSERT`` (well under SQLite's limit)."""
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def chunked(items: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
@@ -42,7 +54,16 @@ def make_engine(settings: Settings) -> Engine:
         return _sqlite_engine(url, settings)
     connect_args: dict[str, Any] = {}
     if url.startswith("postgresql"):
-        connect_args["connect_timeout"] = max(1, int(settings.db_connect_timeout))
+        bound_ms = int(settings.db_statement_timeout * 1000)
+        connect_args.update(
+            connect_timeout=max(1, int(settings.db_connect_timeout)),
+            options=f"-c statement_timeout={bound_ms} -c lock_timeout={bound_ms}",
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=bound_ms,
+        )
     return create_engine(
         url,
         pool_size=settings.db_pool_size,
@@ -83,23 +104,103 @@ def _sqlite_engine(url: str, settings: Settings) -> Engine:
     return engine
 
 
+class _Watchdog:
+    """Shuts down the socket of a transaction that has waited on the database longer than its bound.
+
+    The blocked driver call then fails at once (the connection is invalidated, the caller gets
+    :class:`IndexUnavailable`) instead of waiting for a server that will never answer.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._watched: dict[int, tuple[float, Any]] = {}  # thread -> (deadline, DBAPI connection)
+        self._thread: threading.Thread | None = None
+
+    def watch(self, dbapi_connection: Any) -> None:
+        with self._lock:
+            self._watched[threading.get_ident()] = (time.monotonic() + self._timeout, dbapi_connection)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="xla-cache-db-watchdog", daemon=True)
+                self._thread.start()
+
+    def unwatch(self) -> None:
+        with self._lock:
+            self._watched.pop(threading.get_ident(), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(1.0, self._timeout / 4))
+            now = time.monotonic()
+            with self._lock:
+                late = [conn for deadline, conn in self._watched.values() if deadline < now]
+                for ident in [i for i, (deadline, _) in self._watched.items() if deadline < now]:
+                    del self._watched[ident]
+            for conn in late:
+                _shut_down(conn)
+
+
+def _shut_down(dbapi_connection: Any) -> None:
+    """Shut down a PostgreSQL connection's socket (the driver's own call then fails with it)."""
+    fileno = getattr(getattr(dbapi_connection, "pgconn", None), "socket", -1)
+    if not isinstance(fileno, int) or fileno < 0:
+        return
+    log.warning("the index database did not answer in time; dropping its connection")
+    with contextlib.suppress(OSError):
+        sock = socket.fromfd(fileno, socket.AF_INET, socket.SOCK_STREAM)  # a duplicate descriptor
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()  # closes the duplicate only
+
+
 class Database:
     """The engine, its sessions and transactions; one per process, shared by the repositories."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, statement_timeout: float = 30.0) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._watchdog = _Watchdog(statement_timeout) if engine.dialect.name == "postgresql" else None
+        if self._watchdog is not None:
+            # The pool's pre-ping runs before a transaction has its connection: bound it the same way.
+            ping = engine.dialect.do_ping
+            watchdog = self._watchdog
+
+            def watched_ping(dbapi_connection: Any) -> bool:
+                watchdog.watch(dbapi_connection)
+                try:
+                    return bool(ping(dbapi_connection))
+                finally:
+                    watchdog.unwatch()
+
+            engine.dialect.do_ping = watched_ping  # type: ignore[method-assign]
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
-        return cls(make_engine(settings))
+        return cls(make_engine(settings), settings.db_statement_timeout)
 
     @contextmanager
-    def transaction(self) -> Iterator[Session]:
-        """One transaction, committed when the block ends (rolled back if it raises)."""
+    def transaction(self, *, streaming: bool = False) -> Iterator[Session]:
+        """One transaction, committed when the block ends (rolled back if it raises).
+
+        Bounded by the statement timeout unless ``streaming`` (a read whose caller does work between rows,
+        such as eviction's walk over every entry).
+        """
         try:
-            with self._sessions.begin() as session:
-                yield session
+            if self._watchdog is None or streaming:
+                with self._sessions.begin() as session:
+                    yield session
+                return
+            with self._sessions() as session:
+                self._watchdog.watch(session.connection().connection.dbapi_connection)
+                try:
+                    yield session
+                    session.commit()
+                except BaseException:
+                    session.rollback()
+                    raise
+                finally:
+                    self._watchdog.unwatch()
         except PoolTimeout as exc:
             # Every pooled connection is busy (or stuck on a database that stopped answering).
             raise IndexUnavailable(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -116,5 +117,27 @@ def test_unreachable_database_is_index_unavailable(kind: str, tmp_path: Path) ->
     try:
         with pytest.raises(IndexUnavailable, match="cannot be reached"):
             db.ping()
+    finally:
+        db.dispose()
+
+
+def test_a_database_that_stops_answering_is_index_unavailable_within_the_bound(
+    proxied_postgres: tuple[Settings, TcpProxy],
+) -> None:
+    """Connected, and nothing answers (a frozen database process or proxy: the kernel still acknowledges
+    the bytes, so TCP timeouts never fire): each call ends after the statement timeout, as a 503."""
+    settings, proxy = proxied_postgres
+    db = Database.from_settings(settings.model_copy(update={"db_statement_timeout": 2.0}))
+    try:
+        db.ping()  # a pooled connection now exists
+        proxy.stall()
+        started = time.monotonic()
+        error = finishes(lambda: EntryRepository(db).get_entry("ns", "k"), within=20)
+        assert isinstance(error, IndexUnavailable)
+        assert time.monotonic() - started < 8
+        assert isinstance(finishes(db.ping, within=20), IndexUnavailable)  # a new connection: held too
+        proxy.forward()
+        db.ping()  # back by itself, same engine
+        assert EntryRepository(db).get_entry("ns", "k") is None
     finally:
         db.dispose()

@@ -4,7 +4,9 @@ The machine's PostgreSQL (and an emulator) are shared with other tests, so an ou
 between the server under test and the service: the server is pointed at the proxy's port, and the test
 cuts the proxy (:meth:`TcpProxy.refuse`: open connections are reset, new ones refused), makes it swallow
 traffic (:meth:`TcpProxy.blackhole`: connections are accepted but nothing ever answers, like a host
-that vanished from the network), and restores it (:meth:`TcpProxy.forward`) on the same port.
+that vanished from the network), freezes it (:meth:`TcpProxy.stall`: open connections stay open and
+nothing more passes, like a database process that stopped), and restores it (:meth:`TcpProxy.forward`)
+on the same port.
 """
 
 from __future__ import annotations
@@ -41,12 +43,15 @@ class TcpProxy:
         self._accepter: threading.Thread | None = None
         self._open: set[socket.socket] = set()
         self._stopping = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     # -- modes ------------------------------------------------------------------------------------------
     def forward(self) -> None:
         """Pass traffic through to the target (listening again if the proxy was refusing)."""
         self._drop_connections()
         self.mode = "forward"
+        self._flowing.set()
         self._listen()
 
     def refuse(self) -> None:
@@ -62,9 +67,16 @@ class TcpProxy:
         self._drop_connections()  # then every one accepted before, forwarded or not
         self._listen()
 
+    def stall(self) -> None:
+        """Keep every connection open but pass nothing more either way (new ones are held too)."""
+        with self._lock:
+            self.mode = "stall"
+            self._flowing.clear()
+
     def close(self) -> None:
         """Stop listening and drop everything."""
         self._stopping.set()
+        self._flowing.set()
         self._stop_listening()
         self._drop_connections()
 
@@ -131,6 +143,9 @@ class TcpProxy:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(_BUFFER):
+                self._flowing.wait()  # a stall holds what arrived; forward() drops the connection
+                if self.mode != "forward":
+                    break
                 dst.sendall(data)
         except OSError:
             pass
