@@ -291,7 +291,8 @@ class CacheService:
         check_key(key)
         entry = self._entries.get_entry(namespace, key)
         if entry is None:
-            self._access.miss(namespace)
+            if if_none_match is None:  # a revalidation is not a lookup: not counted, as before
+                self._access.miss(namespace)
             raise _not_found(namespace, key)
         if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
             return NotModified(entry)

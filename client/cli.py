@@ -94,12 +94,14 @@ def cmd_warm(args: argparse.Namespace) -> int:
     lines = [
         f"namespace   {report.namespace}",
         f"framework   {report.framework}",
-        f"cache dir   {report.cache_dir}   (point {report.framework}'s persistent cache at it)",
+        f"cache dir   {report.cache_dir}",
         f"downloaded  {report.downloaded_entries} entries, {report.downloaded_bytes} bytes",
         f"present     {report.present_entries} entries, {report.present_bytes} bytes",
         f"seconds     {report.seconds:.2f}",
     ]
     lines += [f"error       {error}" for error in report.errors]
+    lines.append("a job that does not call client.warm() uses it with:")
+    lines += [f"    {line}" for line in framework_named(report.framework).setup_lines(Path(report.cache_dir))]
     _emit(args, report.as_dict(), lines)
     return 1 if report.errors and args.strict else 0
 

@@ -197,7 +197,7 @@ class Uploader:
         ready: list[LocalFile] = []
         for key, item in scan(self.directory, self.framework.is_entry).items():
             state = (item.size, item.mtime_ns)
-            if self._done.get(key) == state or item.size == 0:
+            if self._done.get(key) == state or self._refused.get(key) == state or item.size == 0:
                 continue
             if writing is not None and key in writing:
                 continue
@@ -210,8 +210,8 @@ class Uploader:
                 problem = self.framework.entry_problem(item.path)
                 if problem is None:
                     ready.append(item)
-                elif self._refused.get(key) != state:
-                    self._refused[key] = state  # warn once for each version of the file
+                else:
+                    self._refused[key] = state  # not checked again, nor warned about, until it changes
                     logger.warning("xla-cache: not uploading %s: %s", item.path, problem)
         return ready
 

@@ -77,7 +77,7 @@ class WarmReport(WarmCounts):
     def summary(self) -> str:
         """The one log line."""
         text = (
-            f"xla-cache warm: namespace {self.namespace}: {self.downloaded_entries} entries "
+            f"xla-cache warm: {self.framework} namespace {self.namespace}: {self.downloaded_entries} entries "
             f"({self.downloaded_bytes} bytes) downloaded, {self.present_entries} already present, "
             f"{self.seconds:.2f} s ({self.server_seconds:.2f} s with the server), cache dir {self.cache_dir}"
         )
@@ -197,11 +197,21 @@ def _summarize(errors: list[str], limit: int = 3) -> str:
     return text
 
 
+_SETTLED_SECONDS = 60.0  # an entry file untouched this long is not being written by anyone
+
+
 def _remove_unloadable(plan: _Plan, on_server: set[str]) -> int:
-    """Remove local entries the framework could not load (never those the server vouched for)."""
+    """Remove local entries the framework could not load, so that it writes them again.
+
+    Only in the process that writes the cache (the others may share its directory on one host), never an
+    entry the server vouched for, and never a file modified in the last minute (it may be being written).
+    """
+    if not plan.framework.uploads_here():
+        return 0
     removed = 0
+    settled = time.time() - _SETTLED_SECONDS
     for key, item in scan(plan.directory, plan.framework.is_entry).items():
-        if key in on_server:
+        if key in on_server or item.mtime_ns / 1e9 > settled:
             continue
         problem = plan.framework.entry_problem(item.path)
         if problem is not None:
@@ -330,6 +340,8 @@ def warm(
     started = time.monotonic()
     config = ClientConfig.resolve(server, token, cache_dir)
     adapter = choose(str(fingerprint.get("framework", framework)) if fingerprint is not None else framework)
+    if framework == AUTO and fingerprint is None:
+        logger.info("xla-cache: framework auto: %s (imported, or else installed)", adapter.name)
     if not initialize:
         fp = dict(fingerprint) if fingerprint is not None else adapter.fingerprint()
         plan = _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress)
@@ -344,7 +356,7 @@ def warm(
             # Several rank threads of one process (xmp.spawn on CPU/GPU) share one cache directory.
             logger.info("xla-cache: %s is already warmed and in use in this process", earlier.cache_dir)
             return earlier
-        adapter.check_not_too_late()
+        adapter.check_not_too_late(plan.directory)
         report = _warm(plan, started, initialize=True, all_compilations=all_compilations)
         _PROCESS.initialized = report
         return report

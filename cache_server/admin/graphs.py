@@ -36,6 +36,7 @@ class GraphIndexer:
         self._pending = 0  # queued and not yet parsed, plus one for a catch-up scan asked for or running
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()  # a catch-up scan ends between entries once set
 
     def notify(self, namespace: str, key: str) -> None:
         """Queue a newly stored entry (called on the upload path: never blocks, never raises)."""
@@ -62,13 +63,16 @@ class GraphIndexer:
     def catch_up(self) -> int:
         """Parse every entry that has no record yet; returns how many were parsed."""
         done = 0
-        while True:
+        while not self._stopping.is_set():
             batch = self._repository.unparsed_entries(CATCH_UP_BATCH)
             for namespace, key in batch:
+                if self._stopping.is_set():
+                    return done
                 self.parse(namespace, key)
             done += len(batch)
             if len(batch) < CATCH_UP_BATCH:
-                return done
+                break
+        return done
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until everything queued so far is parsed and no catch-up scan runs."""
@@ -83,12 +87,14 @@ class GraphIndexer:
 
     def start(self) -> None:
         if self._thread is None:
+            self._stopping.clear()
             with self._changed:
                 self._request_catch_up()  # entries stored before this process started
             self._thread = threading.Thread(target=self._run, name="xla-cache-graphs", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
+        self._stopping.set()  # the store and the database are closed next: no parse may still run
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout=10)

@@ -54,9 +54,9 @@ class Framework(ABC):
         """The readable start of the namespace id of ``fingerprint`` (device and version)."""
 
     @abstractmethod
-    def check_not_too_late(self) -> None:
-        """Raise :class:`~client.errors.CacheAlreadyInitialized` if the cache can no longer be pointed at a
-        directory."""
+    def check_not_too_late(self, directory: Path) -> None:
+        """Raise :class:`~client.errors.CacheAlreadyInitialized` if the cache can no longer be pointed at
+        ``directory``."""
 
     @abstractmethod
     def initialize(self, directory: Path, *, all_compilations: bool = True) -> None:
@@ -64,6 +64,10 @@ class Framework(ABC):
 
         ``all_compilations``: cache every compilation (where the framework skips small or fast ones).
         """
+
+    @abstractmethod
+    def setup_lines(self, directory: Path) -> list[str]:
+        """The code a job that does not call ``warm()`` needs to use ``directory`` as ``initialize`` does."""
 
     # -- the cache directory ------------------------------------------------------------------------------
     def is_entry(self, name: str) -> bool:

@@ -25,24 +25,29 @@ that lacks it. JAX writes an entry in place and never replaces one, so a truncat
 recompiled on every run: warm removes a local entry that does not decompress, and never places or uploads
 one.
 
-In a multi-process job (``jax.distributed``) only process 0 writes the cache, so only process 0 uploads;
-every process warms its own directory.
+In a multi-process job (``jax.distributed``) only process 0 writes the cache, so only process 0 uploads
+and removes unloadable entries; processes on one host share the namespace's directory (the directory
+lock lets one warm it at a time).
 
 Fingerprint fields: ``schema``, ``framework`` (``"jax"``), ``jax_version``, ``jaxlib_version``,
 ``platform`` (``cpu``, ``tpu``, ``gpu``), ``platform_version``, ``device_kind``, ``device_count`` (all
-processes), ``local_device_count``, ``process_count``, ``topology`` (the devices' coordinates where the
-platform has them, else None), ``pjrt_plugins``, ``accelerator_type``, ``xla_flags_digest`` and
-``libtpu_init_args_digest``. The namespace's readable prefix is ``<platform>-jax<jax_version>``.
+processes), ``local_device_count``, ``process_count``, ``topology`` (where devices have coordinates: the
+extent of each axis and the number of slices, else None), ``compression`` (zlib or zstandard: JAX puts
+it into every key, and an entry compressed the other way cannot be used), ``pjrt_plugins``,
+``accelerator_type``, ``xla_flags_digest`` and ``libtpu_init_args_digest``. The namespace's readable
+prefix is ``<platform>-jax<jax_version>``.
 """
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import os
 import re
 import sys
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,31 +76,66 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _TIME_BYTES = 4
 
 
-def read_entry(data: bytes) -> bytes:
-    """The decompressed payload of an entry (compile time, then executable); ValueError if it is not one."""
-    if data[:4] == _ZSTD_MAGIC:
-        try:
-            import zstandard
-        except ImportError:
-            raise ValueError("it is zstandard-compressed and zstandard is not installed") from None
-        try:
-            payload = bytes(zstandard.ZstdDecompressor().decompress(data))
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"it does not decompress ({exc})") from None
-    else:
-        try:
-            payload = zlib.decompress(data)
-        except zlib.error as exc:
-            raise ValueError(f"it does not decompress ({exc})") from None
-    if len(payload) <= _TIME_BYTES:
+def _decompressor(head: bytes) -> Any:
+    """A streaming decompressor for an entry that starts with ``head`` (zlib, or zstandard)."""
+    if head[:4] != _ZSTD_MAGIC:
+        return zlib.decompressobj()
+    try:
+        import zstandard
+    except ImportError:
+        raise ValueError("it is zstandard-compressed and zstandard is not installed") from None
+    return zstandard.ZstdDecompressor().decompressobj()
+
+
+def check_entry(chunks: Iterable[bytes], *, keep: int = 0) -> bytes:
+    """Decompress an entry as a stream, keeping only its first ``keep`` bytes; ValueError unless it is whole
+    (decompresses to its end) and holds an executable after the compile time. Memory stays flat."""
+    source = iter(chunks)
+    first = next(source, b"")
+    decompressor = _decompressor(first)
+    kept = bytearray()
+    size = 0
+    try:
+        for chunk in itertools.chain([first], source):
+            out = decompressor.decompress(chunk)
+            size += len(out)
+            if len(kept) < keep:
+                kept += out[: keep - len(kept)]
+    except Exception as exc:  # zlib.error, zstandard.ZstdError
+        raise ValueError(f"it does not decompress ({exc})") from None
+    if not getattr(decompressor, "eof", True):
+        raise ValueError("it is truncated")
+    if size <= _TIME_BYTES:
         raise ValueError("it holds no executable")
-    return payload
+    return bytes(kept)
+
+
+def read_entry(data: bytes) -> bytes:
+    """The first bytes of an entry's payload (its compile time); ValueError if it is not an entry."""
+    return check_entry([data], keep=_TIME_BYTES)
 
 
 def entry_compile_time_ms(data: bytes) -> int:
     """The compile time JAX recorded in an entry, in milliseconds (JAX keeps whole seconds: under a second
     is 0); ValueError if it is not an entry."""
     return int.from_bytes(read_entry(data)[:_TIME_BYTES], "big") * 1000
+
+
+def _file_chunks(path: Path, size: int = 1024 * 1024) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := handle.read(size):
+            yield chunk
+
+
+def compression() -> str:
+    """What JAX compresses entries with here (it is part of every key): zstandard where importable."""
+    for module in ("compression.zstd", "zstandard"):  # compression.zstd: Python 3.14
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+        return "zstandard"
+    return "zlib"
 
 
 def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -114,6 +154,7 @@ def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = 
         "local_device_count": int(facts["local_device_count"]),
         "process_count": int(facts["process_count"]),
         "topology": facts.get("topology"),
+        "compression": facts.get("compression"),
         "pjrt_plugins": plugins,
         "accelerator_type": env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or None,
         "xla_flags_digest": flags_digest(env.get("XLA_FLAGS")),
@@ -128,8 +169,14 @@ def runtime_facts() -> dict[str, Any]:
 
     devices = jax.devices()
     first = devices[0]
-    coords = [getattr(device, "coords", None) for device in devices]
-    topology = sorted(tuple(c) for c in coords if c is not None) or None
+    coords = [tuple(c) for device in devices if (c := getattr(device, "coords", None)) is not None]
+    topology = None
+    if coords:  # a summary, not every device: its size must not grow with the pod
+        extent = [
+            max(c[axis] for c in coords) - min(c[axis] for c in coords) + 1 for axis in range(len(coords[0]))
+        ]
+        slices = {getattr(device, "slice_index", 0) for device in devices}
+        topology = {"extent": extent, "slices": len(slices)}
     return {
         "jax_version": jax.__version__,
         "jaxlib_version": getattr(jaxlib, "__version__", None) or distribution_version("jaxlib"),
@@ -139,7 +186,8 @@ def runtime_facts() -> dict[str, Any]:
         "device_count": jax.device_count(),
         "local_device_count": jax.local_device_count(),
         "process_count": jax.process_count(),
-        "topology": [list(c) for c in topology] if topology else None,
+        "topology": topology,
+        "compression": compression(),
         "pjrt_plugins": {
             name: version for name in PLUGIN_DISTRIBUTIONS if (version := distribution_version(name))
         },
@@ -196,9 +244,9 @@ class Jax(Framework):
         platform = safe_label(fingerprint.get("platform", "unknown"), 16).lower()
         return f"{platform}-jax{safe_label(fingerprint.get('jax_version', 'unknown'), 48)}"
 
-    def check_not_too_late(self) -> None:
+    def check_not_too_late(self, directory: Path) -> None:
         self.require()
-        self._check_binding(None)
+        self._check_binding(directory)
 
     def _check_binding(self, directory: Path | None) -> None:
         cache = _compilation_cache()
@@ -222,7 +270,7 @@ class Jax(Framework):
         if _bound_directory(cache) is not None:
             self._check_binding(directory)
             return  # already this directory (another warm of it in this process)
-        self._check_binding(None)
+        self._check_binding(directory)
         jax.config.update("jax_enable_compilation_cache", True)
         jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
         if all_compilations:
@@ -235,12 +283,20 @@ class Jax(Framework):
         if _bound_directory(cache) is None:
             raise CacheAlreadyInitialized(f"JAX's persistent compilation cache did not open {directory}")
 
+    def setup_lines(self, directory: Path) -> list[str]:
+        return [
+            'jax.config.update("jax_persistent_cache_enable_xla_caches", "none")  # keys without the path',
+            'jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)',
+            'jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)',
+            f'jax.config.update("jax_compilation_cache_dir", {str(directory)!r})',
+        ]
+
     def is_entry(self, name: str) -> bool:
         return is_key(name) and _ENTRY.fullmatch(name) is not None
 
     def entry_problem(self, path: Path) -> str | None:
         try:
-            read_entry(path.read_bytes())
+            check_entry(_file_chunks(path))
         except ValueError as exc:
             return str(exc)
         except OSError as exc:
@@ -250,9 +306,12 @@ class Jax(Framework):
     def compile_times(self, files: Sequence[LocalFile]) -> dict[str, int]:
         times: dict[str, int] = {}
         for item in files:
-            try:
-                milliseconds = entry_compile_time_ms(item.path.read_bytes())
-            except (OSError, ValueError):
+            try:  # the time is the payload's first bytes: decompress no further than that
+                with item.path.open("rb") as handle:
+                    decompressor = _decompressor(head := handle.read(64 * 1024))
+                    payload = decompressor.decompress(head)
+                milliseconds = int.from_bytes(payload[:_TIME_BYTES], "big") * 1000
+            except Exception:  # unreadable, or not compressed as JAX does (zlib.error, zstandard.ZstdError)
                 continue
             if milliseconds:  # 0: under a second, which JAX does not tell more precisely
                 times[item.key] = milliseconds

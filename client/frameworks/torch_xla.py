@@ -242,7 +242,7 @@ class TorchXla(Framework):
         """True once torch_xla compiled a graph in this process (its cache setting is then fixed)."""
         return bool(self.require()._XLAC._xla_computation_cache_is_initialized())
 
-    def check_not_too_late(self) -> None:
+    def check_not_too_late(self, directory: Path | None = None) -> None:
         if self.cache_is_initialized():
             raise CacheAlreadyInitialized(
                 "torch_xla already compiled a graph in this process, so its persistent cache can no longer "
@@ -256,6 +256,9 @@ class TorchXla(Framework):
 
         self.check_not_too_late()
         xr.initialize_cache(str(directory), readonly=False)
+
+    def setup_lines(self, directory: Path) -> list[str]:
+        return [f"torch_xla.runtime.initialize_cache({str(directory)!r}, readonly=False)"]
 
     def compile_times(self, files: Sequence[LocalFile]) -> dict[str, int]:
         return match_compile_times(files, _compile_time_samples())

@@ -120,7 +120,7 @@ BAD_NAMES = [
     ("-leading", "must start with a letter or digit"),
     (".hidden", "must start with a letter or digit"),
     ("sp%20ace", "not allowed"),
-    ("k" * 257, "at most 256"),
+    ("k" * 256, "at most 255"),
 ]
 
 

@@ -171,7 +171,7 @@ class FakeTorchXla(TorchXla):
     def require(self) -> None:
         return None
 
-    def check_not_too_late(self) -> None:
+    def check_not_too_late(self, directory: Path | None = None) -> None:
         if self.too_late:
             raise CacheAlreadyInitialized("torch_xla already compiled a graph in this process")
 

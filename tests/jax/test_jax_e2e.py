@@ -6,7 +6,11 @@ JAX's own monitoring events (``/jax/compilation_cache/...``).
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -69,6 +73,8 @@ def test_a_truncated_local_entry_is_replaced_not_kept(live_server: LiveServer, t
     directory = Path(first["warm"]["cache_dir"])
     victim = sorted(directory.glob("*-cache"))[0]
     victim.write_bytes(victim.read_bytes()[:40])
+    an_hour_ago = time.time() - 3600
+    os.utime(victim, (an_hour_ago, an_hour_ago))  # a crash leftover, not a file being written now
     second, log = run_jax_job(["--cache-dir", str(base), "--shapes", "3"])
     assert second["warm"]["removed_entries"] == 1 and "removing" in log
     assert second["hits"] == 2 and second["misses"] == 1 and second["digest"] == first["digest"]
@@ -97,3 +103,33 @@ def test_a_torch_model_through_torchax_shares_the_jax_cache(live_server: LiveSer
     assert second["warm"]["downloaded_entries"] >= compiled
     assert second["hits"] == compiled and second["misses"] == 0
     assert second["digest"] == first["digest"]
+
+
+def test_warm_again_after_stop_and_too_late_elsewhere(tmp_path: Path) -> None:
+    """A second warm of the same directory works (after client.stop()); another directory once JAX's cache
+    is bound is a clear error, not a silent use of the old one."""
+    script = (
+        "import sys, client\n"
+        "from client.errors import CacheAlreadyInitialized\n"
+        "first = client.warm(None, sys.argv[1], framework='jax')\n"
+        "client.stop()\n"
+        "again = client.warm(None, sys.argv[1], framework='jax')\n"
+        "assert again.initialized and again.cache_dir == first.cache_dir\n"
+        "client.stop()\n"
+        "try:\n"
+        "    client.warm(None, sys.argv[2], framework='jax')\n"
+        "except CacheAlreadyInitialized as exc:\n"
+        "    print('TOO LATE:', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_"))}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "one"), str(tmp_path / "two")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TOO LATE: JAX's persistent compilation cache is already bound to" in done.stdout
