@@ -15,15 +15,14 @@ def test_every_setting_is_in_the_readme() -> None:
     assert undocumented == []
 
 
-def test_the_folder_map_names_every_module_of_the_server_and_its_index() -> None:
+def test_the_folder_map_names_every_module_of_the_server_and_the_client() -> None:
     text = README.read_text()
     folders = text[text.index("## Folders") :]
-    server = README.parent / "cache_server"
+    server, client = README.parent / "cache_server", README.parent / "client"
+    packages = (server, server / "index", server / "admin", server / "api", server / "storage")
+    packages += (server / "storage" / "gcs", client, client / "frameworks")
     modules = [
-        path
-        for folder in (server, server / "index", server / "admin")
-        for path in sorted(folder.glob("*.py"))
-        if not path.name.startswith("__")
+        path for folder in packages for path in sorted(folder.glob("*.py")) if not path.name.startswith("__")
     ]
-    unnamed = [str(path.relative_to(server)) for path in modules if path.name not in folders]
+    unnamed = [str(path.relative_to(README.parent)) for path in modules if path.name not in folders]
     assert unnamed == []
