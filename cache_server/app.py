@@ -10,8 +10,9 @@ from fastapi import Depends, FastAPI
 
 from cache_server.api import router
 from cache_server.api.auth import authorize
+from cache_server.api.entries import UploadSlots
 from cache_server.api.errors import install_error_handlers
-from cache_server.api.middleware import RejectEncodedSeparators
+from cache_server.api.middleware import BoundedBodies, RejectEncodedSeparators
 from cache_server.api.telemetry import Telemetry, configure_access_log
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
@@ -25,11 +26,13 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     ``services`` are built from the settings unless given (tests build their own, to look inside); the app
     starts them when it starts and stops them when it stops.
     """
-    settings = settings or Settings()
+    settings = settings or (services.settings if services is not None else Settings())
     services = services or build_services(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Uploads get threads of their own, so uploads that stall cannot starve the other routes.
+        app.state.upload_slots = UploadSlots(settings.max_concurrent_uploads, settings.upload_wait_seconds)
         services.start()
         try:
             yield
@@ -50,6 +53,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.state.services = services
     install_error_handlers(app)
     app.include_router(router)
+    app.add_middleware(  # JSON bodies: at most XLA_CACHE_MAX_JSON_BYTES, no pause over the body timeout
+        BoundedBodies, max_bytes=settings.max_json_bytes, idle_timeout=settings.body_timeout_seconds
+    )
     app.add_middleware(RejectEncodedSeparators)
     app.add_middleware(Telemetry)  # outermost: every request is counted and logged
     configure_access_log()

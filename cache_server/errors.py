@@ -8,7 +8,10 @@ from __future__ import annotations
 
 __all__ = [
     "BadRequest",
+    "BodyTimeout",
+    "BodyTooLarge",
     "CacheError",
+    "ClientAborted",
     "DigestConflict",
     "DigestMismatch",
     "EntryNotFound",
@@ -21,6 +24,7 @@ __all__ = [
     "StorageUnavailable",
     "TooManyKeys",
     "Unauthorized",
+    "UploadsBusy",
 ]
 
 
@@ -71,6 +75,34 @@ class EntryTooLarge(CacheError):
     """The upload is larger than ``XLA_CACHE_MAX_ENTRY_BYTES``."""
 
     code = "entry_too_large"
+
+
+class BodyTooLarge(CacheError):
+    """A request body (other than an entry upload) larger than ``XLA_CACHE_MAX_JSON_BYTES``."""
+
+    code = "body_too_large"
+
+
+class BodyTimeout(CacheError):
+    """The request body stopped arriving: no bytes for ``XLA_CACHE_BODY_TIMEOUT_SECONDS``."""
+
+    code = "body_timeout"
+
+
+class ClientAborted(CacheError):
+    """The client went away before its request body was complete; nothing it sent was kept.
+
+    Nobody reads the answer; it is counted (status 499, as nginx names it) so that a client's abort never
+    shows up as a server error.
+    """
+
+    code = "client_aborted"
+
+
+class UploadsBusy(CacheError):
+    """Every upload slot (``XLA_CACHE_MAX_CONCURRENT_UPLOADS``) stayed taken; retrying later may work."""
+
+    code = "uploads_busy"
 
 
 class EntryNotFound(CacheError):

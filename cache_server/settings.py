@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     )
     max_keys_per_request: int = Field(default=10_000, gt=0, description="Keys allowed in one missing/bundle.")
     max_json_bytes: int = Field(
-        default=16 * MIB,
+        default=4 * MIB,  # 1.5 times the largest legitimate body; parsing a body costs many times its size
         gt=0,
         description="Largest request body of every route but an entry upload (JSON), in bytes (413 over it).",
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 import anyio
@@ -10,30 +12,104 @@ import anyio.from_thread
 import anyio.to_thread
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER
-from cache_server.api.deps import ServiceDep
+from cache_server.api.deps import ServiceDep, get_settings
 from cache_server.api.schemas import KeysRequest, ManifestEntry, ManifestOut, MissingOut, PutOut
 from cache_server.api.signed_urls import redirect_to
 from cache_server.domain import EntryInfo
-from cache_server.errors import BadRequest
+from cache_server.errors import BadRequest, BodyTimeout, ClientAborted, UploadsBusy
 from cache_server.names import check_key, check_namespace, check_sha256
 from cache_server.service import NotModified, OpenedEntry
 from cache_server.streams import Coalescer
 
-__all__ = ["router"]
+__all__ = ["UploadSlots", "router", "upload_slots"]
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/namespaces/{namespace}", tags=["entries"])
 
 
-async def _coalesced(request: Request) -> AsyncIterator[bytes]:
-    """The request body in pieces of about a MiB: each crosses to the worker thread in one hop."""
-    joiner = Coalescer()
-    async for chunk in request.stream():
-        if (joined := joiner.push(chunk)) is not None:
+class UploadSlots:
+    """The worker threads of entry uploads, apart from the default thread limiter the sync routes use.
+
+    An upload holds a thread for as long as its body takes to arrive, so uploads that stall must not take
+    the threads that ``/healthz``, downloads and ``/metrics`` need: at most ``size`` uploads run at once
+    (``XLA_CACHE_MAX_CONCURRENT_UPLOADS``), each on a thread of this limiter, and one more waits at most
+    ``wait_seconds`` (``XLA_CACHE_UPLOAD_WAIT_SECONDS``) for a slot before it is refused with 503.
+    Build it on the event loop that serves the app (the app's lifespan does).
+    """
+
+    def __init__(self, size: int, wait_seconds: float) -> None:
+        self.size = size
+        self.wait_seconds = wait_seconds
+        self._slots = anyio.Semaphore(size)
+        self.threads = anyio.CapacityLimiter(size)  # never waits: a slot is taken first
+
+    @property
+    def in_use(self) -> int:
+        return self.size - self._slots.value
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one upload slot; :class:`UploadsBusy` when none frees up within ``wait_seconds``."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            with anyio.move_on_after(self.wait_seconds) as waited:
+                await self._slots.acquire()
+            if waited.cancelled_caught:
+                raise UploadsBusy(
+                    f"All {self.size} upload slots stayed busy for {self.wait_seconds:g} s "
+                    "(XLA_CACHE_MAX_CONCURRENT_UPLOADS); retry later."
+                ) from None
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+def upload_slots(request: Request) -> UploadSlots:
+    """The app's upload slots (made by its lifespan; made here when the app runs without one)."""
+    slots: UploadSlots | None = getattr(request.app.state, "upload_slots", None)
+    if slots is None:
+        settings = get_settings(request)
+        slots = UploadSlots(settings.max_concurrent_uploads, settings.upload_wait_seconds)
+        request.app.state.upload_slots = slots
+    return slots
+
+
+class _UploadBody:
+    """The request body in pieces of about a MiB (each crosses to the worker thread in one hop).
+
+    A pause of more than ``idle_timeout`` seconds between two pieces off the network ends the upload with
+    :class:`BodyTimeout`; ``received`` counts the bytes that did arrive.
+    """
+
+    def __init__(self, request: Request, idle_timeout: float) -> None:
+        self._request = request
+        self._idle_timeout = idle_timeout
+        self.received = 0
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        joiner = Coalescer()
+        stream = self._request.stream().__aiter__()
+        while True:
+            with anyio.move_on_after(self._idle_timeout) as waited:
+                chunk = await anext(stream, None)
+            if waited.cancelled_caught:
+                raise BodyTimeout(
+                    f"The upload stopped arriving: nothing for {self._idle_timeout:g} s after "
+                    f"{self.received} bytes (XLA_CACHE_BODY_TIMEOUT_SECONDS); nothing was stored."
+                )
+            if chunk is None:
+                break
+            self.received += len(chunk)
+            if (joined := joiner.push(chunk)) is not None:
+                yield joined
+        if (joined := joiner.rest()) is not None:
             yield joined
-    if (joined := joiner.rest()) is not None:
-        yield joined
 
 
 def _blocking_body(stream: AsyncIterator[bytes]) -> Iterator[bytes]:
@@ -88,7 +164,10 @@ async def put_entry(
     """Upload an entry's bytes, streamed and checked against ``X-Content-SHA256``.
 
     201 stored; 200 already stored with this digest; 409 stored with another digest (the first stays);
-    400 the body does not match its digest; 413 larger than ``XLA_CACHE_MAX_ENTRY_BYTES``.
+    400 the body does not match its digest; 413 larger than ``XLA_CACHE_MAX_ENTRY_BYTES``; 408 the body
+    paused longer than ``XLA_CACHE_BODY_TIMEOUT_SECONDS``; 503 (with ``Retry-After``) every upload slot
+    stayed busy for ``XLA_CACHE_UPLOAD_WAIT_SECONDS``. A client that disconnects mid-body is logged in one
+    line and counted as 499. Whatever ends an upload early, nothing of it is stored.
     """
     check_namespace(namespace)
     check_key(key)
@@ -96,18 +175,36 @@ async def put_entry(
     declared = _optional_int("Content-Length", request.headers.get("content-length"))
     compile_ms = _optional_int(COMPILE_TIME_HEADER, x_compile_time_ms)
     service.check_upload_size(declared)
-    body = _blocking_body(_coalesced(request).__aiter__())
-    result = await anyio.to_thread.run_sync(
-        lambda: service.put_entry(
-            namespace,
-            key,
-            body,
-            sha256=sha256,
-            declared_size=declared,
-            compile_time_ms=compile_ms,
-            uploader=x_uploader,
-        )
-    )
+    upload = _UploadBody(request, get_settings(request).body_timeout_seconds)
+    slots = upload_slots(request)
+    async with slots.slot():
+        body = _blocking_body(upload.pieces().__aiter__())
+        try:
+            result = await anyio.to_thread.run_sync(
+                lambda: service.put_entry(
+                    namespace,
+                    key,
+                    body,
+                    sha256=sha256,
+                    declared_size=declared,
+                    compile_time_ms=compile_ms,
+                    uploader=x_uploader,
+                ),
+                limiter=slots.threads,
+            )
+        except ClientDisconnect:
+            log.info("client aborted the upload of %s/%s after %d bytes", namespace, key, upload.received)
+            raise ClientAborted(
+                f"The client went away after sending {upload.received} bytes; nothing was stored."
+            ) from None
+        except BodyTimeout:
+            log.info(
+                "the upload of %s/%s stopped arriving after %d bytes; refused with 408",
+                namespace,
+                key,
+                upload.received,
+            )
+            raise
     response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
     return PutOut(
         namespace=namespace, key=key, size=result.size, sha256=result.sha256, created=result.created

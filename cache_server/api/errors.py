@@ -11,9 +11,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cache_server import errors
 
-__all__ = ["STATUS", "error_response", "install_error_handlers"]
+__all__ = [
+    "CLIENT_CLOSED_REQUEST",
+    "STATUS",
+    "cache_error_response",
+    "error_response",
+    "install_error_handlers",
+]
 
 log = logging.getLogger(__name__)
+
+CLIENT_CLOSED_REQUEST = 499
+"""nginx's status for a client that went away mid-request: logged and counted, never sent, never a 5xx."""
 
 STATUS: dict[type[errors.CacheError], int] = {
     errors.InvalidName: 400,
@@ -22,6 +31,10 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.DigestMismatch: 400,
     errors.DigestConflict: 409,
     errors.EntryTooLarge: 413,
+    errors.BodyTooLarge: 413,
+    errors.BodyTimeout: 408,
+    errors.ClientAborted: CLIENT_CLOSED_REQUEST,
+    errors.UploadsBusy: 503,
     errors.EntryNotFound: 404,
     errors.NamespaceNotFound: 404,
     errors.StorageUnavailable: 503,
@@ -54,6 +67,19 @@ def _status_of(exc: errors.CacheError) -> int:
     return 500
 
 
+def cache_error_response(exc: errors.CacheError) -> JSONResponse:
+    """The answer to a domain error (also for middleware, which runs outside the exception handlers)."""
+    status = _status_of(exc)
+    headers = None
+    if status == 503:
+        headers = {"Retry-After": "5"}
+    elif status == 401:
+        headers = {"WWW-Authenticate": 'Bearer realm="xla-cache"'}
+    elif status == 408:
+        headers = {"Connection": "close"}  # the rest of the body may still come: the connection is done
+    return error_response(status, exc.code, exc.detail, headers)
+
+
 def _describe_validation(exc: RequestValidationError) -> str:
     problems = []
     for err in exc.errors():
@@ -71,13 +97,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(errors.CacheError)
     async def _cache_error(request: Request, exc: errors.CacheError) -> JSONResponse:
-        status = _status_of(exc)
-        headers = {"Retry-After": "5"} if status == 503 else None
-        if status == 401:
-            headers = {"WWW-Authenticate": 'Bearer realm="xla-cache"'}
-        if status >= 500:
+        response = cache_error_response(exc)
+        if 500 <= response.status_code < 600:
             log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
-        return error_response(status, exc.code, exc.detail, headers)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

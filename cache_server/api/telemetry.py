@@ -4,6 +4,10 @@ The line holds the method, the path (never the query string, which may carry a d
 route template, status, duration, bytes in and out, the namespace, the client address, and the *name* of
 the token the request was allowed with (never the token). uvicorn's own access log is turned off by
 ``xla-cache-server serve`` so nothing else logs requests.
+
+A client that goes away before its request body is complete (an aborted upload) is counted and logged with
+status 499, as nginx does: the answer is never sent, and it is not a server error. A body that stops
+arriving is 408, one over its limit 413.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cache_server import metrics
 from cache_server.api.auth import principal_name
+from cache_server.api.errors import CLIENT_CLOSED_REQUEST
 from cache_server.domain import utcnow
 
 __all__ = ["ACCESS_LOGGER", "Telemetry", "configure_access_log"]
@@ -68,6 +73,8 @@ class Telemetry:
         try:
             await self.app(scope, counting_receive, counting_send)
         finally:
+            if seen["status"] == CLIENT_CLOSED_REQUEST:
+                seen["out"] = 0  # the client was gone: nothing was sent
             self._record(scope, time.perf_counter() - started, seen)
 
     @staticmethod

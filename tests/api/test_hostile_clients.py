@@ -1,0 +1,255 @@
+"""Hostile clients against a real ``xla-cache-server serve`` process: stalled, aborted and oversized bodies.
+
+Each test speaks raw HTTP/1.1 over sockets where a well-behaved client library would not misbehave, and is
+bounded to seconds: the server runs with a short body timeout and upload wait.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import sha
+from tests.support.server import LiveServer, run_server
+from tests.support.wait import wait_until
+
+MIB = 1024 * 1024
+BODY_TIMEOUT = 2.0
+UPLOAD_WAIT = 1.0
+SLOTS = 16
+SHORT_TIMEOUTS = {
+    "XLA_CACHE_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+    "XLA_CACHE_UPLOAD_WAIT_SECONDS": str(UPLOAD_WAIT),
+    "XLA_CACHE_MAX_CONCURRENT_UPLOADS": str(SLOTS),
+}
+UPLOAD_ROUTE = "/v1/namespaces/{namespace}/entries/{key:path}"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LiveServer]:
+    with run_server(tmp_path, SHORT_TIMEOUTS) as srv:
+        yield srv
+
+
+def connect(server: LiveServer, timeout: float = 10.0) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def put_head(namespace: str, key: str, length: int) -> bytes:
+    return (
+        f"PUT /v1/namespaces/{namespace}/entries/{key} HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Length: {length}\r\nX-Content-SHA256: {'0' * 64}\r\n\r\n"
+    ).encode()
+
+
+def read_response(sock: socket.socket, deadline: float) -> tuple[int | None, bytes]:
+    """The status and body of one response (``None`` when the server closed without one)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            piece = sock.recv(65536)
+        except ConnectionResetError:
+            piece = b""
+        if not piece:
+            return None, data
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    while length and len(body) < int(length.group(1)):
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        body += piece
+    return int(head.split(b" ", 2)[1]), body
+
+
+def is_closed(sock: socket.socket, deadline: float) -> bool:
+    """Whether the server closes the connection before ``deadline``."""
+    try:
+        while True:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def timed_get(url: str) -> tuple[int, float]:
+    started = time.monotonic()
+    status = httpx.get(url, timeout=5.0).status_code
+    return status, time.monotonic() - started
+
+
+def nothing_stored(data_dir: Path, namespace: str) -> bool:
+    return (
+        not (data_dir / "blobs" / namespace).exists() and list((data_dir / "blobs" / ".tmp").iterdir()) == []
+    )
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -> None:
+    """60 uploads that declare 1,000 bytes and send 10: the rest of the server answers at once."""
+    stored = b"stored before the stall"
+    entry_url = f"{server.url}/v1/namespaces/ok/entries/1"
+    assert httpx.put(entry_url, content=stored, headers={"X-Content-SHA256": sha(stored)}).status_code == 201
+    with ExitStack() as stack:
+        stalled = [stack.enter_context(connect(server)) for _ in range(60)]
+        started = time.monotonic()
+        for i, sock in enumerate(stalled):
+            sock.sendall(put_head("stall", f"k{i}", 1000) + b"x" * 10)
+        time.sleep(0.3)  # every stalled upload has reached the server: 16 hold a slot, 44 wait for one
+
+        latencies = {}
+        for path in ("/healthz", "/readyz", "/v1/namespaces/ok/entries/1", "/metrics"):
+            status, seconds = timed_get(server.url + path)
+            assert status == 200, path
+            latencies[path] = seconds
+        assert httpx.get(entry_url, timeout=5.0).content == stored
+        assert time.monotonic() - started < BODY_TIMEOUT, "the checks ran after the stall ended"
+        assert max(latencies.values()) < 1.5, latencies
+
+        # Every stalled request ends: 408 for those that held a slot, 503 for those that waited in vain.
+        deadline = started + BODY_TIMEOUT + UPLOAD_WAIT + 5
+        answers = [read_response(sock, deadline) for sock in stalled]
+        elapsed = time.monotonic() - started
+        statuses = [status for status, _ in answers]
+        assert set(statuses) <= {408, 503}, statuses
+        assert statuses.count(408) >= SLOTS, statuses
+        for status, body in answers:
+            expected = "body_timeout" if status == 408 else "uploads_busy"
+            assert json.loads(body)["error"] == expected
+        assert BODY_TIMEOUT <= elapsed < BODY_TIMEOUT + UPLOAD_WAIT + 4, elapsed
+        # A stalled request that got 408 has its connection closed (the rest of its body may still come).
+        timed_out = [sock for sock, (status, _) in zip(stalled, answers, strict=True) if status == 408]
+        assert all(is_closed(sock, time.monotonic() + 2) for sock in timed_out)
+
+    data_dir = server.log_path.parent
+    assert nothing_stored(data_dir, "stall")
+    # The slots are free again: a real upload goes through.
+    fresh = b"after the stall"
+    response = httpx.put(
+        f"{server.url}/v1/namespaces/ok/entries/2", content=fresh, headers={"X-Content-SHA256": sha(fresh)}
+    )
+    assert response.status_code == 201, response.text
+    log = server.log()
+    assert "Traceback" not in log
+    assert re.search(r"the upload of stall/k\d+ stopped arriving after 10 bytes; refused with 408", log)
+
+
+def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -> None:
+    with run_server(tmp_path, {**SHORT_TIMEOUTS, "XLA_CACHE_MAX_CONCURRENT_UPLOADS": "1"}) as srv:
+        with connect(srv) as stalled:
+            stalled.sendall(put_head("busy", "held", 1000) + b"x" * 10)
+            time.sleep(0.3)
+            data = b"legitimate"
+            started = time.monotonic()
+            response = httpx.put(
+                f"{srv.url}/v1/namespaces/busy/entries/other",
+                content=data,
+                headers={"X-Content-SHA256": sha(data)},
+                timeout=10,
+            )
+            waited = time.monotonic() - started
+            assert response.status_code == 503
+            assert response.json()["error"] == "uploads_busy"
+            assert response.headers["retry-after"] == "5"
+            assert UPLOAD_WAIT * 0.9 <= waited < UPLOAD_WAIT + 1.5, waited
+            status, _ = read_response(stalled, time.monotonic() + BODY_TIMEOUT + 3)
+            assert status == 408
+        # With the slot back, the same upload is stored.
+        response = httpx.put(
+            f"{srv.url}/v1/namespaces/busy/entries/other",
+            content=data,
+            headers={"X-Content-SHA256": sha(data)},
+        )
+        assert response.status_code == 201
+
+
+def test_aborted_upload_is_one_log_line_a_499_and_nothing_stored(server: LiveServer) -> None:
+    with connect(server) as sock:
+        sock.sendall(put_head("aborted", "k", 3 * MIB) + b"x" * MIB)
+        time.sleep(0.3)
+    line = "client aborted the upload of aborted/k after 1048576 bytes"
+    wait_until(lambda: line in server.log(), timeout=10, message=server.log)
+    wait_until(lambda: '"status":499' in server.log(), timeout=5, message=server.log)
+    log = server.log()
+    assert log.count("aborted/k") == 1
+    assert "Traceback" not in log
+    assert "unhandled error" not in log
+    access = [json.loads(x) for x in log.splitlines() if x.startswith("{") and '"method":"PUT"' in x]
+    assert [(a["status"], a["bytes_in"], a["bytes_out"]) for a in access] == [(499, MIB, 0)]
+    assert nothing_stored(server.log_path.parent, "aborted")
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert f'method="PUT",route="{UPLOAD_ROUTE}",status="499"}} 1.0' in metrics, metrics
+    assert 'status="500"' not in metrics
+
+
+def test_stalled_json_body_ends_in_408_and_a_closed_connection(server: LiveServer) -> None:
+    with connect(server) as sock:
+        started = time.monotonic()
+        sock.sendall(
+            b"POST /v1/namespaces/ns/missing HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"keys": ['
+        )
+        status, body = read_response(sock, started + BODY_TIMEOUT + 5)
+        assert status == 408
+        assert json.loads(body)["error"] == "body_timeout"
+        assert BODY_TIMEOUT * 0.9 <= time.monotonic() - started < BODY_TIMEOUT + 3
+        assert is_closed(sock, time.monotonic() + 2)
+
+
+def test_json_body_over_the_limit_is_413_without_the_server_growing(tmp_path: Path) -> None:
+    """The default 4 MiB limit: a 200 MB Content-Length is refused before one byte of it is sent, and a
+    200 MiB chunked body once 4 MiB have come; the server's peak memory grows by no more than that."""
+    with run_server(tmp_path, SHORT_TIMEOUTS) as srv:
+        keys_url = f"{srv.url}/v1/namespaces/ns/missing"
+        assert httpx.post(keys_url, json={"keys": ["a"]}).status_code == 200  # warm the code paths
+        before = peak_rss_mib(srv.pid)
+        head = b"POST /v1/namespaces/ns/missing HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+        with connect(srv) as sock:
+            started = time.monotonic()
+            sock.sendall(head + b"Content-Length: 200000000\r\n\r\n")
+            status, body = read_response(sock, started + 5)
+            assert status == 413, body
+            assert time.monotonic() - started < 1.0
+            assert json.loads(body)["error"] == "body_too_large"
+            assert "XLA_CACHE_MAX_JSON_BYTES" in json.loads(body)["detail"]
+
+        with connect(srv) as sock:
+            sock.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+            piece = b"%x\r\n%s\r\n" % (MIB, b" " * MIB)
+            try:
+                for _ in range(200):
+                    sock.sendall(piece)
+                sock.sendall(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            status, body = read_response(sock, time.monotonic() + 10)
+            assert status == 413, body
+
+        growth = peak_rss_mib(srv.pid) - before
+        assert growth < 48, f"the server's peak memory grew by {growth:.0f} MiB"
+        # Both refusals are counted (before routing, so under route="unmatched").
+        metrics = httpx.get(f"{srv.url}/metrics").text
+        assert 'method="POST",route="unmatched",status="413"} 2.0' in metrics, metrics
+        assert "Traceback" not in srv.log()
