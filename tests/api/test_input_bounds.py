@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,24 @@ def test_a_deeply_nested_fingerprint_is_refused_and_the_namespace_stays_usable(c
     assert huge.status_code == 400
     labels = client.put("/v1/namespaces/deep", json={"labels": {str(i): "x" for i in range(65)}})
     assert labels.status_code == 400
+
+
+def test_the_openapi_document_says_what_the_server_does(client: TestClient) -> None:
+    """Invalid input is declared as the 400 it is (not FastAPI's 422), names have their patterns, and the
+    bearer scheme is there; and the patterns are those the server enforces."""
+    document = client.get("/openapi.json").json()
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    entry = document["paths"]["/v1/namespaces/{namespace}/entries/{key}"]
+    for method in ("get", "put", "delete"):
+        responses = entry[method]["responses"]
+        assert "422" not in responses and "400" in responses, method
+    key = next(p for p in entry["put"]["parameters"] if p["name"] == "key")["schema"]
+    assert key["maxLength"] == 255
+    assert re.fullmatch(key["pattern"], "137088755305343888964398401303341114028")
+    assert not re.fullmatch(key["pattern"], ".hidden")
+    missing = document["paths"]["/v1/namespaces/{namespace}/missing"]["post"]["responses"]
+    assert "422" not in missing and "400" in missing
+    assert client.post("/v1/namespaces/ns/missing", json={"keys": "not a list"}).status_code == 400
+    assert not any(
+        "422" in op.get("responses", {}) for ops in document["paths"].values() for op in ops.values()
+    )
