@@ -32,6 +32,7 @@ __all__ = [
     "distribution_version",
     "flags_digest",
     "namespace_id",
+    "runtime_environment",
     "safe_label",
 ]
 
@@ -74,6 +75,18 @@ def distribution_version(name: str) -> str | None:
 def safe_label(value: object, longest: int) -> str:
     """``value`` as a piece of a namespace name: unsafe characters replaced by ``_``, at most ``longest``."""
     return _UNSAFE.sub("_", str(value))[:longest]
+
+
+def runtime_environment(facts: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The fingerprint fields every framework shares: installed PJRT plugins (from ``facts``), the
+    accelerator type and digests of the XLA flags (from ``env``)."""
+    plugins = dict(facts.get("pjrt_plugins") or {})
+    return {
+        "pjrt_plugins": {name: plugins[name] for name in sorted(plugins)},
+        "accelerator_type": env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or None,
+        "xla_flags_digest": flags_digest(env.get("XLA_FLAGS")),
+        "libtpu_init_args_digest": flags_digest(env.get("LIBTPU_INIT_ARGS")),
+    }
 
 
 def canonical_json(fingerprint: Mapping[str, Any]) -> str:

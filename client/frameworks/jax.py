@@ -54,7 +54,7 @@ from typing import Any
 from cache_protocol import is_key
 from client.cachedir import LocalFile
 from client.errors import CacheAlreadyInitialized, FrameworkUnavailable
-from client.fingerprint import FINGERPRINT_SCHEMA, distribution_version, flags_digest, safe_label
+from client.fingerprint import FINGERPRINT_SCHEMA, distribution_version, runtime_environment, safe_label
 from client.frameworks import Framework
 
 __all__ = [
@@ -141,7 +141,6 @@ def compression() -> str:
 def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The fingerprint of a JAX runtime described by ``facts`` (see :func:`runtime_facts`) and ``env``."""
     env = os.environ if env is None else env
-    plugins = {name: version for name, version in sorted(dict(facts.get("pjrt_plugins") or {}).items())}
     return {
         "schema": FINGERPRINT_SCHEMA,
         "framework": "jax",
@@ -155,10 +154,7 @@ def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = 
         "process_count": int(facts["process_count"]),
         "topology": facts.get("topology"),
         "compression": facts.get("compression"),
-        "pjrt_plugins": plugins,
-        "accelerator_type": env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or None,
-        "xla_flags_digest": flags_digest(env.get("XLA_FLAGS")),
-        "libtpu_init_args_digest": flags_digest(env.get("LIBTPU_INIT_ARGS")),
+        **runtime_environment(facts, env),
     }
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from client.cachedir import LocalFile
 from client.errors import CacheAlreadyInitialized, TorchXlaUnavailable
-from client.fingerprint import FINGERPRINT_SCHEMA, distribution_version, flags_digest, safe_label
+from client.fingerprint import FINGERPRINT_SCHEMA, distribution_version, runtime_environment, safe_label
 from client.frameworks import Framework
 
 __all__ = [
@@ -91,7 +91,6 @@ def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = 
     """
     env = os.environ if env is None else env
     spmd = bool(facts["spmd"])
-    plugins = {name: version for name, version in sorted(dict(facts.get("pjrt_plugins") or {}).items())}
     return {
         "schema": FINGERPRINT_SCHEMA,
         "framework": "torch_xla",
@@ -107,10 +106,7 @@ def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = 
         "process_count": int(facts["process_count"]),
         "spmd": spmd,
         "process_index": None if spmd else int(facts["process_index"]),
-        "pjrt_plugins": plugins,
-        "accelerator_type": env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or None,
-        "xla_flags_digest": flags_digest(env.get("XLA_FLAGS")),
-        "libtpu_init_args_digest": flags_digest(env.get("LIBTPU_INIT_ARGS")),
+        **runtime_environment(facts, env),
     }
 
 
