@@ -1,15 +1,20 @@
-"""Bearer tokens and roles: read < write < admin.
+"""Bearer tokens and roles: read < write < admin, and the namespaces a token may use.
 
 A token is ``xlc_<id>_<secret>``: the id is public (it names the token in listings and finds its row), the
 secret has 256 bits of randomness. Only the SHA-256 of the whole token is stored, and a presented token is
 compared with it in constant time. No HTTP here: failures are :class:`~cache_server.errors.Unauthorized`
 and :class:`~cache_server.errors.Forbidden`.
+
+A read or write token may be limited to namespace patterns (``torch_xla-2.7.0-*``: ``*`` stands for any run of
+characters, ``?`` for one); it then reaches only the namespaces they match, and none of the server-wide views
+(metrics, dashboard) that name every namespace. Admin tokens are never limited.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
+import fnmatch
 import hashlib
 import hmac
 import re
@@ -21,11 +26,13 @@ from cache_server.domain import Clock, TokenInfo, utcnow
 from cache_server.errors import BadRequest, Forbidden, Unauthorized
 from cache_server.index.tokens import TokenRepository
 
-__all__ = ["Principal", "Role", "TokenInfo", "TokenManager", "hash_token"]
+__all__ = ["Principal", "Role", "TokenInfo", "TokenManager", "check_patterns", "hash_token"]
 
 TOKEN_PREFIX = "xlc"
 _TOKEN = re.compile(r"xlc_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
+_PATTERN = re.compile(r"[A-Za-z0-9._*?-]{1,128}")
+MAX_PATTERNS = 32
 _NO_MATCH = hashlib.sha256(b"no such token").hexdigest()
 TOUCH_EVERY = dt.timedelta(seconds=60)  # last_used_at is written at most this often per token and process
 
@@ -57,6 +64,28 @@ class Principal:
     token_id: str
     name: str
     role: Role
+    namespaces: tuple[str, ...] | None = None  # the patterns it is limited to; None: every namespace
+
+    def may_use(self, namespace: str) -> bool:
+        """Whether this token reaches ``namespace``."""
+        return self.namespaces is None or any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)
+
+
+def check_patterns(patterns: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Namespace patterns as stored (sorted, without repeats); :class:`BadRequest` for a bad one."""
+    if patterns is None:
+        return None
+    if not patterns:
+        raise BadRequest("Give at least one namespace pattern, or none to allow every namespace.")
+    if len(patterns) > MAX_PATTERNS:
+        raise BadRequest(f"A token takes at most {MAX_PATTERNS} namespace patterns, not {len(patterns)}.")
+    for pattern in patterns:
+        if not _PATTERN.fullmatch(pattern):
+            raise BadRequest(
+                f"The namespace pattern {pattern!r} is not allowed: use the characters of namespace names "
+                "(letters, digits, '.', '_', '-') with '*' for any run of them and '?' for one (at most 128)."
+            )
+    return tuple(sorted(set(patterns)))
 
 
 def hash_token(token: str) -> str:
@@ -73,8 +102,18 @@ class TokenManager:
         self._touched: dict[str, dt.datetime] = {}
         self._lock = threading.Lock()
 
-    def create(self, name: str, role: Role) -> tuple[str, TokenInfo]:
-        """A new token for ``name`` with ``role``. The token itself is returned here and never again."""
+    def create(
+        self, name: str, role: Role, namespaces: list[str] | tuple[str, ...] | None = None
+    ) -> tuple[str, TokenInfo]:
+        """A new token for ``name`` with ``role``, limited to the ``namespaces`` patterns if given.
+
+        The token itself is returned here and never again.
+        """
+        scope = check_patterns(namespaces)
+        if scope is not None and role is Role.ADMIN:
+            raise BadRequest(
+                "An admin token reaches the whole server; only read and write tokens take patterns."
+            )
         if not _NAME.fullmatch(name):
             raise BadRequest(
                 f"The token name {name!r} is not allowed: start with a letter or digit, then letters, "
@@ -85,13 +124,22 @@ class TokenManager:
         token_id = secrets.token_hex(6)
         token = f"{TOKEN_PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
         info = self._repository.add_token(
-            token_id=token_id, name=name, role=role.label, token_sha256=hash_token(token), now=self._clock()
+            token_id=token_id,
+            name=name,
+            role=role.label,
+            token_sha256=hash_token(token),
+            now=self._clock(),
+            namespaces=scope,
         )
         return token, info
 
     def list_tokens(self) -> list[TokenInfo]:
         """Every token, revoked ones included."""
         return self._repository.list_tokens()
+
+    def find(self, name_or_id: str) -> list[TokenInfo]:
+        """The tokens with this id or name, revoked ones included."""
+        return self._repository.find_tokens(name_or_id)
 
     def revoke(self, name_or_id: str) -> list[TokenInfo]:
         """Revoke the active tokens with this name (or this id); returns what was revoked."""
@@ -114,7 +162,9 @@ class TokenManager:
         if info.revoked_at is not None:
             raise Unauthorized(f"The token {info.name!r} ({info.id}) was revoked.")
         self._touch(info.id)
-        return Principal(token_id=info.id, name=info.name, role=Role.parse(info.role))
+        return Principal(
+            token_id=info.id, name=info.name, role=Role.parse(info.role), namespaces=info.namespaces
+        )
 
     @staticmethod
     def authorize(principal: Principal, needed: Role, action: str) -> None:
@@ -123,6 +173,23 @@ class TokenManager:
             raise Forbidden(
                 f"The token {principal.name!r} has the {principal.role.label} role; {action} needs "
                 f"the {needed.label} role."
+            )
+
+    @staticmethod
+    def authorize_namespace(principal: Principal, namespace: str | None, action: str) -> None:
+        """:class:`Forbidden` unless the principal reaches ``namespace`` (None: a server-wide view)."""
+        if principal.namespaces is None:
+            return
+        patterns = ", ".join(principal.namespaces)
+        if namespace is None:
+            raise Forbidden(
+                f"The token {principal.name!r} is limited to namespaces ({patterns}); {action} shows every "
+                "namespace and needs a token without that limit."
+            )
+        if not principal.may_use(namespace):
+            raise Forbidden(
+                f"The token {principal.name!r} is limited to namespaces matching {patterns}; "
+                f"{namespace!r} is not one of them."
             )
 
     def _touch(self, token_id: str) -> None:

@@ -1,4 +1,4 @@
-"""``xla-cache-server token create|list|revoke``: bearer tokens for ``XLA_CACHE_AUTH=on``."""
+"""``xla-cache-server token create|list|revoke|purge``: bearer tokens for ``XLA_CACHE_AUTH=on``."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def _as_json(info: TokenInfo) -> dict[str, Any]:
         "id": info.id,
         "name": info.name,
         "role": info.role,
+        "namespaces": list(info.namespaces) if info.namespaces is not None else None,
         "created_at": info.created_at.isoformat(),
         "last_used_at": info.last_used_at.isoformat() if info.last_used_at else None,
         "revoked_at": info.revoked_at.isoformat() if info.revoked_at else None,
@@ -65,10 +66,11 @@ def _create(args: argparse.Namespace, settings: Settings) -> int:
     from cache_server.auth import Role
 
     with _tokens(settings) as tokens:
-        token, info = tokens.create(args.name, Role.parse(args.role))
+        token, info = tokens.create(args.name, Role.parse(args.role), args.namespace)
     print(token)
+    limited = f", namespaces {', '.join(info.namespaces)}" if info.namespaces is not None else ""
     print(
-        f"created token {info.name!r} (id {info.id}, role {info.role}). It is shown only this once: "
+        f"created token {info.name!r} (id {info.id}, role {info.role}{limited}). It is shown only this once: "
         "give it to its user now (clients read XLA_CACHE_TOKEN; the dashboard opens as /?token=...).",
         file=sys.stderr,
     )
@@ -83,9 +85,18 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps([_as_json(info) for info in infos], indent=2))
         return 0
-    rows = [("ID", "NAME", "ROLE", "CREATED (UTC)", "LAST USED (UTC)", "REVOKED (UTC)")]
+    rows = [("ID", "NAME", "ROLE", "NAMESPACES", "CREATED (UTC)", "LAST USED (UTC)", "REVOKED (UTC)")]
     rows += [
-        (i.id, i.name, i.role, _when(i.created_at), _when(i.last_used_at), _when(i.revoked_at)) for i in infos
+        (
+            i.id,
+            i.name,
+            i.role,
+            ",".join(i.namespaces) if i.namespaces is not None else "any",
+            _when(i.created_at),
+            _when(i.last_used_at),
+            _when(i.revoked_at),
+        )
+        for i in infos
     ]
     widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
     for row in rows:
@@ -106,6 +117,27 @@ def _revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _purge(args: argparse.Namespace, settings: Settings) -> int:
+    from cache_server.migrate import upgrade
+    from cache_server.wiring import build_services
+
+    if settings.uses_embedded_sqlite:
+        upgrade(settings)
+    services = build_services(settings)
+    try:
+        result = services.admin.purge_token(args.token, revoke=not args.keep_token, dry_run=args.dry_run)
+    finally:
+        services.stop()
+    removed = result.removed
+    revoked_now = {info.id for info in result.revoked}
+    for info in result.tokens:
+        state = "revoked now" if info.id in revoked_now else ("revoked" if info.revoked_at else "active")
+        print(f"token {info.name!r} (id {info.id}, role {info.role}): {state}")
+    verb = "would remove" if removed.dry_run else "removed"
+    print(f"{verb} {removed.evicted} entries ({removed.freed_bytes} bytes) it stored")
+    return 0
+
+
 def add_token_commands(sub: Any) -> None:
     """Add ``token create|list|revoke`` to the server CLI's subcommands."""
     token = sub.add_parser("token", help="create, list and revoke bearer tokens (roles read < write < admin)")
@@ -113,6 +145,12 @@ def add_token_commands(sub: Any) -> None:
     create = actions.add_parser("create", help="create a token and print it (once)")
     create.add_argument("--name", required=True, help="who or what uses it, e.g. ci or alice")
     create.add_argument("--role", required=True, choices=["read", "write", "admin"], help="what it may do")
+    create.add_argument(
+        "--namespace",
+        action="append",
+        metavar="PATTERN",
+        help="limit it to namespaces matching this pattern ('*' any run of characters, '?' one); repeatable",
+    )
     create.set_defaults(func=_guarded(_create))
     listing = actions.add_parser("list", help="list tokens (never their secrets)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
@@ -120,3 +158,10 @@ def add_token_commands(sub: Any) -> None:
     revoke = actions.add_parser("revoke", help="revoke the active token with this name (or id)")
     revoke.add_argument("token", metavar="NAME_OR_ID")
     revoke.set_defaults(func=_guarded(_revoke))
+    purge = actions.add_parser(
+        "purge", help="revoke a token and remove every entry it stored (the answer to a leaked token)"
+    )
+    purge.add_argument("token", metavar="NAME_OR_ID")
+    purge.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
+    purge.add_argument("--keep-token", action="store_true", help="remove its entries but do not revoke it")
+    purge.set_defaults(func=_guarded(_purge))

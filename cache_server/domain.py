@@ -92,7 +92,8 @@ class EntryInfo:
     last_access_at: dt.datetime
     hits: int = 0
     compile_time_ms: int | None = None
-    uploader: str | None = None
+    uploader: str | None = None  # what the client said it was (X-Uploader): a label, not proof
+    stored_by: str | None = None  # the id of the token that stored it (None with auth off)
 
 
 @dataclass(frozen=True)
@@ -125,3 +126,4 @@ class TokenInfo:
     created_at: dt.datetime
     last_used_at: dt.datetime | None
     revoked_at: dt.datetime | None
+    namespaces: tuple[str, ...] | None = None  # the namespace patterns it is limited to; None: any

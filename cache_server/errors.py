@@ -22,6 +22,7 @@ __all__ = [
     "NamespaceNotFound",
     "SignedUrlsUnavailable",
     "StorageUnavailable",
+    "TokenNotFound",
     "TooManyKeys",
     "Unauthorized",
     "UploadsBusy",
@@ -115,6 +116,12 @@ class NamespaceNotFound(CacheError):
     """The namespace has never been registered."""
 
     code = "namespace_not_found"
+
+
+class TokenNotFound(CacheError):
+    """No token with this name or id."""
+
+    code = "token_not_found"
 
 
 class StorageUnavailable(CacheError):

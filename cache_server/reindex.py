@@ -2,10 +2,10 @@
 
 Every blob carries what its index row needs in its metadata (written by
 :meth:`cache_server.service.CacheService.put_entry` together with the bytes): ``namespace``, ``key``,
-``sha256``, ``created``, and optionally ``compile_time_ms`` and ``uploader``. The store knows each blob's
-size. So after the database is lost (or restored from an old backup) :meth:`Reindexer.run` lists the store
-and adds every row the index lacks. Rows already there win: reindexing a healthy index changes nothing, and
-it is safe while servers keep answering.
+``sha256``, ``created``, and optionally ``compile_time_ms``, ``uploader`` and ``stored_by``. The store knows
+each blob's size. So after the database is lost (or restored from an old backup) :meth:`Reindexer.run` lists
+the store and adds every row the index lacks. Rows already there win: reindexing a healthy index changes
+nothing, and it is safe while servers keep answering.
 
 What cannot come back: namespace fingerprints and labels (each client registers its namespace again when
 it warms), hit counters and access times (entries start cold, in creation order).
@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ __all__ = ["ReindexReport", "Reindexer", "record_of"]
 
 log = logging.getLogger(__name__)
 BATCH = 500
+_TOKEN_ID = re.compile(r"[0-9a-f]{1,32}")  # a token's public id, as put_entry writes it
 
 
 @dataclass
@@ -93,6 +95,7 @@ def record_of(info: BlobInfo, store: BlobStore, *, verify: bool) -> EntryRecord:
         if created.tzinfo is None:
             created = created.replace(tzinfo=dt.timezone.utc)
     uploader = meta.get("uploader") or None
+    stored_by = meta.get("stored_by") or ""
     return EntryRecord(
         namespace=namespace,
         key=key,
@@ -101,6 +104,7 @@ def record_of(info: BlobInfo, store: BlobStore, *, verify: bool) -> EntryRecord:
         created_at=created,
         compile_time_ms=_optional_int(meta.get("compile_time_ms")),
         uploader=uploader[:UPLOADER_MAX_LENGTH] if uploader else None,
+        stored_by=stored_by if _TOKEN_ID.fullmatch(stored_by) else None,
     )
 
 

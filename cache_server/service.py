@@ -220,8 +220,13 @@ class CacheService:
         declared_size: int | None = None,
         compile_time_ms: int | None = None,
         uploader: str | None = None,
+        stored_by: str | None = None,
     ) -> PutResult:
-        """Store an entry: blob first (create-only), then its row. See DESIGN.md for the status rules."""
+        """Store an entry: blob first (create-only), then its row. See DESIGN.md for the status rules.
+
+        ``stored_by`` is the id of the token that sent it, kept with the entry (and in the blob's metadata,
+        for reindex) so that everything one token stored can be found and removed.
+        """
         check_namespace(namespace)
         check_key(key)
         self.check_upload_size(declared_size)
@@ -239,6 +244,8 @@ class CacheService:
             metadata["compile_time_ms"] = str(compile_time_ms)
         if uploader:
             metadata["uploader"] = uploader
+        if stored_by:
+            metadata["stored_by"] = stored_by
         name = blob_name(namespace, key)
         created = self._store.put(
             name, _checked_upload(chunks, sha256, self._settings.max_entry_bytes), metadata
@@ -257,6 +264,7 @@ class CacheService:
             created_at=created_at if created else info.created,
             compile_time_ms=compile_time_ms,
             uploader=uploader,
+            stored_by=stored_by if created else info.metadata.get("stored_by") or None,
         )
         self._entries.record_entry(record, replace=created)
         if created and self._on_stored is not None:

@@ -60,7 +60,10 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
         )
     entries = EntryRepository(database)
     access = AccessRecorder(entries, settings.access_flush_seconds, clock=clock)
-    admin = AdminService(settings, AdminRepository(database), store, flush_access=access.flush, clock=clock)
+    tokens = TokenManager(TokenRepository(database), clock=clock)
+    admin = AdminService(
+        settings, AdminRepository(database), store, tokens, flush_access=access.flush, clock=clock
+    )
     cache = CacheService(settings, entries, store, access, on_stored=admin.entry_stored, clock=clock)
     return Services(
         settings=settings,
@@ -69,6 +72,6 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
         access=access,
         cache=cache,
         admin=admin,
-        tokens=TokenManager(TokenRepository(database), clock=clock),
+        tokens=tokens,
         reindexer=Reindexer(entries, store),
     )

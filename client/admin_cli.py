@@ -1,8 +1,8 @@
-"""What ``xla-cache stats`` and ``xla-cache evict`` print, and how they read sizes and durations.
+"""What ``xla-cache stats``, ``evict``, ``tokens`` and ``purge-token`` print, and how they read sizes and
+durations.
 
 The commands themselves are in :mod:`client.cli` (one function per subcommand); this module turns the
-server's ``/admin/stats`` and ``/admin/evict`` answers into lines a person reads, and parses ``10GiB`` or
-``7d`` style arguments.
+server's ``/admin/...`` answers into lines a person reads, and parses ``10GiB`` or ``7d`` style arguments.
 """
 
 from __future__ import annotations
@@ -10,7 +10,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["evict_lines", "format_bytes", "format_seconds", "parse_duration", "parse_size", "stats_lines"]
+__all__ = [
+    "evict_lines",
+    "format_bytes",
+    "format_seconds",
+    "parse_duration",
+    "parse_size",
+    "purge_lines",
+    "stats_lines",
+    "token_lines",
+]
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*", re.IGNORECASE)
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
@@ -95,6 +104,13 @@ def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
             for n in namespaces
         ]
         lines += _table(rows, right={2, 3, 4, 5, 6, 7})
+    stored_by = [u for u in stats.get("stored_by", []) if u["entries"]]
+    if stored_by and any(u["token_id"] is not None for u in stored_by):
+        lines.append("stored by token (what is in the cache now)")
+        lines += [
+            f"  {_token_label(u):<40} {u['entries']:>9,} entries  {format_bytes(u['bytes']):>10}"
+            for u in stored_by
+        ]
     top = stats.get("top_graphs", [])[:graphs]
     if top:
         lines.append("graphs with the most shape variants (each variant is one more compile)")
@@ -106,12 +122,48 @@ def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
     return lines
 
 
-def evict_lines(result: dict[str, Any], *, shown: int = 20) -> list[str]:
+def _token_label(usage: dict[str, Any]) -> str:
+    token = usage.get("token")
+    if token is not None:
+        revoked = ", revoked" if token.get("revoked_at") else ""
+        return f"{token['name']} ({token['id']}, {token['role']}{revoked})"
+    return "(auth off)" if usage["token_id"] is None else f"(unknown token {usage['token_id']})"
+
+
+def token_lines(listing: dict[str, Any]) -> list[str]:
+    """Every token with its role, its namespace patterns, its state and what it stored."""
+    rows = [["id", "name", "role", "namespaces", "state", "entries", "bytes"]]
+    for usage in listing.get("tokens", []):
+        token = usage.get("token")
+        if token is None:
+            who = ["-", "(auth off)" if usage["token_id"] is None else "(unknown token)", "-", "-", "-"]
+            if usage["token_id"] is not None:
+                who[0] = usage["token_id"]
+        else:
+            state = "revoked " + token["revoked_at"][:10] if token.get("revoked_at") else "active"
+            patterns = ",".join(token["namespaces"]) if token.get("namespaces") is not None else "any"
+            who = [token["id"], token["name"], token["role"], patterns, state]
+        rows.append([*who, f"{usage['entries']:,}", format_bytes(usage["bytes"])])
+    if len(rows) == 1:
+        return ["no tokens yet (xla-cache-server token create --name NAME --role read|write|admin)"]
+    return ["tokens and what each stored (in the cache now), most bytes first", *_table(rows, right={5, 6})]
+
+
+def purge_lines(result: dict[str, Any], *, shown: int = 20) -> list[str]:
+    """What a purge revoked and removed (or, on a dry run, would remove)."""
+    names = ", ".join(f"{t['name']} ({t['id']})" for t in result["tokens"])
+    lines = [f"token {names}: " + (f"revoked {', '.join(result['revoked'])}" if result["revoked"] else "")]
+    if not result["revoked"]:
+        lines[0] += "not revoked now" + (" (dry run)" if result["removed"]["dry_run"] else "")
+    return lines + evict_lines(result["removed"], shown=shown, verb="remove")
+
+
+def evict_lines(result: dict[str, Any], *, shown: int = 20, verb: str = "evict") -> list[str]:
     """What an eviction did, or on a dry run what it would do and the first entries it would remove."""
     count, freed = result["evicted"], format_bytes(result["freed_bytes"])
     if not result["dry_run"]:
-        return [f"evicted {count:,} entries, freed {freed}"]
-    lines = [f"dry run: would evict {count:,} entries, freeing {freed} (nothing was removed)"]
+        return [f"{verb.removesuffix('e')}ed {count:,} entries, freed {freed}"]
+    lines = [f"dry run: would {verb} {count:,} entries, freeing {freed} (nothing was removed)"]
     keys = result.get("keys") or []
     if keys:
         lines.append("least recently used first:")

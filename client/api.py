@@ -292,3 +292,14 @@ class CacheApi:
         """``POST /admin/evict`` (needs an admin token when auth is on)."""
         what = "the eviction request"
         return dict(self._json(self._call("POST", "/admin/evict", what, deadline, json=body), what))
+
+    def admin_tokens(self, deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/tokens``: every token and what it stored (admin token)."""
+        what = "the token listing"
+        return dict(self._json(self._call("GET", "/admin/tokens", what, deadline), what))
+
+    def admin_purge_token(self, token: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+        """``POST /admin/tokens/{token}/purge``: revoke a token and remove what it stored (admin token)."""
+        what = f"the purge of token {token!r}"
+        path = f"/admin/tokens/{_seg(token)}/purge"
+        return dict(self._json(self._call("POST", path, what, deadline, json=body), what))

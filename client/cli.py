@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE, name_problem
-from client.admin_cli import evict_lines, parse_duration, parse_size, stats_lines
+from client.admin_cli import (
+    evict_lines,
+    parse_duration,
+    parse_size,
+    purge_lines,
+    stats_lines,
+    token_lines,
+)
 from client.api import CacheApi
 from client.cachedir import read_fingerprint, scan
 from client.config import ClientConfig
@@ -219,6 +226,31 @@ def cmd_evict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tokens(args: argparse.Namespace) -> int:
+    """Every token, its role and namespace patterns, and the entries it stored (admin token)."""
+    config = _config(args)
+    api = CacheApi(_server(config), config.token)
+    try:
+        listing = api.admin_tokens(Deadline(args.timeout))
+    finally:
+        api.close()
+    _emit(args, listing, token_lines(listing))
+    return 0
+
+
+def cmd_purge_token(args: argparse.Namespace) -> int:
+    """Revoke a token and remove every entry it stored (``--dry-run`` lists what would go)."""
+    body = {"dry_run": args.dry_run, "revoke": not args.keep_token}
+    config = _config(args)
+    api = CacheApi(_server(config), config.token)
+    try:
+        result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
+    finally:
+        api.close()
+    _emit(args, result, purge_lines(result))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Two-process self-test: does this torch_xla load its own persistent-cache entries?"""
     from client.doctor import run_doctor
@@ -310,6 +342,21 @@ def build_parser() -> argparse.ArgumentParser:
     evict.add_argument("--namespace", help="only this namespace (the size limit is then its own)")
     evict.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
     evict.set_defaults(func=cmd_evict)
+
+    tokens = sub.add_parser("tokens", help="every token and what it stored (admin token)")
+    _common(tokens, timeout=30.0)
+    tokens.set_defaults(func=cmd_tokens)
+
+    purge = sub.add_parser(
+        "purge-token",
+        help="revoke a token and remove every entry it stored (admin token)",
+        description="The answer to a leaked token: it is revoked first, then what it stored is removed.",
+    )
+    _common(purge, timeout=600.0)
+    purge.add_argument("token_name", metavar="NAME_OR_ID", help="the token's name or id (xla-cache tokens)")
+    purge.add_argument("--dry-run", action="store_true", help="list what would go; revoke and remove nothing")
+    purge.add_argument("--keep-token", action="store_true", help="remove its entries but do not revoke it")
+    purge.set_defaults(func=cmd_purge_token)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     _common(doctor, timeout=300.0)

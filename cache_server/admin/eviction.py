@@ -107,6 +107,16 @@ class Evictor:
             )
         return self._evict(namespace, total, per_namespace, None, dry_run, list_limit)
 
+    def remove_stored_by(
+        self, token_ids: Sequence[str], *, dry_run: bool = False, list_limit: int = 1000
+    ) -> EvictionResult:
+        """Remove every entry these tokens stored (rows, then blobs, in batches); not counted as evictions."""
+        if not token_ids:
+            return EvictionResult(dry_run=dry_run)
+        return self._run(
+            self._repository.iter_stored_by(token_ids), dry_run=dry_run, list_limit=list_limit, evicted=False
+        )
+
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace: its entries (rows, then blobs, in batches) and then its row."""
         check_namespace(namespace)
@@ -163,7 +173,9 @@ class Evictor:
                 continue  # only other namespaces still have to lose bytes
             yield ref
 
-    def _run(self, victims: Iterable[EntryRef], *, dry_run: bool, list_limit: int) -> EvictionResult:
+    def _run(
+        self, victims: Iterable[EntryRef], *, dry_run: bool, list_limit: int, evicted: bool = True
+    ) -> EvictionResult:
         result = EvictionResult(dry_run=dry_run)
         batch: list[EntryRef] = []
         with _BlobDeleter(self._store) as blobs:
@@ -173,7 +185,7 @@ class Evictor:
                     result.evicted += len(batch)
                     result.freed_bytes += sum(ref.size for ref in batch)
                 else:
-                    removed = self._delete_rows([(ref.namespace, ref.key) for ref in batch], evicted=True)
+                    removed = self._delete_rows([(ref.namespace, ref.key) for ref in batch], evicted=evicted)
                     blobs.delete(removed)
                     result.evicted += len(removed)
                     result.freed_bytes += sum(size for _, _, size in removed)

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage
 from cache_server.admin.graphs import GraphIndexer
+from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsReport, build_report
+from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
 from cache_server.errors import NamespaceNotFound
 from cache_server.index.admin import AdminRepository
@@ -34,6 +36,7 @@ class AdminService:
         settings: Settings,
         repository: AdminRepository,
         store: BlobStore,
+        tokens: TokenManager,
         *,
         flush_access: Callable[[], None] = lambda: None,
         clock: Clock = utcnow,
@@ -41,6 +44,7 @@ class AdminService:
         self._settings = settings
         self._repository = repository
         self._store = store
+        self._tokens = tokens
         self._flush_access = flush_access
         self._clock = clock
         self._graphs = GraphIndexer(repository, store)
@@ -94,6 +98,18 @@ class AdminService:
     def stored_by_namespace(self) -> dict[str, tuple[int, int]]:
         """Entries and bytes stored now, per namespace."""
         return self._repository.stored_by_namespace()
+
+    def token_usage(self) -> list[TokenUsage]:
+        """Every token with the entries and bytes it stored (see :mod:`cache_server.admin.provenance`)."""
+        return token_usage(self._tokens, self._repository)
+
+    def purge_token(
+        self, name_or_id: str, *, revoke: bool = True, dry_run: bool = False, list_limit: int = 1000
+    ) -> PurgeResult:
+        """Revoke a token and remove everything it stored (see :func:`~.provenance.purge_token`)."""
+        return purge_token(
+            self._tokens, self.evictor, name_or_id, revoke=revoke, dry_run=dry_run, list_limit=list_limit
+        )
 
     def gc(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False) -> GcResult:
         """Reconcile the store and the index (see :mod:`cache_server.admin.gc`)."""

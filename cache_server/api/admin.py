@@ -1,4 +1,5 @@
-"""Admin routes: stats, eviction, garbage collection, namespace removal. All need the admin role."""
+"""Admin routes: stats, eviction, garbage collection, namespace removal, token provenance. All need the
+admin role."""
 
 from __future__ import annotations
 
@@ -6,7 +7,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cache_server.api.admin_schemas import DeleteNamespaceOut, EvictIn, EvictOut, GcIn, GcOut, StatsOut
+from cache_server.api.admin_schemas import (
+    DeleteNamespaceOut,
+    EvictIn,
+    EvictOut,
+    GcIn,
+    GcOut,
+    PurgeIn,
+    PurgeOut,
+    StatsOut,
+    TokensOut,
+)
 from cache_server.api.deps import AdminDep
 
 __all__ = ["router"]
@@ -22,8 +33,9 @@ def stats(
     namespace: Annotated[str | None, Query(description="Only this namespace.")] = None,
 ) -> StatsOut:
     """Totals and per namespace (entries, bytes, hits, misses, hit rate, uploads, evictions, bytes served,
-    compile time saved), a daily rollup, and the graphs with the most shape variants."""
-    return StatsOut.of(admin.stats(days=days, top=top, namespace=namespace))
+    compile time saved), a daily rollup, the graphs with the most shape variants, and what each token
+    stored (every namespace's, also with ``namespace``)."""
+    return StatsOut.of(admin.stats(days=days, top=top, namespace=namespace), admin.token_usage())
 
 
 @router.post("/evict", response_model=EvictOut)
@@ -56,3 +68,19 @@ def delete_namespace(namespace: str, admin: AdminDep) -> DeleteNamespaceOut:
     return DeleteNamespaceOut(
         namespace=namespace, deleted_entries=result.evicted, freed_bytes=result.freed_bytes
     )
+
+
+@router.get("/tokens", response_model=TokensOut)
+def tokens(admin: AdminDep) -> TokensOut:
+    """Every token (revoked ones too, never their secrets) with the entries and bytes it stored that are in
+    the cache now; then what was stored with auth off."""
+    return TokensOut.of(admin.token_usage())
+
+
+@router.post("/tokens/{token}/purge", response_model=PurgeOut)
+def purge_token(token: str, admin: AdminDep, body: PurgeIn | None = None) -> PurgeOut:
+    """The answer to a leaked token: revoke the tokens with this name or id, then remove every entry they
+    stored (rows first, then blobs). ``dry_run`` lists what would go. 404 if no token has this name or id."""
+    body = body or PurgeIn()
+    result = admin.purge_token(token, revoke=body.revoke, dry_run=body.dry_run, list_limit=body.list_limit)
+    return PurgeOut.of(result)

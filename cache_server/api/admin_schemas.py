@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field, create_model
 
 from cache_server.admin.eviction import EvictionResult
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult
+from cache_server.admin.provenance import PurgeResult, TokenUsage
 from cache_server.admin.stats import StatsReport
-from cache_server.domain import COUNTERS, Counters, NamespaceInfo, counter_description
+from cache_server.domain import COUNTERS, Counters, NamespaceInfo, TokenInfo, counter_description
 
 __all__ = [
     "CountersOut",
@@ -23,7 +24,12 @@ __all__ = [
     "GcOut",
     "GraphOut",
     "NamespaceStatsOut",
+    "PurgeIn",
+    "PurgeOut",
     "StatsOut",
+    "TokenOut",
+    "TokenUsageOut",
+    "TokensOut",
 ]
 
 
@@ -116,9 +122,12 @@ class StatsOut(BaseModel):
         description="One row per UTC day, oldest first, days without traffic included."
     )
     top_graphs: list[GraphOut] = Field(description="Graphs with the most shape variants first.")
+    stored_by: list[TokenUsageOut] = Field(
+        default_factory=list, description="What each token stored (GET /admin/tokens), most bytes first."
+    )
 
     @classmethod
-    def of(cls, report: StatsReport) -> StatsOut:
+    def of(cls, report: StatsReport, usage: list[TokenUsage] | None = None) -> StatsOut:
         totals = report.totals
         return cls(
             generated_at=report.generated_at,
@@ -126,6 +135,7 @@ class StatsOut(BaseModel):
             namespaces=[namespace_stats_out(ns) for ns in report.namespaces],
             daily=[DayOut(day=d.day, **counter_values(d.counters)) for d in report.daily],
             top_graphs=[GraphOut(**vars(g)) for g in report.top_graphs],
+            stored_by=TokensOut.of(usage or []).tokens,
         )
 
 
@@ -209,3 +219,65 @@ class DeleteNamespaceOut(BaseModel):
     namespace: str
     deleted_entries: int
     freed_bytes: int
+
+
+class TokenOut(BaseModel):
+    """A token as an admin sees it: never its secret."""
+
+    id: str
+    name: str
+    role: str
+    namespaces: list[str] | None = Field(description="The namespace patterns it is limited to; null: any.")
+    created_at: dt.datetime
+    last_used_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, info: TokenInfo) -> TokenOut:
+        values = vars(info) | {"namespaces": list(info.namespaces) if info.namespaces is not None else None}
+        return cls(**values)
+
+
+class TokenUsageOut(BaseModel):
+    token_id: str | None = Field(description="The id of the token that stored them; null: auth was off.")
+    token: TokenOut | None = Field(description="That token; null when the index does not know it.")
+    entries: int = Field(description="Entries it stored that are in the cache now.")
+    bytes: int
+
+
+class TokensOut(BaseModel):
+    tokens: list[TokenUsageOut] = Field(description="Every token, most bytes stored first.")
+
+    @classmethod
+    def of(cls, usage: list[TokenUsage]) -> TokensOut:
+        return cls(
+            tokens=[
+                TokenUsageOut(
+                    token_id=u.token_id,
+                    token=TokenOut.of(u.token) if u.token is not None else None,
+                    entries=u.entries,
+                    bytes=u.bytes,
+                )
+                for u in usage
+            ]
+        )
+
+
+class PurgeIn(BaseModel):
+    revoke: bool = Field(default=True, description="Revoke the token first, so it stores nothing more.")
+    dry_run: bool = Field(default=False, description="List what would go; revoke and remove nothing.")
+    list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")
+
+
+class PurgeOut(BaseModel):
+    tokens: list[TokenOut] = Field(description="The tokens with this name or id.")
+    revoked: list[str] = Field(description="The ids of those this call revoked.")
+    removed: EvictOut = Field(description="The entries they stored, removed (or that would be).")
+
+    @classmethod
+    def of(cls, result: PurgeResult) -> PurgeOut:
+        return cls(
+            tokens=[TokenOut.of(info) for info in result.tokens],
+            revoked=[info.id for info in result.revoked],
+            removed=EvictOut.of(result.removed),
+        )

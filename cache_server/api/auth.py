@@ -5,7 +5,8 @@ everything through. With it on, each route needs ``Authorization: Bearer <token>
 :data:`ROUTE_ROLES` gives it; :data:`OPEN_ROUTES` need nothing; a route missing from both needs admin (a
 new route stays closed until someone decides). The dashboard's routes (:data:`BROWSER_ROUTES`) also take
 the token from an HttpOnly cookie, set by opening ``/?token=<token>`` once (see
-:mod:`cache_server.api.dashboard`); the API never accepts the cookie.
+:mod:`cache_server.api.dashboard`); the API never accepts the cookie. A token limited to namespace patterns
+reaches the routes of the namespaces they match and :data:`UNSCOPED_ROUTES`, nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "OPEN_ROUTES",
     "ROUTE_ROLES",
     "authorize",
+    "principal",
     "principal_name",
     "role_for",
 ]
@@ -47,6 +49,8 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("POST", "/admin/evict"): Role.ADMIN,
     ("POST", "/admin/gc"): Role.ADMIN,
     ("DELETE", "/admin/namespaces/{namespace}"): Role.ADMIN,
+    ("GET", "/admin/tokens"): Role.ADMIN,
+    ("POST", "/admin/tokens/{token}/purge"): Role.ADMIN,
     ("GET", "/"): Role.READ,
     ("GET", "/dashboard/data"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace
@@ -55,6 +59,7 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
 }
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
 BROWSER_ROUTES = frozenset({"/", "/dashboard/data", "/openapi.json", "/docs"})
+UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
 
 
 def role_for(method: str, path: str) -> Role:
@@ -91,7 +96,17 @@ def authorize(request: Request) -> None:
     tokens = get_tokens(request)
     principal = tokens.authenticate(token)
     request.scope[PRINCIPAL_KEY] = principal
-    tokens.authorize(principal, role_for(request.method, path), f"{request.method} {path}")
+    action = f"{request.method} {path}"
+    tokens.authorize(principal, role_for(request.method, path), action)
+    if path not in UNSCOPED_ROUTES:
+        namespace = request.path_params.get("namespace") if path.startswith("/v1/namespaces/") else None
+        tokens.authorize_namespace(principal, namespace, action)
+
+
+def principal(request: Request) -> Principal | None:
+    """The token a request was allowed with; None with auth off (or on an open route)."""
+    found = request.scope.get(PRINCIPAL_KEY)
+    return found if isinstance(found, Principal) else None
 
 
 def principal_name(scope: Mapping[str, Any]) -> str | None:

@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER
+from cache_server.api.auth import principal
 from cache_server.api.deps import ServiceDep, get_settings
 from cache_server.api.schemas import KeysRequest, ManifestEntry, ManifestOut, MissingOut, PutOut
 from cache_server.api.signed_urls import redirect_to
@@ -175,6 +176,8 @@ async def put_entry(
     declared = _optional_int("Content-Length", request.headers.get("content-length"))
     compile_ms = _optional_int(COMPILE_TIME_HEADER, x_compile_time_ms)
     service.check_upload_size(declared)
+    who = principal(request)
+    stored_by = who.token_id if who is not None else None
     upload = _UploadBody(request, get_settings(request).body_timeout_seconds)
     slots = upload_slots(request)
     async with slots.slot():
@@ -189,6 +192,7 @@ async def put_entry(
                     declared_size=declared,
                     compile_time_ms=compile_ms,
                     uploader=x_uploader,
+                    stored_by=stored_by,
                 ),
                 limiter=slots.threads,
             )

@@ -37,6 +37,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.UploadsBusy: 503,
     errors.EntryNotFound: 404,
     errors.NamespaceNotFound: 404,
+    errors.TokenNotFound: 404,
     errors.StorageUnavailable: 503,
     errors.IndexUnavailable: 503,
     errors.Unauthorized: 401,

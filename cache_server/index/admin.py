@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from cache_server.domain import COUNTERS, Counters, NamespaceInfo
@@ -21,6 +21,11 @@ from cache_server.index.entries import namespace_info
 from cache_server.index.models import DailyStats, Entry, EntryGraph, Namespace
 
 __all__ = ["AdminRepository", "EntryRef", "GraphGroup", "GraphRecord"]
+
+
+_LRU = select(Entry.namespace, Entry.key, Entry.size, Entry.last_access_at).order_by(
+    Entry.last_access_at, Entry.namespace, Entry.key
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,12 @@ class AdminRepository:
         stmt = select(Entry.namespace, func.count(), func.sum(Entry.size)).group_by(Entry.namespace)
         with self._db.transaction() as session:
             return {ns: (int(count), int(size or 0)) for ns, count, size in session.execute(stmt)}
+
+    def stored_by_token(self) -> dict[str | None, tuple[int, int]]:
+        """Entries and bytes stored now, per id of the token that stored them (None: no token, auth off)."""
+        stmt = select(Entry.stored_by, func.count(), func.sum(Entry.size)).group_by(Entry.stored_by)
+        with self._db.transaction() as session:
+            return {token: (int(count), int(size or 0)) for token, count, size in session.execute(stmt)}
 
     def daily(self, since: dt.date, namespace: str | None = None) -> dict[dt.date, Counters]:
         """The rollup from ``since`` on, summed over the namespaces (or of one): the days that have counts."""
@@ -183,11 +194,16 @@ class AdminRepository:
         The caller may delete what it has seen while it iterates (other transactions; WAL on SQLite).
         Closing the iterator early ends the transaction.
         """
-        stmt = select(Entry.namespace, Entry.key, Entry.size, Entry.last_access_at).order_by(
-            Entry.last_access_at, Entry.namespace, Entry.key
-        )
+        stmt = _LRU
         if namespace is not None:
             stmt = stmt.where(Entry.namespace == namespace)
+        return self._stream(stmt)
+
+    def iter_stored_by(self, token_ids: Sequence[str]) -> Iterator[EntryRef]:
+        """The entries these tokens stored, least recently used first, streamed like :meth:`iter_lru`."""
+        return self._stream(_LRU.where(Entry.stored_by.in_(list(token_ids))))
+
+    def _stream(self, stmt: Select[str, str, int, dt.datetime]) -> Iterator[EntryRef]:
         # Core rows straight off the cursor: this may stream millions of them. The cursor is a server-side
         # one on PostgreSQL: closed here when the caller stops early, too.
         with (

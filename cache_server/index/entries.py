@@ -51,6 +51,7 @@ class EntryRecord:
     created_at: dt.datetime
     compile_time_ms: int | None = None
     uploader: str | None = None
+    stored_by: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The ``entries`` row of a new entry: never used yet."""

@@ -89,6 +89,7 @@ class Entry(Base):
     __table_args__ = (
         Index("ix_entries_last_access_at", "last_access_at"),
         Index("ix_entries_namespace_hits", "namespace", "hits"),
+        Index("ix_entries_stored_by", "stored_by"),
     )
 
     namespace: Mapped[str] = mapped_column(
@@ -101,7 +102,8 @@ class Entry(Base):
     last_access_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     hits: Mapped[int] = mapped_column(BigInteger, default=0)
     compile_time_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)  # as the client declared it
+    stored_by: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the token's id (auth on)
 
 
 class DailyStats(Base):
@@ -154,6 +156,7 @@ class ApiToken(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(128), index=True)
     role: Mapped[str] = mapped_column(String(16))
+    namespaces: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # patterns; None: every one
     token_sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)

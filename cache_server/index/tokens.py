@@ -14,7 +14,8 @@ __all__ = ["TokenRepository"]
 
 
 def _info(row: ApiToken) -> TokenInfo:
-    return TokenInfo(row.id, row.name, row.role, row.created_at, row.last_used_at, row.revoked_at)
+    namespaces = tuple(row.namespaces) if row.namespaces is not None else None
+    return TokenInfo(row.id, row.name, row.role, row.created_at, row.last_used_at, row.revoked_at, namespaces)
 
 
 class TokenRepository:
@@ -24,10 +25,24 @@ class TokenRepository:
         self._db = db
 
     def add_token(
-        self, *, token_id: str, name: str, role: str, token_sha256: str, now: dt.datetime
+        self,
+        *,
+        token_id: str,
+        name: str,
+        role: str,
+        token_sha256: str,
+        now: dt.datetime,
+        namespaces: tuple[str, ...] | None = None,
     ) -> TokenInfo:
-        """Store a new token's digest."""
-        row = ApiToken(id=token_id, name=name, role=role, token_sha256=token_sha256, created_at=now)
+        """Store a new token's digest (and the namespace patterns it is limited to, if any)."""
+        row = ApiToken(
+            id=token_id,
+            name=name,
+            role=role,
+            token_sha256=token_sha256,
+            created_at=now,
+            namespaces=list(namespaces) if namespaces is not None else None,
+        )
         with self._db.transaction() as session:
             session.add(row)
         return _info(row)
@@ -49,6 +64,12 @@ class TokenRepository:
         with self._db.transaction() as session:
             stmt = select(ApiToken.id).where(ApiToken.name == name, ApiToken.revoked_at.is_(None)).limit(1)
             return session.execute(stmt).first() is not None
+
+    def find_tokens(self, name_or_id: str) -> list[TokenInfo]:
+        """The tokens, revoked or not, with this id or this name."""
+        with self._db.transaction() as session:
+            stmt = select(ApiToken).where(or_(ApiToken.name == name_or_id, ApiToken.id == name_or_id))
+            return [_info(row) for row in session.scalars(stmt.order_by(ApiToken.created_at, ApiToken.id))]
 
     def revoke_tokens(self, name_or_id: str, *, now: dt.datetime) -> list[TokenInfo]:
         """Revoke the active tokens with this name or id; returns them."""

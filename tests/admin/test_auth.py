@@ -43,6 +43,8 @@ ROUTES: list[tuple[str, str, dict[str, Any], str, set[int]]] = [
     ("POST", "/admin/evict", {"json": {"max_total_bytes": 10**12}}, "admin", {200}),
     ("POST", "/admin/gc", {"json": {}}, "admin", {200}),
     ("DELETE", "/admin/namespaces/spare", {}, "admin", {200}),
+    ("GET", "/admin/tokens", {}, "admin", {200}),
+    ("POST", "/admin/tokens/nobody/purge", {"json": {"dry_run": True}}, "admin", {404}),
     ("GET", "/", {}, "read", {200}),
     ("GET", "/dashboard/data", {}, "read", {200}),
 ]

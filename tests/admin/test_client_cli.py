@@ -23,7 +23,7 @@ KIB = 1024
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     data_dir = tmp_path_factory.mktemp("cli")
     tokens = {}
-    for role in ("read", "admin"):
+    for role in ("read", "admin", "write"):
         made = server_cli(data_dir, "token", "create", "--name", f"cli-{role}", "--role", role)
         assert made.returncode == 0, made.stderr
         tokens[role] = made.stdout.strip()
@@ -127,6 +127,40 @@ def test_evict_refuses_bad_input_and_weak_tokens(
         ["evict", "--max-total-bytes", "1G", "--server", srv.url, "--token", tokens["read"]], capsys
     )
     assert code == 2 and "403" in err
+
+
+def test_tokens_show_what_each_stored_and_purge_token_removes_it(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    writer = {"Authorization": f"Bearer {tokens['write']}"}
+    with httpx.Client(base_url=srv.url, headers=writer, timeout=30) as http:
+        for i in range(3):
+            data = b"leaked %d" % i
+            url = f"/v1/namespaces/leak/entries/x{i}"
+            assert http.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    admin = ["--server", srv.url, "--token", tokens["admin"]]
+    code, out, _ = run(["tokens", *admin], capsys)
+    assert code == 0
+    line = next(row for row in out.splitlines() if "cli-write" in row)
+    assert line.split()[2:] == ["write", "any", "active", "3", "24", "B"], line
+
+    code, out, _ = run(["purge-token", "cli-write", "--dry-run", *admin], capsys)
+    assert code == 0 and "would remove 3 entries" in out and "leak/x0" in out
+    code, out, _ = run(["purge-token", "cli-write", "--json", *admin], capsys)
+    assert code == 0 and json.loads(out)["removed"]["evicted"] == 3
+    with httpx.Client(base_url=srv.url, timeout=30) as http:
+        assert http.get("/v1/namespaces/leak/entries/x0", headers=writer).status_code == 401
+        assert (
+            http.get(
+                "/v1/namespaces/leak/entries/x0", headers={"Authorization": f"Bearer {tokens['admin']}"}
+            ).status_code
+            == 404
+        )
+    code, out, _ = run(["tokens", *admin], capsys)
+    assert "revoked" in next(row for row in out.splitlines() if "cli-write" in row)
+    code, _, err = run(["purge-token", "nobody", *admin], capsys)
+    assert code == 2 and "404" in err
 
 
 def test_sizes_and_durations() -> None:
