@@ -62,6 +62,15 @@ class Settings(BaseSettings):
         gt=0,
         description="Longest pause while a request body arrives before the request ends with 408.",
     )
+    min_upload_bytes_per_second: int = Field(
+        default=16 * 1024,
+        ge=0,
+        le=2**40,
+        description=(
+            "After the body timeout's first seconds, an entry upload must average at least this rate "
+            "since it began, or it ends with 408 (0: no minimum)."
+        ),
+    )
     auth: bool = Field(default=False, description="Require bearer tokens.")
     access_flush_seconds: float = Field(
         default=2.0, gt=0, description="How often batched hit/miss counters and access times are written."

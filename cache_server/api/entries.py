@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -85,27 +86,50 @@ class _UploadBody:
     """The request body in pieces of about a MiB (each crosses to the worker thread in one hop).
 
     A pause of more than ``idle_timeout`` seconds between two pieces off the network ends the upload with
-    :class:`BodyTimeout`; ``received`` counts the bytes that did arrive.
+    :class:`BodyTimeout`, and so does a body that trickles: after its first ``idle_timeout`` seconds an
+    upload must have averaged ``min_rate`` bytes a second since it began (a client sending a byte every
+    few seconds would otherwise hold an upload slot for hours). ``received`` counts the bytes that arrived.
     """
 
-    def __init__(self, request: Request, idle_timeout: float) -> None:
+    def __init__(self, request: Request, idle_timeout: float, min_rate: int) -> None:
         self._request = request
         self._idle_timeout = idle_timeout
+        self._min_rate = min_rate
         self.received = 0
+        self.ended_by = ""  # why a BodyTimeout was raised, for the log line
+
+    def _wait_limit(self, started: float) -> tuple[float, bool]:
+        """How long the next piece may take, and whether that limit is the rate's (not the pause's)."""
+        if not self._min_rate:
+            return self._idle_timeout, False
+        budget = started + self._idle_timeout + self.received / self._min_rate - time.monotonic()
+        return (budget, True) if budget < self._idle_timeout else (self._idle_timeout, False)
 
     async def pieces(self) -> AsyncIterator[bytes]:
         joiner = Coalescer()
         stream = self._request.stream().__aiter__()
+        started = last = time.monotonic()
         while True:
-            with anyio.move_on_after(self._idle_timeout) as waited:
+            limit, by_rate = self._wait_limit(started)
+            with anyio.move_on_after(max(limit, 0.0)) as waited:
                 chunk = await anext(stream, None)
             if waited.cancelled_caught:
+                now = time.monotonic()
+                if by_rate and now - last < 0.99 * self._idle_timeout:
+                    self.ended_by = "arrived too slowly"
+                    raise BodyTimeout(
+                        f"The upload arrived too slowly: {self.received} bytes in "
+                        f"{now - started:.0f} s, under {self._min_rate} bytes/s "
+                        "(XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND); nothing was stored."
+                    )
+                self.ended_by = "stopped arriving"
                 raise BodyTimeout(
                     f"The upload stopped arriving: nothing for {self._idle_timeout:g} s after "
                     f"{self.received} bytes (XLA_CACHE_BODY_TIMEOUT_SECONDS); nothing was stored."
                 )
             if chunk is None:
                 break
+            last = time.monotonic()
             self.received += len(chunk)
             if (joined := joiner.push(chunk)) is not None:
                 yield joined
@@ -166,9 +190,10 @@ async def put_entry(
 
     201 stored; 200 already stored with this digest; 409 stored with another digest (the first stays);
     400 the body does not match its digest; 413 larger than ``XLA_CACHE_MAX_ENTRY_BYTES``; 408 the body
-    paused longer than ``XLA_CACHE_BODY_TIMEOUT_SECONDS``; 503 (with ``Retry-After``) every upload slot
-    stayed busy for ``XLA_CACHE_UPLOAD_WAIT_SECONDS``. A client that disconnects mid-body is logged in one
-    line and counted as 499. Whatever ends an upload early, nothing of it is stored.
+    paused longer than ``XLA_CACHE_BODY_TIMEOUT_SECONDS``, or arrived slower than
+    ``XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND`` after those seconds; 503 (with ``Retry-After``) every upload
+    slot stayed busy for ``XLA_CACHE_UPLOAD_WAIT_SECONDS``. A client that disconnects mid-body is logged in
+    one line and counted as 499. Whatever ends an upload early, nothing of it is stored.
     """
     check_namespace(namespace)
     check_key(key)
@@ -178,7 +203,8 @@ async def put_entry(
     service.check_upload_size(declared)
     who = principal(request)
     stored_by = who.token_id if who is not None else None
-    upload = _UploadBody(request, get_settings(request).body_timeout_seconds)
+    settings = get_settings(request)
+    upload = _UploadBody(request, settings.body_timeout_seconds, settings.min_upload_bytes_per_second)
     slots = upload_slots(request)
     async with slots.slot():
         body = _blocking_body(upload.pieces().__aiter__())
@@ -203,9 +229,10 @@ async def put_entry(
             ) from None
         except BodyTimeout:
             log.info(
-                "the upload of %s/%s stopped arriving after %d bytes; refused with 408",
+                "the upload of %s/%s %s after %d bytes; refused with 408",
                 namespace,
                 key,
+                upload.ended_by,
                 upload.received,
             )
             raise

@@ -16,8 +16,11 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
+from fastapi.routing import RouteContext, iter_route_contexts
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cache_server import metrics
@@ -47,8 +50,10 @@ def configure_access_log() -> None:
 class Telemetry:
     """Outermost middleware: counts, times and logs every HTTP request."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
+        self._routes = routes  # to name the route of a request answered before routing (an early 413)
+        self._flat: list[RouteContext] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -77,9 +82,22 @@ class Telemetry:
                 seen["out"] = 0  # the client was gone: nothing was sent
             self._record(scope, time.perf_counter() - started, seen)
 
-    @staticmethod
-    def _record(scope: Scope, seconds: float, seen: dict[str, int]) -> None:
-        route = getattr(scope.get("route"), "path", None) or "unmatched"  # bounded label values only
+    def _route(self, scope: Scope) -> tuple[str, dict[str, Any]]:
+        """The request's route template and path parameters; ``unmatched`` for a path no route has (the
+        label values stay bounded). A request refused before routing is matched here."""
+        route = scope.get("route")
+        if route is not None:
+            return str(getattr(route, "path", "unmatched")), scope.get("path_params", {})
+        if self._flat is None:  # the routes of included routers, each with its full path
+            self._flat = list(iter_route_contexts(self._routes))
+        for candidate in self._flat:
+            match, child = candidate.matches(scope)
+            if match is Match.FULL:
+                return str(candidate.path), child.get("path_params", {})
+        return "unmatched", {}
+
+    def _record(self, scope: Scope, seconds: float, seen: dict[str, int]) -> None:
+        route, path_params = self._route(scope)
         method = scope["method"]
         metrics.REQUESTS.labels(route, method, str(seen["status"])).inc()
         metrics.REQUEST_SECONDS.labels(route, method).observe(seconds)
@@ -98,7 +116,7 @@ class Telemetry:
                 "duration_ms": round(seconds * 1000, 3),
                 "bytes_in": seen["in"],
                 "bytes_out": seen["out"],
-                "namespace": scope.get("path_params", {}).get("namespace"),
+                "namespace": path_params.get("namespace"),
                 "client": client[0] if client else None,
                 "token_name": principal_name(scope),
             }

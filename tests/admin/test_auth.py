@@ -7,7 +7,7 @@ import sqlite3
 from typing import Any
 
 import pytest
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
 from cache_server.api.auth import OPEN_ROUTES, ROUTE_ROLES
@@ -105,12 +105,17 @@ def test_metrics_and_api_docs_need_a_token(auth_client: TestClient, tokens: dict
 
 def test_every_route_has_a_role_or_is_open(auth_client: TestClient) -> None:
     """A new route must be given its role in cache_server/api/auth.py (unlisted routes need admin)."""
-    unlisted = [
+    routes = [
         (method, route.path)
-        for route in auth_client.app.routes  # type: ignore[attr-defined]
-        if isinstance(route, APIRoute) and route.path not in OPEN_ROUTES
-        for method in route.methods
-        if (method, route.path) not in ROUTE_ROLES
+        for route in iter_route_contexts(auth_client.app.routes)  # type: ignore[attr-defined]
+        if isinstance(route.original_route, APIRoute)
+        for method in route.methods or ()
+    ]
+    assert len(routes) >= len(ROUTE_ROLES)  # every route of the app is seen (included routers too)
+    unlisted = [
+        (method, path)
+        for method, path in routes
+        if path not in OPEN_ROUTES and (method, path) not in ROUTE_ROLES
     ]
     assert unlisted == []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -155,6 +156,28 @@ def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -
     assert re.search(r"the upload of stall/k\d+ stopped arriving after 10 bytes; refused with 408", log)
 
 
+def test_a_trickling_upload_ends_in_408_though_it_never_pauses_long(tmp_path: Path) -> None:
+    """A byte every half second never pauses for the body timeout, but stays under the minimum rate."""
+    env = {**SHORT_TIMEOUTS, "XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND": "100"}
+    with run_server(tmp_path, env) as srv, connect(srv) as sock:
+        started = time.monotonic()
+        sock.sendall(put_head("trickle", "k", 10_000))
+        while not select.select([sock], [], [], 0.5)[0]:  # until the server answers
+            assert time.monotonic() - started < BODY_TIMEOUT + 10, "no answer"
+            sock.sendall(b"x")
+        elapsed = time.monotonic() - started
+        status, body = read_response(sock, time.monotonic() + 5)
+        assert status == 408, (status, body)
+        detail = json.loads(body)["detail"]
+        assert "arrived too slowly" in detail and "XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND" in detail
+        # Allowed: the body timeout's grace plus what the bytes sent earn at 100 bytes/s (a few ms).
+        assert BODY_TIMEOUT <= elapsed < BODY_TIMEOUT + 2, elapsed
+        assert nothing_stored(srv.log_path.parent, "trickle")
+        assert re.search(
+            r"the upload of trickle/k arrived too slowly after \d+ bytes; refused with 408", srv.log()
+        )
+
+
 def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -> None:
     with run_server(tmp_path, {**SHORT_TIMEOUTS, "XLA_CACHE_MAX_CONCURRENT_UPLOADS": "1"}) as srv:
         with connect(srv) as stalled:
@@ -249,7 +272,9 @@ def test_json_body_over_the_limit_is_413_without_the_server_growing(tmp_path: Pa
 
         growth = peak_rss_mib(srv.pid) - before
         assert growth < 48, f"the server's peak memory grew by {growth:.0f} MiB"
-        # Both refusals are counted (before routing, so under route="unmatched").
+        # Both refusals are counted under their route, though refused before routing.
         metrics = httpx.get(f"{srv.url}/metrics").text
-        assert 'method="POST",route="unmatched",status="413"} 2.0' in metrics, metrics
+        route = "/v1/namespaces/{namespace}/missing"
+        assert f'method="POST",route="{route}",status="413"}} 2.0' in metrics, metrics
+        assert 'route="unmatched"' not in metrics
         assert "Traceback" not in srv.log()
