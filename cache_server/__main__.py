@@ -17,7 +17,9 @@ def main() -> int:
     except ModuleNotFoundError as exc:
         print(
             f"error: the server's dependencies are not installed ({exc.name} is missing); "
-            "install them with: pip install 'xla-compile-cache[server]'",
+            "install this package with its server extra, from a checkout "
+            "(pip install '/path/to/checkout[server]') or from a wheel built from one "
+            "(pip install 'xla_compile_cache-<version>-py3-none-any.whl[server]')",
             file=sys.stderr,
         )
         return 2

@@ -6,7 +6,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,10 +87,12 @@ def run_server(
     startup_timeout: float = 60.0,
     host: str = "127.0.0.1",
     extra_args: Sequence[str] = (),
+    command: Callable[[int], Sequence[str]] | None = None,
 ) -> Iterator[LiveServer]:
     """Start ``xla-cache-server serve``, wait until ``/readyz`` answers 200, stop it afterwards.
 
-    ``host`` is where it listens (the tests reach it on 127.0.0.1 either way).
+    ``host`` is where it listens (the tests reach it on 127.0.0.1 either way). ``command``, given a port,
+    is a whole command line to run instead (``host``, ``workers`` and ``extra_args`` are then unused).
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
@@ -102,19 +104,14 @@ def run_server(
     for attempt in range(attempts):
         chosen = port or free_port()
         log_path = data_dir / f"server-{chosen}.log"
+        if command is None:
+            argv = [str(SERVER_BIN), "serve", "--host", host, "--port", str(chosen)]
+            argv += ["--workers", str(workers), *extra_args]
+        else:
+            argv = list(command(chosen))
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [
-                    str(SERVER_BIN),
-                    "serve",
-                    "--host",
-                    host,
-                    "--port",
-                    str(chosen),
-                    "--workers",
-                    str(workers),
-                    *extra_args,
-                ],
+                argv,
                 env=full_env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
