@@ -60,6 +60,7 @@ class StubHttpServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed ACK
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None

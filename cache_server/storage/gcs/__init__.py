@@ -23,9 +23,12 @@ How the contract of :mod:`cache_server.storage.base` holds here:
 Credentials are Application Default Credentials. With ``STORAGE_EMULATOR_HOST`` set (the variable Google's
 own libraries read) or an explicit ``endpoint``, requests go there, with anonymous credentials by default.
 
+Signed URLs are signed locally by credentials with a key, else through the IAM Credentials API as the service
+account the credentials act as (a VM's attached account, no key on disk).
+
 The modules: ``store`` (the :class:`GcsBlobStore` operations), ``transport`` (the session, retries, timeouts
 and errors every request goes through), ``upload`` (multipart and resumable uploads), ``reader`` (streamed,
-resumable downloads).
+resumable downloads), ``signing`` (signing through IAM).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ operations as JSON API requests through the backend's one :class:`~.transport.Tr
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 from urllib.parse import urlparse
 
@@ -16,6 +18,13 @@ from google.cloud import storage
 from cache_server.errors import InvalidName
 from cache_server.storage.base import BlobInfo, parse_blob_name
 from cache_server.storage.gcs.reader import GcsReader
+from cache_server.storage.gcs.signing import (
+    IAM_ENDPOINT,
+    SIGNING_CONCURRENCY,
+    IamSigner,
+    SigningRefused,
+    service_account_of,
+)
 from cache_server.storage.gcs.transport import (
     VENDOR_ERRORS,
     Transport,
@@ -40,7 +49,10 @@ class GcsBlobStore:
     otherwise ``credentials`` replace Application Default Credentials. ``project`` is kept as
     :attr:`project` (by default the credentials' own): requests for objects need none.
 
-    Also a :class:`~cache_server.storage.base.SignsUrls`: signing credentials give direct download URLs.
+    Also a :class:`~cache_server.storage.base.SignsUrls`: direct download URLs, signed locally by credentials
+    that hold a key (a key file, impersonated credentials), else through the IAM Credentials API at
+    ``iam_endpoint`` as the service account the credentials act as (a VM's attached account; see
+    :mod:`.signing`), or as ``signing_service_account`` if given.
     """
 
     def __init__(
@@ -56,6 +68,8 @@ class GcsBlobStore:
         backoff: float = 0.5,
         max_backoff: float = 16.0,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        signing_service_account: str | None = None,
+        iam_endpoint: str = IAM_ENDPOINT,
     ) -> None:
         if not bucket:
             raise ValueError("A Google Cloud Storage store needs a bucket name.")
@@ -74,9 +88,6 @@ class GcsBlobStore:
             project = project or found_project
         self.project = project
         self._chunk_size = chunk_size
-        # google-cloud-storage signs locally (or through IAM, with the credentials' own session); its client
-        # only supplies the universe domain, so an anonymous one that never sends a request will do.
-        self._signer = storage.Client.create_anonymous_client() if isinstance(credentials, Signing) else None
         self._transport = Transport(
             bucket,
             credentials,
@@ -86,6 +97,22 @@ class GcsBlobStore:
             backoff=backoff,
             max_backoff=max_backoff,
         )
+        # Credentials with a key sign locally (impersonated ones through IAM, with their own session); others
+        # that name a service account sign as it through IAM, via this store's transport policy.
+        self._iam: IamSigner | None = None
+        local = isinstance(credentials, Signing) and signing_service_account in (
+            None,
+            getattr(credentials, "signer_email", None),
+        )
+        if not local and (signing_service_account or service_account_of(credentials)):
+            self._iam = IamSigner(
+                self._transport, credentials, service_account=signing_service_account, endpoint=iam_endpoint
+            )
+        # google-cloud-storage builds the V4 URL; its client only supplies the universe domain, so an
+        # anonymous one that never sends a request will do.
+        self._signer = storage.Client.create_anonymous_client() if local or self._iam else None
+        self._sign_pool: ThreadPoolExecutor | None = None
+        self._sign_pool_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 30.0, retries: int = 5) -> GcsBlobStore:
@@ -176,31 +203,90 @@ class GcsBlobStore:
             raise transport.unavailable("reach", exc, attempts=1) from exc
 
     def close(self) -> None:
+        if self._sign_pool is not None:
+            self._sign_pool.shutdown(wait=True, cancel_futures=True)
+        if self._iam is not None:
+            self._iam.close()
         self._transport.close()
 
     # -- direct downloads (SignsUrls) --------------------------------------------------------------------
     def signed_url(self, name: str, expires_seconds: int) -> str | None:
         """A V4 signed URL that lets anyone GET the blob's bytes for ``expires_seconds`` (at most 7 days).
 
-        Returns ``None`` when the credentials cannot sign: only signing credentials can (a service-account
-        key file, impersonated credentials), not the anonymous ones used with an emulator, a user's
-        credentials, or those of a VM's metadata server. The URL is made locally without checking that the
-        blob exists. Raises :class:`ValueError` for an expiry out of range and
-        :class:`~cache_server.errors.StorageUnavailable` if signing needed a service that failed.
+        Returns ``None`` when the credentials cannot sign: neither a key (a service-account key file,
+        impersonated credentials) nor a service account to sign as through IAM (anonymous credentials with an
+        emulator, a user's), or when IAM refused to sign as the account lately (a missing role: logged, see
+        :mod:`.signing`). The URL is made without checking that the blob exists; through IAM it costs one
+        round trip (:meth:`signed_urls` makes many at once). Raises :class:`ValueError` for an expiry out of
+        range and :class:`~cache_server.errors.StorageUnavailable` if signing needed a service that failed.
         """
+        self._check_expiry(expires_seconds)
+        if self._signer is None or (self._iam is not None and self._iam.refused()):
+            return None
+        try:
+            return self._sign(name, expires_seconds)
+        except SigningRefused:
+            return None
+
+    def signed_urls(self, names: Sequence[str], expires_seconds: int) -> dict[str, str] | None:
+        """:meth:`signed_url` for each of ``names`` (by name), or ``None`` when the credentials cannot sign.
+
+        Through IAM up to :data:`~.signing.SIGNING_CONCURRENCY` signing calls run at once (shared by every
+        caller of this store), so a batch of a thousand takes a few dozen round trips, not a thousand. Every
+        name is checked before anything is signed; the first failure is raised at once and the rest abandoned.
+        """
+        self._check_expiry(expires_seconds)
+        unique = list(dict.fromkeys(names))
+        for name in unique:
+            self._object_name(name)
+        if self._signer is None or (self._iam is not None and self._iam.refused()):
+            return None
+        if self._iam is None or len(unique) < 2:  # local signing: CPU-bound, threads would not help
+            try:
+                return {name: self._sign(name, expires_seconds) for name in unique}
+            except SigningRefused:
+                return None
+        pool = self._signing_pool()
+        futures = {name: pool.submit(self._sign, name, expires_seconds) for name in unique}
+        done, _ = wait(futures.values(), return_when=FIRST_EXCEPTION)
+        failure = next((exc for future in done if (exc := future.exception()) is not None), None)
+        if failure is None:
+            return {name: future.result() for name, future in futures.items()}
+        for future in futures.values():
+            future.cancel()  # those not started; the few running finish on their own
+        if isinstance(failure, SigningRefused):
+            return None
+        raise failure
+
+    @staticmethod
+    def _check_expiry(expires_seconds: int) -> None:
         if not 1 <= expires_seconds <= MAX_SIGNED_URL_SECONDS:
             raise ValueError(f"A signed URL lasts 1 to {MAX_SIGNED_URL_SECONDS} s, not {expires_seconds}.")
-        if self._signer is None:
-            return None
+
+    def _signing_pool(self) -> ThreadPoolExecutor:
+        with self._sign_pool_lock:
+            if self._sign_pool is None:
+                self._sign_pool = ThreadPoolExecutor(SIGNING_CONCURRENCY, thread_name_prefix="gcs-sign")
+            return self._sign_pool
+
+    def _sign(self, name: str, expires_seconds: int) -> str:
+        """The URL, signed; SigningRefused when IAM refuses, StorageUnavailable when signing failed."""
+        assert self._signer is not None
         blob = self._signer.bucket(self.bucket_name).blob(self._object_name(name))
+        if self._iam is None:
+            credentials: Credentials | IamSigner = self._transport.credentials
+            action = f"sign a URL for {name!r} in"
+        else:
+            credentials = self._iam
+            action = f"sign a URL for {name!r} through the IAM Credentials API ({self._iam.endpoint}) for"
         try:
             url: str = blob.generate_signed_url(
                 version="v4",
                 expiration=dt.timedelta(seconds=expires_seconds),
                 method="GET",
-                credentials=self._transport.credentials,
+                credentials=credentials,
                 api_access_endpoint=self._transport.signing_endpoint,
             )
         except VENDOR_ERRORS as exc:
-            raise self._transport.unavailable(f"sign a URL for {name!r} in", exc) from exc
+            raise self._transport.unavailable(action, exc) from exc
         return url
