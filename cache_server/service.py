@@ -152,6 +152,17 @@ class _Signer:
             return None
         return SignedEntry(key=entry.key, url=url, size=entry.size, sha256=entry.sha256)
 
+    def sign_all(self, entries: Sequence[EntryInfo]) -> list[SignedEntry] | None:
+        """URLs for all of ``entries`` (signed together), or None when the store's credentials cannot sign."""
+        names = [blob_name(entry.namespace, entry.key) for entry in entries]
+        urls = self._store.signed_urls(names, self.seconds) if names else {}
+        if urls is None or any(name not in urls for name in names):
+            return None
+        return [
+            SignedEntry(key=entry.key, url=urls[name], size=entry.size, sha256=entry.sha256)
+            for entry, name in zip(entries, names, strict=True)
+        ]
+
 
 class CacheService:
     """Entries and namespaces over the index's :class:`EntryRepository` and one blob store.
@@ -419,17 +430,12 @@ class CacheService:
                 "storage is not Google Cloud Storage); download the entries with POST .../bundle instead."
             )
         rows = self._entries.get_entries(namespace, wanted)
-        signed: list[SignedEntry] = []
-        for key in wanted:
-            if key not in rows:
-                continue
-            item = self._signer.sign(rows[key])
-            if item is None:
-                raise SignedUrlsUnavailable(
-                    "This server's storage credentials cannot sign URLs (a service-account key is needed); "
-                    "download the entries with POST .../bundle instead."
-                )
-            signed.append(item)
+        signed = self._signer.sign_all([rows[key] for key in wanted if key in rows])
+        if signed is None:
+            raise SignedUrlsUnavailable(
+                "This server's storage credentials cannot sign URLs (they need a service-account key, or a "
+                "service account allowed to sign through IAM); download the entries with POST .../bundle."
+            )
         for item in signed:
             self._access.hit(namespace, item.key, item.size)
         missing = [key for key in wanted if key not in rows]
