@@ -11,6 +11,7 @@ import re
 from typing import Literal
 
 __all__ = [
+    "BUNDLE_COMPILE_TIME_PAX",
     "BUNDLE_SHA256_PAX",
     "COMPILE_TIME_HEADER",
     "CONTENT_LENGTH_HEADER",
@@ -56,6 +57,8 @@ UPLOADER_HEADER = "X-Uploader"
 """On upload: who uploaded it (``host:pid``), kept with the entry."""
 BUNDLE_SHA256_PAX = "XLA_CACHE.sha256"
 """The PAX header of each bundle member that carries its SHA-256."""
+BUNDLE_COMPILE_TIME_PAX = "XLA_CACHE.compile_time_ms"
+"""The PAX header of a bulk upload's member that says what ``X-Compile-Time-Ms`` says of a single upload."""
 FINGERPRINT_FILE = ".fingerprint.json"
 """In a namespace's local directory: its fingerprint, so ``xla-cache push`` needs no runtime."""
 

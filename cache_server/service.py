@@ -22,7 +22,9 @@ from cache_protocol import (
     SHA256_HEADER,
     UPLOADER_MAX_LENGTH,
 )
+from cache_protocol.tar import TarMember
 from cache_server.access import AccessRecorder
+from cache_server.bulk import BulkResult, put_members
 from cache_server.domain import Clock, EntryInfo, NamespaceInfo, utcnow
 from cache_server.errors import (
     BadRequest,
@@ -281,6 +283,39 @@ class CacheService:
         if created and self._on_stored is not None:
             self._on_stored(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
+
+    def put_entries(
+        self, namespace: str, members: Iterator[TarMember], *, stored_by: str | None = None
+    ) -> BulkResult:
+        """Store the members of one uploaded tar stream (see :mod:`cache_server.bulk`): each gets the
+        status a ``PUT`` of it would have; a broken stream keeps what was committed before it."""
+        check_namespace(namespace)
+
+        def metadata(key: str, sha256: str, compile_ms: int | None) -> dict[str, str]:
+            meta = {
+                "namespace": namespace,
+                "key": key,
+                "sha256": sha256,
+                "created": self._clock().isoformat(),
+            }
+            if compile_ms is not None:
+                meta["compile_time_ms"] = str(compile_ms)
+            if stored_by:
+                meta["stored_by"] = stored_by
+            return meta
+
+        return put_members(
+            namespace,
+            members,
+            entries=self._entries,
+            store=self._store,
+            max_entry_bytes=self._settings.max_entry_bytes,
+            checked=_checked_upload,
+            metadata=metadata,
+            clock=self._clock,
+            stored_by=stored_by,
+            on_stored=self._on_stored,
+        )
 
     @staticmethod
     def _conflict(namespace: str, key: str, stored: str) -> DigestConflict:

@@ -16,10 +16,20 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER
+from cache_protocol.tar import BadTar, TarReader
 from cache_server.api.auth import principal
 from cache_server.api.deps import ServiceDep, get_settings
-from cache_server.api.schemas import KeysRequest, ManifestEntry, ManifestOut, MissingOut, PutOut
+from cache_server.api.schemas import (
+    BulkMemberOut,
+    BulkOut,
+    KeysRequest,
+    ManifestEntry,
+    ManifestOut,
+    MissingOut,
+    PutOut,
+)
 from cache_server.api.signed_urls import redirect_to
+from cache_server.bulk import BulkResult
 from cache_server.domain import EntryInfo
 from cache_server.errors import BadRequest, BodyTimeout, ClientAborted, UploadsBusy
 from cache_server.names import check_key, check_namespace, check_sha256
@@ -239,6 +249,60 @@ async def put_entry(
     response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
     return PutOut(
         namespace=namespace, key=key, size=result.size, sha256=result.sha256, created=result.created
+    )
+
+
+@router.post(
+    "/entries",
+    response_model=BulkOut,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def put_entries(namespace: str, request: Request, service: ServiceDep) -> BulkOut:
+    """Upload many entries in one ``application/x-tar`` stream: each member a regular file named by its key,
+    with PAX records ``XLA_CACHE.sha256`` (required) and ``XLA_CACHE.compile_time_ms`` (optional), at most
+    ``XLA_CACHE_MAX_KEYS_PER_REQUEST`` members.
+
+    200 with every member's result: the status a ``PUT`` of it would have had (201 stored, 200 already
+    stored with this digest, 409 stored with another, 400 bad name, digest record or bytes, 413 too large);
+    a member's 201 or 200 means it survives a crash, as for a ``PUT``. 400 for a stream that is not a tar
+    stream this server accepts (only regular files; bounded PAX headers); what was committed before the
+    error stays. Timeouts, upload slots and aborted clients as for ``PUT``.
+    """
+    check_namespace(namespace)
+    who = principal(request)
+    stored_by = who.token_id if who is not None else None
+    settings = get_settings(request)
+    upload = _UploadBody(request, settings.body_timeout_seconds, settings.min_upload_bytes_per_second)
+    slots = upload_slots(request)
+
+    def store_all() -> BulkResult:
+        pieces = _blocking_body(upload.pieces().__aiter__())
+        reader = TarReader(lambda _size: next(pieces, b""), max_members=settings.max_keys_per_request)
+        try:
+            return service.put_entries(namespace, reader.members(), stored_by=stored_by)
+        except BadTar as exc:
+            raise BadRequest(f"The upload is not a tar stream this server takes: {exc}.") from None
+
+    async with slots.slot():
+        try:
+            result = await anyio.to_thread.run_sync(store_all, limiter=slots.threads)
+        except ClientDisconnect:
+            log.info("client aborted a bulk upload to %s after %d bytes", namespace, upload.received)
+            raise ClientAborted(
+                f"The client went away after sending {upload.received} bytes; the groups of entries "
+                "committed before that are stored."
+            ) from None
+    return BulkOut(
+        namespace=namespace,
+        stored=result.count(201),
+        already_stored=result.count(200),
+        refused=len(result.results) - result.count(201) - result.count(200),
+        results=[BulkMemberOut(**vars(member)) for member in result.results],
     )
 
 

@@ -19,8 +19,10 @@ log = logging.getLogger(__name__)
 # either split a name in two or reach the name checks in a confusing form; refuse it up front.
 _ENCODED = re.compile(rb"%(2f|5c|00)", re.IGNORECASE)
 
-# PUT /v1/namespaces/{namespace}/entries/{key}: the one route whose body is streamed, not read whole.
+# PUT /v1/namespaces/{namespace}/entries/{key} and POST /v1/namespaces/{namespace}/entries (a bulk upload):
+# the routes whose body is streamed, not read whole.
 _ENTRY_UPLOAD = re.compile(r"/v1/namespaces/[^/]+/entries/.")
+_BULK_UPLOAD = re.compile(r"/v1/namespaces/[^/]+/entries/?")
 
 
 class RejectEncodedSeparators:
@@ -45,7 +47,9 @@ class RejectEncodedSeparators:
 
 
 def is_entry_upload(scope: Scope) -> bool:
-    """Whether the request is an entry upload (streamed, bounded by ``XLA_CACHE_MAX_ENTRY_BYTES``)."""
+    """Whether the request uploads entries (streamed, each bounded by ``XLA_CACHE_MAX_ENTRY_BYTES``)."""
+    if scope["method"] == "POST":
+        return _BULK_UPLOAD.fullmatch(scope["path"]) is not None
     return scope["method"] == "PUT" and _ENTRY_UPLOAD.match(scope["path"]) is not None
 
 

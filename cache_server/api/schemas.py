@@ -9,6 +9,8 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 __all__ = [
+    "BulkMemberOut",
+    "BulkOut",
     "EntryOut",
     "KeysRequest",
     "ManifestEntry",
@@ -90,6 +92,25 @@ class PutOut(BaseModel):
     size: int
     sha256: str
     created: bool
+
+
+class BulkMemberOut(BaseModel):
+    key: str
+    status: int = Field(
+        description="What a PUT of this entry would have answered: 201, 200, 400, 409 or 413."
+    )
+    size: int | None = None
+    sha256: str | None = None
+    error: str | None = Field(default=None, description="The error code, for a refused member.")
+    detail: str | None = None
+
+
+class BulkOut(BaseModel):
+    namespace: str
+    stored: int = Field(description="Members stored now (201).")
+    already_stored: int = Field(description="Members stored before with the same digest (200).")
+    refused: int = Field(description="Members refused (400, 409, 413); nothing of them was stored.")
+    results: list[BulkMemberOut] = Field(description="Every member's outcome, in stream order.")
 
 
 class EntryOut(BaseModel):

@@ -196,6 +196,34 @@ class EntryRepository:
                 )
             return written
 
+    def record_new_entries(self, records: Sequence[EntryRecord]) -> None:
+        """The rows of blobs a batch just created, in one transaction per chunk, counted as uploads (a
+        stale row left behind for a blob that vanished is overwritten, as :meth:`record_entry` does)."""
+        for part in chunked(records):
+            if not part:
+                continue
+            namespace = part[0].namespace
+            assert all(record.namespace == namespace for record in part), "one namespace per call"
+            with self._db.transaction() as session:
+                self._add_namespaces(session, {namespace: min(r.created_at for r in part)})
+                stmt = self._db.insert(Entry).values([record.row() for record in part])
+                changing = {
+                    column: stmt.excluded[column]
+                    for column in part[0].row()
+                    if column not in ("namespace", "key")
+                }
+                upsert = stmt.on_conflict_do_update(index_elements=["namespace", "key"], set_=changing)
+                session.execute(upsert)
+                add_counts(
+                    self._db,
+                    session,
+                    namespace,
+                    part[-1].created_at.date(),
+                    last_used=part[-1].created_at,
+                    uploads=len(part),
+                    bytes_uploaded=sum(record.size for record in part),
+                )
+
     def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:
         """Insert the rows among ``records`` that the index lacks, with their namespaces; existing rows win.
 

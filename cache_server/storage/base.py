@@ -18,13 +18,18 @@ the bytes. The contract, which ``tests/storage`` checks against every backend un
 
 Some abilities only some backends have; each is a protocol of its own, so callers ask
 ``isinstance(store, SignsUrls)`` rather than probing for methods: :class:`SignsUrls` (direct downloads that
-bypass the server) and :class:`SweepsTempFiles` (cleaning up after uploads that died).
+bypass the server), :class:`SweepsTempFiles` (cleaning up after uploads that died) and :class:`PutsInBatches`
+(many blobs made durable together: one sync for a batch instead of one per blob). :func:`open_batch` gives a
+:class:`BlobBatch` for any store.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+import itertools
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -34,12 +39,17 @@ from cache_server.names import check_key, check_namespace
 __all__ = [
     "MIB",
     "READ_CHUNK",
+    "BlobBatch",
     "BlobInfo",
     "BlobReader",
     "BlobStore",
+    "ConcurrentBatch",
+    "PutsInBatches",
+    "SequentialBatch",
     "SignsUrls",
     "SweepsTempFiles",
     "blob_name",
+    "open_batch",
     "parse_blob_name",
     "split_blob_name",
 ]
@@ -144,6 +154,11 @@ class SignsUrls(Protocol):
         """
         ...
 
+    def signed_urls(self, names: Sequence[str], expires_seconds: int) -> dict[str, str] | None:
+        """:meth:`signed_url` for each of ``names`` (by name), as fast as the backend can (several
+        signing calls at once, where signing is remote); ``None`` when the credentials cannot sign."""
+        ...
+
 
 @runtime_checkable
 class SweepsTempFiles(Protocol):
@@ -157,3 +172,131 @@ class SweepsTempFiles(Protocol):
         other threads and processes use the store.
         """
         ...
+
+
+class BlobBatch(Protocol):
+    """Many puts whose cost is paid together: durable and reported at :meth:`commit`.
+
+    A blob may become visible before the commit (a store without a batch of its own puts at once), so the
+    caller writes index rows only for what a commit reported: anything else is an orphan that gc removes.
+    Use it as a context manager: leaving the block without committing aborts what was put.
+    """
+
+    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
+        """Take a blob's bytes (all of them: a checking iterator may raise, and then nothing of this blob
+        is kept and the batch goes on). A name put twice in one batch keeps the first."""
+        ...
+
+    def commit(self) -> dict[str, bool]:
+        """Make every blob put so far durable and visible, create-only as :meth:`BlobStore.put`: name ->
+        True if created, False if it was already stored. Then the batch is empty again."""
+        ...
+
+    def abort(self) -> None:
+        """Forget what was put and not committed; nothing of it stays."""
+        ...
+
+    def __enter__(self) -> BlobBatch: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class PutsInBatches(Protocol):
+    """A store with a batch of its own, cheaper per blob than one :meth:`BlobStore.put` each."""
+
+    def batch(self) -> BlobBatch:
+        """A new, empty batch."""
+        ...
+
+
+class SequentialBatch:
+    """The batch of a store that has none of its own: each put is a :meth:`BlobStore.put` at once, so blobs
+    are visible before :meth:`commit` (which only reports them); abort cannot take them back."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+        self._done: dict[str, bool] = {}
+
+    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
+        created = self._store.put(name, chunks, metadata)
+        self._done.setdefault(name, created)
+
+    def commit(self) -> dict[str, bool]:
+        done, self._done = self._done, {}
+        return done
+
+    def abort(self) -> None:
+        self._done = {}
+
+    def __enter__(self) -> SequentialBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+
+class ConcurrentBatch:
+    """Puts of small blobs run on a few threads at once (a remote store's round trips overlap); a blob
+    over ``buffer_limit`` bytes is put at once, streamed. A small blob is held in memory until its put
+    ends, at most ``workers`` times ``buffer_limit`` bytes in all."""
+
+    def __init__(self, store: BlobStore, *, workers: int = 16, buffer_limit: int = 8 * MIB) -> None:
+        self._store = store
+        self._workers = workers
+        self._buffer_limit = buffer_limit
+        self._pool: ThreadPoolExecutor | None = None
+        self._slots = threading.BoundedSemaphore(workers)
+        self._pending: dict[str, Future[bool]] = {}
+        self._done: dict[str, bool] = {}
+
+    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
+        held: list[bytes] = []
+        size = 0
+        iterator = iter(chunks)
+        for chunk in iterator:
+            held.append(chunk)
+            size += len(chunk)
+            if size > self._buffer_limit:  # large: stream it now, in this thread
+                created = self._store.put(name, itertools.chain(held, iterator), metadata)
+                self._done.setdefault(name, created)
+                return
+        if name in self._pending or name in self._done:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="xla-cache-batch")
+        self._slots.acquire()
+        future = self._pool.submit(self._store.put, name, held, dict(metadata))
+        future.add_done_callback(lambda _: self._slots.release())
+        self._pending[name] = future
+
+    def commit(self) -> dict[str, bool]:
+        pending, done = self._pending, self._done
+        self._pending, self._done = {}, {}
+        failure: BaseException | None = None
+        for name, future in pending.items():
+            try:
+                done[name] = future.result()
+            except BaseException as exc:  # wait for every put; report the first failure
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return done
+
+    def abort(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pending, self._done = {}, {}
+
+    def __enter__(self) -> ConcurrentBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def open_batch(store: BlobStore) -> BlobBatch:
+    """The store's own batch, or one put at a time."""
+    return store.batch() if isinstance(store, PutsInBatches) else SequentialBatch(store)

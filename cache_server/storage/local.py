@@ -6,17 +6,21 @@ starts with a fixed-size header (magic line, then JSON metadata padded with spac
 
 A put writes a private temp file, fsyncs it, then ``os.link``s it to its final name: link fails if the
 name exists, which makes create-only atomic across threads and processes; the directory is fsynced so the
-new name survives a crash. Names are validated before any path is built.
+new name survives a crash. A batch (:class:`LocalBatch`) pays that once for many blobs. Names are validated
+before any path is built.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import datetime as dt
 import errno
 import json
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -26,12 +30,14 @@ from cache_server.errors import InvalidName, StorageUnavailable
 from cache_server.names import check_key, check_namespace
 from cache_server.storage.base import READ_CHUNK, BlobInfo, blob_name, parse_blob_name
 
-__all__ = ["HEADER_SIZE", "LocalBlobStore"]
+__all__ = ["HEADER_SIZE", "LocalBatch", "LocalBlobStore"]
 
 MAGIC = b"XLACACHE1\n"
 HEADER_SIZE = 4096
 TMP_DIR = ".tmp"
 STALE_TEMP_SECONDS = 3600.0
+_LIBC_NAME = ctypes.util.find_library("c")
+_LIBC = ctypes.CDLL(_LIBC_NAME, use_errno=True) if _LIBC_NAME else None
 
 
 def _is_valid(check: Callable[[str], str], value: str) -> bool:
@@ -105,6 +111,20 @@ class LocalBlobStore:
             for _ in chunks:  # let a checking iterator see every byte and raise if it must
                 pass
             return False
+        with _storage_errors():
+            tmp = self._write_temp(name, chunks, metadata, sync=True)
+            try:
+                created = self._link(tmp, final)
+                if created:
+                    _fsync_dir(final.parent)
+                return created
+            finally:
+                tmp.unlink(missing_ok=True)
+
+    def _write_temp(
+        self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str], *, sync: bool
+    ) -> Path:
+        """The blob, header and bytes, in a new temp file (fsynced if ``sync``); removed if chunks raise."""
         tmp = self._tmp / f"{uuid.uuid4().hex}.part"
         try:
             with open(tmp, "wb") as handle:
@@ -123,25 +143,28 @@ class LocalBlobStore:
                 handle.seek(0)
                 handle.write(_encode_header(header))
                 handle.flush()
-                os.fsync(handle.fileno())
-            if not final.parent.is_dir():
-                final.parent.mkdir(parents=True, exist_ok=True)
-                _fsync_dir(self.root)  # the new namespace directory must survive a crash too
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                return False
-            _fsync_dir(final.parent)
-            return True
-        except OSError as exc:
-            # ENOENT: the blob directory itself was removed under us (readyz reports it too).
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ENOENT):
-                raise StorageUnavailable(
-                    f"The local blob directory cannot be written: {exc.strerror}."
-                ) from exc
-            raise
-        finally:
+                if sync:
+                    os.fsync(handle.fileno())
+        except BaseException:
             tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    def _link(self, tmp: Path, final: Path) -> bool:
+        """Give a durable temp file its final name, if that is free (the directory is not fsynced here)."""
+        if not final.parent.is_dir():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(self.root)  # the new namespace directory must survive a crash too
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        return True
+
+    def batch(self) -> LocalBatch:
+        """A batch: temp files written without fsync, then one filesystem sync, links, and one fsync per
+        directory at commit (see :class:`~cache_server.storage.base.PutsInBatches`)."""
+        return LocalBatch(self)
 
     # -- reading ----------------------------------------------------------------------------------------
     def _read_info(self, name: str, handle: BinaryIO) -> BlobInfo | None:
@@ -223,6 +246,93 @@ class LocalBlobStore:
             except FileNotFoundError:
                 continue
         return removed
+
+
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """A full disk, a read-only or failing one, or a blob directory removed under us: StorageUnavailable."""
+    try:
+        yield
+    except OSError as exc:
+        # ENOENT: the blob directory itself was removed under us (readyz reports it too).
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ENOENT):
+            raise StorageUnavailable(f"The local blob directory cannot be written: {exc.strerror}.") from exc
+        raise
+
+
+def _sync_filesystem(path: Path, files: list[Path]) -> None:
+    """Make the data of ``files`` (all under ``path``) durable: one ``syncfs`` where Linux has it."""
+    syncfs = getattr(_LIBC, "syncfs", None) if _LIBC is not None else None
+    if syncfs is not None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    for file in files:  # no syncfs: one fsync each
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class LocalBatch:
+    """Puts into a :class:`LocalBlobStore` whose durability is paid once per commit.
+
+    A put writes its temp file without fsync. Commit syncs the filesystem once, links each temp file to its
+    final name (create-only, as ``put``), fsyncs each directory that got a name once, and removes the temp
+    files. A crash before the sync leaves only temp files (swept later); after it, every name that exists
+    has its whole bytes.
+    """
+
+    def __init__(self, store: LocalBlobStore) -> None:
+        self._store = store
+        self._pending: dict[str, Path] = {}
+        self._present: set[str] = set()
+
+    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
+        if name in self._pending or name in self._present or self._store._path(name).exists():
+            for _ in chunks:
+                pass
+            if name not in self._pending:
+                self._present.add(name)
+            return
+        with _storage_errors():
+            self._pending[name] = self._store._write_temp(name, chunks, metadata, sync=False)
+
+    def commit(self) -> dict[str, bool]:
+        pending, present = self._pending, self._present
+        self._pending, self._present = {}, set()
+        done = dict.fromkeys(present, False)
+        try:
+            with _storage_errors():
+                if pending:
+                    _sync_filesystem(self._store._tmp, list(pending.values()))
+                directories: set[Path] = set()
+                for name, tmp in pending.items():
+                    final = self._store._path(name)
+                    done[name] = self._store._link(tmp, final)
+                    if done[name]:
+                        directories.add(final.parent)
+                for directory in directories:
+                    _fsync_dir(directory)
+        finally:
+            for tmp in pending.values():
+                tmp.unlink(missing_ok=True)
+        return done
+
+    def abort(self) -> None:
+        for tmp in self._pending.values():
+            tmp.unlink(missing_ok=True)
+        self._pending, self._present = {}, set()
+
+    def __enter__(self) -> LocalBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
 
 
 def _encode_header(header: dict[str, object]) -> bytes:

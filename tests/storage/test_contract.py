@@ -13,7 +13,14 @@ from collections.abc import Callable, Iterable, Iterator
 import pytest
 
 from cache_server.errors import InvalidName
-from cache_server.storage.base import BlobInfo, BlobStore, SignsUrls, SweepsTempFiles
+from cache_server.storage.base import (
+    BlobInfo,
+    BlobStore,
+    PutsInBatches,
+    SignsUrls,
+    SweepsTempFiles,
+    open_batch,
+)
 from tests.storage.conftest import Backend
 from tests.support.memory import MIB, PeakRss
 
@@ -97,8 +104,8 @@ def test_backend_implements_the_protocol(backend: Backend) -> None:
 
 
 def test_backend_declares_the_optional_abilities_it_has(backend: Backend) -> None:
-    abilities = {"signs URLs": SignsUrls, "sweeps temp files": SweepsTempFiles}
-    expected = {"local": {"sweeps temp files"}, "gcs": {"signs URLs"}}[backend.kind]
+    abilities = {"signs URLs": SignsUrls, "sweeps temp files": SweepsTempFiles, "batches": PutsInBatches}
+    expected = {"local": {"sweeps temp files", "batches"}, "gcs": {"signs URLs", "batches"}}[backend.kind]
     assert {name for name, ability in abilities.items() if isinstance(backend.store, ability)} == expected
 
 
@@ -356,3 +363,51 @@ def test_512_mib_streams_both_ways_in_bounded_memory(
     assert upload.growth < RSS_LIMIT, report
     assert download.growth < RSS_LIMIT, report
     assert store.delete("ns/huge") is True
+
+
+def test_a_batch_commits_create_only_and_reports_each_blob(backend: Backend) -> None:
+    store = backend.store
+    assert store.put("ns/old", [b"first"], {"v": "1"}) is True
+    with open_batch(store) as batch:
+        for i in range(40):
+            batch.put(f"ns/k{i}", pieces(b"%d" % i * 1000, seed=i), {"i": str(i)})
+        batch.put("ns/old", [b"second"], {"v": "2"})
+        batch.put("ns/k0", [b"again in the same batch"], {})
+        done = batch.commit()
+    assert done == {**{f"ns/k{i}": True for i in range(40)}, "ns/old": False}
+    for i in range(40):
+        info, data, _ = read_all(store, f"ns/k{i}")
+        assert data == b"%d" % i * 1000 and info.metadata == {"i": str(i)}
+    assert read_all(store, "ns/old")[1] == b"first"
+    assert sorted(i.name for i in store.list()) == sorted(["ns/old", *(f"ns/k{i}" for i in range(40))])
+    assert len(backend.stored_files()) == 41  # and nothing else: no temp file
+
+
+def test_a_failing_blob_in_a_batch_leaves_nothing_and_the_batch_goes_on(backend: Backend) -> None:
+    store = backend.store
+
+    def broken() -> Iterator[bytes]:
+        yield b"half"
+        raise Interrupted("digest mismatch")
+
+    with open_batch(store) as batch:
+        batch.put("ns/a", [b"a"], {})
+        with pytest.raises(Interrupted):
+            batch.put("ns/bad", broken(), {})
+        batch.put("ns/b", [b"b"], {})
+        assert batch.commit() == {"ns/a": True, "ns/b": True}
+    assert store.stat("ns/bad") is None
+    assert sorted(i.name for i in store.list()) == ["ns/a", "ns/b"]
+    assert len(backend.stored_files()) == 2
+
+
+def test_an_aborted_batch_leaves_no_temp_file(backend: Backend) -> None:
+    store = backend.store
+    with open_batch(store) as batch:
+        batch.put("ns/never", [b"x" * 1000], {})
+        batch.abort()
+    # A store whose batch writes as it goes may keep the blob (the index never names it: gc's orphan);
+    # one that defers to the commit keeps nothing. No temp file either way.
+    assert [i.name for i in store.list()] in ([], ["ns/never"])
+    assert len(backend.stored_files()) <= 1
+    assert store.put("ns/after", [b"y"], {}) is True

@@ -16,7 +16,7 @@ from google.auth.credentials import AnonymousCredentials, Credentials, Signing
 from google.cloud import storage
 
 from cache_server.errors import InvalidName
-from cache_server.storage.base import BlobInfo, parse_blob_name
+from cache_server.storage.base import BlobInfo, ConcurrentBatch, parse_blob_name
 from cache_server.storage.gcs.reader import GcsReader
 from cache_server.storage.gcs.signing import (
     IAM_ENDPOINT,
@@ -37,6 +37,7 @@ __all__ = ["MAX_SIGNED_URL_SECONDS", "GcsBlobStore"]
 
 MAX_SIGNED_URL_SECONDS = 7 * 24 * 3600  # the V4 limit
 READY_TIMEOUT_SECONDS = 5.0
+BATCH_WORKERS = 32  # object uploads of one batch in flight at once
 
 
 class GcsBlobStore:
@@ -201,6 +202,11 @@ class GcsBlobStore:
             ).close()
         except VENDOR_ERRORS as exc:
             raise transport.unavailable("reach", exc, attempts=1) from exc
+
+    def batch(self) -> ConcurrentBatch:
+        """Puts of many small blobs with their round trips overlapped (see
+        :class:`~cache_server.storage.base.PutsInBatches`): each is durable when GCS answers it."""
+        return ConcurrentBatch(self, workers=BATCH_WORKERS)
 
     def close(self) -> None:
         if self._sign_pool is not None:

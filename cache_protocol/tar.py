@@ -1,0 +1,191 @@
+"""A strict, streaming reader of the tar streams clients upload (``POST .../entries``): standard library only.
+
+Python's :mod:`tarfile` reads any header it is given into memory (a PAX header of gigabytes included) and
+knows links, devices and sparse files. An upload comes from a client the server need not trust, so this
+reader takes only what a bundle needs and bounds everything:
+
+- regular files (type ``0`` or NUL), each optionally preceded by one PAX extended header (type ``x``) of at
+  most :data:`MAX_PAX_BYTES`, whose ``path`` record (if any) names the member; global PAX headers (``g``)
+  are read (bounded) and ignored;
+- anything else (links, directories, devices, GNU long names, sparse files) is :class:`BadTar`;
+- every header's checksum is checked; the stream ends at a zero block (or at its end, after a complete
+  member).
+
+Members are read in order, without seeking: :meth:`TarReader.members` yields a :class:`TarMember` whose
+:meth:`~TarMember.chunks` must be consumed (or left: the reader skips what is left) before the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+__all__ = ["BLOCK", "MAX_PAX_BYTES", "BadTar", "TarMember", "TarReader"]
+
+BLOCK = 512
+MAX_PAX_BYTES = 64 * 1024
+_CHUNK = 1024 * 1024
+_REGULAR = (b"0", b"\0")
+
+
+class BadTar(ValueError):
+    """The stream is not a tar stream this reader accepts; the message says why."""
+
+
+@dataclass
+class TarMember:
+    """One regular file of the stream: its name, size, PAX records, and its bytes (read once, in order)."""
+
+    name: str
+    size: int
+    pax: dict[str, str] = field(default_factory=dict)
+    _reader: TarReader | None = field(default=None, repr=False)
+    _left: int = field(default=0, repr=False)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The member's bytes, in pieces of at most a MiB."""
+        reader = self._reader
+        assert reader is not None, "a member is read through its reader"
+        while self._left:
+            piece = reader.exact(min(self._left, _CHUNK))
+            self._left -= len(piece)
+            yield piece
+
+    def skip(self) -> None:
+        """Read past what is left of the member's bytes."""
+        for _ in self.chunks():
+            pass
+
+
+def _number(field_bytes: bytes, what: str) -> int:
+    """An octal (or base-256, for large sizes) number field."""
+    if field_bytes[:1] and field_bytes[0] & 0x80:  # base-256: big-endian, first byte's high bit set
+        value = int.from_bytes(bytes([field_bytes[0] & 0x7F]) + field_bytes[1:], "big")
+        return value
+    text = field_bytes.split(b"\0", 1)[0].strip(b" ")
+    if not text:
+        return 0
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise BadTar(f"the {what} field of a header is not a number") from None
+
+
+def _checksum_ok(header: bytes) -> bool:
+    stored = _number(header[148:156], "checksum")
+    unsigned = sum(header[:148]) + 8 * 0x20 + sum(header[156:])
+    signed = unsigned - sum(2 * b for b in header[:148] + header[156:] if b >= 0x80)
+    return stored in (unsigned, signed)
+
+
+def _pax_records(data: bytes) -> dict[str, str]:
+    """``"%d %s=%s\\n"`` records; a malformed one is :class:`BadTar`."""
+    records: dict[str, str] = {}
+    position = 0
+    while position < len(data):
+        space = data.find(b" ", position)
+        if space < 0 or space - position > 20:
+            raise BadTar("a PAX header record has no length")
+        try:
+            length = int(data[position:space])
+        except ValueError:
+            raise BadTar("a PAX header record's length is not a number") from None
+        end = position + length
+        if length <= space - position + 2 or end > len(data) or data[end - 1 : end] != b"\n":
+            raise BadTar("a PAX header record's length is wrong")
+        keyword, equals, value = data[space + 1 : end - 1].partition(b"=")
+        if not equals:
+            raise BadTar("a PAX header record has no '='")
+        try:
+            records[keyword.decode("utf-8")] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadTar("a PAX header record is not UTF-8") from None
+        position = end
+    return records
+
+
+class TarReader:
+    """Reads members from ``read(n)`` (a blocking read of up to ``n`` bytes; ``b""`` at the end)."""
+
+    def __init__(self, read: Callable[[int], bytes], *, max_members: int | None = None) -> None:
+        self._read = read
+        self._buffer = bytearray()
+        self._max_members = max_members
+        self.members_read = 0
+
+    def exact(self, size: int) -> bytes:
+        """Exactly ``size`` bytes of the stream; :class:`BadTar` if it ends first."""
+        while len(self._buffer) < size:
+            piece = self._read(max(size - len(self._buffer), _CHUNK))
+            if not piece:
+                raise BadTar("the stream ended inside a member")
+            self._buffer += piece
+        out = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return out
+
+    def _header(self) -> bytes | None:
+        """The next header block; None at the end of the archive (a zero block, or no more bytes)."""
+        if not self._buffer:
+            piece = self._read(_CHUNK)
+            if not piece:
+                return None
+            self._buffer += piece
+        block = self.exact(BLOCK)
+        if block == bytes(BLOCK):
+            return None
+        if not _checksum_ok(block):
+            raise BadTar("a header's checksum is wrong (not a tar stream, or a damaged one)")
+        return block
+
+    def _padding(self, size: int) -> None:
+        if size % BLOCK:
+            self.exact(BLOCK - size % BLOCK)
+
+    def members(self) -> Iterator[TarMember]:
+        """Each regular file in order. What the caller leaves unread of a member is skipped."""
+        pax: dict[str, str] = {}
+        previous: TarMember | None = None
+        while True:
+            if previous is not None:
+                previous.skip()
+                self._padding(previous.size)
+                previous = None
+            header = self._header()
+            if header is None:
+                if pax:
+                    raise BadTar("the stream ended after a PAX header, before its member")
+                return
+            kind = header[156:157]
+            size = _number(header[124:136], "size")
+            if kind in (b"x", b"g"):
+                if size > MAX_PAX_BYTES:
+                    raise BadTar(f"a PAX header of {size} bytes is over the limit of {MAX_PAX_BYTES}")
+                records = _pax_records(self.exact(size))
+                self._padding(size)
+                if kind == b"x":
+                    pax = records
+                continue
+            if kind not in _REGULAR:
+                raise BadTar(f"member type {kind.decode('latin-1')!r} is not allowed: only regular files")
+            name = pax.get("path")
+            if name is None:
+                raw = header[0:100].split(b"\0", 1)[0]
+                prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
+                try:
+                    name = (prefix + b"/" + raw if prefix else raw).decode("utf-8")
+                except UnicodeDecodeError:
+                    raise BadTar("a member's name is not UTF-8") from None
+            if "size" in pax:
+                try:
+                    size = int(pax["size"])
+                except ValueError:
+                    raise BadTar("a PAX size record is not a number") from None
+            if size < 0:
+                raise BadTar("a member's size is negative")
+            self.members_read += 1
+            if self._max_members is not None and self.members_read > self._max_members:
+                raise BadTar(f"the stream has more than {self._max_members} members")
+            previous = TarMember(name=name, size=size, pax=pax, _reader=self, _left=size)
+            pax = {}
+            yield previous

@@ -1,0 +1,209 @@
+"""Bulk upload: many entries in one tar stream (``POST /v1/namespaces/{ns}/entries``), each with the same
+outcome a ``PUT`` of it would have, and the durability work batched.
+
+Each member is a regular file named by its key, with PAX records ``XLA_CACHE.sha256`` (required) and
+``XLA_CACHE.compile_time_ms`` (optional), read by the strict :class:`cache_protocol.tar.TarReader`. Members
+are checked as they stream (name, digest record, size limit, digest of the bytes) and put into a
+:class:`~cache_server.storage.base.BlobBatch`; every :data:`GROUP_ENTRIES` members (or
+:data:`GROUP_BYTES` bytes) the batch is committed (one filesystem sync on a local store; overlapping
+requests on GCS), then the group's index rows are written in one transaction. A result of 201 or 200 for a
+member therefore means what it means for a ``PUT``: the entry survives a crash. A stream that breaks
+(malformed, cut short, the client gone) keeps the groups committed before it and nothing of the group it
+broke in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, MAX_COMPILE_TIME_MS, SHA256_PATTERN
+from cache_protocol.tar import TarMember
+from cache_server.domain import Clock
+from cache_server.errors import CacheError, DigestMismatch, EntryTooLarge, InvalidName
+from cache_server.index.entries import EntryRecord, EntryRepository
+from cache_server.names import check_key
+from cache_server.storage.base import MIB, BlobBatch, BlobStore, blob_name, open_batch
+
+__all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "MemberResult", "put_members"]
+
+log = logging.getLogger(__name__)
+
+GROUP_ENTRIES = 512  # members per commit: one sync and one index transaction
+GROUP_BYTES = 256 * MIB  # ... or fewer, when they are this large together
+
+
+@dataclass
+class MemberResult:
+    """One member's outcome, as the status a ``PUT`` of it would have got (201, 200, 400, 409, 413)."""
+
+    key: str
+    status: int
+    size: int | None = None
+    sha256: str | None = None
+    error: str | None = None
+    detail: str | None = None
+
+
+@dataclass
+class BulkResult:
+    """Every member's outcome, in stream order."""
+
+    results: list[MemberResult]
+
+    def count(self, status: int) -> int:
+        return sum(1 for result in self.results if result.status == status)
+
+
+@dataclass
+class _Pending:
+    """A member put into the batch, waiting for its group's commit."""
+
+    key: str
+    size: int
+    sha256: str
+    compile_time_ms: int | None
+    result: MemberResult
+
+
+def _refused(key: str, status: int, exc: CacheError) -> MemberResult:
+    return MemberResult(key=key, status=status, error=exc.code, detail=exc.detail)
+
+
+def _member_fields(member: TarMember, limit: int) -> tuple[str, int | None]:
+    """The member's digest and compile time; :class:`CacheError` for what a PUT would refuse."""
+    check_key(member.name)
+    sha256 = member.pax.get(BUNDLE_SHA256_PAX, "")
+    if not SHA256_PATTERN.fullmatch(sha256):
+        raise InvalidName(
+            f"The member {member.name!r} needs a PAX record {BUNDLE_SHA256_PAX} with its SHA-256 "
+            "(64 lowercase hex digits)."
+        )
+    compile_ms: int | None = None
+    if BUNDLE_COMPILE_TIME_PAX in member.pax:
+        text = member.pax[BUNDLE_COMPILE_TIME_PAX]
+        if not text.isdigit() or int(text) > MAX_COMPILE_TIME_MS:
+            raise InvalidName(
+                f"{BUNDLE_COMPILE_TIME_PAX} of {member.name!r} must be a whole number of milliseconds, "
+                f"0 to {MAX_COMPILE_TIME_MS}."
+            )
+        compile_ms = int(text)
+    if member.size > limit:
+        raise EntryTooLarge(
+            f"The entry is {member.size} bytes; the limit is {limit} bytes (XLA_CACHE_MAX_ENTRY_BYTES)."
+        )
+    return sha256, compile_ms
+
+
+_STATUS = {"invalid_name": 400, "digest_mismatch": 400, "entry_too_large": 413, "digest_conflict": 409}
+
+
+def put_members(
+    namespace: str,
+    members: Iterator[TarMember],
+    *,
+    entries: EntryRepository,
+    store: BlobStore,
+    max_entry_bytes: int,
+    checked: Callable[[Iterator[bytes], str, int], Iterator[bytes]],
+    metadata: Callable[[str, str, int | None], dict[str, str]],
+    clock: Clock,
+    stored_by: str | None = None,
+    on_stored: Callable[[str, str], None] | None = None,
+) -> BulkResult:
+    """Store the members of one stream into ``namespace`` (already checked); see the module docstring.
+
+    ``checked`` wraps a member's chunks with the digest and size checks of a single upload; ``metadata``
+    gives a blob's metadata from its key, digest and compile time.
+    """
+    results: list[MemberResult] = []
+    group: list[_Pending] = []
+    group_bytes = 0
+    seen: set[str] = set()
+    with open_batch(store) as batch:
+        for member in members:
+            key = member.name
+            try:
+                sha256, compile_ms = _member_fields(member, max_entry_bytes)
+                if key in seen:
+                    raise InvalidName(f"The key {key!r} appears twice in this upload.")
+                seen.add(key)
+                batch.put(
+                    blob_name(namespace, key),
+                    checked(member.chunks(), sha256, max_entry_bytes),
+                    metadata(key, sha256, compile_ms),
+                )
+            except (InvalidName, DigestMismatch, EntryTooLarge) as exc:
+                results.append(_refused(key, _STATUS[exc.code], exc))
+                continue
+            result = MemberResult(key=key, status=0, size=member.size, sha256=sha256)
+            results.append(result)
+            group.append(_Pending(key, member.size, sha256, compile_ms, result))
+            group_bytes += member.size
+            if len(group) >= GROUP_ENTRIES or group_bytes >= GROUP_BYTES:
+                _commit(namespace, group, batch, entries, store, clock, stored_by, on_stored)
+                group, group_bytes = [], 0
+        _commit(namespace, group, batch, entries, store, clock, stored_by, on_stored)
+    return BulkResult(results)
+
+
+def _commit(
+    namespace: str,
+    group: list[_Pending],
+    batch: BlobBatch,
+    entries: EntryRepository,
+    store: BlobStore,
+    clock: Clock,
+    stored_by: str | None,
+    on_stored: Callable[[str, str], None] | None,
+) -> None:
+    """Make the group's blobs durable, then write their rows; fill in each member's result."""
+    if not group:
+        return
+    created = batch.commit()
+    now = clock()
+    new: list[EntryRecord] = []
+    found: list[EntryRecord] = []
+    for pending in group:
+        name = blob_name(namespace, pending.key)
+        if created.get(name):
+            record = EntryRecord(
+                namespace=namespace,
+                key=pending.key,
+                size=pending.size,
+                sha256=pending.sha256,
+                created_at=now,
+                compile_time_ms=pending.compile_time_ms,
+                stored_by=stored_by,
+            )
+            new.append(record)
+            pending.result.status = 201
+            continue
+        info = store.stat(name)  # already stored: the same bytes (200), or others (409)
+        stored_sha = info.metadata.get("sha256", "") if info is not None else ""
+        if info is None or stored_sha != pending.sha256:
+            pending.result.status = 409
+            pending.result.error = "digest_conflict"
+            pending.result.detail = (
+                f"The key {pending.key!r} in namespace {namespace!r} is already stored with SHA-256 "
+                f"{stored_sha or '(unknown)'}; entries are immutable and the first upload stays."
+            )
+            continue
+        pending.result.status = 200
+        found.append(
+            EntryRecord(
+                namespace=namespace,
+                key=pending.key,
+                size=info.size,
+                sha256=stored_sha,
+                created_at=info.created,
+                stored_by=info.metadata.get("stored_by") or None,
+            )
+        )
+    entries.record_new_entries(new)
+    if found:
+        entries.add_missing_entries(found)  # a blob whose row was lost: the row comes back, uncounted
+    if on_stored is not None:
+        for record in new:
+            on_stored(record.namespace, record.key)
