@@ -283,6 +283,21 @@ class CacheApi:
         )
         return response.status_code
 
+    def put_entries(self, namespace: str, stream: Iterator[bytes], deadline: Deadline) -> dict[str, Any]:
+        """``POST .../entries``: many entries in one tar stream (members with a ``XLA_CACHE.sha256`` PAX
+        record). Returns the server's answer: every member's status, as a PUT of it would have had."""
+        what = "a bulk upload"
+        response = self._call(
+            "POST",
+            f"/v1/namespaces/{_seg(namespace)}/entries",
+            what,
+            deadline,
+            ok=(200,),
+            content=stream,
+            headers={"Content-Type": "application/x-tar"},
+        )
+        return dict(self._json(response, what))
+
     def admin_stats(self, deadline: Deadline) -> dict[str, Any]:
         """``GET /admin/stats`` (needs an admin token when auth is on)."""
         what = "the admin stats request"

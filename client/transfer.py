@@ -11,13 +11,16 @@ Upload: ask ``missing`` first, then stream each lacking entry with its digest (a
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
 from client.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
 from client.bundle import extract_bundle
 from client.cachedir import (
@@ -31,7 +34,7 @@ from client.cachedir import (
     scan,
 )
 from client.deadline import Deadline
-from client.errors import ClientError, ServerProblem, ServerUnavailable
+from client.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
 from client.progress import NullProgress, Progress
 
 __all__ = [
@@ -316,7 +319,21 @@ def upload_entries(
             result.done.append(item.key)
         progress.advance(entries=1)
 
+    small = [item for item in to_send if item.size <= BULK_MEMBER_LIMIT]
     try:
+        if small and not give_up.is_set():
+            try:
+                for group in _bulk_groups(small):
+                    if deadline.expired():
+                        result.retry.extend(item.key for item in group)
+                        continue
+                    _send_bulk(api, namespace, group, deadline, compile_times, result, progress)
+            except ServerError as exc:
+                if exc.status not in (404, 405):  # 404/405: a server without bulk upload
+                    raise
+                to_send = [item for item in to_send if item.key not in set(result.done)]
+            else:
+                to_send = [item for item in to_send if item.size > BULK_MEMBER_LIMIT]
         if workers <= 1:
             # No executor: this also runs inside atexit handlers, where new threads cannot be scheduled.
             for item in to_send:
@@ -324,6 +341,82 @@ def upload_entries(
         else:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(send, to_send))
+    except ServerProblem as exc:
+        result.retry.extend(item.key for item in to_send if item.key not in set(result.done))
+        result.errors.append(exc.reason)
+        result.problem = result.problem or exc
     finally:
         progress.close()
+    result.retry = list(dict.fromkeys(result.retry))
     return result
+
+
+BULK_MEMBER_LIMIT = 8 * 1024 * 1024  # files up to this size go in bulk uploads; larger ones each in a PUT
+BULK_GROUP_BYTES = 64 * 1024 * 1024  # one bulk request carries at most this many bytes of entries ...
+BULK_GROUP_ENTRIES = 2000  # ... and at most this many entries
+
+
+def _bulk_groups(items: list[LocalFile]) -> Iterator[list[LocalFile]]:
+    group: list[LocalFile] = []
+    size = 0
+    for item in items:
+        if group and (len(group) >= BULK_GROUP_ENTRIES or size + item.size > BULK_GROUP_BYTES):
+            yield group
+            group, size = [], 0
+        group.append(item)
+        size += item.size
+    if group:
+        yield group
+
+
+def _send_bulk(
+    api: CacheApi,
+    namespace: str,
+    group: list[LocalFile],
+    deadline: Deadline,
+    compile_times: Mapping[str, int],
+    result: UploadResult,
+    progress: Progress,
+) -> None:
+    """One bulk request for ``group``; each member's answer goes into ``result``. A file that vanished
+    or cannot be read is retried later."""
+    sent: dict[str, int] = {}
+
+    def stream() -> Iterator[bytes]:
+        for item in group:
+            try:
+                data = item.path.read_bytes()
+            except OSError as exc:
+                result.retry.append(item.key)
+                result.errors.append(f"{item.key}: {exc.strerror or exc}")
+                continue
+            info = tarfile.TarInfo(item.key)
+            info.size = len(data)
+            info.mode = 0o644
+            info.pax_headers = {BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
+            if item.key in compile_times:
+                info.pax_headers[BUNDLE_COMPILE_TIME_PAX] = str(compile_times[item.key])
+            sent[item.key] = len(data)
+            yield info.tobuf(format=tarfile.PAX_FORMAT)
+            yield data
+            if len(data) % tarfile.BLOCKSIZE:
+                yield b"\0" * (tarfile.BLOCKSIZE - len(data) % tarfile.BLOCKSIZE)
+            progress.advance(nbytes=len(data))
+        yield b"\0" * (2 * tarfile.BLOCKSIZE)
+
+    answer = api.put_entries(namespace, stream(), deadline)
+    for member in answer.get("results", []):
+        key, status = str(member.get("key")), int(member.get("status", 0))
+        if status == 201:
+            result.stored += 1
+            result.bytes += sent.get(key, 0)
+        elif status == 200:
+            result.already_present += 1
+        elif status == 409:
+            result.conflicts += 1
+        else:
+            result.retry.append(key)
+            result.errors.append(f"{key}: {member.get('detail') or member.get('error')}")
+            continue
+        result.done.append(key)
+        progress.advance(entries=1)

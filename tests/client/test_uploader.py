@@ -5,15 +5,18 @@ Against the real server app in process (``real_server``); a fake server only whe
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import socket
+import tarfile
 import time
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
 from client import uploader as uploader_module
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan
@@ -56,9 +59,14 @@ def test_flush_uploads_new_entries_with_digest_after_asking_missing(
     assert (report.uploaded, report.already_present, report.pending) == (1, 1, 0)
     assert real_server.entry(NS, "1") == data["1"]
     methods = [(r.method, r.path.rsplit("/", 1)[-1]) for r in real_server.requests]
-    assert methods == [("POST", "missing"), ("PUT", "1")]
-    put = real_server.requests[1]
-    assert put.headers["x-content-sha256"] == sha(data["1"])
+    assert methods == [("POST", "missing"), ("POST", "entries")]  # one bulk upload of what is missing
+    members = tar_members(real_server.requests[1].body)
+    assert [(m.name, m.pax_headers[BUNDLE_SHA256_PAX]) for m in members] == [("1", sha(data["1"]))]
+
+
+def tar_members(body: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r") as tar:
+        return tar.getmembers()
 
 
 def test_known_entries_are_not_sent_again(real_server: RealServer, tmp_path: Path) -> None:
@@ -122,9 +130,11 @@ def test_compile_time_is_sent_when_torch_xla_recorded_it(
         lambda: [(written - 30, 5.0), (written + 0.004, 1234.4)],
     )
     assert make_uploader(real_server.api(), tmp_path, framework=TorchXla()).flush().uploaded == 1
-    (put,) = [r for r in real_server.requests if r.method == "PUT"]
-    assert put.path == f"/v1/namespaces/{NS}/entries/3"
-    assert put.headers["x-compile-time-ms"] == "1234"
+    (bulk,) = [r for r in real_server.requests if r.path.endswith("/entries")]
+    assert bulk.path == f"/v1/namespaces/{NS}/entries"
+    (member,) = tar_members(bulk.body)
+    assert (member.name, member.pax_headers[BUNDLE_COMPILE_TIME_PAX]) == ("3", "1234")
+    assert real_server.http.get(f"/v1/namespaces/{NS}").json()["uploads"] == 1
 
 
 def test_match_compile_times() -> None:

@@ -3,9 +3,11 @@ failing open, against a fake server that hangs, fails or sends corrupt bytes."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import socket
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -279,7 +281,9 @@ def test_warm_initializes_the_cache_and_starts_the_uploader(
     totals = warm_module.flush(timeout=TIMEOUT)
     assert totals.uploaded == 1
     assert real_server.entry(namespace, "999") == new
-    assert sum(1 for p in real_server.paths("PUT") if "/entries/" in p) == 1  # downloaded ones not sent back
+    bulk = [r for r in real_server.requests if r.method == "POST" and r.path.endswith("/entries")]
+    with tarfile.open(fileobj=io.BytesIO(bulk[0].body), mode="r") as tar:  # downloaded ones not sent back
+        assert len(bulk) == 1 and len(tar.getmembers()) == 1
 
 
 def test_rank_threads_of_one_process_share_one_warm(
