@@ -40,7 +40,7 @@ from cache_server.errors import (
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key, check_namespace
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobReader, BlobStore, SignsUrls, blob_name
+from cache_server.storage.base import BlobReader, BlobStore, SignsUrls, blob_name, open_many
 from cache_server.streams import coalesce
 
 __all__ = [
@@ -432,8 +432,12 @@ class CacheService:
         return coalesce(self._tar_stream([rows[key] for key in wanted if key in rows]))
 
     def _tar_stream(self, entries: list[EntryInfo]) -> Iterator[bytes]:
-        for entry in entries:
-            reader = self._store.open(blob_name(entry.namespace, entry.key))
+        """The members in order; on a remote store the next small ones are read meanwhile."""
+        read_ahead = int(getattr(self._store, "read_ahead", 0))
+        readers = open_many(
+            self._store, [(blob_name(e.namespace, e.key), e.size) for e in entries], read_ahead=read_ahead
+        )
+        for entry, reader in zip(entries, readers, strict=True):
             if reader is None:
                 log.warning(
                     "index row without blob: %s/%s (left out of the bundle)", entry.namespace, entry.key

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -50,6 +51,7 @@ __all__ = [
     "SweepsTempFiles",
     "blob_name",
     "open_batch",
+    "open_many",
     "parse_blob_name",
     "split_blob_name",
 ]
@@ -295,6 +297,65 @@ class ConcurrentBatch:
         self.abort()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+class _HeldReader:
+    """A blob read whole into memory ahead of its turn."""
+
+    def __init__(self, info: BlobInfo, chunks: list[bytes]) -> None:
+        self.info = info
+        self._chunks = chunks
+
+    def chunks(self) -> Iterator[bytes]:
+        yield from self._chunks
+
+    def close(self) -> None:
+        self._chunks = []
+
+    def __enter__(self) -> _HeldReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read_whole(store: BlobStore, name: str) -> _HeldReader | None:
+    reader = store.open(name)
+    if reader is None:
+        return None
+    with reader:
+        return _HeldReader(reader.info, list(reader.chunks()))
+
+
+def open_many(
+    store: BlobStore, blobs: Sequence[tuple[str, int]], *, read_ahead: int = 0, small: int = 8 * MIB
+) -> Iterator[BlobReader | None]:
+    """Open each of ``blobs`` (name, expected size) in order: a reader, or None on a miss.
+
+    With ``read_ahead`` > 0, up to that many of the blobs that follow, each at most ``small`` bytes, are
+    read on threads meanwhile (a remote store's round trips overlap; at most ``read_ahead`` times ``small``
+    bytes are held); larger ones are opened when their turn comes and streamed. The caller closes each.
+    """
+    if read_ahead <= 0:
+        for name, _ in blobs:
+            yield store.open(name)
+        return
+    with ThreadPoolExecutor(read_ahead, thread_name_prefix="xla-cache-read-ahead") as pool:
+        window: deque[Future[_HeldReader | None] | None] = deque()
+        upcoming = iter(blobs)
+        pending_names: deque[str] = deque()
+        try:
+            for _ in blobs:
+                while len(window) < read_ahead and (item := next(upcoming, None)) is not None:
+                    name, size = item
+                    window.append(pool.submit(_read_whole, store, name) if size <= small else None)
+                    pending_names.append(name)
+                future, name = window.popleft(), pending_names.popleft()
+                yield future.result() if future is not None else store.open(name)
+        finally:
+            for future in window:
+                if future is not None and not future.cancel():
+                    future.result()  # wait for a read already running, so no thread outlives the pool
 
 
 def open_batch(store: BlobStore) -> BlobBatch:

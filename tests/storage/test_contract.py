@@ -20,6 +20,7 @@ from cache_server.storage.base import (
     SignsUrls,
     SweepsTempFiles,
     open_batch,
+    open_many,
 )
 from tests.storage.conftest import Backend
 from tests.support.memory import MIB, PeakRss
@@ -411,3 +412,42 @@ def test_an_aborted_batch_leaves_no_temp_file(backend: Backend) -> None:
     assert [i.name for i in store.list()] in ([], ["ns/never"])
     assert len(backend.stored_files()) <= 1
     assert store.put("ns/after", [b"y"], {}) is True
+
+
+@pytest.mark.parametrize("read_ahead", [0, 8])
+def test_open_many_gives_each_blob_in_order(backend: Backend, read_ahead: int) -> None:
+    store = backend.store
+    names = [f"ns/k{i}" for i in range(30)]
+    for i, name in enumerate(names):
+        if i % 7 != 3:
+            assert store.put(name, [b"%d" % i * (100 if i != 20 else 300_000)], {}) is True
+    readers = list(open_many(store, [(n, 1000) for n in names], read_ahead=read_ahead, small=100_000))
+    for i, reader in enumerate(readers):
+        if i % 7 == 3:
+            assert reader is None
+            continue
+        assert reader is not None
+        with reader:
+            assert b"".join(reader.chunks()) == b"%d" % i * (100 if i != 20 else 300_000)
+
+
+def test_open_many_reads_ahead_on_threads() -> None:
+    """A store whose every open waits until another open is running: only reads in flight together end."""
+
+    class Slow:
+        def __init__(self) -> None:
+            self.running = 0
+            self.most = 0
+            self.lock = threading.Lock()
+
+        def open(self, name: str) -> None:
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.05)
+            with self.lock:
+                self.running -= 1
+
+    slow = Slow()
+    assert list(open_many(slow, [(f"ns/k{i}", 10) for i in range(24)], read_ahead=8)) == [None] * 24  # type: ignore[arg-type]
+    assert slow.most >= 4

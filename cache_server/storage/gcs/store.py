@@ -54,7 +54,11 @@ class GcsBlobStore:
     that hold a key (a key file, impersonated credentials), else through the IAM Credentials API at
     ``iam_endpoint`` as the service account the credentials act as (a VM's attached account; see
     :mod:`.signing`), or as ``signing_service_account`` if given.
+
+    ``read_ahead``: how many small blobs a bundle reads at once (each costs two round trips).
     """
+
+    read_ahead = 32
 
     def __init__(
         self,
