@@ -27,7 +27,7 @@ from client.config import ClientConfig
 from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
-from client.frameworks import AUTO, all_frameworks, choose, framework_named
+from client.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
 from client.progress import NullProgress, Progress, TqdmProgress
 
 __all__ = ["build_parser", "main"]
@@ -81,22 +81,43 @@ def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
 # -- subcommands ------------------------------------------------------------------------------------------
 
 
+def _named_namespace(args: argparse.Namespace, config: ClientConfig) -> tuple[dict[str, Any], str]:
+    """``--namespace``: its fingerprint as the server has it ({} if it has none) and whose cache it is
+    (from that fingerprint, else ``--framework``, else the framework installed), without importing any."""
+    api = CacheApi(_server(config), config.token)
+    try:
+        info = api.get_namespace(args.namespace, Deadline(args.timeout))
+    finally:
+        api.close()
+    fingerprint = dict(info.get("fingerprint") or {})
+    framework = str(fingerprint.get("framework") or "")
+    if not framework:
+        framework = choose(args.framework).name  # auto: the one installed; nothing is imported
+    return fingerprint, framework
+
+
 def cmd_warm(args: argparse.Namespace) -> int:
-    """Download this runtime's entries into the cache directory (torch_xla is not initialized)."""
+    """Download this runtime's entries (or ``--namespace``'s) into the cache directory (the framework is not
+    initialized; with ``--namespace`` it is not even imported)."""
     from client.warming import warm
 
-    fingerprint = _runtime_fingerprint(args)
     config = _config(args)
+    if args.namespace:
+        fingerprint, framework = _named_namespace(args, config)
+    else:
+        fingerprint, framework = _runtime_fingerprint(args), args.framework
     report = warm(
         _server(config),
         config.cache_dir,
+        framework=framework,
         token=config.token,
         max_bytes=args.max_bytes,
         timeout=args.timeout,
         initialize=False,
         upload=False,
-        fingerprint=fingerprint,
+        fingerprint=fingerprint or None,
         progress=_progress(args),
+        namespace=args.namespace,
     )
     lines = [
         f"namespace   {report.namespace}",
@@ -114,10 +135,13 @@ def cmd_warm(args: argparse.Namespace) -> int:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    """Upload every entry of the cache directory's namespaces that the server lacks."""
+    """Upload every entry of the cache directory's namespaces that the server lacks (``--import DIR``: of a
+    plain torch_xla or JAX cache directory)."""
     from client.transfer import upload_entries
 
     config = _config(args)
+    if args.import_dir:
+        return _push_import(args, config)
     directories = _namespace_dirs(config.cache_dir, args.namespace)
     if not directories:
         raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
@@ -170,6 +194,70 @@ def cmd_push(args: argparse.Namespace) -> int:
             )
     _emit(args, {"namespaces": results}, lines)
     return 1 if failed else 0
+
+
+def _framework_of_directory(name: str, directory: Path) -> Framework:
+    """``--framework``, or for auto whose cache ``directory`` is by its file names (JAX names its entries
+    ``<name>-<64 hex>-cache``; anything else is taken for torch_xla's); nothing is imported."""
+    if name != AUTO:
+        return framework_named(name)
+    frameworks = all_frameworks()
+    names = [path.name for path in directory.iterdir() if path.is_file()]
+    if "jax" in frameworks and any(frameworks["jax"].is_entry(n) for n in names):
+        return frameworks["jax"]
+    return framework_named("torch_xla")
+
+
+def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
+    """``push --import DIR``: a framework's own cache directory (files named by hash, no fingerprint file)
+    into this runtime's namespace, or into ``--namespace`` (then the framework is not imported)."""
+    from client.transfer import upload_entries
+
+    directory = Path(args.import_dir).expanduser()
+    if not directory.is_dir():
+        raise ClientError(f"--import {directory}: not a directory")
+    fingerprint: dict[str, Any] | None = None
+    if args.namespace:
+        namespace = args.namespace
+        framework = _framework_of_directory(args.framework, directory)
+    else:
+        fingerprint = _runtime_fingerprint(args)
+        namespace = namespace_id(fingerprint)
+        framework = framework_named(str(fingerprint.get("framework", "torch_xla")))
+    files = [
+        item
+        for item in scan(directory, framework.is_entry).values()
+        if framework.entry_problem(item.path) is None
+    ]
+    skipped = len(scan(directory, framework.is_entry)) - len(files)
+    api = CacheApi(_server(config), config.token)
+    deadline = Deadline(args.timeout)
+    try:
+        if fingerprint is not None:
+            api.register_namespace(namespace, fingerprint, {}, deadline)
+        result = upload_entries(api, namespace, files, deadline, progress=_progress(args), workers=4)
+    finally:
+        api.close()
+    row = {
+        "namespace": namespace,
+        "directory": str(directory),
+        "framework": framework.name,
+        "entries": len(files),
+        "unloadable_skipped": skipped,
+        "uploaded": result.stored,
+        "bytes": result.bytes,
+        "already_present": result.already_present,
+        "conflicts": result.conflicts,
+        "errors": result.errors,
+    }
+    lines = [
+        f"{namespace}: {result.stored} uploaded ({result.bytes} bytes), {result.already_present} already on "
+        f"the server, {result.conflicts} conflicts, from {directory} ({framework.name} entries"
+        + (f"; {skipped} it could not load were skipped)" if skipped else ")")
+        + (f", {len(result.errors)} errors" if result.errors else "")
+    ]
+    _emit(args, {"namespaces": [row]}, lines)
+    return 1 if result.errors else 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -304,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
     )
     warm.add_argument("--max-bytes", type=int, help="download at most this many bytes")
+    warm.add_argument(
+        "--namespace", help="warm this namespace as it is on the server (no framework import, no fingerprint)"
+    )
     _framework(warm)
     warm.add_argument(
         "--spmd", action="store_true", help="the job runs with SPMD (torch_xla.runtime.use_spmd)"
@@ -317,7 +408,19 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument(
         "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
     )
-    push.add_argument("--namespace", help="only this namespace's directory (default: every one)")
+    push.add_argument(
+        "--namespace",
+        help="only this namespace's directory (default: every one); with --import, the namespace to fill",
+    )
+    push.add_argument(
+        "--import",
+        dest="import_dir",
+        metavar="DIR",
+        help="upload a plain torch_xla or JAX cache directory (no fingerprint file) into this runtime's "
+        "namespace, or into --namespace (then torch_xla or jax is not imported)",
+    )
+    _framework(push)
+    push.add_argument("--spmd", action="store_true", help="with --import: fingerprint torch_xla with SPMD on")
     push.add_argument("--no-progress", action="store_true", help="no progress bars")
     push.set_defaults(func=cmd_push)
 

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from client.cachedir import LocalFile, remove_temp_files, scan, write_fingerprin
 from client.config import ClientConfig, namespace_dir
 from client.deadline import Deadline
 from client.dirlock import DirLock
-from client.errors import ServerError, ServerProblem, ServerUnavailable
+from client.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
 from client.fingerprint import namespace_id
 from client.frameworks import AUTO, Framework, choose
 from client.progress import Progress
@@ -100,6 +100,7 @@ class _Plan:
     upload: bool
     timeout: float
     progress: Progress | None
+    register: bool = True  # register the namespace with the fingerprint (not when it was named outright)
 
 
 @dataclass
@@ -128,7 +129,8 @@ def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Even
             return synced
         remove_temp_files(plan.directory)
         try:
-            api.register_namespace(plan.namespace, plan.fingerprint, plan.labels, deadline)
+            if plan.register:
+                api.register_namespace(plan.namespace, plan.fingerprint, plan.labels, deadline)
         except ServerError as exc:
             if exc.status != 403:
                 raise
@@ -317,6 +319,7 @@ def warm(
     fingerprint: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    namespace: str | None = None,
 ) -> WarmReport:
     """Warm the framework's local persistent compilation cache from the server, then upload what this job
     compiles.
@@ -335,7 +338,9 @@ def warm(
     ``initialize=False`` only fills the directory (the framework is left alone); ``all_compilations=False``
     keeps the framework's own thresholds for what it caches (JAX skips compilations under a second);
     ``fingerprint`` replaces the live runtime's (for tools preparing a directory for another runtime);
-    ``max_bytes`` caps what is downloaded; ``progress`` receives transfer progress.
+    ``max_bytes`` caps what is downloaded; ``progress`` receives transfer progress. ``namespace`` (with
+    ``initialize=False``) fills the directory of that namespace as it is, without fingerprinting the runtime
+    or registering anything: ``xla-cache warm --namespace``.
     """
     started = time.monotonic()
     config = ClientConfig.resolve(server, token, cache_dir)
@@ -343,9 +348,20 @@ def warm(
     if framework == AUTO and fingerprint is None:
         logger.info("xla-cache: framework auto: %s (imported, or else installed)", adapter.name)
     if not initialize:
+        if namespace is not None:
+            fp = dict(fingerprint or {})
+            plan = replace(
+                _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress),
+                namespace=namespace,
+                directory=namespace_dir(config.cache_dir, namespace),
+                register=False,
+            )
+            return _warm(plan, started, initialize=False, all_compilations=all_compilations)
         fp = dict(fingerprint) if fingerprint is not None else adapter.fingerprint()
         plan = _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress)
         return _warm(plan, started, initialize=False, all_compilations=all_compilations)
+    if namespace is not None:
+        raise ClientError("warm(namespace=...) only fills a directory: pass initialize=False")
 
     adapter.require()
     with _PROCESS.warm_lock:
@@ -388,8 +404,13 @@ def _plan(
 
 
 def _warm(plan: _Plan, started: float, *, initialize: bool, all_compilations: bool) -> WarmReport:
-    plan.directory.mkdir(parents=True, exist_ok=True)
-    write_fingerprint(plan.directory, plan.fingerprint)
+    local_errors: list[str] = []
+    try:
+        plan.directory.mkdir(parents=True, exist_ok=True)
+        if plan.fingerprint and namespace_id(plan.fingerprint) == plan.namespace:  # for xla-cache push
+            write_fingerprint(plan.directory, plan.fingerprint)
+    except OSError as exc:  # a full disk, say: fail open like for any server trouble
+        local_errors.append(f"cannot write into the cache directory {plan.directory} ({exc})")
     server = normalize_server(plan.config.server) if plan.config.server else None
     api: CacheApi | None = None
     synced = _Synced()
@@ -409,7 +430,7 @@ def _warm(plan: _Plan, started: float, *, initialize: bool, all_compilations: bo
         cache_dir=str(plan.directory),
         server=server,
         server_seconds=server_seconds,
-        errors=list(synced.errors),
+        errors=[*local_errors, *synced.errors],
         fingerprint=plan.fingerprint,
     )
     if report.errors:

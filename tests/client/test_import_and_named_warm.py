@@ -1,0 +1,146 @@
+"""``xla-cache push --import DIR --namespace NS`` and ``xla-cache warm --namespace NS``: a team's existing
+torch_xla or JAX cache directory goes to the server and comes back, with neither framework imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.server import LiveServer, run_server
+
+HIDE_FRAMEWORKS = """
+import builtins
+_real_import = builtins.__import__
+def _no_frameworks(name, *args, **kwargs):
+    if name.split(".")[0] in ("torch_xla", "jax", "torch"):
+        raise ImportError(f"{name} is hidden in this test")
+    return _real_import(name, *args, **kwargs)
+builtins.__import__ = _no_frameworks
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with run_server(tmp_path_factory.mktemp("server")) as live:
+        yield live
+
+
+def xla_cache(*args: str, hide: Path) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process where importing torch, torch_xla or jax raises."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(hide), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-c", "import sys; from client.cli import main; sys.exit(main(sys.argv[1:]))"]
+    return subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def hide(tmp_path: Path) -> Path:
+    folder = tmp_path / "hide"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(HIDE_FRAMEWORKS)
+    return folder
+
+
+def test_a_plain_torch_xla_directory_is_imported_and_warmed_back(
+    server: LiveServer, tmp_path: Path, hide: Path
+) -> None:
+    plain = tmp_path / "torch_xla_cache"  # what torch_xla.runtime.initialize_cache(dir) leaves: files by hash
+    plain.mkdir()
+    entries = {str(7 * 10**30 + i): os.urandom(3000 + i) for i in range(25)}
+    for key, data in entries.items():
+        (plain / key).write_bytes(data)
+    (plain / ".lock").write_bytes(b"")  # not an entry
+    (plain / "subdir").mkdir()  # nor this
+
+    pushed = xla_cache(
+        "push",
+        "--import",
+        str(plain),
+        "--namespace",
+        "team-a",
+        "--server",
+        server.url,
+        "--json",
+        "--no-progress",
+        hide=hide,
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    row = json.loads(pushed.stdout)["namespaces"][0]
+    assert (row["namespace"], row["framework"], row["uploaded"], row["entries"]) == (
+        "team-a",
+        "torch_xla",
+        25,
+        25,
+    )
+    assert "is hidden" not in pushed.stderr
+    again = xla_cache(
+        "push",
+        "--import",
+        str(plain),
+        "--namespace",
+        "team-a",
+        "--server",
+        server.url,
+        "--json",
+        "--no-progress",
+        hide=hide,
+    )
+    assert json.loads(again.stdout)["namespaces"][0]["already_present"] == 25
+
+    cache_dir = tmp_path / "cache"
+    warmed = xla_cache(
+        "warm",
+        "--namespace",
+        "team-a",
+        "--server",
+        server.url,
+        "--cache-dir",
+        str(cache_dir),
+        "--json",
+        "--no-progress",
+        hide=hide,
+    )
+    assert warmed.returncode == 0, warmed.stderr
+    report = json.loads(warmed.stdout)
+    assert (report["namespace"], report["downloaded_entries"], report["errors"]) == ("team-a", 25, [])
+    for key, data in entries.items():
+        assert (cache_dir / "team-a" / key).read_bytes() == data
+    assert not (cache_dir / "team-a" / ".fingerprint.json").exists()  # the namespace has no fingerprint
+    assert httpx.get(f"{server.url}/v1/namespaces/team-a").json()["fingerprint"] == {}  # nothing registered
+
+
+def test_a_jax_directory_is_recognized_by_its_names(server: LiveServer, tmp_path: Path, hide: Path) -> None:
+    plain = tmp_path / "jax_cache"
+    plain.mkdir()
+    for i in range(3):
+        name = f"jit_step-{i:064x}-cache"
+        (plain / name).write_bytes(b"x" * 100)  # not a loadable JAX entry: skipped, and said so
+        (plain / f"{name}-atime").write_bytes(b"\0" * 8)
+    pushed = xla_cache(
+        "push",
+        "--import",
+        str(plain),
+        "--namespace",
+        "jax-team",
+        "--server",
+        server.url,
+        "--json",
+        "--no-progress",
+        hide=hide,
+    )
+    row = json.loads(pushed.stdout)["namespaces"][0]
+    assert (row["framework"], row["entries"], row["unloadable_skipped"], row["uploaded"]) == ("jax", 0, 3, 0)
+
+
+def test_warm_of_an_unknown_namespace_says_so(server: LiveServer, tmp_path: Path, hide: Path) -> None:
+    done = xla_cache(
+        "warm", "--namespace", "nobody-here", "--server", server.url, "--cache-dir", str(tmp_path), hide=hide
+    )
+    assert done.returncode == 2 and "404" in done.stderr
