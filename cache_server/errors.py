@@ -25,6 +25,7 @@ __all__ = [
     "TokenNotFound",
     "TooManyKeys",
     "Unauthorized",
+    "UnsupportedEncoding",
     "UploadsBusy",
 ]
 
@@ -116,6 +117,12 @@ class NamespaceNotFound(CacheError):
     """The namespace has never been registered."""
 
     code = "namespace_not_found"
+
+
+class UnsupportedEncoding(CacheError):
+    """The request body's Content-Encoding is not one this route takes."""
+
+    code = "unsupported_encoding"
 
 
 class TokenNotFound(CacheError):

@@ -42,6 +42,10 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Background eviction keeps each namespace under this many bytes."
     )
     max_keys_per_request: int = Field(default=10_000, gt=0, description="Keys allowed in one missing/bundle.")
+    bundle_compression: bool = Field(
+        default=True,
+        description="Compress bundles with zstd for clients that accept it (Accept-Encoding: zstd).",
+    )
     max_json_bytes: int = Field(
         default=4 * MIB,  # 1.5 times the largest legitimate body; parsing a body costs many times its size
         gt=0,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -35,6 +35,18 @@ class RemoteEntry:
     key: str
     size: int
     sha256: str
+
+
+def _zstd(pieces: Iterator[bytes], level: int = 3) -> Iterator[bytes]:
+    """``pieces`` as one zstd frame (executables of one graph at many shapes shrink tens of times)."""
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=level).compressobj()
+    for piece in pieces:
+        out = compressor.compress(piece)
+        if out:
+            yield out
+    yield compressor.flush()
 
 
 def normalize_server(server: str) -> str:
@@ -283,19 +295,26 @@ class CacheApi:
         )
         return response.status_code
 
-    def put_entries(self, namespace: str, stream: Iterator[bytes], deadline: Deadline) -> dict[str, Any]:
+    def put_entries(
+        self, namespace: str, stream: Callable[[], Iterator[bytes]], deadline: Deadline
+    ) -> dict[str, Any]:
         """``POST .../entries``: many entries in one tar stream (members with a ``XLA_CACHE.sha256`` PAX
-        record). Returns the server's answer: every member's status, as a PUT of it would have had."""
+        record), zstd-compressed; sent again uncompressed to a server that answers 415 to that. ``stream``
+        makes the tar stream (each call anew). Returns the server's answer: every member's status, as a
+        PUT of it would have had."""
         what = "a bulk upload"
-        response = self._call(
-            "POST",
-            f"/v1/namespaces/{_seg(namespace)}/entries",
-            what,
-            deadline,
-            ok=(200,),
-            content=stream,
-            headers={"Content-Type": "application/x-tar"},
-        )
+        path = f"/v1/namespaces/{_seg(namespace)}/entries"
+        headers = {"Content-Type": "application/x-tar", "Content-Encoding": "zstd"}
+        compressed = _zstd(stream())
+        try:
+            response = self._call(
+                "POST", path, what, deadline, ok=(200,), content=compressed, headers=headers
+            )
+        except ServerError as exc:
+            if exc.status != 415:
+                raise
+            headers.pop("Content-Encoding")
+            response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=headers)
         return dict(self._json(response, what))
 
     def admin_stats(self, deadline: Deadline) -> dict[str, Any]:

@@ -383,6 +383,7 @@ def _send_bulk(
     sent: dict[str, int] = {}
 
     def stream() -> Iterator[bytes]:
+        sent.clear()
         for item in group:
             try:
                 data = item.path.read_bytes()
@@ -404,7 +405,7 @@ def _send_bulk(
             progress.advance(nbytes=len(data))
         yield b"\0" * (2 * tarfile.BLOCKSIZE)
 
-    answer = api.put_entries(namespace, stream(), deadline)
+    answer = api.put_entries(namespace, stream, deadline)
     for member in answer.get("results", []):
         key, status = str(member.get("key")), int(member.get("status", 0))
         if status == 201:

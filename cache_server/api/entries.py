@@ -31,10 +31,10 @@ from cache_server.api.schemas import (
 from cache_server.api.signed_urls import redirect_to
 from cache_server.bulk import BulkResult
 from cache_server.domain import EntryInfo
-from cache_server.errors import BadRequest, BodyTimeout, ClientAborted, UploadsBusy
+from cache_server.errors import BadRequest, BodyTimeout, ClientAborted, UnsupportedEncoding, UploadsBusy
 from cache_server.names import check_key, check_namespace, check_sha256
 from cache_server.service import NotModified, OpenedEntry
-from cache_server.streams import Coalescer
+from cache_server.streams import Coalescer, NotZstd, accepts_zstd, zstd_compressed, zstd_decompressed
 
 __all__ = ["UploadSlots", "router", "upload_slots"]
 
@@ -265,7 +265,8 @@ async def put_entry(
 async def put_entries(namespace: str, request: Request, service: ServiceDep) -> BulkOut:
     """Upload many entries in one ``application/x-tar`` stream: each member a regular file named by its key,
     with PAX records ``XLA_CACHE.sha256`` (required) and ``XLA_CACHE.compile_time_ms`` (optional), at most
-    ``XLA_CACHE_MAX_KEYS_PER_REQUEST`` members.
+    ``XLA_CACHE_MAX_KEYS_PER_REQUEST`` members; ``Content-Encoding: zstd`` for a compressed stream (415 for
+    another encoding).
 
     200 with every member's result: the status a ``PUT`` of it would have had (201 stored, 200 already
     stored with this digest, 409 stored with another, 400 bad name, digest record or bytes, 413 too large);
@@ -280,12 +281,20 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     upload = _UploadBody(request, settings.body_timeout_seconds, settings.min_upload_bytes_per_second)
     slots = upload_slots(request)
 
+    encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
+    if encoding not in ("identity", "zstd"):
+        raise UnsupportedEncoding(
+            f"Content-Encoding {encoding!r} is not taken here: send the tar stream as it is, or zstd."
+        )
+
     def store_all() -> BulkResult:
-        pieces = _blocking_body(upload.pieces().__aiter__())
+        pieces: Iterator[bytes] = _blocking_body(upload.pieces().__aiter__())
+        if encoding == "zstd":
+            pieces = zstd_decompressed(pieces)
         reader = TarReader(lambda _size: next(pieces, b""), max_members=settings.max_keys_per_request)
         try:
             return service.put_entries(namespace, reader.members(), stored_by=stored_by)
-        except BadTar as exc:
+        except (BadTar, NotZstd) as exc:
             raise BadRequest(f"The upload is not a tar stream this server takes: {exc}.") from None
 
     async with slots.slot():
@@ -372,9 +381,22 @@ def manifest(
 
 
 @router.post("/bundle", response_class=StreamingResponse)
-def bundle(namespace: str, body: KeysRequest, service: ServiceDep) -> StreamingResponse:
+def bundle(
+    namespace: str,
+    body: KeysRequest,
+    service: ServiceDep,
+    request: Request,
+    accept_encoding: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
     """One ``application/x-tar`` stream of the stored entries among these keys (member name = key).
 
-    Keys the server lacks are left out; each member carries a ``XLA_CACHE.sha256`` PAX header.
+    Keys the server lacks are left out; each member carries a ``XLA_CACHE.sha256`` PAX header. For a client
+    that accepts ``zstd`` (``Accept-Encoding``) the stream is zstd-compressed (``Content-Encoding: zstd``)
+    unless ``XLA_CACHE_BUNDLE_COMPRESSION`` is off.
     """
-    return StreamingResponse(service.bundle(namespace, body.keys), media_type="application/x-tar")
+    stream = service.bundle(namespace, body.keys)
+    headers = {"Vary": "Accept-Encoding"}
+    if get_settings(request).bundle_compression and accepts_zstd(accept_encoding):
+        stream = zstd_compressed(stream)
+        headers["Content-Encoding"] = "zstd"
+    return StreamingResponse(stream, media_type="application/x-tar", headers=headers)

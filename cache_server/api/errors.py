@@ -38,6 +38,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.EntryNotFound: 404,
     errors.NamespaceNotFound: 404,
     errors.TokenNotFound: 404,
+    errors.UnsupportedEncoding: 415,
     errors.StorageUnavailable: 503,
     errors.IndexUnavailable: 503,
     errors.Unauthorized: 401,

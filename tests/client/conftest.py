@@ -9,13 +9,16 @@ not do on demand: hang, answer 5xx, send a corrupt or garbage bundle.
 
 from __future__ import annotations
 
+import io
 import logging
+import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
@@ -197,3 +200,11 @@ def fake_torch_xla(monkeypatch: pytest.MonkeyPatch) -> FakeTorchXla:
     fake = FakeTorchXla()
     monkeypatch.setitem(all_frameworks(), "torch_xla", fake)
     return fake
+
+
+def tar_members(body: bytes) -> list[tarfile.TarInfo]:
+    """The members of a bulk upload's (zstd-compressed) tar stream."""
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)) as plain:
+        data = plain.read()
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        return tar.getmembers()

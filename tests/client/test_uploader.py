@@ -5,11 +5,9 @@ Against the real server app in process (``real_server``); a fake server only whe
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import socket
-import tarfile
 import time
 from contextlib import closing
 from pathlib import Path
@@ -23,7 +21,7 @@ from client.cachedir import LocalFile, scan
 from client.frameworks import torch_xla as torch_xla_adapter
 from client.frameworks.torch_xla import TorchXla, deserialize_failure_cause, match_compile_times
 from client.uploader import Uploader
-from tests.client.conftest import FakeTorchXla, RealServer, warnings_of
+from tests.client.conftest import FakeTorchXla, RealServer, tar_members, warnings_of
 from tests.client.fakes import FakeCacheServer, sha
 from tests.support.wait import wait_until
 
@@ -60,13 +58,9 @@ def test_flush_uploads_new_entries_with_digest_after_asking_missing(
     assert real_server.entry(NS, "1") == data["1"]
     methods = [(r.method, r.path.rsplit("/", 1)[-1]) for r in real_server.requests]
     assert methods == [("POST", "missing"), ("POST", "entries")]  # one bulk upload of what is missing
+    assert real_server.requests[1].headers["content-encoding"] == "zstd"
     members = tar_members(real_server.requests[1].body)
     assert [(m.name, m.pax_headers[BUNDLE_SHA256_PAX]) for m in members] == [("1", sha(data["1"]))]
-
-
-def tar_members(body: bytes) -> list[tarfile.TarInfo]:
-    with tarfile.open(fileobj=io.BytesIO(body), mode="r") as tar:
-        return tar.getmembers()
 
 
 def test_known_entries_are_not_sent_again(real_server: RealServer, tmp_path: Path) -> None:

@@ -1,0 +1,103 @@
+"""zstd both ways: bundles for clients that accept it, bulk uploads sent compressed."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zstandard
+from fastapi.testclient import TestClient
+
+from cache_server.app import create_app
+from cache_server.migrate import upgrade
+from cache_server.settings import Settings
+from tests.api.test_bulk_upload import member, tar_of
+from tests.conftest import sha
+
+NS = "/v1/namespaces/ns"
+# Executables of one graph at many shapes are nearly alike: so are these.
+ENTRIES = {
+    f"k{i}": b"HloModule fused_step, shapes f32[%d,128] " % i + bytes(range(256)) * 40 for i in range(50)
+}
+
+
+def client_for(tmp_path: Path, **settings: object) -> TestClient:
+    config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, **settings)  # type: ignore[arg-type]
+    upgrade(config)
+    return TestClient(create_app(config))
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with client_for(tmp_path) as test_client:
+        for key, data in ENTRIES.items():
+            assert test_client.put(
+                f"{NS}/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)}
+            ).is_success
+        yield test_client
+
+
+def members_of(tar_bytes: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r|") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar}  # type: ignore[union-attr]
+
+
+def raw_bundle(client: TestClient, accept: str) -> tuple[str | None, bytes]:
+    with client.stream(
+        "POST", f"{NS}/bundle", json={"keys": list(ENTRIES)}, headers={"Accept-Encoding": accept}
+    ) as response:
+        assert response.status_code == 200
+        return response.headers.get("content-encoding"), b"".join(response.iter_raw())
+
+
+def test_a_bundle_is_zstd_for_a_client_that_accepts_it(client: TestClient) -> None:
+    encoding, body = raw_bundle(client, "gzip, zstd")
+    assert encoding == "zstd"
+    plain = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)).read()
+    assert members_of(plain) == ENTRIES
+    assert len(body) * 20 < len(plain)  # nearly alike entries shrink many times
+    for accept in ("gzip", "identity", "zstd;q=0"):
+        encoding, body = raw_bundle(client, accept)
+        assert encoding is None and members_of(body) == ENTRIES, accept
+
+
+def test_bundle_compression_can_be_turned_off(tmp_path: Path) -> None:
+    with client_for(tmp_path, bundle_compression=False) as client:
+        data = ENTRIES["k1"]
+        client.put(f"{NS}/entries/k1", content=data, headers={"X-Content-SHA256": sha(data)})
+        response = client.post(f"{NS}/bundle", json={"keys": ["k1"]}, headers={"Accept-Encoding": "zstd"})
+        assert "content-encoding" not in response.headers and members_of(response.content) == {"k1": data}
+
+
+def test_a_bulk_upload_may_come_zstd_compressed(tmp_path: Path) -> None:
+    with client_for(tmp_path) as client:
+        stream = tar_of([member(key, data) for key, data in ENTRIES.items()])
+        compressed = zstandard.ZstdCompressor(level=3).compress(stream)
+        response = client.post(f"{NS}/entries", content=compressed, headers={"Content-Encoding": "zstd"})
+        assert response.status_code == 200 and response.json()["stored"] == len(ENTRIES)
+        assert client.get(f"{NS}/entries/k7").content == ENTRIES["k7"]
+
+        refused = client.post(f"{NS}/entries", content=stream, headers={"Content-Encoding": "gzip"})
+        assert refused.status_code == 415 and refused.json()["error"] == "unsupported_encoding"
+        garbage = client.post(
+            f"{NS}/entries", content=b"not zstd" * 100, headers={"Content-Encoding": "zstd"}
+        )
+        assert garbage.status_code == 400 and "zstd" in garbage.json()["detail"]
+
+
+def test_a_zstd_bomb_is_bounded_by_the_entry_limit(tmp_path: Path) -> None:
+    """A few KB that expand to 64 MiB in one member: refused as too large, never held whole."""
+    with client_for(tmp_path, max_entry_bytes=1_000_000) as client:
+        huge = b"\0" * (64 * 1024 * 1024)
+        info, _ = member("bomb", b"")
+        info.size = len(huge)
+        info.pax_headers = {**info.pax_headers, "XLA_CACHE.sha256": sha(huge)}
+        stream = tar_of([(info, huge)])
+        compressed = zstandard.ZstdCompressor(level=3).compress(stream)
+        assert len(compressed) < 100_000
+        response = client.post(f"{NS}/entries", content=compressed, headers={"Content-Encoding": "zstd"})
+        assert response.status_code == 200
+        assert [(r["key"], r["status"]) for r in response.json()["results"]] == [("bomb", 413)]
