@@ -142,7 +142,8 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
             tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
             tab.on("requestfailed", failed)
             tab.goto(f"{srv.url}/?token={tokens['read']}")  # how a person opens it: the link they were given
-            tab.wait_for_function("document.body && document.body.dataset.loaded === 'true'")
+            # A selector, not a function: the page's CSP forbids the eval a string predicate would need.
+            tab.wait_for_selector("body[data-loaded='true']", state="attached")
             assert tab.url == f"{srv.url}/"  # the token left the address bar
             page: dict[str, Any] = tab.evaluate(
                 """(() => {
