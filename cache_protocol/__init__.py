@@ -18,6 +18,7 @@ __all__ = [
     "FINGERPRINT_FILE",
     "KEY_MAX_LENGTH",
     "KEY_PATTERN",
+    "LIVE_HEADER",
     "MAX_COMPILE_TIME_MS",
     "MAX_KEYS_PER_REQUEST",
     "NAMESPACE_MAX_LENGTH",
@@ -53,6 +54,8 @@ CONTENT_LENGTH_HEADER = "X-Content-Length"
 """The entry's size on a 307 to a signed URL (the redirect itself has no body)."""
 COMPILE_TIME_HEADER = "X-Compile-Time-Ms"
 """On upload: how long the entry took to compile, credited to later hits as compile time saved."""
+LIVE_HEADER = "X-Live-Delivery"
+"""On a download: ``1`` when a job following the namespace fetches an entry another job just stored."""
 UPLOADER_HEADER = "X-Uploader"
 """On upload: who uploaded it (``host:pid``), kept with the entry."""
 BUNDLE_SHA256_PAX = "XLA_CACHE.sha256"

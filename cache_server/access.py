@@ -32,12 +32,14 @@ class AccessRecorder:
         self._misses: dict[str, int] = {}
         self._flusher = Periodic("xla-cache-access-flush", "writing access counters", interval, self.flush)
 
-    def hit(self, namespace: str, key: str, bytes_served: int) -> None:
-        """Count one use of an entry (a download, a bundle member, a signed URL handed out)."""
+    def hit(self, namespace: str, key: str, bytes_served: int, *, live: bool = False) -> None:
+        """Count one use of an entry (a download, a bundle member, a signed URL handed out); ``live``: a
+        delivery to a job following the namespace."""
         now = self._clock()
         with self._lock:
             delta = self._hits.setdefault((namespace, key), AccessDelta())
             delta.hits += 1
+            delta.live += int(live)
             delta.bytes_served += bytes_served
             delta.last_access = now
         metrics.HITS.labels(metrics.namespace_label(namespace)).inc()

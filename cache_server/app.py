@@ -14,6 +14,7 @@ from cache_server.api.entries import UploadSlots
 from cache_server.api.errors import install_error_handlers
 from cache_server.api.middleware import BoundedBodies, RejectEncodedSeparators
 from cache_server.api.telemetry import Telemetry, configure_access_log
+from cache_server.feed import FeedWatcher
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 
@@ -33,10 +34,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Uploads get threads of their own, so uploads that stall cannot starve the other routes.
         app.state.upload_slots = UploadSlots(settings.max_concurrent_uploads, settings.upload_wait_seconds)
+        app.state.feed_watcher = FeedWatcher(services.cache.feed_heads, services.cache.feed_head)
         services.start()
         try:
             yield
         finally:
+            await app.state.feed_watcher.close()
             services.stop()
 
     app = FastAPI(

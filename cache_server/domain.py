@@ -52,6 +52,12 @@ class Counters:
     compile_ms_saved: int = _counter(
         "Sum over hits of the compile time the uploader reported (X-Compile-Time-Ms), in milliseconds."
     )
+    live_deliveries: int = _counter(
+        "Entries delivered live: fetched by a following job while it ran, soon after another job stored them."
+    )
+    live_compile_ms_saved: int = _counter(
+        "Sum over live deliveries of the compile time the uploader reported, in milliseconds."
+    )
 
     @property
     def hit_rate(self) -> float | None:

@@ -37,7 +37,7 @@ from cache_server.errors import (
     StorageUnavailable,
     TooManyKeys,
 )
-from cache_server.index.entries import EntryRecord, EntryRepository
+from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobReader, BlobStore, SignsUrls, blob_name, open_many
@@ -317,6 +317,20 @@ class CacheService:
             on_stored=self._on_stored,
         )
 
+    # -- the change feed (see cache_server.feed) ---------------------------------------------------------
+    def feed_head(self) -> int:
+        """The feed's newest position: where a new follower starts."""
+        return self._entries.feed_head()
+
+    def feed_heads(self, after: int) -> dict[str, int]:
+        """The namespaces whose feed grew after ``after``, with their newest position."""
+        return self._entries.feed_heads(after)
+
+    def feed(self, namespace: str, after: int, limit: int) -> list[FeedEntry]:
+        """The namespace's entries stored after position ``after``, oldest first."""
+        check_namespace(namespace)
+        return self._entries.feed(namespace, after, limit)
+
     @staticmethod
     def _conflict(namespace: str, key: str, stored: str) -> DigestConflict:
         return DigestConflict(
@@ -333,13 +347,20 @@ class CacheService:
         return entry
 
     def read_entry(
-        self, namespace: str, key: str, *, if_none_match: str | None = None, redirect: bool = False
+        self,
+        namespace: str,
+        key: str,
+        *,
+        if_none_match: str | None = None,
+        redirect: bool = False,
+        live: bool = False,
     ) -> EntryRead:
         """Read an entry, looking its row up once.
 
         :class:`NotModified` when ``if_none_match`` names its digest (or is ``*``), not counted; with
         ``redirect`` on a server that signs URLs, a :class:`SignedEntry` (a hit); otherwise the
-        :class:`OpenedEntry` to stream (a hit). :class:`EntryNotFound` on a miss (counted).
+        :class:`OpenedEntry` to stream (a hit). :class:`EntryNotFound` on a miss (counted). ``live``: the
+        reader is a job following the namespace (counted as a live delivery too).
         """
         check_namespace(namespace)
         check_key(key)
@@ -351,14 +372,14 @@ class CacheService:
         if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
             return NotModified(entry)
         if redirect and self._signer is not None and (signed := self._signer.sign(entry)) is not None:
-            self._access.hit(namespace, key, entry.size)
+            self._access.hit(namespace, key, entry.size, live=live)
             return signed
         reader = self._store.open(blob_name(namespace, key))
         if reader is None:
             self._access.miss(namespace)
             log.warning("index row without blob: %s/%s (gc will drop it)", namespace, key)
             raise _not_found(namespace, key)
-        self._access.hit(namespace, key, entry.size)
+        self._access.hit(namespace, key, entry.size, live=live)
         return OpenedEntry(entry=entry, body=self._verified(entry, reader))
 
     def _verified(self, entry: EntryInfo, reader: BlobReader) -> Iterator[bytes]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from cache_server.api import admin, dashboard, docs, entries, health, metrics, namespaces, signed_urls
+from cache_server.api import admin, dashboard, docs, entries, feed, health, metrics, namespaces, signed_urls
 
 __all__ = ["router"]
 
@@ -17,3 +17,4 @@ router.include_router(dashboard.router)
 router.include_router(namespaces.router)
 router.include_router(entries.router)
 router.include_router(signed_urls.router)
+router.include_router(feed.router)

@@ -39,6 +39,7 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", _NS): Role.READ,
     ("PUT", f"{_NS}/entries/{{key:path}}"): Role.WRITE,
     ("POST", f"{_NS}/entries"): Role.WRITE,
+    ("GET", f"{_NS}/feed"): Role.READ,
     ("GET", f"{_NS}/entries/{{key:path}}"): Role.READ,
     ("HEAD", f"{_NS}/entries/{{key:path}}"): Role.READ,
     ("DELETE", f"{_NS}/entries/{{key:path}}"): Role.ADMIN,

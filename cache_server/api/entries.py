@@ -325,6 +325,9 @@ def get_entry(
     key: str,
     service: ServiceDep,
     if_none_match: Annotated[str | None, Header()] = None,
+    x_live_delivery: Annotated[
+        str | None, Header(description="1: a job following the namespace fetches it (counted as live)")
+    ] = None,
     redirect: Annotated[
         bool, Query(description="Prefer a 307 to a short-lived signed URL when the server hands them out.")
     ] = False,
@@ -334,7 +337,9 @@ def get_entry(
     With ``?redirect=1`` a server that hands out signed URLs answers 307 to one instead (same headers,
     plus ``X-Content-Length``); any other server streams the bytes as usual.
     """
-    read = service.read_entry(namespace, key, if_none_match=if_none_match or None, redirect=redirect)
+    read = service.read_entry(
+        namespace, key, if_none_match=if_none_match or None, redirect=redirect, live=x_live_delivery == "1"
+    )
     if isinstance(read, NotModified):
         return Response(status_code=304, headers={"ETag": f'"{read.entry.sha256}"'})
     if isinstance(read, OpenedEntry):

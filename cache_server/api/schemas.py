@@ -12,6 +12,8 @@ __all__ = [
     "BulkMemberOut",
     "BulkOut",
     "EntryOut",
+    "FeedEntryOut",
+    "FeedOut",
     "KeysRequest",
     "ManifestEntry",
     "ManifestOut",
@@ -137,6 +139,20 @@ class ManifestOut(BaseModel):
     namespace: str
     entries: list[ManifestEntry]
     total_bytes: int
+
+
+class FeedEntryOut(BaseModel):
+    seq: int = Field(description="Its position in the feed.")
+    key: str
+    size: int
+    sha256: str
+    compile_time_ms: int | None = None
+
+
+class FeedOut(BaseModel):
+    namespace: str
+    cursor: int = Field(description="Pass it as ``after`` next time.")
+    entries: list[FeedEntryOut] = Field(description="Oldest first; some may have been given before.")
 
 
 class SignedUrlOut(BaseModel):

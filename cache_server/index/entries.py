@@ -11,15 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
-from cache_server.index.models import Entry, Namespace
+from cache_server.index.models import Entry, EntryFeed, Namespace
 
-__all__ = ["AccessDelta", "EntryRecord", "EntryRepository", "entry_info"]
+__all__ = ["AccessDelta", "EntryRecord", "EntryRepository", "FeedEntry", "entry_info"]
 
 
 @dataclass
@@ -29,15 +29,28 @@ class AccessDelta:
     hits: int = 0
     bytes_served: int = 0
     last_access: dt.datetime | None = None
+    live: int = 0  # of the hits, deliveries to a following job
 
     def merge(self, other: AccessDelta) -> None:
         """Add ``other``'s hits and bytes; keep the later access time."""
         self.hits += other.hits
+        self.live += other.live
         self.bytes_served += other.bytes_served
         if other.last_access is not None and (
             self.last_access is None or other.last_access > self.last_access
         ):
             self.last_access = other.last_access
+
+
+@dataclass(frozen=True)
+class FeedEntry:
+    """An entry as the change feed gives it: its position and what a follower needs to fetch it."""
+
+    seq: int
+    key: str
+    size: int
+    sha256: str
+    compile_time_ms: int | None
 
 
 @dataclass(frozen=True)
@@ -185,6 +198,7 @@ class EntryRepository:
                 stmt = stmt.on_conflict_do_nothing(index_elements=["namespace", "key"])
             written = session.execute(stmt.returning(Entry.key)).first() is not None
             if written and replace:
+                session.execute(insert(EntryFeed).values(namespace=record.namespace, key=record.key))
                 add_counts(
                     self._db,
                     session,
@@ -214,6 +228,7 @@ class EntryRepository:
                 }
                 upsert = stmt.on_conflict_do_update(index_elements=["namespace", "key"], set_=changing)
                 session.execute(upsert)
+                session.execute(insert(EntryFeed), [{"namespace": r.namespace, "key": r.key} for r in part])
                 add_counts(
                     self._db,
                     session,
@@ -223,6 +238,33 @@ class EntryRepository:
                     uploads=len(part),
                     bytes_uploaded=sum(record.size for record in part),
                 )
+
+    # -- the change feed -------------------------------------------------------------------------------
+    def feed_head(self) -> int:
+        """The newest position of the change feed (0 when it is empty)."""
+        with self._db.transaction() as session:
+            return int(session.scalar(select(func.max(EntryFeed.seq))) or 0)
+
+    def feed_heads(self, after: int) -> dict[str, int]:
+        """The namespaces with feed rows after ``after``, and their newest position."""
+        stmt = select(EntryFeed.namespace, func.max(EntryFeed.seq)).where(EntryFeed.seq > after)
+        with self._db.transaction() as session:
+            return {ns: int(seq) for ns, seq in session.execute(stmt.group_by(EntryFeed.namespace))}
+
+    def feed(self, namespace: str, after: int, limit: int) -> list[FeedEntry]:
+        """The namespace's entries stored after position ``after``, oldest first, at most ``limit``."""
+        stmt = (
+            select(EntryFeed.seq, Entry.key, Entry.size, Entry.sha256, Entry.compile_time_ms)
+            .join(Entry, (Entry.namespace == EntryFeed.namespace) & (Entry.key == EntryFeed.key))
+            .where(EntryFeed.namespace == namespace, EntryFeed.seq > after)
+            .order_by(EntryFeed.seq)
+            .limit(limit)
+        )
+        with self._db.transaction() as session:
+            return [
+                FeedEntry(int(seq), key, int(size), sha, ms)
+                for seq, key, size, sha, ms in session.execute(stmt)
+            ]
 
     def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:
         """Insert the rows among ``records`` that the index lacks, with their namespaces; existing rows win.
@@ -310,6 +352,8 @@ class EntryRepository:
                 total.hits += delta.hits
                 total.bytes_served += delta.bytes_served
                 total.compile_ms_saved += (compile_ms or 0) * delta.hits
+                total.live_deliveries += delta.live
+                total.live_compile_ms_saved += (compile_ms or 0) * delta.live
             for namespace, count in misses.items():
                 per_namespace.setdefault(namespace, Counters()).misses += count
             for namespace, counts in per_namespace.items():

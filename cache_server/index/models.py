@@ -25,7 +25,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from cache_server.domain import utcnow
 
-__all__ = ["ApiToken", "Base", "DailyStats", "Entry", "EntryGraph", "Namespace", "UtcDateTime"]
+__all__ = ["ApiToken", "Base", "DailyStats", "Entry", "EntryFeed", "EntryGraph", "Namespace", "UtcDateTime"]
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -80,6 +80,8 @@ class Namespace(Base):
     evictions: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     bytes_uploaded: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    live_deliveries: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    live_compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class Entry(Base):
@@ -124,6 +126,8 @@ class DailyStats(Base):
     bytes_served: Mapped[int] = mapped_column(BigInteger, default=0)
     bytes_uploaded: Mapped[int] = mapped_column(BigInteger, default=0)
     compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0)
+    live_deliveries: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    live_compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class EntryGraph(Base):
@@ -146,6 +150,25 @@ class EntryGraph(Base):
     shapes: Mapped[str | None] = mapped_column(Text, nullable=True)
     source: Mapped[str | None] = mapped_column(String(512), nullable=True)
     parsed_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class EntryFeed(Base):
+    """The change feed: one row per entry stored by an upload, in the order the index numbered them.
+
+    Followers read it after a cursor (``seq``). Goes away with its entry.
+    """
+
+    __tablename__ = "entry_feed"
+    __table_args__ = (
+        ForeignKeyConstraint(["namespace", "key"], ["entries.namespace", "entries.key"], ondelete="CASCADE"),
+        Index("ix_entry_feed_namespace_seq", "namespace", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    namespace: Mapped[str] = mapped_column(String(128))
+    key: Mapped[str] = mapped_column(String(256))
 
 
 class ApiToken(Base):

@@ -1,0 +1,68 @@
+"""The change feed route: a long poll per follower, waiting on the event loop (:mod:`cache_server.feed`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import anyio.to_thread
+from fastapi import APIRouter, Query, Request
+
+from cache_server.api.deps import ServiceDep
+from cache_server.api.schemas import FeedEntryOut, FeedOut
+from cache_server.feed import LOOKBACK, FeedWatcher
+from cache_server.names import check_namespace
+
+__all__ = ["MAX_WAIT_SECONDS", "feed_watcher", "router"]
+
+router = APIRouter(prefix="/v1/namespaces/{namespace}", tags=["entries"])
+
+MAX_WAIT_SECONDS = 60.0
+
+
+def feed_watcher(request: Request) -> FeedWatcher:
+    """The app's watcher (made by its lifespan; made here when the app runs without one)."""
+    watcher: FeedWatcher | None = getattr(request.app.state, "feed_watcher", None)
+    if watcher is None:
+        services = request.app.state.services
+        watcher = FeedWatcher(services.cache.feed_heads, services.cache.feed_head)
+        request.app.state.feed_watcher = watcher
+    return watcher
+
+
+@router.get("/feed", response_model=FeedOut)
+async def feed(
+    namespace: str,
+    request: Request,
+    service: ServiceDep,
+    after: Annotated[
+        int | None, Query(ge=0, le=2**63 - 1, description="The cursor of the last answer; none: start now.")
+    ] = None,
+    wait: Annotated[
+        float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a new entry.")
+    ] = 20.0,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="At most this many entries.")] = 1000,
+) -> FeedOut:
+    """The entries stored in the namespace after ``after`` (each upload appends one), answered as soon as
+    there is one, or empty after ``wait`` seconds; a waiting request holds no worker thread. Without
+    ``after``: the cursor to start from, at once. Entries from shortly before the cursor may come again
+    (two uploads may commit out of order): drop those already fetched. Fetch each with
+    ``GET .../entries/{key}`` and ``X-Live-Delivery: 1`` to have it counted as delivered live."""
+    check_namespace(namespace)
+    watcher = feed_watcher(request)
+    if after is None:
+        head = await anyio.to_thread.run_sync(service.feed_head, limiter=watcher.threads)
+        return FeedOut(namespace=namespace, cursor=head, entries=[])
+    deadline = time.monotonic() + wait
+    while True:
+        start = max(0, after - LOOKBACK)
+        rows = await anyio.to_thread.run_sync(service.feed, namespace, start, limit, limiter=watcher.threads)
+        newest = max((row.seq for row in rows), default=after)
+        left = deadline - time.monotonic()
+        if newest > after or left <= 0:
+            return FeedOut(
+                namespace=namespace,
+                cursor=max(after, newest),
+                entries=[FeedEntryOut(**vars(row)) for row in rows],
+            )
+        await watcher.wait(namespace, left)

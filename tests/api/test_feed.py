@@ -1,0 +1,156 @@
+"""The change feed: long polls that answer as soon as an entry arrives (on any replica), hold no thread."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from cache_server.app import create_app
+from cache_server.migrate import upgrade
+from cache_server.settings import Settings
+from tests.conftest import sha
+from tests.support.server import run_server
+
+NS = "/v1/namespaces/ns"
+
+
+def put(client: TestClient | httpx.Client, key: str, data: bytes, compile_ms: int | None = None) -> None:
+    headers = {"X-Content-SHA256": sha(data)}
+    if compile_ms is not None:
+        headers["X-Compile-Time-Ms"] = str(compile_ms)
+    assert client.put(f"{NS}/entries/{key}", content=data, headers=headers).status_code == 201
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0)
+    upgrade(config)
+    return config
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def test_a_follower_gets_what_was_stored_after_its_cursor(client: TestClient) -> None:
+    put(client, "before", b"old")
+    start = client.get(f"{NS}/feed").json()
+    assert start["entries"] == [] and start["cursor"] >= 1
+    put(client, "k1", b"one", compile_ms=700)
+    answer = client.get(f"{NS}/feed", params={"after": start["cursor"], "wait": 5}).json()
+    fresh = [e for e in answer["entries"] if e["seq"] > start["cursor"]]
+    assert [(e["key"], e["size"], e["sha256"], e["compile_time_ms"]) for e in fresh] == [
+        ("k1", 3, sha(b"one"), 700)
+    ]
+    assert answer["cursor"] == fresh[0]["seq"]
+    # Nothing new: an empty answer after the wait, same cursor.
+    started = time.monotonic()
+    idle = client.get(f"{NS}/feed", params={"after": answer["cursor"], "wait": 0.3}).json()
+    assert time.monotonic() - started >= 0.3
+    assert idle["cursor"] == answer["cursor"]
+    assert all(e["seq"] <= answer["cursor"] for e in idle["entries"])
+
+
+def test_a_waiting_follower_is_answered_as_soon_as_an_entry_arrives(client: TestClient) -> None:
+    cursor = client.get(f"{NS}/feed").json()["cursor"]
+    answers: list[dict[str, Any]] = []
+    follower = threading.Thread(
+        target=lambda: answers.append(client.get(f"{NS}/feed", params={"after": cursor, "wait": 20}).json())
+    )
+    follower.start()
+    time.sleep(0.5)  # the follower is waiting by now (it would wait 20 s)
+    put(client, "late", b"compiled elsewhere")
+    stored = time.monotonic()
+    follower.join(timeout=15)
+    assert not follower.is_alive()
+    assert time.monotonic() - stored < 5  # woken, not timed out
+    assert [e["key"] for e in answers[0]["entries"] if e["seq"] > cursor] == ["late"]
+
+
+def test_replicas_on_one_database_wake_each_others_followers(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as a, TestClient(create_app(settings)) as b:
+        cursor = b.get(f"{NS}/feed").json()["cursor"]
+        answers: list[dict[str, Any]] = []
+        follower = threading.Thread(
+            target=lambda: answers.append(b.get(f"{NS}/feed", params={"after": cursor, "wait": 20}).json())
+        )
+        follower.start()
+        time.sleep(0.5)
+        put(a, "from-a", b"stored through replica a")
+        follower.join(timeout=15)
+        assert [e["key"] for e in answers[0]["entries"] if e["seq"] > cursor] == ["from-a"]
+
+
+def test_live_deliveries_are_counted_with_the_compile_time_they_saved(client: TestClient) -> None:
+    put(client, "k", b"executable", compile_ms=4500)
+    assert client.get(f"{NS}/entries/k", headers={"X-Live-Delivery": "1"}).content == b"executable"
+    assert client.get(f"{NS}/entries/k").status_code == 200  # an ordinary hit
+    totals = client.get("/admin/stats").json()["totals"]
+    assert (totals["hits"], totals["live_deliveries"], totals["live_compile_seconds_saved"]) == (2, 1, 4.5)
+
+
+def test_bad_cursors_and_waits_are_refused(client: TestClient) -> None:
+    for params in ({"after": -1}, {"after": 1, "wait": 61}, {"after": "x"}, {"after": 1, "limit": 0}):
+        assert client.get(f"{NS}/feed", params=params).status_code == 400, params
+    assert client.get("/v1/namespaces/bad..name/feed").status_code == 400
+
+
+def test_500_waiting_followers_do_not_slow_the_other_requests(tmp_path: Path) -> None:
+    with run_server(tmp_path) as server, httpx.Client(base_url=server.url, timeout=10) as http:
+        put(http, "k", b"x" * 4096)
+        cursor = http.get(f"{NS}/feed").json()["cursor"]
+
+        def latencies() -> list[float]:
+            seconds = []
+            for _ in range(60):
+                started = time.perf_counter()
+                assert http.get(f"{NS}/entries/k").status_code == 200
+                seconds.append(time.perf_counter() - started)
+            return seconds
+
+        alone = statistics.median(latencies())
+        host, port = server.url.removeprefix("http://").split(":")
+        request = f"GET {NS}/feed?after={cursor}&wait=30 HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        with ExitStack() as stack:
+            followers = [stack.enter_context(socket.create_connection((host, int(port)))) for _ in range(500)]
+            for sock in followers:
+                sock.sendall(request)
+            time.sleep(1.0)  # they are all waiting now
+            rss = _rss_mib(server.pid)
+            crowded = statistics.median(latencies())
+            assert http.get("/healthz").status_code == 200
+            put(http, "k2", b"wakes them all")
+            for sock in followers[:20]:  # each is answered with the new entry
+                sock.settimeout(10)
+                assert b"k2" in _read_some(sock)
+        assert crowded < 3 * alone + 0.005, (alone, crowded)
+        assert rss < 400, rss
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _read_some(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        data += piece
+    return data
