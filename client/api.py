@@ -16,12 +16,12 @@ from urllib.parse import quote
 
 import httpx
 
-from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER, UPLOADER_HEADER
+from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER, UPLOADER_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
 from client.deadline import Deadline
 from client.errors import ServerError, ServerUnavailable
 
-__all__ = ["MAX_KEYS_PER_REQUEST", "CacheApi", "RemoteEntry", "normalize_server"]
+__all__ = ["MAX_KEYS_PER_REQUEST", "CacheApi", "FeedAnswer", "RemoteEntry", "normalize_server"]
 
 # Well under the server's default limit on keys in one request, so a server configured lower still takes it.
 MAX_KEYS_PER_REQUEST = SERVER_MAX_KEYS // 5
@@ -35,6 +35,14 @@ class RemoteEntry:
     key: str
     size: int
     sha256: str
+
+
+@dataclass(frozen=True)
+class FeedAnswer:
+    """One answer of the change feed: the cursor to pass next, and the entries (some maybe seen before)."""
+
+    cursor: int
+    entries: list[RemoteEntry]
 
 
 def _zstd(pieces: Iterator[bytes], level: int = 3) -> Iterator[bytes]:
@@ -257,12 +265,33 @@ class CacheApi:
         )
 
     def entry(
-        self, namespace: str, key: str, deadline: Deadline
+        self, namespace: str, key: str, deadline: Deadline, *, live: bool = False
     ) -> contextlib.AbstractContextManager[tuple[httpx.Response, Iterator[bytes]]]:
-        """``GET .../entries/{key}``: one entry's bytes (use as a context manager)."""
+        """``GET .../entries/{key}``: one entry's bytes (use as a context manager); ``live``: fetched by a
+        follower (counted by the server as delivered live)."""
         return self._stream(
-            "GET", f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}", f"entry {key}", deadline
+            "GET",
+            f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}",
+            f"entry {key}",
+            deadline,
+            headers={LIVE_HEADER: "1"} if live else None,
         )
+
+    def feed(self, namespace: str, after: int | None, wait: float, deadline: Deadline) -> FeedAnswer:
+        """``GET .../feed``: the entries stored after cursor ``after`` (waiting up to ``wait`` seconds for
+        one); with ``after`` None, only the cursor to start from."""
+        params: dict[str, Any] = {"wait": wait}
+        if after is not None:
+            params["after"] = after
+        what = f"the change feed of {namespace}"
+        body = self._json(
+            self._call("GET", f"/v1/namespaces/{_seg(namespace)}/feed", what, deadline, params=params), what
+        )
+        entries = [
+            RemoteEntry(key=str(e["key"]), size=int(e["size"]), sha256=str(e["sha256"]))
+            for e in body.get("entries", [])
+        ]
+        return FeedAnswer(cursor=int(body["cursor"]), entries=entries)
 
     def put_entry(
         self,

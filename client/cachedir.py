@@ -177,6 +177,7 @@ class VerifiedWriter:
         sha256: str,
         durable: bool = False,
         check: EntryCheck | None = None,
+        replace: bool = True,
     ) -> None:
         if not is_entry_name(key):
             raise CorruptTransfer(f"the server sent an entry named {key!r}, which is not a valid key")
@@ -186,6 +187,7 @@ class VerifiedWriter:
         self.expected_sha256 = sha256.lower()
         self.durable = durable
         self.check = check
+        self.replace = replace
         self.written = 0
         self._digest = hashlib.sha256()
         self._temp = directory / f".{key}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
@@ -210,9 +212,9 @@ class VerifiedWriter:
             done = os.write(self._fd, view)
             view = view[done:]
 
-    def commit(self) -> None:
+    def commit(self) -> bool:
         """Check size and SHA-256 (and the framework's ``check``), then rename into place (fsync first when
-        durable)."""
+        durable). With ``replace=False`` an existing file of that name stays, and this returns False."""
         assert self._fd is not None, "use VerifiedWriter as a context manager"
         if self.written != self.expected_size:
             raise CorruptTransfer(
@@ -230,8 +232,17 @@ class VerifiedWriter:
         problem = self.check(self._temp) if self.check is not None else None
         if problem is not None:
             raise CorruptTransfer(f"entry {self.key}: the framework could not load it: {problem}")
-        os.replace(self._temp, self.directory / self.key)
+        if self.replace:
+            os.replace(self._temp, self.directory / self.key)
+        else:
+            try:
+                os.link(self._temp, self.directory / self.key)  # fails if the name exists: never over it
+            except FileExistsError:
+                return False
+            finally:
+                self._temp.unlink(missing_ok=True)
         self._committed = True
+        return True
 
     def __exit__(
         self,
@@ -250,8 +261,13 @@ class VerifiedWriter:
 def write_fingerprint(directory: Path, fingerprint: dict[str, Any]) -> None:
     """Record the namespace's fingerprint in its directory (temporary file + rename)."""
     temp = directory / f".fingerprint.{secrets.token_hex(6)}{TEMP_SUFFIX}"
-    temp.write_text(json.dumps(fingerprint, sort_keys=True, indent=1) + "\n")
-    os.replace(temp, directory / FINGERPRINT_FILE)
+    try:
+        temp.write_text(json.dumps(fingerprint, sort_keys=True, indent=1) + "\n")
+        os.replace(temp, directory / FINGERPRINT_FILE)
+    except BaseException:  # a full disk: no half-written temporary file stays behind
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+        raise
 
 
 def read_fingerprint(directory: Path) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ from client.deadline import Deadline
 from client.dirlock import DirLock
 from client.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
 from client.fingerprint import namespace_id
+from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
 from client.progress import Progress
 from client.transfer import download, split_present
@@ -68,6 +69,7 @@ class WarmReport(WarmCounts):
     removed_entries: int = 0  # local entries the framework could not load, removed so it writes them again
     initialized: bool = False  # the framework's persistent cache points at cache_dir
     uploading: bool = False  # the background uploader runs
+    following: bool = False  # the background follower fetches what other jobs store meanwhile
     fingerprint: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -101,6 +103,7 @@ class _Plan:
     timeout: float
     progress: Progress | None
     register: bool = True  # register the namespace with the fingerprint (not when it was named outright)
+    follow: bool = False  # take the change feed's cursor before the manifest, to follow from it
 
 
 @dataclass
@@ -112,6 +115,7 @@ class _Synced:
     errors: list[str] = field(default_factory=list)
     unavailable: bool = False
     read_only: bool = False
+    feed_cursor: int | None = None  # where following starts (taken before the manifest)
 
 
 def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Event) -> _Synced:
@@ -137,6 +141,13 @@ def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Even
             # A read-only token: warming works, registering and uploading do not.
             synced.read_only = True
             synced.errors.append(f"{exc.reason}; with this token the job warms but uploads nothing")
+        if plan.follow:
+            try:  # before the manifest: what is stored from now on, the follower fetches
+                synced.feed_cursor = api.feed(plan.namespace, None, 0.0, deadline).cursor
+            except ServerError as exc:
+                if exc.status not in (404, 405):
+                    raise
+                synced.errors.append("this server has no change feed (an older version): not following")
         manifest = api.manifest(plan.namespace, deadline, max_bytes=plan.max_bytes)
         counts.manifest_entries = len(manifest)
         present, needed = split_present(manifest, plan.directory, plan.framework.is_entry)
@@ -238,17 +249,22 @@ class _Process:
         # thread of this process) returns that warm's report.
         self.warm_lock = threading.Lock()
         self.uploader: Uploader | None = None
+        self.follower: Follower | None = None
         self.api: CacheApi | None = None
         self.initialized: WarmReport | None = None
         self._exit_handler = False
 
-    def replace_uploader(self, uploader: Uploader | None, api: CacheApi | None) -> None:
+    def replace_uploader(
+        self, uploader: Uploader | None, api: CacheApi | None, follower: Follower | None = None
+    ) -> None:
         with self.lock:
-            old, old_api = self.uploader, self.api
-            self.uploader, self.api = uploader, api
+            old, old_api, old_follower = self.uploader, self.api, self.follower
+            self.uploader, self.api, self.follower = uploader, api, follower
             if not self._exit_handler:
                 atexit.register(self.at_exit)
                 self._exit_handler = True
+        if old_follower is not None:
+            old_follower.stop()
         if old is not None:
             old.stop()
             old.flush()
@@ -258,8 +274,10 @@ class _Process:
     def stop(self, *, flush: bool) -> UploadReport:
         """Stop the uploader (uploading what is complete first if ``flush``); forget this process's warm."""
         with self.lock:
-            uploader, api = self.uploader, self.api
-            self.uploader, self.api, self.initialized = None, None, None
+            uploader, api, follower = self.uploader, self.api, self.follower
+            self.uploader, self.api, self.follower, self.initialized = None, None, None, None
+        if follower is not None:
+            follower.stop()
         report = UploadReport()
         if uploader is not None:
             uploader.stop()
@@ -269,7 +287,9 @@ class _Process:
         return report
 
     def at_exit(self) -> None:
-        uploader = self.uploader
+        follower, uploader = self.follower, self.uploader
+        if follower is not None:
+            follower.stop(timeout=1.0)  # a daemon thread: what it has not finished, it leaves
         if uploader is None:
             return
         uploader.stop()
@@ -284,6 +304,7 @@ class _Process:
 
 
 _PROCESS = _Process()
+FOLLOW_UPLOAD_INTERVAL = 0.25  # seconds between the uploader's scans while following
 
 
 def flush(timeout: float | None = None) -> UploadReport:
@@ -320,6 +341,7 @@ def warm(
     labels: Mapping[str, str] | None = None,
     progress: Progress | None = None,
     namespace: str | None = None,
+    follow: bool = False,
 ) -> WarmReport:
     """Warm the framework's local persistent compilation cache from the server, then upload what this job
     compiles.
@@ -340,7 +362,9 @@ def warm(
     ``fingerprint`` replaces the live runtime's (for tools preparing a directory for another runtime);
     ``max_bytes`` caps what is downloaded; ``progress`` receives transfer progress. ``namespace`` (with
     ``initialize=False``) fills the directory of that namespace as it is, without fingerprinting the runtime
-    or registering anything: ``xla-cache warm --namespace``.
+    or registering anything: ``xla-cache warm --namespace``. ``follow=True`` keeps a background
+    :class:`~client.follower.Follower` that fetches each entry other jobs store in the namespace while this
+    one runs (and uploads this job's new compilations within a second of being written).
     """
     started = time.monotonic()
     config = ClientConfig.resolve(server, token, cache_dir)
@@ -351,14 +375,16 @@ def warm(
         if namespace is not None:
             fp = dict(fingerprint or {})
             plan = replace(
-                _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress),
+                _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress, follow),
                 namespace=namespace,
                 directory=namespace_dir(config.cache_dir, namespace),
                 register=False,
             )
             return _warm(plan, started, initialize=False, all_compilations=all_compilations)
         fp = dict(fingerprint) if fingerprint is not None else adapter.fingerprint()
-        plan = _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress)
+        plan = replace(
+            _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress), follow=follow
+        )
         return _warm(plan, started, initialize=False, all_compilations=all_compilations)
     if namespace is not None:
         raise ClientError("warm(namespace=...) only fills a directory: pass initialize=False")
@@ -366,7 +392,9 @@ def warm(
     adapter.require()
     with _PROCESS.warm_lock:
         fp = dict(fingerprint) if fingerprint is not None else adapter.fingerprint()
-        plan = _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress)
+        plan = replace(
+            _plan(config, adapter, fp, labels, max_bytes, upload, timeout, progress), follow=follow
+        )
         earlier = _PROCESS.initialized
         if earlier is not None and earlier.cache_dir == str(plan.directory):
             # Several rank threads of one process (xmp.spawn on CPU/GPU) share one cache directory.
@@ -387,6 +415,7 @@ def _plan(
     upload: bool,
     timeout: float,
     progress: Progress | None,
+    follow: bool = False,
 ) -> _Plan:
     namespace = namespace_id(fp)
     return _Plan(
@@ -400,6 +429,7 @@ def _plan(
         upload=upload,
         timeout=timeout,
         progress=progress,
+        follow=follow,
     )
 
 
@@ -463,10 +493,19 @@ def _warm(plan: _Plan, started: float, *, initialize: bool, all_compilations: bo
             timeout=plan.timeout,
             server_failed=bool(report.errors),
             last_failure_unavailable=synced.unavailable,
+            # Following: each new compilation goes up within about half a second of being written.
+            **({"interval": FOLLOW_UPLOAD_INTERVAL, "settle": FOLLOW_UPLOAD_INTERVAL} if plan.follow else {}),
         )
         uploader.start()
-        _PROCESS.replace_uploader(uploader, api)
+        follower = None
+        if plan.follow and api is not None and synced.feed_cursor is not None:
+            follower = Follower(
+                api, plan.namespace, plan.directory, synced.feed_cursor, check=plan.framework.entry_problem
+            )
+            follower.start()
+        _PROCESS.replace_uploader(uploader, api, follower)
         report.uploading = uploading
+        report.following = follower is not None
     elif api is not None:
         api.close()
 
