@@ -6,6 +6,11 @@ cache with ``client.warm()`` first (unless ``--no-warm``), runs the shapes, flus
 JSON line: torch_xla's cache counters, the warm and upload reports, and a digest of every output.
 
     python tests/e2e/fuse_job.py --server URL --cache-dir DIR --shapes 60 [--spmd] [--corrupt-local]
+        [--order-seed N] [--follow]
+
+With ``--order-seed`` the shapes run in an order shuffled by that seed, each with inputs drawn from its own
+shape (so jobs in different orders compute the same outputs), and the digests are keyed by shape.
+``--follow`` warms with ``follow=True``: entries other jobs store meanwhile arrive while this one runs.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ def main() -> int:
     parser.add_argument("--no-warm", action="store_true", help="initialize the cache directly (baseline)")
     parser.add_argument("--corrupt-local", action="store_true", help="damage the warmed files before running")
     parser.add_argument("--no-flush", action="store_true", help="leave the uploads to the exit handler")
+    parser.add_argument("--order-seed", type=int, help="run the shapes in this shuffled order")
+    parser.add_argument("--follow", action="store_true", help="follow the namespace while running")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -63,7 +70,7 @@ def main() -> int:
         xr.initialize_cache(args.cache_dir, readonly=False)
         warm_report = None
     else:
-        warm_report = client.warm(args.server, args.cache_dir, timeout=args.timeout)
+        warm_report = client.warm(args.server, args.cache_dir, timeout=args.timeout, follow=args.follow)
     warm_seconds = time.monotonic() - started
     if args.corrupt_local and warm_report is not None:
         for item in Path(warm_report.cache_dir).iterdir():
@@ -89,7 +96,16 @@ def main() -> int:
         xs.mark_sharding(table, mesh, (None, "model"))
 
     digests = []
-    for images, text in shapes(args.shapes):
+    order = shapes(args.shapes)
+    if args.order_seed is not None:
+        import random
+
+        random.Random(args.order_seed).shuffle(order)
+    by_shape: dict[str, str] = {}
+    loop_started = time.monotonic()
+    for images, text in order:
+        if args.order_seed is not None:  # inputs of the shape's own: the same in every order
+            generator = torch.Generator().manual_seed(1000 * images + text)
         patches = torch.randn(images * PATCHES_PER_IMAGE, EMBED_DIM, generator=generator).to(device)
         token_ids = torch.randint(0, VOCAB, (text,), generator=generator).to(device)
         image_embeddings = patches @ projection
@@ -102,6 +118,8 @@ def main() -> int:
             xs.mark_sharding(padded, mesh, (None, "model"))
         xm.mark_step()
         digests.append(hashlib.sha256(padded.cpu().numpy().tobytes()).hexdigest())
+        by_shape[f"{images}x{text}"] = digests[-1]
+    loop_seconds = time.monotonic() - loop_started
 
     upload = client.UploadReport() if args.no_flush else client.flush()
     import torch_xla.debug.metrics as met
@@ -121,6 +139,8 @@ def main() -> int:
                 "counters": counters,
                 "graphs": len(digests),
                 "digests": digests,
+                "digests_by_shape": by_shape,
+                "loop_seconds": loop_seconds,
                 "warm": warm_report.as_dict() if warm_report else None,
                 "warm_seconds": warm_seconds,
                 "upload": upload.__dict__,

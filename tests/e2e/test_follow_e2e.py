@@ -1,0 +1,82 @@
+"""Two torch_xla jobs started together, both following: what one compiles reaches the other while it runs.
+
+Each runs the same 200 shapes of the fuse-embedding step, in its own random order, against one real server.
+Without following each would compile all 200 (400 together); following, a shape the other job compiled a
+moment earlier is loaded from the cache directory instead. Their outputs must match a job without the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import JOB, JOB_TIMEOUT, job_env, run_job
+from tests.support.server import run_server
+
+SHAPES = 200
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_following_jobs_compile_well_under_twice_the_shapes(tmp_path: Path) -> None:
+    with run_server(tmp_path / "server") as server:
+        jobs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(JOB),
+                    "--server",
+                    server.url,
+                    "--cache-dir",
+                    str(tmp_path / f"job{seed}"),
+                    "--shapes",
+                    str(SHAPES),
+                    "--order-seed",
+                    str(seed),
+                    "--follow",
+                ],
+                env=job_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for seed in (1, 2)
+        ]
+        results = []
+        for job in jobs:
+            out, err = job.communicate(timeout=JOB_TIMEOUT)
+            assert job.returncode == 0, err[-4000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        totals = httpx.get(f"{server.url}/admin/stats").json()["totals"]
+
+    reference = run_job(
+        [
+            "--no-warm",
+            "--cache-dir",
+            str(tmp_path / "reference"),
+            "--shapes",
+            str(SHAPES),
+            "--order-seed",
+            "3",
+        ]
+    )
+    compiles = [r["counters"]["UncachedCompile"] for r in results]
+    loaded = [r["counters"]["PersistentCacheHit"] for r in results]
+    print(
+        f"\n[measured] two following jobs, {SHAPES} shapes each in different orders: compiled {compiles} "
+        f"({sum(compiles)} together, {sum(compiles) / SHAPES:.2f}x the shapes; without following 2.00x), "
+        f"loaded from the other job {loaded}; loops took {[round(r['loop_seconds'], 1) for r in results]} s; "
+        f"server counted {totals['live_deliveries']} live deliveries"
+    )
+    for result in results:
+        assert result["digests_by_shape"] == reference.data["digests_by_shape"]  # same outputs as no cache
+        assert result["counters"]["PersistentCacheDeserializeFailure"] == 0
+        assert result["counters"]["UncachedCompile"] + result["counters"]["PersistentCacheHit"] >= SHAPES
+    assert sum(loaded) > 0 and totals["live_deliveries"] > 0
+    assert sum(compiles) < 1.8 * SHAPES
