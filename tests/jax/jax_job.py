@@ -6,6 +6,10 @@ compilations are the function's), flushes uploads and prints one JSON line: JAX'
 and upload reports, the entry files and a digest of every output.
 
     python tests/jax/jax_job.py --server URL --cache-dir DIR --shapes 30 [--no-warm]
+        [--order-seed N] [--follow]
+
+``--order-seed`` runs the shapes in that shuffled order (digests keyed by shape too); ``--follow`` warms with
+``follow=True``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", type=int, default=30)
     parser.add_argument("--no-warm", action="store_true", help="point JAX at the directory itself")
+    parser.add_argument("--order-seed", type=int, help="run the shapes in this shuffled order")
+    parser.add_argument("--follow", action="store_true", help="follow the namespace while running")
     args = job_arguments(parser)
 
     import jax
@@ -41,7 +47,9 @@ def main() -> int:
         warm: dict[str, Any] = {}
         directory = Path(args.cache_dir)
     else:
-        report = client.warm(args.server, args.cache_dir, framework="jax", timeout=args.timeout)
+        report = client.warm(
+            args.server, args.cache_dir, framework="jax", timeout=args.timeout, follow=args.follow
+        )
         warm = report.as_dict()
         directory = Path(report.cache_dir)
 
@@ -50,9 +58,17 @@ def main() -> int:
         return jnp.tanh(x @ x.T).sum(axis=0) * 2.0 + 1.0
 
     digest = hashlib.sha256()
-    for n in range(1, args.shapes + 1):
+    order = list(range(1, args.shapes + 1))
+    if args.order_seed is not None:
+        import random
+
+        random.Random(args.order_seed).shuffle(order)
+    by_shape: dict[int, str] = {}
+    for n in order:
         x = (np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 10.0).astype(np.float32)
-        digest.update(np.asarray(step(x)).tobytes())
+        out = np.asarray(step(x)).tobytes()
+        digest.update(out)
+        by_shape[n] = hashlib.sha256(out).hexdigest()
     uploaded = asdict(client.flush(timeout=args.timeout)) if not args.no_warm else {}
     print(
         json.dumps(
@@ -64,6 +80,7 @@ def main() -> int:
                 "uploaded": uploaded,
                 "entries": sorted(p.name for p in directory.iterdir() if p.is_file()),
                 "digest": digest.hexdigest(),
+                "digests_by_shape": by_shape,
             }
         ),
         flush=True,
