@@ -118,6 +118,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
         fingerprint=fingerprint or None,
         progress=_progress(args),
         namespace=args.namespace,
+        follow=args.follow,
     )
     lines = [
         f"namespace   {report.namespace}",
@@ -131,7 +132,58 @@ def cmd_warm(args: argparse.Namespace) -> int:
     lines.append("a job that does not call client.warm() uses it with:")
     lines += [f"    {line}" for line in framework_named(report.framework).setup_lines(Path(report.cache_dir))]
     _emit(args, report.as_dict(), lines)
+    if args.follow and report.feed_cursor is not None:
+        directory = Path(report.cache_dir)
+        return _follow(args, config, report.namespace, directory, report.feed_cursor, report.framework)
     return 1 if report.errors and args.strict else 0
+
+
+def _follow(
+    args: argparse.Namespace,
+    config: ClientConfig,
+    namespace: str,
+    directory: Path,
+    cursor: int,
+    framework: str,
+) -> int:
+    """``warm --follow``: beside a job, fetch what other jobs store and upload what the job writes, until
+    interrupted (Ctrl-C or SIGTERM)."""
+    import signal
+    import threading
+
+    from client.follower import Follower
+    from client.uploader import Uploader
+    from client.warming import FOLLOW_UPLOAD_INTERVAL
+
+    adapter = choose(framework)
+    api = CacheApi(_server(config), config.token)
+    follower = Follower(api, namespace, directory, cursor, check=adapter.entry_problem)
+    uploader = Uploader(
+        api,
+        namespace,
+        directory,
+        framework=adapter,
+        known=scan(directory, adapter.is_entry),
+        interval=FOLLOW_UPLOAD_INTERVAL,
+        settle=FOLLOW_UPLOAD_INTERVAL,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print(f"following {namespace} into {directory} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    follower.start()
+    uploader.start()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fetched = follower.stop()
+        uploader.stop()
+        sent = uploader.flush()
+        api.close()
+    lines = [f"fetched {fetched.delivered} entries ({fetched.bytes} bytes), uploaded {sent.uploaded}"]
+    _emit(args, {"delivered": fetched.delivered, "bytes": fetched.bytes, "uploaded": sent.uploaded}, lines)
+    return 0
 
 
 def cmd_push(args: argparse.Namespace) -> int:
@@ -394,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--max-bytes", type=int, help="download at most this many bytes")
     warm.add_argument(
         "--namespace", help="warm this namespace as it is on the server (no framework import, no fingerprint)"
+    )
+    warm.add_argument(
+        "--follow",
+        action="store_true",
+        help="then keep running: fetch what other jobs store, upload what appears here (until Ctrl-C)",
     )
     _framework(warm)
     warm.add_argument(

@@ -70,6 +70,7 @@ class WarmReport(WarmCounts):
     initialized: bool = False  # the framework's persistent cache points at cache_dir
     uploading: bool = False  # the background uploader runs
     following: bool = False  # the background follower fetches what other jobs store meanwhile
+    feed_cursor: int | None = None  # with follow: the change feed's position before the manifest
     fingerprint: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -462,6 +463,7 @@ def _warm(plan: _Plan, started: float, *, initialize: bool, all_compilations: bo
         server_seconds=server_seconds,
         errors=[*local_errors, *synced.errors],
         fingerprint=plan.fingerprint,
+        feed_cursor=synced.feed_cursor,
     )
     if report.errors:
         logger.warning(

@@ -53,6 +53,8 @@ function renderTotals(t) {
     ["Hits", fmtCount(t.hits)],
     ["Misses", fmtCount(t.misses)],
     ["Compile time saved", fmtSeconds(t.compile_seconds_saved)],
+    ["Delivered live", fmtCount(t.live_deliveries)],
+    ["Saved by live delivery", fmtSeconds(t.live_compile_seconds_saved)],
     ["Bytes served", fmtBytes(t.bytes_served)],
     ["Uploads", fmtCount(t.uploads)],
     ["Evictions", fmtCount(t.evictions)],

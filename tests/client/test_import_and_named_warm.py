@@ -3,8 +3,10 @@ torch_xla or JAX cache directory goes to the server and comes back, with neither
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ import httpx
 import pytest
 
 from tests.support.server import LiveServer, run_server
+from tests.support.wait import wait_until
 
 HIDE_FRAMEWORKS = """
 import builtins
@@ -144,3 +147,53 @@ def test_warm_of_an_unknown_namespace_says_so(server: LiveServer, tmp_path: Path
         "warm", "--namespace", "nobody-here", "--server", server.url, "--cache-dir", str(tmp_path), hide=hide
     )
     assert done.returncode == 2 and "404" in done.stderr
+
+
+def test_warm_follow_beside_a_job_fetches_and_uploads_until_stopped(
+    server: LiveServer, tmp_path: Path, hide: Path
+) -> None:
+    namespace = "side-car"
+    seed = b"stored before"
+    put = {"X-Content-SHA256": hashlib.sha256(seed).hexdigest()}
+    assert httpx.put(
+        f"{server.url}/v1/namespaces/{namespace}/entries/1", content=seed, headers=put
+    ).is_success
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(hide), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-c", "import sys; from client.cli import main; sys.exit(main(sys.argv[1:]))"]
+    args = [
+        "warm",
+        "--namespace",
+        namespace,
+        "--follow",
+        "--server",
+        server.url,
+        "--cache-dir",
+        str(tmp_path),
+        "--no-progress",
+        "--json",
+    ]
+    directory = tmp_path / namespace
+    with subprocess.Popen(
+        [*command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as side:
+        try:
+            wait_until(lambda: (directory / "1").exists(), timeout=30)
+            other = os.urandom(2000)  # another job uploads: it arrives here
+            headers = {"X-Content-SHA256": hashlib.sha256(other).hexdigest()}
+            assert httpx.put(
+                f"{server.url}/v1/namespaces/{namespace}/entries/2", content=other, headers=headers
+            ).is_success
+            wait_until(lambda: (directory / "2").exists(), timeout=15)
+            assert (directory / "2").read_bytes() == other
+            (directory / "3").write_bytes(b"the job compiled this")  # this job compiles: it goes up
+            wait_until(
+                lambda: httpx.get(f"{server.url}/v1/namespaces/{namespace}/entries/3").status_code == 200,
+                timeout=15,
+            )
+        finally:
+            side.send_signal(signal.SIGTERM)
+        out, err = side.communicate(timeout=20)
+    assert side.returncode == 0, err
+    summary = json.loads(out[out.rindex("{\n") :] if "{\n" in out else out.strip().splitlines()[-1])
+    assert summary["delivered"] == 1 and summary["uploaded"] == 1

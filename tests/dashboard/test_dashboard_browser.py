@@ -102,8 +102,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 )
                 assert response.status_code == 201
             first = next(iter(real_entries()))
-            for _ in range(4):
-                assert http.get(f"/v1/namespaces/vision-tpu-v5e/entries/{first}").status_code == 200
+            for n in range(4):  # the last one a following job's: delivered live
+                live = {"X-Live-Delivery": "1"} if n == 3 else {}
+                url = f"/v1/namespaces/vision-tpu-v5e/entries/{first}"
+                assert http.get(url, headers=live).status_code == 200
             assert http.get("/v1/namespaces/text-gpu/entries/nope").status_code == 404
             admin = {"Authorization": f"Bearer {tokens['admin']}"}
             # The entries are parsed in the background: wait until all the real ones are (the first
@@ -153,7 +155,8 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
                   const total = (label) => document.querySelector(`[data-total="${label}"]`).textContent;
                   return {
                     entries: total("Entries stored"), hitRate: total("Hit rate"),
-                    saved: total("Compile time saved"),
+                    saved: total("Compile time saved"), live: total("Delivered live"),
+                    liveSaved: total("Saved by live delivery"),
                     hitBars: count("#hits-chart rect.bar-hit"), missBars: count("#hits-chart rect.bar-miss"),
                     rateLine: document.querySelector("#hits-chart path.rate-line")?.getAttribute("d") ?? "",
                     hitsBox: box("#hits-chart svg"), nsBars: count("#ns-chart rect.bar-bytes"),
@@ -174,6 +177,7 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert page["entries"] == "9"
     assert page["hitRate"] == "80.0 %"  # 4 hits, 1 miss
     assert page["saved"] == "2.8 min"  # 4 hits x 42 s
+    assert (page["live"], page["liveSaved"]) == ("1", "42.0 s")
     assert page["hitBars"] == 21 and page["missBars"] == 21  # 20 days of history and today
     assert page["rateLine"].count("L") == 20  # one point a day
     assert page["hitsBox"][0] > 600 and page["hitsBox"][1] > 150
