@@ -9,12 +9,13 @@ from cache_server.api import admin, dashboard, docs, entries, feed, health, metr
 __all__ = ["router"]
 
 router = APIRouter()
+# The hot routes first: a request is matched against the routes in this order.
+router.include_router(entries.router)
+router.include_router(feed.router)
+router.include_router(namespaces.router)
+router.include_router(signed_urls.router)
 router.include_router(health.router)
 router.include_router(metrics.router)
 router.include_router(docs.router)
 router.include_router(admin.router)
 router.include_router(dashboard.router)
-router.include_router(namespaces.router)
-router.include_router(entries.router)
-router.include_router(signed_urls.router)
-router.include_router(feed.router)

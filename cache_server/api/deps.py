@@ -46,7 +46,25 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
-ServiceDep = Annotated[CacheService, Depends(get_service)]
-AdminDep = Annotated[AdminService, Depends(get_admin)]
-TokensDep = Annotated[TokenManager, Depends(get_tokens)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+# The dependencies themselves are coroutines: FastAPI runs a plain function dependency on a worker thread,
+# a hop that costs more than looking an attribute up.
+async def _service(request: Request) -> CacheService:
+    return get_service(request)
+
+
+async def _admin(request: Request) -> AdminService:
+    return get_admin(request)
+
+
+async def _tokens(request: Request) -> TokenManager:
+    return get_tokens(request)
+
+
+async def _settings(request: Request) -> Settings:
+    return get_settings(request)
+
+
+ServiceDep = Annotated[CacheService, Depends(_service)]
+AdminDep = Annotated[AdminService, Depends(_admin)]
+TokensDep = Annotated[TokenManager, Depends(_tokens)]
+SettingsDep = Annotated[Settings, Depends(_settings)]
