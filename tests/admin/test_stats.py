@@ -44,6 +44,8 @@ def test_totals_and_namespaces_after_known_traffic(client: TestClient) -> None:
         "bytes_served": 3 * 1000 + 3000 + 500,
         "bytes_uploaded": 4500,
         "compile_seconds_saved": 3 * 12.0 + 2.5,
+        "live_deliveries": 0,  # no job followed
+        "live_compile_seconds_saved": 0.0,
     }
     by_name = {ns["namespace"]: ns for ns in body["namespaces"]}
     assert set(by_name) == {"vision", "text"}
