@@ -203,10 +203,19 @@ class CacheService:
     def register_namespace(
         self, namespace: str, fingerprint: Mapping[str, Any], labels: Mapping[str, str]
     ) -> tuple[NamespaceInfo, bool]:
-        """Create the namespace or replace its fingerprint and labels; returns it and whether it is new."""
-        return self._entries.upsert_namespace(
-            check_namespace(namespace), fingerprint, labels, now=self._clock()
-        )
+        """Create the namespace or replace its fingerprint and labels; returns it and whether it is new.
+
+        Registering it again as it is writes nothing (a fleet of jobs starting at once registers one
+        namespace many times over; its last use moves with its hits anyway).
+        """
+        existing = self._entries.get_namespace(check_namespace(namespace))
+        if (
+            existing is not None
+            and existing.fingerprint == dict(fingerprint)
+            and existing.labels == dict(labels)
+        ):
+            return existing, False
+        return self._entries.upsert_namespace(namespace, fingerprint, labels, now=self._clock())
 
     def get_namespace(self, namespace: str) -> NamespaceInfo:
         info = self._entries.get_namespace(check_namespace(namespace))

@@ -137,11 +137,13 @@ def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Even
             if plan.register:
                 api.register_namespace(plan.namespace, plan.fingerprint, plan.labels, deadline)
         except ServerError as exc:
-            if exc.status != 403:
+            if exc.status == 403:  # a read-only token: warming works, registering and uploading do not
+                synced.read_only = True
+                synced.errors.append(f"{exc.reason}; with this token the job warms but uploads nothing")
+            elif exc.status >= 500:  # a busy or failing index: the namespace may well be there already
+                synced.errors.append(f"could not register the namespace ({exc.reason}); warming anyway")
+            else:
                 raise
-            # A read-only token: warming works, registering and uploading do not.
-            synced.read_only = True
-            synced.errors.append(f"{exc.reason}; with this token the job warms but uploads nothing")
         if plan.follow:
             try:  # before the manifest: what is stored from now on, the follower fetches
                 synced.feed_cursor = api.feed(plan.namespace, None, 0.0, deadline).cursor
