@@ -1,0 +1,17 @@
+"""Every case; importing this package registers them. :data:`ORDER` is the order they run in."""
+
+from bench.cases import compression, gcs, http, index, transfer
+
+__all__ = ["ORDER", "compression", "gcs", "http", "index", "transfer"]
+
+ORDER = (
+    "tar-floor",
+    "push",
+    "warm",
+    "get-single",
+    "large-warm",
+    "fleet",
+    "gcs-latency",
+    "compression",
+    "index-scale",
+)

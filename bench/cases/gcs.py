@@ -1,0 +1,114 @@
+"""The server on Cloud Storage 30 ms away: pushing and warming small entries (fake-gcs-server behind a
+latency-adding proxy)."""
+
+from __future__ import annotations
+
+from bench import clientops
+from bench.core import MB, CaseResult, Context, case, fresh
+from bench.data import CacheDir
+from bench.launch import create_bucket, run_fake_gcs, run_server
+from bench.proxy import latency_proxy
+
+DELAY = 0.030
+WARM_LIMIT = 2.0  # seconds for 2,000 entries
+PUSH_LIMIT = 5.0
+FULL_COUNT = 2000
+
+
+@case("gcs-latency", "push and warm of small entries with the blobs in GCS 30 ms away (emulator + proxy)")
+def gcs_latency(ctx: Context, result: CaseResult) -> None:
+    count = ctx.pick(20, FULL_COUNT)
+    timeout = float(ctx.options.get("gcs_timeout") or ctx.pick(60.0, 300.0))
+    data = ctx.dataset()
+    variants = ctx.tmpdir("gcs-variants")
+    caches = [data.variant(100 + i, variants, count=count) for i in range(ctx.reps)]
+    first = caches[0]
+    result.notes.append(
+        f"{count} entries ({first.total_bytes / MB:.1f} MB); every GCS request and connection pays "
+        f"{DELAY * 1000:.0f} ms; the index is SQLite; timeout {timeout:g} s per push or warm"
+    )
+    quick_note = "" if count == FULL_COUNT else f"quick run: {count} entries, not {FULL_COUNT}"
+    with run_fake_gcs(ctx.scratch) as emulator:
+        bucket = create_bucket(emulator.url)
+        port = int(emulator.url.rsplit(":", 1)[1])
+        with latency_proxy("127.0.0.1", port, DELAY) as proxy:
+            env = {
+                "XLA_CACHE_STORAGE_URL": f"gs://{bucket}/bench",
+                "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{proxy.port}",
+                "XLA_CACHE_STORAGE_TIMEOUT": str(timeout),
+            }
+            with run_server(ctx.tmpdir("gcs-server"), env=env) as server:
+                pushes: list[clientops.PushOutcome] = []
+                requests: list[int] = []
+
+                def push() -> None:
+                    before = proxy.requests
+                    pushes.append(clientops.push(server.url, caches[len(pushes)], timeout=timeout))
+                    requests.append(proxy.requests - before)
+
+                push_series = result.add(
+                    ctx.repeat("push", push, work={"entries": count, "MB": first.total_bytes / MB})
+                )
+                timed_out = [o for o in pushes if o.uploaded + o.already_present < count]
+                if timed_out:
+                    result.notes.append(
+                        f"push incomplete in {len(timed_out)} of {len(pushes)} repetitions (timeout "
+                        f"{timeout:g} s): uploaded {[o.uploaded for o in pushes]}; {timed_out[0].errors[:2]}"
+                    )
+                result.figures["gcs_requests_per_entry_push"] = sum(requests) / len(requests) / count
+                source = next((c for c, o in zip(caches, pushes, strict=False) if o.uploaded == count), None)
+                warm_series = None
+                if source is None:
+                    result.notes.append("no complete push: warm not measured")
+                else:
+                    destination = ctx.tmpdir("gcs-warm-into")
+                    warms: list[clientops.WarmOutcome] = []
+                    warm_requests: list[int] = []
+
+                    def warm(source: CacheDir = source) -> None:
+                        before = proxy.requests
+                        warms.append(clientops.warm(server.url, source, destination, timeout=timeout))
+                        warm_requests.append(proxy.requests - before)
+
+                    warm_series = result.add(
+                        ctx.repeat(
+                            "warm()",
+                            warm,
+                            setup=lambda: fresh(destination),
+                            work={"entries": count, "MB": source.total_bytes / MB},
+                        )
+                    )
+                    result.figures["gcs_requests_per_entry_warm"] = (
+                        sum(warm_requests) / len(warm_requests) / count
+                    )
+                    bad = [o for o in warms if o.downloaded != count]
+                    if bad:
+                        result.notes.append(
+                            f"warm incomplete in {len(bad)} repetitions (timeout {timeout:g} s): "
+                            f"{[o.downloaded for o in warms]}; {bad[0].errors[:2]}"
+                        )
+                        warm_series.note = f"timed out after {timeout:g} s"
+    if timed_out:
+        push_series.note = f"timed out after {timeout:g} s"
+    result.target(
+        f"push of {FULL_COUNT:,} entries <= {PUSH_LIMIT:g} s",
+        push_series.median,
+        PUSH_LIMIT,
+        at_most=True,
+        fmt="{:.2f} s" if not timed_out else "> {:.0f} s (timed out)",
+        why=f"{result.figures['gcs_requests_per_entry_push']:.1f} GCS requests per entry",
+        not_measured=quick_note,
+    )
+    result.target(
+        f"warm of {FULL_COUNT:,} entries <= {WARM_LIMIT:g} s",
+        warm_series.median if warm_series else None,
+        WARM_LIMIT,
+        at_most=True,
+        fmt="{:.2f} s" if not (warm_series and warm_series.note) else "> {:.0f} s (timed out)",
+        why=(
+            f"{result.figures.get('gcs_requests_per_entry_warm', 0):.1f} GCS requests per entry"
+            if warm_series
+            else "no complete push to warm from"
+        ),
+        not_measured=quick_note or ("" if warm_series else "no complete push to warm from"),
+    )

@@ -1,0 +1,282 @@
+"""Moving a cache directory: the tar floor, ``xla-cache push``, ``warm()``, and a fleet warming at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench import clientops
+from bench.core import MB, CaseResult, Context, case, fresh
+from bench.data import CacheDir
+from bench.launch import run_server
+
+PUSH_LIMIT = 5.0  # push <= 5x the tar floor
+WARM_LIMIT = 2.0  # warm <= 2x the tar floor
+FLEET_LIMIT = 2.0  # 64 clients <= 2x (one client's time x 64 / workers)
+
+
+def _work(cache: CacheDir) -> dict[str, float]:
+    return {"entries": len(cache.keys), "MB": cache.total_bytes / MB}
+
+
+def tar_copy(source: Path, destination: Path) -> None:
+    """``tar -C source -cf - . | tar -C destination -xf -``."""
+    writer = subprocess.Popen(["tar", "-C", str(source), "-cf", "-", "."], stdout=subprocess.PIPE)
+    assert writer.stdout is not None
+    reader = subprocess.run(["tar", "-C", str(destination), "-xf", "-"], stdin=writer.stdout, check=False)
+    writer.stdout.close()
+    if writer.wait() != 0 or reader.returncode != 0:
+        raise RuntimeError(f"tar failed: {writer.returncode}, {reader.returncode}")
+
+
+def floor_seconds(ctx: Context) -> float | None:
+    floor = ctx.results.get("tar-floor")
+    if floor is None or "tar c | tar x" not in floor.series:
+        return None
+    return floor.series["tar c | tar x"].median
+
+
+@case("tar-floor", "tar c | tar x of the cache directory on the same disk: the floor of push and warm")
+def tar_floor(ctx: Context, result: CaseResult) -> None:
+    data = ctx.dataset()
+    result.notes.append(ctx.dataset_note())
+    target = ctx.tmpdir("tar-copy")
+    result.add(
+        ctx.repeat(
+            "tar c | tar x",
+            lambda: tar_copy(data.directory, target),
+            setup=lambda: fresh(target),
+            work=_work(data),
+        )
+    )
+    # Not a floor of the targets, but of any store that keeps what it acknowledged: the server's local
+    # store fsyncs each blob and its directory before it answers.
+    result.add(
+        ctx.repeat(
+            "durable copy (fsync per file and directory)",
+            lambda: durable_copy(data, target),
+            setup=lambda: fresh(target),
+            work=_work(data),
+        )
+    )
+
+
+def durable_copy(cache: CacheDir, destination: Path) -> None:
+    """Copy every entry as a durable store would: write, fsync the file, then fsync the directory."""
+    directory = os.open(destination, os.O_RDONLY)
+    try:
+        for key in cache.keys:
+            data = (cache.directory / key).read_bytes()
+            fd = os.open(destination / key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+@case(
+    "push",
+    "xla-cache push of the cache directory into an empty namespace",
+    needs=("tar-floor",),
+    prepare=Context.start_server,
+)
+def push(ctx: Context, result: CaseResult) -> None:
+    data = ctx.dataset()
+    result.notes.append(ctx.dataset_note())
+    timeout = ctx.pick(120.0, 600.0)
+    variants = ctx.tmpdir("push-variants")
+    pending: list[CacheDir] = []
+    outcomes: list[clientops.PushOutcome] = []
+
+    def setup() -> None:  # a namespace of its own per repetition: the same files, hard-linked
+        pending.append(data.variant(len(outcomes) + len(pending) + 1, variants))
+
+    def run() -> None:
+        outcomes.append(clientops.push(server.url, pending.pop(), timeout=timeout))
+
+    server = ctx.server()
+    series = result.add(ctx.repeat("xla-cache push", run, setup=setup, work=_work(data)))
+    errors = [e for o in outcomes for e in o.errors]
+    if errors or any(o.uploaded != len(data.keys) for o in outcomes):
+        result.error = f"push incomplete: uploaded {[o.uploaded for o in outcomes]}; {errors[:3]}"
+    floor = floor_seconds(ctx)
+    ratio = series.median / floor if floor else None
+    result.figures["ratio_to_tar_floor"] = ratio
+    result.target(
+        f"push <= {PUSH_LIMIT:g}x the tar floor",
+        ratio,
+        PUSH_LIMIT,
+        at_most=True,
+        fmt="{:.1f}x",
+        why=f"{series.median:.2f} s against tar's {floor or 0:.2f} s",
+        not_measured="" if floor else "the tar floor was not measured",
+    )
+
+
+@case(
+    "warm",
+    "warm() of the namespace into an empty directory",
+    needs=("tar-floor",),
+    prepare=Context.start_server,
+)
+def warm(ctx: Context, result: CaseResult) -> None:
+    data = ctx.dataset()
+    result.notes.append(ctx.dataset_note())
+    timeout = ctx.pick(120.0, 600.0)
+    destination = ctx.tmpdir("warm-into")
+    outcomes: list[clientops.WarmOutcome] = []
+    ctx.ensure_pushed(data)
+    url = ctx.server().url
+    series = result.add(
+        ctx.repeat(
+            "warm()",
+            lambda: outcomes.append(clientops.warm(url, data, destination, timeout=timeout)),
+            setup=lambda: fresh(destination),
+            work=_work(data),
+        )
+    )
+    bad = [o for o in outcomes if o.errors or o.downloaded != len(data.keys)]
+    if bad:
+        result.error = f"warm incomplete: {[o.downloaded for o in bad]}; {bad[0].errors[:3]}"
+    if "torch_xla" in sys.modules:
+        result.notes.append("torch_xla was imported during the case")
+    floor = floor_seconds(ctx)
+    ratio = series.median / floor if floor else None
+    result.figures["ratio_to_tar_floor"] = ratio
+    result.target(
+        f"warm <= {WARM_LIMIT:g}x the tar floor",
+        ratio,
+        WARM_LIMIT,
+        at_most=True,
+        fmt="{:.1f}x",
+        why=f"{series.median:.2f} s against tar's {floor or 0:.2f} s",
+        not_measured="" if floor else "the tar floor was not measured",
+    )
+
+
+def _fleet_client(
+    url: str,
+    cache: CacheDir,
+    destination: Path,
+    timeout: float,
+    start: multiprocessing.synchronize.Event,
+    results: multiprocessing.Queue[tuple[float, int, list[str]]],
+) -> None:
+    start.wait()
+    began = time.perf_counter()
+    try:
+        outcome = clientops.warm(url, cache, destination, timeout=timeout)
+        results.put((time.perf_counter() - began, outcome.downloaded, outcome.errors))
+    except Exception as exc:  # reported, never hidden
+        results.put((time.perf_counter() - began, 0, [f"{type(exc).__name__}: {exc}"]))
+
+
+def fleet_run(url: str, cache: CacheDir, destinations: list[Path], timeout: float) -> tuple[float, list[str]]:
+    """Warm into every destination at once, one forked process each; (seconds until all done, errors)."""
+    context = multiprocessing.get_context("fork")  # forked after the imports: clients start at once
+    start = context.Event()
+    results: multiprocessing.Queue[tuple[float, int, list[str]]] = context.Queue()
+    processes = [
+        context.Process(target=_fleet_client, args=(url, cache, d, timeout, start, results), daemon=True)
+        for d in destinations
+    ]
+    for process in processes:
+        process.start()
+    time.sleep(0.2)
+    began = time.perf_counter()
+    start.set()
+    outcomes = [results.get(timeout=timeout + 60) for _ in processes]
+    seconds = time.perf_counter() - began
+    for process in processes:
+        process.join(timeout=30)
+    errors = [f"client {i}: {'; '.join(errs)}" for i, (_, _, errs) in enumerate(outcomes) if errs]
+    errors += [
+        f"client {i} downloaded {count} of {len(cache.keys)}"
+        for i, (_, count, errs) in enumerate(outcomes)
+        if count != len(cache.keys) and not errs
+    ]
+    return seconds, errors
+
+
+FLEET_WORKERS = 2
+
+
+def _start_fleet_server(ctx: Context) -> None:
+    ctx.start("fleet-server", lambda: run_server(ctx.tmpdir("fleet-server"), workers=FLEET_WORKERS))
+
+
+@case(
+    "fleet",
+    "many clients warming the same namespace at once from a 2-worker server",
+    prepare=_start_fleet_server,
+)
+def fleet(ctx: Context, result: CaseResult) -> None:
+    clients = ctx.pick(8, 64)
+    workers = FLEET_WORKERS
+    count = ctx.pick(100, 500)
+    data = ctx.dataset()
+    cache = data.variant(900, ctx.tmpdir("fleet-data"), count=count)
+    timeout = ctx.pick(120.0, 600.0)
+    result.notes.append(
+        f"{clients} forked client processes, {len(cache.keys)} entries ({cache.total_bytes / MB:.1f} MB) "
+        f"each, server --workers {workers}; clients and server share this machine's CPUs"
+    )
+    base = ctx.tmpdir("fleet-into")
+    errors: list[str] = []
+    dirs: list[Path] = []
+
+    def setup(n: int) -> None:
+        fresh(base)
+        dirs[:] = [base / f"client-{i}" for i in range(n)]
+
+    def run() -> None:
+        _, errs = fleet_run(server.url, cache, dirs, timeout)
+        errors.extend(errs)
+
+    ctx.wait_started()  # no thread may be starting anything while the clients are forked
+    server = ctx.started("fleet-server", lambda: run_server(ctx.tmpdir("fleet-server"), workers=workers))
+    pushed = clientops.push(server.url, cache, timeout=timeout)
+    if pushed.uploaded != len(cache.keys):
+        raise RuntimeError(f"setup push stored {pushed.uploaded}: {pushed.errors[:3]}")
+    one = result.add(ctx.repeat("1 client", run, setup=lambda: setup(1), work=_work(cache)))
+    many = result.add(
+        ctx.repeat(
+            f"{clients} clients",
+            run,
+            setup=lambda: setup(clients),
+            work={k: v * clients for k, v in _work(cache).items()},
+        )
+    )
+    result.figures["failed_warms"] = len(errors)
+    result.figures["warms"] = (1 + clients) * ctx.reps
+    if errors:
+        result.notes.append(f"failed warms: {len(errors)}; first: {errors[0]}")
+    expected = one.median * clients / workers
+    ratio = many.median / expected
+    result.figures["expected_s"] = expected
+    result.figures["ratio"] = ratio
+    result.target(
+        "fleet: no errors",
+        float(len(errors)),
+        0,
+        at_most=True,
+        fmt="{:.0f} failed warms",
+        why=f"of {clients} clients x {ctx.reps} repetitions (and {ctx.reps} single-client warms)",
+    )
+    result.target(
+        f"fleet: {clients} clients <= {FLEET_LIMIT:g}x (one client x {clients} / {workers} workers)",
+        ratio,
+        FLEET_LIMIT,
+        at_most=True,
+        fmt="{:.2f}x",
+        why=f"{many.median:.2f} s against {one.median:.3f} s x {clients} / {workers} = {expected:.2f} s",
+    )
