@@ -3,10 +3,10 @@
 CPU and GPU entries written by torch_xla are a serialized ``xla.ExecutableAndOptionsProto``. Its field 1
 (``serialized_executable``) is the backend's compilation result, whose field 1 is an
 ``HloModuleProtoWithConfig`` whose field 1 is the ``HloModuleProto``. That module is read here with a small
-protobuf wire-format reader, so the server needs no XLA schema. JAX entries are zlib-compressed: a 4-byte
-compile time, a length-prefixed IFRT header, then the same ``ExecutableAndOptionsProto``; they are
-decompressed as far as the module reaches. TPU executables are opaque: they (and anything else that does
-not have one of these layouts, such as JAX entries compressed with zstandard) parse to ``None``.
+protobuf wire-format reader, so the server needs no XLA schema. JAX entries are compressed (zlib, or
+zstandard where JAX finds it installed): a 4-byte compile time, a length-prefixed IFRT header, then the
+same ``ExecutableAndOptionsProto``; they are decompressed as far as the module reaches. TPU executables are
+opaque: they (and anything else that does not have one of these layouts) parse to ``None``.
 
 Only the bytes up to the end of the HLO module are read; the object code after it never is.
 """
@@ -20,6 +20,8 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+from cache_server.streams import NotZstd, zstd_decompressed
 
 __all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_executable", "parse_entry"]
 
@@ -304,6 +306,26 @@ _JAX_TIME_BYTES = 4
 _JAX_HEADER_LIMIT = 64 * 1024  # the IFRT header is about a hundred bytes
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _is_zstd(head: bytes) -> bool:
+    return head[:4] == _ZSTD_MAGIC
+
+
+def _zstd_inflated(first: bytes, rest: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    """The decompressed bytes of a zstd stream, a MiB at a time, only as asked for (up to ``limit``)."""
+    produced = 0
+    try:
+        for piece in zstd_decompressed(itertools.chain([first], rest)):
+            produced += len(piece)
+            yield piece
+            if produced >= limit:
+                return
+    except NotZstd as exc:
+        raise WireError(str(exc)) from None
+
+
 def _is_zlib(head: bytes) -> bool:
     """Whether ``head`` starts a zlib stream (deflate, a valid header checksum)."""
     return len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
@@ -329,9 +351,12 @@ def jax_executable(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) ->
     """The ``ExecutableAndOptionsProto`` inside a JAX entry, decompressed lazily; None if it is not one."""
     source = iter(chunks)
     first = next(source, b"")
-    if not _is_zlib(first[:2]):
+    if _is_zlib(first[:2]):
+        prefix = _Prefix(_inflated(first, source, limit), limit)
+    elif _is_zstd(first):
+        prefix = _Prefix(_zstd_inflated(first, source, limit), limit)
+    else:
         return None
-    prefix = _Prefix(_inflated(first, source, limit), limit)
     try:
         if not prefix.ensure(_JAX_TIME_BYTES + 1):
             return None
@@ -350,7 +375,7 @@ def parse_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> Gr
     """
     source = iter(chunks)
     first = next(source, b"")
-    if _is_zlib(first[:2]):
+    if _is_zlib(first[:2]) or _is_zstd(first):
         inner = jax_executable(itertools.chain([first], source), limit=limit)
         return _parse_executable(inner, limit) if inner is not None else None
     return _parse_executable(itertools.chain([first], source), limit)

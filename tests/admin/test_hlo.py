@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterator
+
+import zstandard
 
 from cache_server.admin.hlo import GraphInfo, iter_fields, parse_entry
 from tests.admin.conftest import real_entries
@@ -81,3 +84,18 @@ def test_reads_only_up_to_the_end_of_the_module() -> None:
 
     assert parse_entry(chunks()) == parse_entry([data])
     assert consumed <= 2  # 128 KiB of a 64 MiB entry
+
+
+def test_jax_layout_parses_compressed_with_zlib_or_zstandard() -> None:
+    """A JAX entry: a 4-byte compile time, a length-prefixed IFRT header, then the executable, compressed as
+    JAX compresses it (zlib, or zstandard where JAX finds it installed)."""
+    header = b"\x0a\x04ifrt"  # an opaque header of six bytes
+    for key, data in real_entries().items():
+        plain = (1234).to_bytes(4, "big") + bytes([len(header)]) + header + data
+        expected = parse_entry([data])
+        assert parse_entry([zlib.compress(plain)]) == expected, key
+        compressed = zstandard.ZstdCompressor(level=3).compress(plain)
+        assert parse_entry([compressed]) == expected, key
+        pieces = [compressed[i : i + 100] for i in range(0, len(compressed), 100)]
+        assert parse_entry(pieces) == expected, key
+    assert parse_entry([b"\x28\xb5\x2f\xfd" + b"not really zstd"]) is None
