@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from cache_server.admin.eviction import EvictionResult
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult
@@ -144,6 +144,8 @@ MAX_SECONDS = 100 * 366 * 24 * 3600  # a century: any longer period is a mistake
 
 
 class EvictIn(BaseModel):
+    model_config = ConfigDict(strict=True)  # a JSON true is not the number 1, nor "5" the number 5
+
     max_total_bytes: int | None = Field(
         default=None,
         ge=0,
@@ -191,6 +193,8 @@ class EvictOut(BaseModel):
 
 
 class GcIn(BaseModel):
+    model_config = ConfigDict(strict=True)  # a JSON true is not the number 1, nor "5" the number 5
+
     grace_seconds: float = Field(
         default=DEFAULT_GRACE_SECONDS,
         ge=0,
@@ -264,6 +268,8 @@ class TokensOut(BaseModel):
 
 
 class PurgeIn(BaseModel):
+    model_config = ConfigDict(strict=True)  # a JSON true is not the number 1, nor "5" the number 5
+
     revoke: bool = Field(default=True, description="Revoke the token first, so it stores nothing more.")
     dry_run: bool = Field(default=False, description="List what would go; revoke and remove nothing.")
     list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")

@@ -5,7 +5,10 @@ could read them; here they are ordinary routes, given the read role in :mod:`cac
 browser sends the dashboard's cookie (open ``/?token=<token>`` once), like the dashboard's own routes.
 
 :func:`describe` makes the document say what the server does: invalid input is a 400 with the error body
-(FastAPI would declare 422), namespaces and keys have their patterns, and routes take bearer tokens.
+(FastAPI would declare 422), namespaces and keys have their patterns, routes take bearer tokens, and every
+status a route answers is declared: the errors the routes raise (which FastAPI cannot see: the one mapping is
+:mod:`cache_server.api.errors`) as well as their successes. ``tests/reliability/test_schemathesis.py`` checks
+every answer against the document.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from cache_protocol import KEY_MAX_LENGTH, KEY_PATTERN, NAMESPACE_MAX_LENGTH, NAMESPACE_PATTERN
+from cache_server.api.auth import OPEN_ROUTES
 
 __all__ = ["describe", "router"]
 
@@ -32,6 +36,34 @@ _ERROR = {
 _PATTERNS = {
     "namespace": (NAMESPACE_PATTERN.pattern, NAMESPACE_MAX_LENGTH),
     "key": (KEY_PATTERN.pattern, KEY_MAX_LENGTH),
+}
+_ENTRY = "/v1/namespaces/{namespace}/entries/{key}"
+_HEALTH = "/healthz"  # the one route that needs neither the index nor the store
+_AUTH = {
+    "401": "No valid bearer token (XLA_CACHE_AUTH=on): none, unknown or revoked",
+    "403": "The token's role, or its namespaces, do not allow this",
+}
+_BODY = {
+    "408": "The body stopped arriving, or came too slowly: XLA_CACHE_BODY_TIMEOUT_SECONDS and "
+    "XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND",
+    "413": "The body is over its limit (XLA_CACHE_MAX_JSON_BYTES; entries: XLA_CACHE_MAX_ENTRY_BYTES)",
+}
+_UNAVAILABLE = "The index or the blob store is unreachable, or every upload slot stayed busy; see Retry-After"
+# The entry upload reads its body as a stream, which FastAPI cannot see: it declares none.
+_ENTRY_BODY = {
+    "required": True,
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+}
+# What single routes answer besides 200, by method and path of the document.
+_ROUTE_ANSWERS: dict[tuple[str, str], dict[str, str]] = {
+    ("put", "/v1/namespaces/{namespace}"): {"201": "Registered: the namespace is new"},
+    ("get", "/v1/namespaces/{namespace}"): {"404": "The namespace has never been registered"},
+    ("put", _ENTRY): {"409": "Stored with another digest; the first upload stays"},
+    ("get", _ENTRY): {"304": "If-None-Match names the entry's digest", "404": "No such entry (a miss)"},
+    ("head", _ENTRY): {"404": "No such entry"},
+    ("delete", _ENTRY): {"404": "No such entry"},
+    ("delete", "/admin/namespaces/{namespace}"): {"404": "No such namespace"},
+    ("post", "/admin/tokens/{token}/purge"): {"404": "No token has this name or id"},
 }
 
 
@@ -51,17 +83,51 @@ def describe(document: dict[str, Any]) -> dict[str, Any]:
         "description": "Invalid input (names, digests, bodies, parameters)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
     }
-    for operations in document.get("paths", {}).values():
-        for operation in operations.values():
-            responses = operation.get("responses", {})
+    for path, operations in document.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
             if responses.pop("422", None) is not None or operation.get("parameters"):
                 responses.setdefault("400", invalid)
             for parameter in operation.get("parameters", []):
                 name = parameter.get("name")
-                if parameter.get("in") == "path" and name in _PATTERNS:
+                if parameter.get("in") in ("path", "query") and name in _PATTERNS:
                     pattern, longest = _PATTERNS[name]
                     parameter["schema"] = {"type": "string", "pattern": f"^{pattern}$", "maxLength": longest}
+            if (method, path) == ("put", _ENTRY):
+                operation.setdefault("requestBody", copy.deepcopy(_ENTRY_BODY))
+            _declare_answers(path, method, operation, responses)
+        get, head = operations.get("get"), operations.get("head")
+        if get is not None and head is not None and "200" in get.get("responses", {}):
+            # A HEAD answers the GET's status and headers, without a body (FastAPI would declare JSON).
+            head["responses"]["200"] = copy.deepcopy(get["responses"]["200"])
     return document
+
+
+def _declare_answers(path: str, method: str, operation: dict[str, Any], responses: dict[str, Any]) -> None:
+    """Declare the statuses the route answers beyond its success and 400 (see the module docstring)."""
+
+    def error(description: str) -> dict[str, Any]:
+        return {
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+
+    extra: dict[str, str] = {}
+    if path not in OPEN_ROUTES:
+        extra.update(_AUTH)
+    if "requestBody" in operation or (method, path) == ("put", _ENTRY):
+        extra.update(_BODY)
+    if path != _HEALTH:
+        extra["503"] = _UNAVAILABLE
+    for status, description in {**extra, **_ROUTE_ANSWERS.get((method, path), {})}.items():
+        if status in responses:
+            continue
+        if status == "201":  # a created resource: the same body as its 200
+            responses[status] = {**responses.get("200", {}), "description": description}
+        elif status == "304":
+            responses[status] = {"description": description}
+        else:
+            responses[status] = error(description)
 
 
 @router.get("/openapi.json")

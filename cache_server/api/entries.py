@@ -64,14 +64,17 @@ class UploadSlots:
         return self.size - self._slots.value
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one upload slot; :class:`UploadsBusy` when none frees up within ``wait_seconds``."""
+    async def slot(self, request: Request | None = None) -> AsyncIterator[None]:
+        """Hold one upload slot; :class:`UploadsBusy` when none frees up within ``wait_seconds``
+        (:class:`ClientAborted` when the ``request``'s client hung up meanwhile: not a server error)."""
         try:
             self._slots.acquire_nowait()
         except anyio.WouldBlock:
             with anyio.move_on_after(self.wait_seconds) as waited:
                 await self._slots.acquire()
             if waited.cancelled_caught:
+                if request is not None and await _hung_up(request):
+                    raise ClientAborted("The client went away while its upload waited for a slot.") from None
                 raise UploadsBusy(
                     f"All {self.size} upload slots stayed busy for {self.wait_seconds:g} s "
                     "(XLA_CACHE_MAX_CONCURRENT_UPLOADS); retry later."
@@ -80,6 +83,19 @@ class UploadSlots:
             yield
         finally:
             self._slots.release()
+
+
+async def _hung_up(request: Request, seconds: float = 0.1) -> bool:
+    """Whether the client has gone: read (and drop) what arrived of the body for up to ``seconds``. The
+    server only sees a hang-up once it has read what came before it (``is_disconnected`` is not enough)."""
+    with anyio.move_on_after(seconds):
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return True
+            if not message.get("more_body", False):
+                return False
+    return False
 
 
 def upload_slots(request: Request) -> UploadSlots:
@@ -216,7 +232,7 @@ async def put_entry(
     settings = get_settings(request)
     upload = _UploadBody(request, settings.body_timeout_seconds, settings.min_upload_bytes_per_second)
     slots = upload_slots(request)
-    async with slots.slot():
+    async with slots.slot(request):
         body = _blocking_body(upload.pieces().__aiter__())
         try:
             result = await anyio.to_thread.run_sync(
@@ -297,7 +313,7 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
         except (BadTar, NotZstd) as exc:
             raise BadRequest(f"The upload is not a tar stream this server takes: {exc}.") from None
 
-    async with slots.slot():
+    async with slots.slot(request):
         try:
             result = await anyio.to_thread.run_sync(store_all, limiter=slots.threads)
         except ClientDisconnect:

@@ -15,9 +15,10 @@ __all__ = ["BoundedBodies", "RejectEncodedSeparators", "is_entry_upload"]
 
 log = logging.getLogger(__name__)
 
-# A percent-encoded slash, backslash or NUL would be decoded into the path before routing and then
-# either split a name in two or reach the name checks in a confusing form; refuse it up front.
-_ENCODED = re.compile(rb"%(2f|5c|00)", re.IGNORECASE)
+# A percent-encoded slash, backslash or control character (NUL, newline, ...) would be decoded into the path
+# before routing and then split a name in two, reach the name checks in a confusing form, or miss the routes
+# altogether (a key route's pattern does not match a newline: 404 instead of 400); refuse it up front.
+_ENCODED = re.compile(rb"%(2f|5c|[01][0-9a-f]|7f)", re.IGNORECASE)
 
 # PUT /v1/namespaces/{namespace}/entries/{key} and POST /v1/namespaces/{namespace}/entries (a bulk upload):
 # the routes whose body is streamed, not read whole.
@@ -26,7 +27,7 @@ _BULK_UPLOAD = re.compile(r"/v1/namespaces/[^/]+/entries/?")
 
 
 class RejectEncodedSeparators:
-    """Answer 400 to any request whose raw path holds ``%2F``, ``%5C`` or ``%00``."""
+    """Answer 400 to any request whose raw path holds ``%2F``, ``%5C``, or ``%00`` to ``%1F`` or ``%7F``."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -38,8 +39,8 @@ class RejectEncodedSeparators:
                 response = error_response(
                     400,
                     "invalid_name",
-                    "The path contains an encoded slash, backslash or NUL; names are single path segments "
-                    "of letters, digits, '.', '_' and '-'.",
+                    "The path contains an encoded slash, backslash, NUL or other control character; names "
+                    "are single path segments of letters, digits, '.', '_' and '-'.",
                 )
                 await response(scope, receive, send)
                 return

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -208,6 +209,11 @@ class Database:
                 "(XLA_CACHE_DB_POOL_TIMEOUT); please retry."
             ) from exc
         except (OperationalError, DBAPIError) as exc:
+            if getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                raise IndexUnavailable(
+                    "The disk of the index database is full; free space on it (the blobs share it by "
+                    "default) and retry."
+                ) from exc
             if isinstance(exc, OperationalError) or exc.connection_invalidated:
                 raise IndexUnavailable(
                     "The index database cannot be reached; the cache will answer again once it is back."
