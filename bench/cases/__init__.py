@@ -1,8 +1,8 @@
 """Every case; importing this package registers them. :data:`ORDER` is the order they run in."""
 
-from bench.cases import compression, gcs, http, index, transfer
+from bench.cases import compression, follow, gcs, http, index, transfer
 
-__all__ = ["ORDER", "compression", "gcs", "http", "index", "transfer"]
+__all__ = ["ORDER", "compression", "follow", "gcs", "http", "index", "transfer"]
 
 ORDER = (
     "tar-floor",
@@ -13,5 +13,6 @@ ORDER = (
     "fleet",
     "gcs-latency",
     "compression",
+    "follow",
     "index-scale",
 )
