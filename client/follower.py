@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +54,6 @@ class Follower:
         *,
         check: EntryCheck | None = None,
         wait: float = FOLLOW_WAIT_SECONDS,
-        on_delivered: Callable[[str], None] | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -63,7 +61,7 @@ class Follower:
         self.cursor = cursor
         self.wait = wait
         self._check = check
-        self._on_delivered = on_delivered
+        self._handled: set[str] = set()  # keys already placed or found here: the feed repeats a few
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -107,11 +105,13 @@ class Follower:
             for entry in answer.entries:
                 if self._stop.is_set():
                     return
-                self._fetch(entry.key, entry.size, entry.sha256)
+                if entry.key not in self._handled:
+                    self._fetch(entry.key, entry.size, entry.sha256)
             self.cursor = max(self.cursor, answer.cursor)
 
     def _fetch(self, key: str, size: int, sha256: str) -> None:
         if (self.directory / key).exists():
+            self._handled.add(key)
             with self._lock:
                 self._report.already_here += 1
             return
@@ -134,14 +134,13 @@ class Follower:
             with self._lock:
                 self._report.errors.append(f"{key}: {exc}")
             return
+        self._handled.add(key)
         with self._lock:
             if placed:
                 self._report.delivered += 1
                 self._report.bytes += size
             else:
                 self._report.already_here += 1  # the job wrote it meanwhile: its own file stays
-        if placed and self._on_delivered is not None:
-            self._on_delivered(key)
 
     def _trouble(self, reason: str) -> None:
         with self._lock:

@@ -46,10 +46,15 @@ def test_a_following_job_receives_what_another_job_stores(
     follower = warm_module._PROCESS.follower
     assert follower is not None
     wait_until(lambda: follower.report().delivered == 2, timeout=5)
+    real_server.put(namespace, "202", b"one more")  # its answer repeats the entries just before it
+    wait_until(lambda: (directory / "202").exists(), timeout=15)
+    report = follower.report()
+    # Each counted once, though every answer repeats them: 100 came with the warm, 300 is the job's own.
+    assert (report.delivered, report.already_here) == (3, 2)
     # The server counted them as delivered live.
     real_server.http.app.state.services.access.flush()  # type: ignore[attr-defined]
     totals = real_server.http.get("/admin/stats").json()["totals"]
-    assert totals["live_deliveries"] == 2
+    assert totals["live_deliveries"] == 3
 
     started = time.monotonic()
     warm_module.stop(flush=False)
