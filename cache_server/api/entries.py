@@ -336,7 +336,7 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     response_class=StreamingResponse,
     responses={307: {"description": "With ?redirect=1 on a server that signs URLs: download from Location"}},
 )
-def get_entry(
+async def get_entry(
     namespace: str,
     key: str,
     service: ServiceDep,
@@ -353,12 +353,23 @@ def get_entry(
     With ``?redirect=1`` a server that hands out signed URLs answers 307 to one instead (same headers,
     plus ``X-Content-Length``); any other server streams the bytes as usual.
     """
-    read = service.read_entry(
-        namespace, key, if_none_match=if_none_match or None, redirect=redirect, live=x_live_delivery == "1"
+    # One hop to a worker thread does the lookup and, for a small entry, reads and verifies it whole.
+    read = await anyio.to_thread.run_sync(
+        lambda: service.read_entry(
+            namespace,
+            key,
+            if_none_match=if_none_match or None,
+            redirect=redirect,
+            live=x_live_delivery == "1",
+        )
     )
     if isinstance(read, NotModified):
         return Response(status_code=304, headers={"ETag": f'"{read.entry.sha256}"'})
     if isinstance(read, OpenedEntry):
+        if read.content is not None:
+            return Response(
+                read.content, media_type="application/octet-stream", headers=_entry_headers(read.entry)
+            )
         return StreamingResponse(
             read.body, media_type="application/octet-stream", headers=_entry_headers(read.entry)
         )
@@ -366,9 +377,9 @@ def get_entry(
 
 
 @router.head("/entries/{key:path}")
-def head_entry(namespace: str, key: str, service: ServiceDep) -> Response:
+async def head_entry(namespace: str, key: str, service: ServiceDep) -> Response:
     """Whether an entry exists, with its size and digest headers (not counted as a hit)."""
-    entry = service.head_entry(namespace, key)
+    entry = await anyio.to_thread.run_sync(service.head_entry, namespace, key)
     return Response(headers=_entry_headers(entry), media_type="application/octet-stream")
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -292,14 +295,55 @@ def test_bundle_with_too_many_keys_is_400(client: TestClient) -> None:
     assert response.json()["error"] == "too_many_keys"
 
 
-def test_corrupt_blob_is_never_served_whole(client: TestClient, settings_dir: Path) -> None:
-    put(client, "c", b"A" * 5000)
-    blob = settings_dir / "blobs" / NS / "c"
+def _flip_last_byte(settings_dir: Path, key: str) -> None:
+    blob = settings_dir / "blobs" / NS / key
     raw = bytearray(blob.read_bytes())
     raw[-1] ^= 0xFF
     blob.write_bytes(bytes(raw))
+
+
+def test_a_corrupt_small_entry_is_a_miss_and_its_next_upload_heals_it(
+    client: TestClient, settings_dir: Path, services: Services
+) -> None:
+    data = b"A" * 5000
+    put(client, "c", data)
+    _flip_last_byte(settings_dir, "c")
+    assert client.get(f"{URL}/c").status_code == 404  # checked whole before the first byte: a plain miss
+    assert client.head(f"{URL}/c").status_code == 404  # the entry was dropped, row and blob
+    assert put(client, "c", data).status_code == 201  # so the next upload stores it again
+    assert client.get(f"{URL}/c").content == data
+    services.access.flush()
+    assert client.get(f"/v1/namespaces/{NS}").json()["misses"] == 1
+
+
+def test_a_corrupt_large_entry_is_never_served_whole(client: TestClient, settings_dir: Path) -> None:
+    data = bytes(range(256)) * 8192  # 2 MiB: streamed, not read whole
+    put(client, "big", data)
+    assert client.get(f"{URL}/big").content == data  # hashed whole once, then trusted while unchanged
+    _flip_last_byte(settings_dir, "big")  # the file changes, so it is hashed again
     with pytest.raises(CorruptBlob):  # the stream breaks instead of delivering bad bytes
-        client.get(f"{URL}/c")
+        client.get(f"{URL}/big")
+    assert client.head(f"{URL}/big").status_code == 404  # and the entry is dropped
+
+
+def test_an_unchanged_large_file_is_hashed_once(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytes(range(256)) * 8192
+    put(client, "big", data)
+    hashed: list[int] = []
+    real = hashlib.sha256
+
+    def counting(*args: bytes) -> Any:
+        hashed.append(1)
+        return real(*args)
+
+    monkeypatch.setattr("cache_server.service.hashlib", types.SimpleNamespace(sha256=counting))
+    for _ in range(3):
+        assert client.get(f"{URL}/big").content == data
+    assert len(hashed) == 1
+    put(client, "small", b"s" * 100)
+    for _ in range(2):
+        assert client.get(f"{URL}/small").content == b"s" * 100
+    assert len(hashed) == 1 + 1 + 2  # the small upload, and every small read
 
 
 def test_unknown_route_and_method_are_json(client: TestClient) -> None:
