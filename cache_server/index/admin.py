@@ -17,8 +17,8 @@ from sqlalchemy.exc import IntegrityError
 from cache_server.domain import COUNTERS, Counters, NamespaceInfo
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
-from cache_server.index.entries import namespace_info
-from cache_server.index.models import DailyStats, Entry, EntryGraph, Namespace
+from cache_server.index.entries import namespace_info, stored_per_namespace
+from cache_server.index.models import NO_TOKEN, DailyStats, Entry, EntryGraph, EntryTotals, Namespace
 
 __all__ = ["AdminRepository", "EntryRef", "GraphGroup", "GraphRecord"]
 
@@ -73,15 +73,7 @@ class AdminRepository:
     # -- stats ------------------------------------------------------------------------------------------
     def namespace_rows(self) -> list[NamespaceInfo]:
         """Every namespace with its counters and its stored entries and bytes, largest first."""
-        stored = (
-            select(
-                Entry.namespace.label("namespace"),
-                func.count().label("entries"),
-                func.sum(Entry.size).label("bytes"),
-            )
-            .group_by(Entry.namespace)
-            .subquery()
-        )
+        stored = stored_per_namespace().subquery()
         stmt = (
             select(Namespace, stored.c.entries, stored.c.bytes)
             .outerjoin(stored, stored.c.namespace == Namespace.name)
@@ -98,16 +90,41 @@ class AdminRepository:
             return session.get(Namespace, namespace) is not None
 
     def stored_by_namespace(self) -> dict[str, tuple[int, int]]:
-        """Entries and bytes stored, per namespace (for the gauges and the budgets)."""
-        stmt = select(Entry.namespace, func.count(), func.sum(Entry.size)).group_by(Entry.namespace)
+        """Entries and bytes stored, per namespace that has any (for the gauges and the budgets)."""
+        stmt = stored_per_namespace()
         with self._db.transaction() as session:
-            return {ns: (int(count), int(size or 0)) for ns, count, size in session.execute(stmt)}
+            return {ns: (int(count), int(size)) for ns, count, size in session.execute(stmt) if count}
 
     def stored_by_token(self) -> dict[str | None, tuple[int, int]]:
         """Entries and bytes stored now, per id of the token that stored them (None: no token, auth off)."""
-        stmt = select(Entry.stored_by, func.count(), func.sum(Entry.size)).group_by(Entry.stored_by)
+        stmt = select(
+            EntryTotals.stored_by, func.sum(EntryTotals.entries), func.sum(EntryTotals.bytes)
+        ).group_by(EntryTotals.stored_by)
         with self._db.transaction() as session:
-            return {token: (int(count), int(size or 0)) for token, count, size in session.execute(stmt)}
+            return {
+                (token if token != NO_TOKEN else None): (int(count), int(size))
+                for token, count, size in session.execute(stmt)
+                if count
+            }
+
+    def counted_totals(self) -> dict[tuple[str, str | None], tuple[int, int]]:
+        """Entries and bytes per namespace and token, counted afresh over every entry (slow: for checks of
+        the ``entry_totals`` the triggers keep)."""
+        stmt = select(Entry.namespace, Entry.stored_by, func.count(), func.sum(Entry.size)).group_by(
+            Entry.namespace, Entry.stored_by
+        )
+        with self._db.transaction() as session:
+            return {(ns, token): (int(n), int(size)) for ns, token, n, size in session.execute(stmt)}
+
+    def kept_totals(self) -> dict[tuple[str, str | None], tuple[int, int]]:
+        """The ``entry_totals`` rows that are not zero, keyed like :meth:`counted_totals`."""
+        with self._db.transaction() as session:
+            rows = session.scalars(select(EntryTotals)).all()
+        return {
+            (row.namespace, row.stored_by if row.stored_by != NO_TOKEN else None): (row.entries, row.bytes)
+            for row in rows
+            if row.entries or row.bytes
+        }
 
     def daily(self, since: dt.date, namespace: str | None = None) -> dict[dt.date, Counters]:
         """The rollup from ``since`` on, summed over the namespaces (or of one): the days that have counts."""
@@ -259,6 +276,7 @@ class AdminRepository:
             result = session.execute(
                 delete(Namespace).where(Namespace.name == namespace).returning(Namespace.name)
             )
+            session.execute(delete(EntryTotals).where(EntryTotals.namespace == namespace))
             return result.first() is not None
 
     def present_keys(self, namespace: str, keys: Sequence[str]) -> set[str]:

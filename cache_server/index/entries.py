@@ -11,15 +11,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Select, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
-from cache_server.index.models import Entry, EntryFeed, Namespace
+from cache_server.index.models import Entry, EntryFeed, EntryTotals, Namespace
 
-__all__ = ["AccessDelta", "EntryRecord", "EntryRepository", "FeedEntry", "entry_info"]
+__all__ = [
+    "AccessDelta",
+    "EntryRecord",
+    "EntryRepository",
+    "FeedEntry",
+    "entry_info",
+    "namespace_info",
+    "stored_per_namespace",
+]
 
 
 @dataclass
@@ -74,6 +82,15 @@ class EntryRecord:
 def entry_info(row: Entry) -> EntryInfo:
     """The domain object of an ``entries`` row (its fields are columns of the row)."""
     return EntryInfo(**{field.name: getattr(row, field.name) for field in fields(EntryInfo)})
+
+
+def stored_per_namespace() -> Select[str, int, int]:
+    """Entries and bytes stored, per namespace: a sum over its few ``entry_totals`` rows (one per token)."""
+    return select(
+        EntryTotals.namespace.label("namespace"),
+        func.sum(EntryTotals.entries).label("entries"),
+        func.sum(EntryTotals.bytes).label("bytes"),
+    ).group_by(EntryTotals.namespace)
 
 
 def namespace_info(row: Namespace, entries: int, size: int) -> NamespaceInfo:
@@ -148,7 +165,9 @@ class EntryRepository:
         if row is None:
             return None
         count, total = session.execute(
-            select(func.count(), func.coalesce(func.sum(Entry.size), 0)).where(Entry.namespace == name)
+            select(
+                func.coalesce(func.sum(EntryTotals.entries), 0), func.coalesce(func.sum(EntryTotals.bytes), 0)
+            ).where(EntryTotals.namespace == name)
         ).one()
         return namespace_info(row, int(count), int(total))
 

@@ -25,7 +25,21 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from cache_server.domain import utcnow
 
-__all__ = ["ApiToken", "Base", "DailyStats", "Entry", "EntryFeed", "EntryGraph", "Namespace", "UtcDateTime"]
+__all__ = [
+    "NO_TOKEN",
+    "ApiToken",
+    "Base",
+    "DailyStats",
+    "Entry",
+    "EntryFeed",
+    "EntryGraph",
+    "EntryTotals",
+    "Namespace",
+    "UtcDateTime",
+]
+
+NO_TOKEN = ""
+"""``entry_totals.stored_by`` of the entries stored without a token (``entries.stored_by`` NULL)."""
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -106,6 +120,29 @@ class Entry(Base):
     compile_time_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)  # as the client declared it
     stored_by: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the token's id (auth on)
+
+
+class EntryTotals(Base):
+    """What is stored now, per namespace and per token that stored it: entries and their bytes.
+
+    Kept by triggers on ``entries`` (migration 0006), in the transaction of every insert, delete and change of
+    size or token, whoever writes the row (uploads, reindex, eviction, delete, purge, gc), with atomic
+    ``SET entries = entries + d`` statements: PostgreSQL sums each statement's rows once (statement triggers
+    over its transition tables), SQLite counts each row. So stats, the gauges and the budgets read a few rows
+    here instead of counting ``entries``. ``stored_by`` is :data:`NO_TOKEN` for entries stored with auth off.
+    Rows may stay at zero; a namespace's go with it. No foreign key: the triggers' update of a row whose
+    namespace is being deleted must not matter.
+
+    A later migration that rebuilds ``entries`` on SQLite (``batch_alter_table``) drops the triggers with the
+    table and must create them again (``tests/index/test_totals.py`` would fail).
+    """
+
+    __tablename__ = "entry_totals"
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    stored_by: Mapped[str] = mapped_column(String(32), primary_key=True)
+    entries: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int] = mapped_column(BigInteger)
 
 
 class DailyStats(Base):
