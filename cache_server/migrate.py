@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import text
 
 from cache_server.settings import Settings
 
-__all__ = ["alembic_config", "downgrade", "script_location", "upgrade"]
+__all__ = ["MIGRATION_LOCK_ID", "alembic_config", "downgrade", "one_at_a_time", "script_location", "upgrade"]
 
 
 def script_location() -> Path:
@@ -28,10 +32,55 @@ def alembic_config(settings: Settings) -> Config:
     return config
 
 
+MIGRATION_LOCK_ID = 0x58_4C_41_43  # "XLAC": the PostgreSQL advisory lock migrations hold
+
+
+@contextmanager
+def one_at_a_time(settings: Settings) -> Iterator[None]:
+    """Hold the index's migration lock: replicas and workers that migrate at the same moment take turns,
+    and those after the first find the index at head and do nothing (without it, two would both create
+    the same tables and one would fail).
+
+    PostgreSQL: a session advisory lock on a connection of its own, with no statement timeout (a migration
+    may take longer than the bound on a request). A SQLite file: ``flock`` on ``<database>.migrate.lock``
+    beside it (SQLite is one host's). An in-memory database has nobody to race.
+    """
+    url = settings.resolved_database_url
+    if url.startswith("postgresql"):
+        from cache_server.index.database import make_engine
+
+        engine = make_engine(settings)
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SET statement_timeout = 0"))
+                connection.execute(text("SET lock_timeout = 0"))
+                connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": MIGRATION_LOCK_ID})
+                connection.commit()  # the lock is the session's: it outlives this transaction
+                try:
+                    yield
+                finally:
+                    connection.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID})
+                    connection.commit()
+        finally:
+            engine.dispose()
+        return
+    path = url.split("///", 1)[1].split("?", 1)[0] if url.startswith("sqlite") and "///" in url else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    lock_path = Path(f"{path}.migrate.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
 def upgrade(settings: Settings, revision: str = "head") -> None:
-    """Bring the index to ``revision`` (the newest by default)."""
-    command.upgrade(alembic_config(settings), revision)
+    """Bring the index to ``revision`` (the newest by default); safe to run from many processes at once."""
+    with one_at_a_time(settings):
+        command.upgrade(alembic_config(settings), revision)
 
 
 def downgrade(settings: Settings, revision: str = "base") -> None:
-    command.downgrade(alembic_config(settings), revision)
+    with one_at_a_time(settings):
+        command.downgrade(alembic_config(settings), revision)

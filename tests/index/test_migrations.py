@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
@@ -24,6 +28,30 @@ def test_upgrade_matches_models_and_downgrade_empties(db_settings: Settings) -> 
         with engine.connect() as conn:
             assert set(inspect(conn).get_table_names()) <= {"alembic_version"}
         upgrade(db_settings)  # and back up again
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_replicas_migrating_at_once_all_succeed(db_settings: Settings) -> None:
+    """Several replicas (or workers) that run ``migrate`` at the same moment on a fresh database: each ends
+    with the index at head and none fails (they take turns; the later ones find nothing to do)."""
+    env = {**os.environ, "XLA_CACHE_DATABASE_URL": db_settings.resolved_database_url}
+    env["XLA_CACHE_DATA_DIR"] = str(db_settings.data_dir)
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "cache_server", "migrate"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(4)
+    ]
+    outputs = [run.communicate(timeout=120)[0].decode(errors="replace") for run in runs]
+    assert [run.returncode for run in runs] == [0] * 4, "\n---\n".join(outputs)
+    engine = make_engine(db_settings)
+    try:
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:
