@@ -81,12 +81,13 @@ def split_present(
 
 @dataclass
 class DownloadResult:
-    """What a download brought, and why anything failed."""
+    """What a download brought, and why anything failed; ``lock`` guards it while the download runs."""
 
     entries: int = 0
     bytes: int = 0
     errors: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
 def _plan(needed: list[RemoteEntry], large_entry_bytes: int, streams: int) -> list[list[RemoteEntry]]:
@@ -124,17 +125,19 @@ def download(
     workers: int = 4,
     large_entry_bytes: int | None = None,
     check: EntryCheck | None = None,
+    result: DownloadResult | None = None,
 ) -> DownloadResult:
     """Fetch ``needed`` into ``directory``; never raises for server trouble (it lands in ``errors``).
 
     Entries of at least ``large_entry_bytes`` (default :data:`LARGE_ENTRY_BYTES`) come by single GETs.
-    ``check`` (the framework's) must pass before an entry is placed.
+    ``check`` (the framework's) must pass before an entry is placed. ``result``, when given, is filled as
+    entries are placed (under its ``lock``), so a caller that stops waiting can still tell what was placed.
     """
     large = LARGE_ENTRY_BYTES if large_entry_bytes is None else large_entry_bytes
     progress = progress or NullProgress()
     cancel = cancel or threading.Event()
-    result = DownloadResult()
-    lock = threading.Lock()
+    result = result if result is not None else DownloadResult()
+    lock = result.lock
     progress.start("download", len(needed), sum(entry.size for entry in needed))
 
     def on_entry(entry: RemoteEntry) -> None:

@@ -32,7 +32,7 @@ from client.fingerprint import namespace_id
 from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
 from client.progress import Progress
-from client.transfer import download, split_present
+from client.transfer import DownloadResult, download, split_present
 from client.uploader import Uploader, UploadReport
 
 __all__ = ["WarmCounts", "WarmReport", "flush", "stop", "warm"]
@@ -117,11 +117,14 @@ class _Synced:
     unavailable: bool = False
     read_only: bool = False
     feed_cursor: int | None = None  # where following starts (taken before the manifest)
+    downloading: DownloadResult = field(default_factory=DownloadResult)  # filled as entries are placed
 
 
-def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Event) -> _Synced:
-    """Register the namespace and download what the directory lacks (in the worker thread)."""
-    synced = _Synced()
+def _sync(
+    plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Event, synced: _Synced
+) -> _Synced:
+    """Register the namespace and download what the directory lacks (in the worker thread), into
+    ``synced``: the caller reads it when this returns, or what it holds so far when the time is up."""
     counts = synced.counts
     lock = DirLock(plan.directory)
     try:
@@ -156,7 +159,8 @@ def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Even
         present, needed = split_present(manifest, plan.directory, plan.framework.is_entry)
         counts.present_entries = len(present)
         counts.present_bytes = sum(entry.size for entry in present)
-        synced.on_server.update(entry.key for entry in present)
+        with synced.downloading.lock:  # the caller may read it while this runs (on a timeout)
+            synced.on_server.update(entry.key for entry in present)
         if cancel.is_set() or not needed:
             return synced
         result = download(
@@ -168,10 +172,12 @@ def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Even
             progress=plan.progress,
             cancel=cancel,
             check=plan.framework.entry_problem,
+            result=synced.downloading,
         )
         counts.downloaded_entries = result.entries
         counts.downloaded_bytes = result.bytes
-        synced.on_server.update(result.keys)
+        with synced.downloading.lock:
+            synced.on_server.update(result.keys)
         synced.errors.extend(result.errors)
         synced.unavailable = bool(result.errors) and cancel.is_set()
     except ServerProblem as exc:
@@ -185,23 +191,33 @@ def _sync(plan: _Plan, api: CacheApi, deadline: Deadline, cancel: threading.Even
 
 
 def _talk(plan: _Plan, api: CacheApi) -> tuple[_Synced, float]:
-    """Run :func:`_sync` in a worker thread for at most the plan's timeout; returns it and the seconds."""
+    """Run :func:`_sync` in a worker thread for at most the plan's timeout; returns it and the seconds.
+
+    A warm cut short by the timeout still reports every entry it placed (and what it found present)."""
     cancel = threading.Event()
     deadline = Deadline(max(0.0, plan.timeout - min(_WORKER_MARGIN, plan.timeout / 10)))
-    done: list[_Synced] = []
-    worker = threading.Thread(
-        target=lambda: done.append(_sync(plan, api, deadline, cancel)), name="xla-cache-warm", daemon=True
-    )
+    synced = _Synced()
+    done = threading.Event()
+
+    def work() -> None:
+        _sync(plan, api, deadline, cancel, synced)
+        done.set()
+
+    worker = threading.Thread(target=work, name="xla-cache-warm", daemon=True)
     started = time.monotonic()
     worker.start()
     worker.join(max(0.0, plan.timeout))
     seconds = round(time.monotonic() - started, 3)
-    if done:
-        return done[0], seconds
+    if done.is_set():
+        return synced, seconds
     cancel.set()
     server = normalize_server(plan.config.server or "")
     late = _Synced(errors=[f"{server} did not finish the warm within the {plan.timeout:g} s timeout"])
     late.unavailable = True
+    placed = synced.downloading
+    with placed.lock:  # an entry is counted once it is in place: these are all on disk
+        late.counts = replace(synced.counts, downloaded_entries=placed.entries, downloaded_bytes=placed.bytes)
+        late.on_server = synced.on_server | set(placed.keys)
     return late, seconds
 
 

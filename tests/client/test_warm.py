@@ -206,6 +206,52 @@ def test_warm_fails_open_within_the_timeout_with_one_warning(
     assert [n for n in os.listdir(tmp_path / namespace) if n.endswith(".part")] == []
 
 
+class _StallAfterFirstEntry:
+    """A progress display whose first placed entry stalls its download thread past the warm's timeout."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self._stalled = False
+        self._lock = threading.Lock()
+
+    def start(self, label: str, entries: int, nbytes: int) -> None:
+        pass
+
+    def advance(self, entries: int = 0, nbytes: int = 0) -> None:
+        with self._lock:
+            stall = entries and not self._stalled
+            self._stalled = self._stalled or bool(entries)
+        if stall:
+            self.release.wait(30)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_warm_cut_short_reports_every_entry_it_placed(
+    real_server: RealServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+) -> None:
+    entries = seed(real_server, namespace, 40)
+    progress = _StallAfterFirstEntry()
+    try:
+        report = warm(
+            real_server.url,
+            tmp_path,
+            initialize=False,
+            fingerprint=fingerprint,
+            timeout=TIMEOUT,
+            progress=progress,
+        )
+        time.sleep(0.3)  # anything placed after warm() returned would show up now
+        placed = [key for key in entries if (tmp_path / namespace / key).exists()]
+    finally:
+        progress.release.set()
+    assert any("within the 2 s timeout" in error for error in report.errors)
+    assert 1 <= len(placed) < len(entries)
+    assert report.downloaded_entries == len(placed)
+    assert report.downloaded_bytes == sum(len(entries[key]) for key in placed)
+
+
 def test_a_slow_server_costs_at_most_the_timeout(
     fake_server: FakeCacheServer,
     fingerprint: dict[str, Any],
