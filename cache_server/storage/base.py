@@ -18,9 +18,10 @@ the bytes. The contract, which ``tests/storage`` checks against every backend un
 
 Some abilities only some backends have; each is a protocol of its own, so callers ask
 ``isinstance(store, SignsUrls)`` rather than probing for methods: :class:`SignsUrls` (direct downloads that
-bypass the server), :class:`SweepsTempFiles` (cleaning up after uploads that died) and :class:`PutsInBatches`
-(many blobs made durable together: one sync for a batch instead of one per blob). :func:`open_batch` gives a
-:class:`BlobBatch` for any store.
+bypass the server), :class:`SweepsTempFiles` (cleaning up after uploads that died), :class:`PutsInBatches`
+(many blobs made durable together: one sync for a batch instead of one per blob) and :class:`ReadsWhole` (a
+small blob read in one round trip, not an open and a read). :func:`open_batch` gives a :class:`BlobBatch` for
+any store; :func:`open_many` reads many blobs in order, the next small ones meanwhile.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ __all__ = [
     "BlobReader",
     "BlobStore",
     "ConcurrentBatch",
+    "HeldReader",
     "PutsInBatches",
+    "ReadsWhole",
     "SequentialBatch",
     "SignsUrls",
     "SweepsTempFiles",
@@ -212,6 +215,25 @@ class PutsInBatches(Protocol):
         ...
 
 
+@runtime_checkable
+class ReadsWhole(Protocol):
+    """A store that reads a small blob whole in fewer round trips than :meth:`BlobStore.open` and a read.
+
+    What :func:`open_many` reads ahead with, where the caller checks the bytes itself (the service verifies
+    every member's SHA-256 against the index while it streams).
+    """
+
+    def read_whole(self, name: str, limit: int) -> BlobReader | None:
+        """The blob as a reader: its bytes held in memory if it has at most ``limit`` bytes, else streamed as
+        :meth:`BlobStore.open` would; ``None`` on a miss.
+
+        The reader's ``info.size`` is exact; ``info.created`` and ``info.metadata`` are what the read itself
+        told, which may be less exact than :meth:`BlobStore.stat` (on GCS: Last-Modified, to the second, and
+        the metadata as response headers carry it).
+        """
+        ...
+
+
 class SequentialBatch:
     """The batch of a store that has none of its own: each put is a :meth:`BlobStore.put` at once, so blobs
     are visible before :meth:`commit` (which only reports them); abort cannot take them back."""
@@ -299,8 +321,8 @@ class ConcurrentBatch:
             self._pool.shutdown(wait=True)
 
 
-class _HeldReader:
-    """A blob read whole into memory ahead of its turn."""
+class HeldReader:
+    """A blob read whole into memory (ahead of its turn)."""
 
     def __init__(self, info: BlobInfo, chunks: list[bytes]) -> None:
         self.info = info
@@ -312,50 +334,76 @@ class _HeldReader:
     def close(self) -> None:
         self._chunks = []
 
-    def __enter__(self) -> _HeldReader:
+    def __enter__(self) -> HeldReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _read_whole(store: BlobStore, name: str) -> _HeldReader | None:
+def _read_whole(store: BlobStore, name: str, limit: int) -> BlobReader | None:
+    if isinstance(store, ReadsWhole):
+        return store.read_whole(name, limit)
     reader = store.open(name)
     if reader is None:
         return None
     with reader:
-        return _HeldReader(reader.info, list(reader.chunks()))
+        return HeldReader(reader.info, list(reader.chunks()))
 
 
 def open_many(
-    store: BlobStore, blobs: Sequence[tuple[str, int]], *, read_ahead: int = 0, small: int = 8 * MIB
+    store: BlobStore,
+    blobs: Sequence[tuple[str, int]],
+    *,
+    read_ahead: int = 0,
+    small: int = 8 * MIB,
+    budget: int | None = None,
 ) -> Iterator[BlobReader | None]:
     """Open each of ``blobs`` (name, expected size) in order: a reader, or None on a miss.
 
-    With ``read_ahead`` > 0, up to that many of the blobs that follow, each at most ``small`` bytes, are
-    read on threads meanwhile (a remote store's round trips overlap; at most ``read_ahead`` times ``small``
-    bytes are held); larger ones are opened when their turn comes and streamed. The caller closes each.
+    With ``read_ahead`` > 0, up to that many of the blobs that follow, each expected to have at most
+    ``small`` bytes, are read on threads meanwhile (a remote store's round trips overlap), in one round trip
+    each where the store :class:`ReadsWhole`; larger ones are opened when their turn comes and streamed. The
+    blobs read ahead are expected to hold at most ``budget`` bytes together (by default the store's
+    ``read_ahead_bytes`` if it has one, else ``read_ahead`` times ``small``; a blob larger than the budget
+    alone is still read, alone). The caller closes each reader.
     """
     if read_ahead <= 0:
         for name, _ in blobs:
             yield store.open(name)
         return
+    if budget is None:
+        budget = int(getattr(store, "read_ahead_bytes", read_ahead * small))
     with ThreadPoolExecutor(read_ahead, thread_name_prefix="xla-cache-read-ahead") as pool:
-        window: deque[Future[_HeldReader | None] | None] = deque()
+        window: deque[tuple[str, int, Future[BlobReader | None] | None]] = deque()
         upcoming = iter(blobs)
-        pending_names: deque[str] = deque()
+        following: tuple[str, int] | None = next(upcoming, None)
+        held = 0  # expected bytes of the blobs in the window
         try:
             for _ in blobs:
-                while len(window) < read_ahead and (item := next(upcoming, None)) is not None:
-                    name, size = item
-                    window.append(pool.submit(_read_whole, store, name) if size <= small else None)
-                    pending_names.append(name)
-                future, name = window.popleft(), pending_names.popleft()
+                while following is not None and len(window) < read_ahead:
+                    name, size = following
+                    ahead = size <= small
+                    if ahead and window and held + size > budget:
+                        break
+                    future = pool.submit(_read_whole, store, name, small) if ahead else None
+                    cost = size if ahead else 0
+                    window.append((name, cost, future))
+                    held += cost
+                    following = next(upcoming, None)
+                name, cost, future = window.popleft()
+                held -= cost
                 yield future.result() if future is not None else store.open(name)
         finally:
-            for future in window:
-                if future is not None and not future.cancel():
-                    future.result()  # wait for a read already running, so no thread outlives the pool
+            for _, _, future in window:
+                if future is None or future.cancel():
+                    continue
+                try:  # wait for a read already running, so no thread outlives the pool
+                    reader = future.result()
+                except Exception:  # the caller stopped early; this read's failure is nobody's concern
+                    continue
+                if reader is not None:
+                    reader.close()
 
 
 def open_batch(store: BlobStore) -> BlobBatch:

@@ -20,6 +20,7 @@ import google_crc32c
 import pytest
 
 from cache_server.errors import StorageUnavailable
+from cache_server.storage.base import open_many
 from cache_server.storage.gcs import MULTIPART_LIMIT, GcsBlobStore
 from tests.support.http_stub import Recorded, Reply, StubHttpServer, json_reply
 from tests.support.memory import MIB
@@ -126,8 +127,8 @@ class FakeApi:
     def _media(self, request: Recorded, name: str) -> Reply:
         if name not in self.objects:
             return json_reply(404, {"error": {"code": 404, "message": "No such object"}})
-        data, _, generation = self.objects[name]
-        assert request.query["generation"] == str(generation)
+        data, metadata, generation = self.objects[name]
+        assert request.query.get("generation", str(generation)) == str(generation)  # pinned or live
         start = (
             int(request.headers["range"].removeprefix("bytes=").rstrip("-"))
             if "range" in request.headers
@@ -135,7 +136,12 @@ class FakeApi:
         )
         if self.media_replies:
             return self.media_replies.pop(0)(data[start:])
-        return Reply(206 if start else 200, {}, data[start:])
+        headers = {
+            "X-Goog-Generation": str(generation),
+            "Last-Modified": "Fri, 02 Jan 2026 03:04:05 GMT",
+            **{f"X-Goog-Meta-{k}": v for k, v in metadata.items()},
+        }
+        return Reply(206 if start else 200, headers, data[start:])
 
     def _chunk(self, session: Session, request: Recorded) -> Reply:
         match = _RANGE.fullmatch(request.headers["content-range"])
@@ -406,3 +412,81 @@ def test_list_follows_the_pages(api: tuple[FakeApi, StubHttpServer, GcsBlobStore
     assert all(dict(i.metadata) == {"n": i.name} and i.size == len(i.name) for i in listed)
     assert len([r for r in stub.requests if r.path == f"/storage/v1/b/{BUCKET}/o"]) == 3
     assert [i.name for i in store.list("ns/k3")] == ["ns/k3"]
+
+
+def media_gets(stub: StubHttpServer) -> list[Recorded]:
+    return [r for r in stub.requests if r.path.startswith(f"/download/storage/v1/b/{BUCKET}/o/")]
+
+
+def metadata_gets(stub: StubHttpServer) -> list[Recorded]:
+    return [r for r in stub.requests if r.method == "GET" and r.path.startswith(f"/storage/v1/b/{BUCKET}/o/")]
+
+
+def test_a_bundle_reads_each_small_blob_in_one_request(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    """open_many (the bundle's reads) sends one media GET per small blob and no metadata request; a missing
+    blob is a None (the bundle leaves it out), not an error."""
+    fake, stub, store = api
+    names = [f"ns/k{i}" for i in range(40)]
+    for i, name in enumerate(names):
+        if i % 9 != 4:
+            fake.objects[f"pfx/{name}"] = (body_of(1000 + i, seed=i), {"sha256": f"d{i}"}, 7 + i)
+    readers = list(open_many(store, [(n, 1000 + i) for i, n in enumerate(names)], read_ahead=16))
+    for i, reader in enumerate(readers):
+        if i % 9 == 4:
+            assert reader is None
+            continue
+        assert reader is not None
+        with reader:
+            assert b"".join(reader.chunks()) == body_of(1000 + i, seed=i)
+            assert (reader.info.name, reader.info.size) == (names[i], 1000 + i)
+            assert dict(reader.info.metadata) == {"sha256": f"d{i}"}
+            assert reader.info.created.year == 2026
+    assert len(media_gets(stub)) == len(names)
+    assert metadata_gets(stub) == []
+    assert all("generation" not in r.query for r in media_gets(stub))
+
+
+def test_a_whole_read_of_a_blob_over_its_limit_streams_it(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    """A size hint that was wrong costs no memory: the bytes of a blob over the limit are not read whole."""
+    fake, stub, store = api
+    data = body_of(3 * MIB)
+    fake.objects["pfx/ns/big"] = (data, {}, 42)
+    reader = store.read_whole("ns/big", MIB)
+    assert reader is not None
+    with reader:
+        assert type(reader).__name__ == "GcsReader"
+        assert b"".join(reader.chunks()) == data
+    assert [r.query.get("generation") for r in media_gets(stub)] == [None, "42"]  # then pinned, as open does
+    assert len(metadata_gets(stub)) == 1
+
+
+def test_a_whole_read_retries_transient_failures(api: tuple[FakeApi, StubHttpServer, GcsBlobStore]) -> None:
+    fake, stub, store = api
+    data = body_of(200_000)
+    fake.objects["pfx/ns/k"] = (data, {}, 42)
+    fake.media_replies = [
+        lambda rest: json_reply(503, {"error": {"code": 503, "message": "busy"}}),
+        lambda rest: Reply(200, {}, rest, cut_after=50_000),
+    ]
+    reader = store.read_whole("ns/k", MIB)
+    assert reader is not None
+    with reader:
+        assert b"".join(reader.chunks()) == data
+    assert len(media_gets(stub)) == 3
+
+
+def test_a_whole_read_that_keeps_failing_is_unavailable(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    fake, _, store = api
+    fake.objects["pfx/ns/k"] = (b"x", {}, 42)
+    fake.media_replies = [lambda rest: json_reply(503, {"error": {"code": 503, "message": "busy"}})] * 3
+    with pytest.raises(StorageUnavailable, match=f"read 'ns/k' from .*'{BUCKET}'.*3 attempts.*HTTP 503"):
+        store.read_whole("ns/k", MIB)
+    fake.media_replies = [lambda rest: json_reply(403, {"error": {"code": 403, "message": "no"}})]
+    with pytest.raises(StorageUnavailable, match="access was refused"):
+        store.read_whole("ns/k", MIB)

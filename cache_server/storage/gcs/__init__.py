@@ -15,7 +15,9 @@ How the contract of :mod:`cache_server.storage.base` holds here:
   never becomes visible in any case.
 * **Streaming.** An upload holds at most one chunk (``chunk_size``, 16 MiB by default) of pieces, never
   joined; a download is one streamed GET read :data:`READ_CHUNK` bytes at a time, resumed with a Range request
-  if the connection drops, and pinned to the generation :meth:`~GcsBlobStore.open` saw.
+  if the connection drops, and pinned to the generation :meth:`~GcsBlobStore.open` saw. A bundle's small
+  blobs are each read whole by one GET (:meth:`~GcsBlobStore.read_whole`: no metadata request first), at most
+  ``read_ahead`` at once and ``read_ahead_bytes`` together.
 * **Errors.** 404 is a miss. 408, 429, 5xx, dropped connections and timeouts are retried with exponential
   backoff, at most ``retries`` times per request; what still fails, and every other vendor error, becomes
   :class:`~cache_server.errors.StorageUnavailable` naming the bucket.

@@ -5,6 +5,7 @@ operations as JSON API requests through the backend's one :class:`~.transport.Tr
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -16,7 +17,7 @@ from google.auth.credentials import AnonymousCredentials, Credentials, Signing
 from google.cloud import storage
 
 from cache_server.errors import InvalidName
-from cache_server.storage.base import BlobInfo, ConcurrentBatch, parse_blob_name
+from cache_server.storage.base import MIB, BlobInfo, BlobReader, ConcurrentBatch, HeldReader, parse_blob_name
 from cache_server.storage.gcs.reader import GcsReader
 from cache_server.storage.gcs.signing import (
     IAM_ENDPOINT,
@@ -37,7 +38,13 @@ __all__ = ["MAX_SIGNED_URL_SECONDS", "GcsBlobStore"]
 
 MAX_SIGNED_URL_SECONDS = 7 * 24 * 3600  # the V4 limit
 READY_TIMEOUT_SECONDS = 5.0
-BATCH_WORKERS = 32  # object uploads of one batch in flight at once
+BATCH_WORKERS = 64  # object uploads of one batch in flight at once
+BATCH_BUFFER = 4 * MIB  # a blob up to this size waits for a worker in memory (64 x 4 MiB at most)
+META_HEADER = "x-goog-meta-"
+
+
+_TOO_LARGE = HeldReader(BlobInfo(name="", size=0, created=dt.datetime.min), [])
+"""What a whole read returns for an object larger than its limit: it is opened instead."""
 
 
 class GcsBlobStore:
@@ -55,10 +62,13 @@ class GcsBlobStore:
     ``iam_endpoint`` as the service account the credentials act as (a VM's attached account; see
     :mod:`.signing`), or as ``signing_service_account`` if given.
 
-    ``read_ahead``: how many small blobs a bundle reads at once (each costs two round trips).
+    Also a :class:`~cache_server.storage.base.ReadsWhole`: a small blob is one GET of its bytes, whose
+    response headers carry what a whole read needs (:meth:`read_whole`). ``read_ahead``: how many small blobs
+    a bundle reads at once, one round trip each; ``read_ahead_bytes``: how many bytes they may hold together.
     """
 
-    read_ahead = 32
+    read_ahead = 64
+    read_ahead_bytes = 64 * MIB
 
     def __init__(
         self,
@@ -167,6 +177,51 @@ class GcsBlobStore:
         url = self._transport.media_url(object_name, str(resource["generation"]))
         return GcsReader.open(self._transport, self._info(name, resource), url)
 
+    def read_whole(self, name: str, limit: int) -> BlobReader | None:
+        """One GET of the live object's bytes (the JSON metadata request :meth:`open` makes first is left
+        out): held in memory if its Content-Length is at most ``limit``, else dropped unread and the blob
+        opened as :meth:`open` does. ``info``: the size read (checked against Content-Length), Last-Modified
+        as ``created`` (an object here is never updated), the ``x-goog-meta-*`` headers as metadata."""
+        object_name = self._object_name(name)
+        transport = self._transport
+        url = transport.media_url(object_name)
+        action = f"read {name!r} from"
+
+        def attempt() -> HeldReader | None:
+            response = transport.send(
+                "GET", url, expect=(200, 404), headers={"Accept-Encoding": "identity"}, preload=False
+            )
+            try:
+                if response.status == 404:
+                    response.drain_conn()
+                    return None
+                declared = int(response.headers.get("Content-Length", "-1"))
+                if not 0 <= declared <= limit:
+                    response.close()  # its bytes stay unread: the connection is not reused
+                    return _TOO_LARGE
+                data = response.read(decode_content=False)  # urllib3 checks it against Content-Length
+                info = self._header_info(name, len(data), response.headers)
+                return HeldReader(info, [data] if data else [])
+            finally:
+                response.release_conn()
+
+        try:
+            held = transport.retrying(attempt)
+        except VENDOR_ERRORS as exc:
+            raise transport.unavailable(action, exc) from exc
+        if held is _TOO_LARGE:
+            return self.open(name)
+        return held
+
+    @staticmethod
+    def _header_info(name: str, size: int, headers: Mapping[str, str]) -> BlobInfo:
+        try:
+            created = email.utils.parsedate_to_datetime(headers.get("Last-Modified", ""))
+        except (TypeError, ValueError):
+            created = dt.datetime.now(dt.timezone.utc)
+        metadata = {k[len(META_HEADER) :]: v for k, v in headers.items() if k.lower().startswith(META_HEADER)}
+        return BlobInfo(name=name, size=size, created=created, metadata=metadata)
+
     def stat(self, name: str) -> BlobInfo | None:
         resource = self._transport.get_object(f"look up {name!r} in", self._object_name(name))
         return None if resource is None else self._info(name, resource)
@@ -210,7 +265,7 @@ class GcsBlobStore:
     def batch(self) -> ConcurrentBatch:
         """Puts of many small blobs with their round trips overlapped (see
         :class:`~cache_server.storage.base.PutsInBatches`): each is durable when GCS answers it."""
-        return ConcurrentBatch(self, workers=BATCH_WORKERS)
+        return ConcurrentBatch(self, workers=BATCH_WORKERS, buffer_limit=BATCH_BUFFER)
 
     def close(self) -> None:
         if self._sign_pool is not None:

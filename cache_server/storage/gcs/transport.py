@@ -7,6 +7,11 @@ connection pool, retry alike and fail with the same messages. The backend speaks
 than through google-cloud-storage's client: the client offers no public way to set the session's pool size,
 and since 3.x it fetches bucket metadata in the background to label traces, a request that needs
 ``storage.buckets.get``, which a role limited to objects lacks.
+
+The requests of small blobs (a whole read, a one-request upload) are many and cheap, so what a request costs
+in CPU matters as much as its round trip: through ``requests`` one costs about 0.8 ms of CPU, sent straight
+through the same connection pool with urllib3 (:meth:`Transport.send`) about 0.3 ms. Those go the short way,
+with the same credentials, retry policy, timeouts and errors; everything else goes through the session.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -27,6 +32,8 @@ from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import Credentials, with_scopes_if_required
 from google.auth.transport.requests import AuthorizedSession
 from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from requests.utils import get_environ_proxies
 
 from cache_server.errors import StorageUnavailable
 
@@ -45,7 +52,7 @@ log = logging.getLogger(__name__)
 SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
 PUBLIC_ENDPOINT = "https://storage.googleapis.com"
 MTLS_ENDPOINT = "https://storage.mtls.googleapis.com"
-POOL_SIZE = 64  # connections kept per host: a threaded server reads and writes many blobs at once
+POOL_SIZE = 256  # connections kept per host: several bundles each read up to 64 blobs at once, and uploads
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 _T = TypeVar("_T")
@@ -57,6 +64,21 @@ class HttpError(Exception):
     def __init__(self, response: requests.Response) -> None:
         super().__init__(f"{response.status_code} {response.reason}: {response.text[:200]}")
         self.response = response
+
+    @classmethod
+    def of(cls, url: str, response: urllib3.BaseHTTPResponse) -> HttpError:
+        """The error for a urllib3 response (read and released here), worded as for a requests one."""
+        converted = requests.Response()
+        converted.status_code = response.status
+        converted.reason = response.reason or ""
+        converted.headers = CaseInsensitiveDict(response.headers)
+        converted.url = url
+        try:
+            converted._content = response.data[: 64 * 1024]  # an error's body is short
+        except VENDOR_ERRORS:
+            converted._content = b""
+        response.release_conn()
+        return cls(converted)
 
 
 VENDOR_ERRORS: tuple[type[BaseException], ...] = (
@@ -176,12 +198,22 @@ class Transport:
         self.objects_url = f"{self.endpoint}/storage/v1{bucket_path}"
         self.upload_url = f"{self.endpoint}/upload/storage/v1{bucket_path}"
         self.download_url = f"{self.endpoint}/download/storage/v1{bucket_path}"
+        # The short way (send) uses the session's own pool (with its client certificate, if any); where the
+        # environment names a proxy for the endpoint, only the session knows how to use it.
+        proxied = session.trust_env and bool(get_environ_proxies(self.endpoint))
+        adapter = session.get_adapter(self.endpoint)
+        self._pool: urllib3.PoolManager | None = None
+        if isinstance(adapter, HTTPAdapter) and not proxied:
+            self._pool = adapter.poolmanager
+        self._auth_request = session._auth_request  # what refreshes the credentials
 
     def object_url(self, object_name: str) -> str:
         return f"{self.objects_url}/{quote(object_name, safe='')}"
 
-    def media_url(self, object_name: str, generation: str) -> str:
-        return f"{self.download_url}/{quote(object_name, safe='')}?alt=media&generation={generation}"
+    def media_url(self, object_name: str, generation: str | None = None) -> str:
+        """The URL of the object's bytes: those of ``generation``, or of the live one."""
+        url = f"{self.download_url}/{quote(object_name, safe='')}?alt=media"
+        return url if generation is None else f"{url}&generation={generation}"
 
     # -- requests ----------------------------------------------------------------------------------------
     def request(
@@ -197,6 +229,85 @@ class Transport:
             response.close()
             raise HttpError(response)
         return response
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        expect: Collection[int],
+        headers: Mapping[str, str] | None = None,
+        body: bytes | Iterable[bytes] | None = None,
+        preload: bool = True,
+    ) -> urllib3.BaseHTTPResponse:
+        """One attempt, the short way: like :meth:`request` (credentials, timeout, :class:`HttpError`), but
+        straight through the session's connection pool with urllib3, for a fraction of the CPU.
+
+        ``url`` carries its query already; an iterable ``body`` needs a Content-Length header. With
+        ``preload`` the body is read (``.data``) and the connection back in the pool; without, the caller
+        reads it and calls ``release_conn()``. Where a proxy is configured this goes through the session.
+        """
+        if self._pool is None:
+            return self._send_by_session(method, url, expect, headers, body, preload)
+        timeout = urllib3.Timeout(connect=self.timeout, read=self.timeout)
+        for refreshed in (False, True):
+            sent = dict(headers or {})
+            self.credentials.before_request(self._auth_request, method, url, sent)  # type: ignore[no-untyped-call]
+            response = self._pool.urlopen(
+                method,
+                url,
+                body=body,
+                headers=sent,
+                retries=False,
+                redirect=False,
+                timeout=timeout,
+                preload_content=preload,
+                decode_content=False,
+            )
+            if response.status == 401 and not refreshed and not isinstance(body, Iterator):
+                response.drain_conn()
+                response.release_conn()
+                self.credentials.refresh(self._auth_request)  # type: ignore[no-untyped-call]
+                continue
+            break
+        if response.status not in expect:
+            raise HttpError.of(url, response)
+        return response
+
+    def call_short(
+        self,
+        action: str,
+        method: str,
+        url: str,
+        *,
+        expect: Collection[int],
+        headers: Mapping[str, str] | None = None,
+        body: bytes | Iterable[bytes] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        """:meth:`send` (body read, connection back in the pool), retried as :meth:`call` retries; what still
+        fails is StorageUnavailable. A ``body`` that is retried must be iterable more than once."""
+        try:
+            return self.retrying(lambda: self.send(method, url, expect=expect, headers=headers, body=body))
+        except VENDOR_ERRORS as exc:
+            raise self.unavailable(action, exc) from exc
+
+    def _send_by_session(
+        self,
+        method: str,
+        url: str,
+        expect: Collection[int],
+        headers: Mapping[str, str] | None,
+        body: bytes | Iterable[bytes] | None,
+        preload: bool,
+    ) -> urllib3.BaseHTTPResponse:
+        response = self.request(method, url, expect=range(100, 600), headers=headers, data=body, stream=True)
+        raw: urllib3.BaseHTTPResponse = response.raw
+        if response.status_code not in expect:
+            raise HttpError.of(url, raw)
+        if preload:
+            raw.read(decode_content=False, cache_content=True)
+            raw.release_conn()
+        return raw
 
     def call(
         self,
