@@ -159,20 +159,15 @@ class AdminRepository:
         return True
 
     def top_graphs(self, limit: int, namespace: str | None = None, examples: int = 3) -> list[GraphGroup]:
-        """The modules with the most distinct shape signatures, with a few of their shapes as examples."""
-        joined = (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key)
+        """The modules with the most distinct shape signatures, with a few of their shapes as examples.
+
+        Ranked from ``entry_graphs`` alone (an index-only walk of ``ix_entry_graphs_module_signature``: every
+        row there has its entry, the foreign key sees to it); the entries' bytes and hits are summed for the
+        ``limit`` groups shown only.
+        """
         variants = func.count(func.distinct(EntryGraph.signature))
         stmt = (
-            select(
-                EntryGraph.namespace,
-                EntryGraph.module,
-                variants,
-                func.count(),
-                func.sum(Entry.size),
-                func.sum(Entry.hits),
-                func.max(EntryGraph.source),
-            )
-            .join(Entry, joined)
+            select(EntryGraph.namespace, EntryGraph.module, variants, func.count())
             .where(EntryGraph.module.is_not(None))
             .group_by(EntryGraph.namespace, EntryGraph.module)
             .order_by(variants.desc(), func.count().desc(), EntryGraph.namespace, EntryGraph.module)
@@ -180,12 +175,19 @@ class AdminRepository:
         )
         if namespace is not None:
             stmt = stmt.where(EntryGraph.namespace == namespace)
+        joined = (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key)
         groups: list[GraphGroup] = []
         with self._db.transaction() as session:
-            for ns, module, n_variants, n_entries, size, hits, source in session.execute(stmt).all():
+            for ns, module, n_variants, n_entries in session.execute(stmt).all():
+                of_group = (EntryGraph.namespace == ns) & (EntryGraph.module == module)
+                size, hits, source = session.execute(
+                    select(func.sum(Entry.size), func.sum(Entry.hits), func.max(EntryGraph.source))
+                    .join(Entry, joined)
+                    .where(of_group)
+                ).one()
                 shown = session.scalars(
                     select(EntryGraph.shapes)
-                    .where(EntryGraph.namespace == ns, EntryGraph.module == module)
+                    .where(of_group)
                     .group_by(EntryGraph.shapes)
                     .order_by(EntryGraph.shapes)
                     .limit(examples)

@@ -324,14 +324,20 @@ class EntryRepository:
         """
         chosen: list[EntryInfo] = []
         budget = max_bytes
+        columns = [getattr(Entry, field.name) for field in fields(EntryInfo)]
         query = (
-            select(Entry)
+            select(*columns)
             .where(Entry.namespace == namespace)
-            .order_by(Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key)
-            .execution_options(yield_per=1000)
+            .order_by(Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key)  # ix_entries_manifest_order
         )
-        # yield_per is a server-side cursor on PostgreSQL: close it even when the loop stops early.
-        with self._db.transaction() as session, session.scalars(query) as rows:
+        if budget is None and max_entries is not None:
+            query = query.limit(max_entries)  # nothing is skipped: the first rows are the answer
+        # Core rows (no ORM objects), streamed: with a byte budget the walk may go far. yield_per is a
+        # server-side cursor on PostgreSQL: close it even when the loop stops early.
+        with (
+            self._db.transaction() as session,
+            session.execute(query.execution_options(yield_per=1000)) as rows,
+        ):
             for row in rows:
                 if max_entries is not None and len(chosen) >= max_entries:
                     break
@@ -339,7 +345,7 @@ class EntryRepository:
                     if row.size > budget:
                         continue
                     budget -= row.size
-                chosen.append(entry_info(row))
+                chosen.append(EntryInfo(*row))
         return chosen
 
     # -- access accounting ------------------------------------------------------------------------------

@@ -104,7 +104,6 @@ class Entry(Base):
     __tablename__ = "entries"
     __table_args__ = (
         Index("ix_entries_last_access_at", "last_access_at"),
-        Index("ix_entries_namespace_hits", "namespace", "hits"),
         Index("ix_entries_stored_by", "stored_by"),
     )
 
@@ -120,6 +119,17 @@ class Entry(Base):
     compile_time_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)  # as the client declared it
     stored_by: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the token's id (auth on)
+
+
+# The manifest's order, whole: a manifest reads its first rows off this index and stops, instead of sorting
+# the namespace (entries of equal hits, all of them on a new cache, would otherwise be sorted together).
+Index(
+    "ix_entries_manifest_order",
+    Entry.namespace,
+    Entry.hits.desc(),
+    Entry.last_access_at.desc(),
+    Entry.key,
+)
 
 
 class EntryTotals(Base):
@@ -177,7 +187,7 @@ class EntryGraph(Base):
     __tablename__ = "entry_graphs"
     __table_args__ = (
         ForeignKeyConstraint(["namespace", "key"], ["entries.namespace", "entries.key"], ondelete="CASCADE"),
-        Index("ix_entry_graphs_namespace_module", "namespace", "module"),
+        Index("ix_entry_graphs_module_signature", "namespace", "module", "signature"),
     )
 
     namespace: Mapped[str] = mapped_column(String(128), primary_key=True)

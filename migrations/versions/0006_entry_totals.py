@@ -1,4 +1,5 @@
-"""entry_totals: entries and bytes stored per namespace and token, kept by triggers on entries
+"""entry_totals: entries and bytes stored per namespace and token, kept by triggers on entries; the
+manifest's order and top graphs' ranking as indexes
 
 Stats, the stored-bytes gauges and the budgets read these few rows instead of counting every entry. The
 triggers run in the transaction of each statement that inserts, deletes or changes an entry (whoever writes
@@ -109,9 +110,27 @@ def upgrade() -> None:
     for statement in _POSTGRESQL if op.get_bind().dialect.name == "postgresql" else _SQLITE:
         op.execute(statement)
     op.execute(_BACKFILL)
+    # The manifest's whole order (most hits, then most recently used, then key): read off the index, never
+    # sorted. It replaces (namespace, hits), which only led the order.
+    op.drop_index("ix_entries_namespace_hits", table_name="entries")
+    op.create_index(
+        "ix_entries_manifest_order",
+        "entries",
+        ["namespace", sa.text("hits DESC"), sa.text("last_access_at DESC"), "key"],
+        unique=False,
+    )
+    # Top graphs are ranked by distinct signatures per module: this index alone answers that.
+    op.drop_index("ix_entry_graphs_namespace_module", table_name="entry_graphs")
+    op.create_index(
+        "ix_entry_graphs_module_signature", "entry_graphs", ["namespace", "module", "signature"], unique=False
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_entry_graphs_module_signature", table_name="entry_graphs")
+    op.create_index("ix_entry_graphs_namespace_module", "entry_graphs", ["namespace", "module"], unique=False)
+    op.drop_index("ix_entries_manifest_order", table_name="entries")
+    op.create_index("ix_entries_namespace_hits", "entries", ["namespace", "hits"], unique=False)
     postgresql = op.get_bind().dialect.name == "postgresql"
     for name in ("insert", "delete", "update"):
         op.execute(f"DROP TRIGGER IF EXISTS entry_totals_{name}" + (" ON entries" if postgresql else ""))
