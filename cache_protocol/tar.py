@@ -74,8 +74,10 @@ def _number(field_bytes: bytes, what: str) -> int:
 def _checksum_ok(header: bytes) -> bool:
     stored = _number(header[148:156], "checksum")
     unsigned = sum(header[:148]) + 8 * 0x20 + sum(header[156:])
+    if stored == unsigned:  # the usual case: the byte-by-byte signed sum below is 30 times slower
+        return True
     signed = unsigned - sum(2 * b for b in header[:148] + header[156:] if b >= 0x80)
-    return stored in (unsigned, signed)
+    return stored == signed
 
 
 def _pax_records(data: bytes) -> dict[str, str]:
