@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -187,7 +187,7 @@ class Database:
         Bounded by the statement timeout unless ``streaming`` (a read whose caller does work between rows,
         such as eviction's walk over every entry).
         """
-        try:
+        with self._mapped_errors():
             if self._watchdog is None or streaming:
                 with self._sessions.begin() as session:
                     yield session
@@ -202,6 +202,26 @@ class Database:
                     raise
                 finally:
                     self._watchdog.unwatch()
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A Core connection for one short read (no ORM session: a point lookup costs half as much), bounded
+        by the statement timeout; what it began is rolled back at the end."""
+        with self._mapped_errors(), self.engine.connect() as connection:
+            if self._watchdog is None:
+                yield connection
+                return
+            self._watchdog.watch(connection.connection.dbapi_connection)
+            try:
+                yield connection
+            finally:
+                self._watchdog.unwatch()
+
+    @contextmanager
+    def _mapped_errors(self) -> Iterator[None]:
+        """An unreachable, overloaded or full database as :class:`IndexUnavailable`."""
+        try:
+            yield
         except PoolTimeout as exc:
             # Every pooled connection is busy (or stuck on a database that stopped answering).
             raise IndexUnavailable(

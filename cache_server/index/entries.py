@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sqlalchemy import Select, func, insert, select, update
+from sqlalchemy import Select, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
@@ -82,6 +82,10 @@ class EntryRecord:
 def entry_info(row: Entry) -> EntryInfo:
     """The domain object of an ``entries`` row (its fields are columns of the row)."""
     return EntryInfo(**{field.name: getattr(row, field.name) for field in fields(EntryInfo)})
+
+
+_ENTRY_COLUMNS = select(*(getattr(Entry, field.name) for field in fields(EntryInfo)))  # as EntryInfo(*row)
+_ONE_ENTRY = _ENTRY_COLUMNS.where(Entry.namespace == bindparam("namespace"), Entry.key == bindparam("key"))
 
 
 def stored_per_namespace() -> Select[str, int, int]:
@@ -173,27 +177,29 @@ class EntryRepository:
 
     # -- entries ----------------------------------------------------------------------------------------
     def get_entry(self, namespace: str, key: str) -> EntryInfo | None:
-        with self._db.transaction() as session:
-            row = session.get(Entry, (namespace, key))
-            return entry_info(row) if row is not None else None
+        """One entry by its key: the lookup of every GET and HEAD, so a Core row (an ORM object costs
+        twice the time of the whole query)."""
+        with self._db.reading() as connection:
+            row = connection.execute(_ONE_ENTRY, {"namespace": namespace, "key": key}).first()
+            return EntryInfo(*row) if row is not None else None
 
     def get_entries(self, namespace: str, keys: Sequence[str]) -> dict[str, EntryInfo]:
         """The stored entries among ``keys``, by key."""
         found: dict[str, EntryInfo] = {}
-        with self._db.transaction() as session:
+        with self._db.reading() as connection:
             for part in chunked(list(dict.fromkeys(keys))):
-                rows = session.scalars(select(Entry).where(Entry.namespace == namespace, Entry.key.in_(part)))
-                found.update((row.key, entry_info(row)) for row in rows)
+                query = _ENTRY_COLUMNS.where(Entry.namespace == namespace, Entry.key.in_(part))
+                found.update((row.key, EntryInfo(*row)) for row in connection.execute(query))
         return found
 
     def missing_keys(self, namespace: str, keys: Sequence[str]) -> list[str]:
         """The keys, in the order given and without duplicates, that have no entry."""
         unique = list(dict.fromkeys(keys))
         present: set[str] = set()
-        with self._db.transaction() as session:
+        with self._db.reading() as connection:
             for part in chunked(unique):
                 present.update(
-                    session.scalars(
+                    connection.scalars(
                         select(Entry.key).where(Entry.namespace == namespace, Entry.key.in_(part))
                     )
                 )
