@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Select, bindparam, func, insert, select, update
@@ -76,7 +76,8 @@ class EntryRecord:
 
     def row(self) -> dict[str, Any]:
         """The ``entries`` row of a new entry: never used yet."""
-        return {**asdict(self), "last_access_at": self.created_at, "hits": 0}
+        row = {field.name: getattr(self, field.name) for field in fields(self)}  # asdict deep-copies: slow
+        return {**row, "last_access_at": self.created_at, "hits": 0}
 
 
 def entry_info(row: Entry) -> EntryInfo:
@@ -245,14 +246,16 @@ class EntryRepository:
             assert all(record.namespace == namespace for record in part), "one namespace per call"
             with self._db.transaction() as session:
                 self._add_namespaces(session, {namespace: min(r.created_at for r in part)})
-                stmt = self._db.insert(Entry).values([record.row() for record in part])
+                # One statement, executed for many rows: compiled once and cached (a multi-row VALUES
+                # of 500 rows is compiled anew every time, a third of a bulk upload's index work).
+                stmt = self._db.insert(Entry)
                 changing = {
                     column: stmt.excluded[column]
                     for column in part[0].row()
                     if column not in ("namespace", "key")
                 }
                 upsert = stmt.on_conflict_do_update(index_elements=["namespace", "key"], set_=changing)
-                session.execute(upsert)
+                session.execute(upsert, [record.row() for record in part])
                 session.execute(insert(EntryFeed), [{"namespace": r.namespace, "key": r.key} for r in part])
                 add_counts(
                     self._db,
