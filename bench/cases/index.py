@@ -86,11 +86,11 @@ def _insert(database: Database, repository: EntryRepository, records: list[Entry
     repository.add_missing_entries(list(first.values()))
     rest = [r.row() for r in records if first.get(r.namespace) is not r]
     if rest:
-        # Multi-row statements, as the server's own bulk writes are: the triggers that keep entry_totals
-        # run once per statement on PostgreSQL (an executemany would be a statement, and an update, per row).
+        # Multi-row statements of 1,000 rows (SQLAlchemy's "insertmanyvalues", which RETURNING turns on), as
+        # the server's own bulk writes are: the triggers that keep entry_totals run once per statement on
+        # PostgreSQL (a plain executemany would be a statement, and an update of entry_totals, per row).
         with database.transaction() as session:
-            for start in range(0, len(rest), 2000):
-                session.execute(insert(Entry).values(rest[start : start + 2000]))
+            session.execute(insert(Entry).returning(Entry.key), rest).all()
 
 
 def _one_database(ctx: Context, result: CaseResult, kind: str, entries: int, evict: int) -> None:
