@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import tarfile
 import threading
 import time
 from collections import OrderedDict
@@ -25,7 +24,7 @@ from cache_protocol import (
     SHA256_HEADER,
     UPLOADER_MAX_LENGTH,
 )
-from cache_protocol.tar import TarMember
+from cache_protocol.tar import BLOCK, END, TarMember, member_header, padding
 from cache_server.access import AccessRecorder
 from cache_server.bulk import BulkResult, put_members
 from cache_server.domain import Clock, EntryInfo, NamespaceInfo, utcnow
@@ -59,7 +58,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-TAR_BLOCK = 512
 WHOLE_READ_BYTES = 1024 * 1024
 """Entries up to this size are read whole and verified before the first byte is sent (one piece, no
 stream): a blob found corrupt then costs its reader a miss, not a broken transfer."""
@@ -568,17 +566,12 @@ class CacheService:
                 )
                 continue
             self._access.hit(entry.namespace, entry.key, entry.size)
-            info = tarfile.TarInfo(entry.key)
-            info.size = entry.size
-            info.mtime = int(entry.created_at.timestamp())
-            info.mode = 0o644
-            info.pax_headers = {BUNDLE_SHA256_PAX: entry.sha256}
-            yield info.tobuf(format=tarfile.PAX_FORMAT)
+            mtime = int(entry.created_at.timestamp())
+            yield member_header(entry.key, entry.size, mtime, {BUNDLE_SHA256_PAX: entry.sha256})
             yield from self._verified(entry, reader)
-            padding = -entry.size % TAR_BLOCK
-            if padding:
-                yield b"\0" * padding
-        yield b"\0" * (2 * TAR_BLOCK)
+            if entry.size % BLOCK:
+                yield padding(entry.size)
+        yield END
 
     def sign_entries(self, namespace: str, keys: Sequence[str]) -> SignedUrls:
         """Signed URLs for the stored entries among ``keys`` (each a hit; each absent key a miss).

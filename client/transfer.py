@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tarfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
+from cache_protocol.tar import BLOCK, END, member_header, padding
 from client.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
 from client.bundle import extract_bundle
 from client.cachedir import (
@@ -394,19 +394,16 @@ def _send_bulk(
                 result.retry.append(item.key)
                 result.errors.append(f"{item.key}: {exc.strerror or exc}")
                 continue
-            info = tarfile.TarInfo(item.key)
-            info.size = len(data)
-            info.mode = 0o644
-            info.pax_headers = {BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
+            records = {BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
             if item.key in compile_times:
-                info.pax_headers[BUNDLE_COMPILE_TIME_PAX] = str(compile_times[item.key])
+                records[BUNDLE_COMPILE_TIME_PAX] = str(compile_times[item.key])
             sent[item.key] = len(data)
-            yield info.tobuf(format=tarfile.PAX_FORMAT)
+            yield member_header(item.key, len(data), records=records)
             yield data
-            if len(data) % tarfile.BLOCKSIZE:
-                yield b"\0" * (tarfile.BLOCKSIZE - len(data) % tarfile.BLOCKSIZE)
+            if len(data) % BLOCK:
+                yield padding(len(data))
             progress.advance(nbytes=len(data))
-        yield b"\0" * (2 * tarfile.BLOCKSIZE)
+        yield END
 
     answer = api.put_entries(namespace, stream, deadline)
     for member in answer.get("results", []):

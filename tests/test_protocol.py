@@ -5,7 +5,9 @@ index, the rollup and the stats response are one list."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import BigInteger, inspect
 
 import cache_protocol
+from cache_protocol.tar import BLOCK, END, TarReader, member_header, padding
 from cache_server.api.admin_schemas import CountersOut, DayOut
 from cache_server.domain import COUNTERS
 from cache_server.errors import InvalidName
@@ -88,3 +91,38 @@ def test_counters_are_one_list() -> None:
         assert counter_columns == set(COUNTERS), table.__tablename__
     shown = {name.replace("_ms_saved", "_seconds_saved") for name in COUNTERS}
     assert shown <= set(CountersOut.model_fields) and shown <= set(DayOut.model_fields)
+
+
+def test_written_members_read_back_by_tarfile_and_by_the_strict_reader() -> None:
+    members = [
+        ("1" * 39, b"abc", {"XLA_CACHE.sha256": "a" * 64, "XLA_CACHE.compile_time_ms": "12"}),
+        ("jit_f-" + "e" * 120, b"x" * 513, {}),  # longer than the 100 bytes a plain header holds
+        ("ümlaut", b"", {"note": "v" * 300}),  # not ASCII; a record whose length needs three digits
+        ("plain", b"y" * 512, {}),
+    ]
+    stream = b"".join(member_header(n, len(d), 1_700_000_000, r) + d + padding(len(d)) for n, d, r in members)
+    stream += END
+    assert len(stream) % BLOCK == 0
+    with tarfile.open(fileobj=io.BytesIO(stream), mode="r|") as archive:
+        for (name, data, records), member in zip(members, archive, strict=True):
+            assert (member.name, member.size, member.mode, member.mtime) == (
+                name,
+                len(data),
+                0o644,
+                1_700_000_000,
+            )
+            assert member.isreg()
+            extracted = archive.extractfile(member)
+            assert extracted is not None and extracted.read() == data
+            assert {k: member.pax_headers[k] for k in records} == records
+    pieces = iter([stream])
+    read = [(m.name, b"".join(m.chunks())) for m in TarReader(lambda _n: next(pieces, b"")).members()]
+    assert read == [(name, data) for name, data, _ in members]
+
+
+def test_a_size_over_the_plain_header_goes_in_a_pax_record() -> None:
+    size = 9 * 1024**3  # over the 8 GiB an octal size field holds
+    header = member_header("big", size)
+    pieces = iter([header])
+    member = next(TarReader(lambda _n: next(pieces, b"")).members())
+    assert (member.name, member.size) == ("big", size)
