@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument("--gcs-timeout", type=float, help="seconds per push or warm in gcs-latency")
     parser.add_argument("--index-entries", type=int, help="entries in index-scale (default 1,000,000)")
+    parser.add_argument("--seed-shapes", type=int, help="shapes in seed-e2e (default 2,000)")
     args = parser.parse_args(argv)
     if args.reps < MIN_REPS:
         parser.error(f"--reps must be at least {MIN_REPS}")
@@ -172,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         reps=args.reps,
         scratch=scratch,
-        options={"gcs_timeout": args.gcs_timeout, "index_entries": args.index_entries},
+        options={
+            "gcs_timeout": args.gcs_timeout,
+            "index_entries": args.index_entries,
+            "seed_shapes": args.seed_shapes,
+        },
     )
     info = machine()
     info["disk"] = disk_of(scratch)

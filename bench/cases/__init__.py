@@ -1,8 +1,8 @@
 """Every case; importing this package registers them. :data:`ORDER` is the order they run in."""
 
-from bench.cases import compression, follow, gcs, http, index, transfer
+from bench.cases import compression, follow, gcs, http, index, seed, transfer
 
-__all__ = ["ORDER", "compression", "follow", "gcs", "http", "index", "transfer"]
+__all__ = ["ORDER", "compression", "follow", "gcs", "http", "index", "seed", "transfer"]
 
 ORDER = (
     "tar-floor",
@@ -15,4 +15,5 @@ ORDER = (
     "compression",
     "follow",
     "index-scale",
+    "seed-e2e",
 )

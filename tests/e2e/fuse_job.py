@@ -6,7 +6,7 @@ cache with ``client.warm()`` first (unless ``--no-warm``), runs the shapes, flus
 JSON line: torch_xla's cache counters, the warm and upload reports, and a digest of every output.
 
     python tests/e2e/fuse_job.py --server URL --cache-dir DIR --shapes 60 [--spmd] [--corrupt-local]
-        [--order-seed N] [--follow]
+        [--order-seed N] [--follow] [--no-warm | --no-cache] [--seq-len 128]
 
 With ``--order-seed`` the shapes run in an order shuffled by that seed, each with inputs drawn from its own
 shape (so jobs in different orders compute the same outputs), and the digests are keyed by shape.
@@ -34,9 +34,19 @@ VOCAB = 97
 SEQ_LEN = 64
 
 
-def shapes(count: int) -> list[tuple[int, int]]:
-    """``count`` distinct (images, text tokens) pairs that fit in SEQ_LEN."""
-    pairs = [(images, text) for text in range(1, 41) for images in range(0, 6)]
+def shapes(count: int, seq_len: int = SEQ_LEN) -> list[tuple[int, int]]:
+    """``count`` distinct (images, text tokens) pairs that fit in ``seq_len`` (at most 240 at the default
+    64; 2,112 at 128, for the benchmark's 2,000-shape seed workload)."""
+    if seq_len == SEQ_LEN:
+        pairs = [(images, text) for text in range(1, 41) for images in range(0, 6)]
+    else:
+        pairs = [
+            (images, text)
+            for images in range(seq_len // PATCHES_PER_IMAGE)
+            for text in range(1, seq_len - images * PATCHES_PER_IMAGE + 1)
+        ]
+    if count > len(pairs):
+        raise SystemExit(f"--shapes {count}: only {len(pairs)} distinct shapes fit in --seq-len {seq_len}")
     return pairs[:count]
 
 
@@ -48,6 +58,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--spmd", action="store_true")
     parser.add_argument("--no-warm", action="store_true", help="initialize the cache directly (baseline)")
+    parser.add_argument("--no-cache", action="store_true", help="no persistent cache at all (a cold job)")
+    parser.add_argument("--seq-len", type=int, default=SEQ_LEN, help="the padded length (more shapes fit)")
     parser.add_argument("--corrupt-local", action="store_true", help="damage the warmed files before running")
     parser.add_argument("--no-flush", action="store_true", help="leave the uploads to the exit handler")
     parser.add_argument("--order-seed", type=int, help="run the shapes in this shuffled order")
@@ -66,7 +78,9 @@ def main() -> int:
         xr.use_spmd()
 
     started = time.monotonic()
-    if args.no_warm:
+    if args.no_cache:
+        warm_report = None
+    elif args.no_warm:
         xr.initialize_cache(args.cache_dir, readonly=False)
         warm_report = None
     else:
@@ -96,7 +110,7 @@ def main() -> int:
         xs.mark_sharding(table, mesh, (None, "model"))
 
     digests = []
-    order = shapes(args.shapes)
+    order = shapes(args.shapes, args.seq_len)
     if args.order_seed is not None:
         import random
 
@@ -111,7 +125,7 @@ def main() -> int:
         image_embeddings = patches @ projection
         text_embeddings = table[token_ids]
         fused = torch.cat([image_embeddings, text_embeddings], dim=0)
-        padded = torch.nn.functional.pad(fused, (0, 0, 0, SEQ_LEN - fused.shape[0]))
+        padded = torch.nn.functional.pad(fused, (0, 0, 0, args.seq_len - fused.shape[0]))
         if mesh is not None:
             import torch_xla.distributed.spmd as xs
 
