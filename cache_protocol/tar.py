@@ -90,11 +90,12 @@ def member_header(name: str, size: int, mtime: int = 0, records: dict[str, str] 
         raw_name = raw_name[:100].decode("utf-8", "ignore").encode("ascii", "replace")
     if size > _MAX_OCTAL_SIZE:
         records["size"] = str(size)
-    head = _ustar(raw_name, 0 if size > _MAX_OCTAL_SIZE else size, max(0, mtime), b"0")
+    mtime = min(max(0, mtime), _MAX_OCTAL_SIZE)  # what the field holds (the year 4147)
+    head = _ustar(raw_name, 0 if size > _MAX_OCTAL_SIZE else size, mtime, b"0")
     if not records:
         return head
     pax = b"".join(_pax_record(keyword, value) for keyword, value in records.items())
-    return _ustar(_PAX_NAME, len(pax), max(0, mtime), b"x") + pax + padding(len(pax)) + head
+    return _ustar(_PAX_NAME, len(pax), mtime, b"x") + pax + padding(len(pax)) + head
 
 
 def padding(size: int) -> bytes:

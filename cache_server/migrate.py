@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +44,8 @@ def one_at_a_time(settings: Settings) -> Iterator[None]:
 
     PostgreSQL: a session advisory lock on a connection of its own, with no statement timeout (a migration
     may take longer than the bound on a request). A SQLite file: ``flock`` on ``<database>.migrate.lock``
-    beside it (SQLite is one host's). An in-memory database has nobody to race.
+    beside it (SQLite is one host's). An in-memory database has nobody to race. The PostgreSQL lock is a
+    session's: run migrations on a direct connection, not through a pooler in transaction mode.
     """
     url = settings.resolved_database_url
     if url.startswith("postgresql"):
@@ -59,8 +61,11 @@ def one_at_a_time(settings: Settings) -> Iterator[None]:
                 try:
                     yield
                 finally:
-                    connection.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID})
-                    connection.commit()
+                    # Closing the connection releases the lock too: a failed unlock must not hide the
+                    # migration's own error.
+                    with contextlib.suppress(Exception):
+                        connection.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": MIGRATION_LOCK_ID})
+                        connection.commit()
         finally:
             engine.dispose()
         return

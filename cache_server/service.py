@@ -1,7 +1,11 @@
 """The cache service: namespaces and entries (put, read, manifest, bundle, signed URLs). No HTTP here.
 
 Consistency rules (DESIGN.md): the blob is written before its index row, and removed after it; a reader
-only gets bytes whose SHA-256 matches the index (checked while streaming: a mismatch breaks the stream).
+never gets complete bytes whose SHA-256 does not match the index: small entries are checked before their
+first byte, large ones while they stream (a mismatch breaks the stream). One exception, for speed: a large
+blob whose unchanged file this process has already hashed is streamed unhashed for a while
+(:class:`VerifiedFiles`): damage the file system does not notice (bit rot) then reaches the client whole,
+and the client's own SHA-256 check (every client here makes it) is what refuses it.
 
 The service owns what it is given: nothing else touches its repository or its store.
 """
@@ -445,13 +449,21 @@ class CacheService:
 
     def _drop_corrupt(self, entry: EntryInfo) -> None:
         """Remove an entry whose stored bytes no longer match its digest (row first, then blob), so that the
-        next upload of it stores it afresh instead of finding the bad blob "already stored"."""
+        next upload of it stores it afresh instead of finding the bad blob "already stored".
+
+        Only the entry that was read: a key evicted and stored again with other bytes since the read (its
+        row and blob carry the new digest) is left alone.
+        """
+        name = blob_name(entry.namespace, entry.key)
         try:
-            if self._entries.delete_entry(entry.namespace, entry.key) is not None:
-                self._store.delete(blob_name(entry.namespace, entry.key))
-                log.error(
-                    "dropped corrupt entry %s/%s; its next upload stores it again", entry.namespace, entry.key
-                )
+            if self._entries.delete_entry(entry.namespace, entry.key, sha256=entry.sha256) is None:
+                return
+            info = self._store.stat(name)
+            if info is not None and info.metadata.get("sha256") == entry.sha256:
+                self._store.delete(name)
+            log.error(
+                "dropped corrupt entry %s/%s; its next upload stores it again", entry.namespace, entry.key
+            )
         except Exception:  # the read already failed; a failed clean-up must not hide that
             log.exception("could not drop corrupt entry %s/%s", entry.namespace, entry.key)
 

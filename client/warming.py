@@ -200,8 +200,12 @@ def _talk(plan: _Plan, api: CacheApi) -> tuple[_Synced, float]:
     done = threading.Event()
 
     def work() -> None:
-        _sync(plan, api, deadline, cancel, synced)
-        done.set()
+        try:
+            _sync(plan, api, deadline, cancel, synced)
+        except Exception as exc:  # a bug, not the server: report it as what it is, not as a timeout
+            synced.errors.append(f"the warm failed: {type(exc).__name__}: {exc}")
+        finally:
+            done.set()
 
     worker = threading.Thread(target=work, name="xla-cache-warm", daemon=True)
     started = time.monotonic()

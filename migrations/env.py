@@ -39,6 +39,12 @@ def run_migrations_online() -> None:
     engine = make_engine(settings)
     try:
         with engine.connect() as connection:
+            if connection.dialect.name == "postgresql":
+                # A migration may rightly take longer than the bound on a request (a backfill, an index over
+                # every entry), and waits a while for the running servers' short transactions.
+                connection.exec_driver_sql("SET statement_timeout = 0")
+                connection.exec_driver_sql("SET lock_timeout = '120s'")
+                connection.commit()  # session settings: they outlive this transaction
             context.configure(
                 connection=connection,
                 target_metadata=target_metadata,

@@ -316,11 +316,12 @@ class EntryRepository:
                 added += len(session.execute(stmt).all())
         return added
 
-    def delete_entry(self, namespace: str, key: str) -> EntryInfo | None:
-        """Remove an entry's row; returns what was removed."""
+    def delete_entry(self, namespace: str, key: str, *, sha256: str | None = None) -> EntryInfo | None:
+        """Remove an entry's row (only if it still has digest ``sha256``, when given); returns what was
+        removed."""
         with self._db.transaction() as session:
             row = session.get(Entry, (namespace, key))
-            if row is None:
+            if row is None or (sha256 is not None and row.sha256 != sha256):
                 return None
             session.delete(row)
             return entry_info(row)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import tarfile
@@ -353,3 +354,14 @@ def test_unknown_route_and_method_are_json(client: TestClient) -> None:
     wrong = client.patch(f"{URL}/k")
     assert wrong.status_code == 405
     assert wrong.json()["error"] == "method_not_allowed"
+
+
+def test_dropping_a_corrupt_read_spares_the_key_stored_again_since(
+    client: TestClient, services: Services
+) -> None:
+    """A bundle reads a row, the key is evicted and stored again with other bytes, and only then does the
+    read find the old digest wrong: the new entry must stay."""
+    put(client, "k", b"new bytes")
+    stale = dataclasses.replace(services.cache.head_entry(NS, "k"), sha256=sha(b"old bytes"))
+    services.cache._drop_corrupt(stale)
+    assert client.get(f"{URL}/k").content == b"new bytes"

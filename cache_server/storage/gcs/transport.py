@@ -16,6 +16,7 @@ with the same credentials, retry policy, timeouts and errors; everything else go
 
 from __future__ import annotations
 
+import functools
 import http.client
 import logging
 import os
@@ -23,7 +24,7 @@ import random
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import google.auth
 import requests
@@ -198,14 +199,16 @@ class Transport:
         self.objects_url = f"{self.endpoint}/storage/v1{bucket_path}"
         self.upload_url = f"{self.endpoint}/upload/storage/v1{bucket_path}"
         self.download_url = f"{self.endpoint}/download/storage/v1{bucket_path}"
-        # The short way (send) uses the session's own pool (with its client certificate, if any); where the
-        # environment names a proxy for the endpoint, only the session knows how to use it.
-        proxied = session.trust_env and bool(get_environ_proxies(self.endpoint))
-        adapter = session.get_adapter(self.endpoint)
-        self._pool: urllib3.PoolManager | None = None
-        if isinstance(adapter, HTTPAdapter) and not proxied:
-            self._pool = adapter.poolmanager
-        self._auth_request = session._auth_request  # what refreshes the credentials
+        # The short way (send) takes its connection pool from the session's adapter exactly as requests does
+        # (same TLS settings and trust store: REQUESTS_CA_BUNDLE, a client certificate), looked up on every
+        # call because mutual TLS swaps the adapter when its certificate rotates; where the environment
+        # names a proxy for the endpoint, only the session knows how to use it.
+        self._short = not (session.trust_env and bool(get_environ_proxies(self.endpoint)))
+        self._verify = session.merge_environment_settings(self.endpoint, {}, None, session.verify, None)[
+            "verify"
+        ]
+        # What refreshes the credentials, bounded like the session's own refreshes.
+        self._auth_request = functools.partial(session._auth_request, timeout=timeout)
 
     def object_url(self, object_name: str) -> str:
         return f"{self.objects_url}/{quote(object_name, safe='')}"
@@ -247,15 +250,18 @@ class Transport:
         ``preload`` the body is read (``.data``) and the connection back in the pool; without, the caller
         reads it and calls ``release_conn()``. Where a proxy is configured this goes through the session.
         """
-        if self._pool is None:
+        pool = self._short_pool(url)
+        if pool is None:
             return self._send_by_session(method, url, expect, headers, body, preload)
+        target = urlsplit(url)
+        path = f"{target.path}?{target.query}" if target.query else target.path
         timeout = urllib3.Timeout(connect=self.timeout, read=self.timeout)
         for refreshed in (False, True):
             sent = dict(headers or {})
             self.credentials.before_request(self._auth_request, method, url, sent)  # type: ignore[no-untyped-call]
-            response = self._pool.urlopen(
+            response = pool.urlopen(
                 method,
-                url,
+                path,
                 body=body,
                 headers=sent,
                 retries=False,
@@ -290,6 +296,15 @@ class Transport:
             return self.retrying(lambda: self.send(method, url, expect=expect, headers=headers, body=body))
         except VENDOR_ERRORS as exc:
             raise self.unavailable(action, exc) from exc
+
+    def _short_pool(self, url: str) -> urllib3.connectionpool.HTTPConnectionPool | None:
+        """The pool requests itself would send ``url`` through, or None where only the session will do."""
+        adapter = self.session.get_adapter(url)
+        if not self._short or not isinstance(adapter, HTTPAdapter):
+            return None
+        request = requests.PreparedRequest()
+        request.url = url
+        return adapter.get_connection_with_tls_context(request, self._verify, None, self.session.cert)
 
     def _send_by_session(
         self,
