@@ -60,7 +60,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         BoundedBodies, max_bytes=settings.max_json_bytes, idle_timeout=settings.body_timeout_seconds
     )
     app.add_middleware(RejectEncodedSeparators)
-    app.add_middleware(Telemetry, routes=app.router.routes)  # outermost: every request counted and logged
+    # outermost: every request counted, logged, and known to be in flight (background parsing waits)
+    app.add_middleware(Telemetry, routes=app.router.routes, activity=services.activity)
     configure_access_log()
     logging.getLogger("cache_server").setLevel(settings.log_level.upper())
     return app

@@ -1,8 +1,9 @@
 """The parts of a server process, each built once and handed to the services that own them.
 
 :func:`build_services` is the one place that knows how the parts fit: one index :class:`Database`, one
-blob store, one access recorder, one token manager, and the services over them. ``create_app`` serves them
-over HTTP; the command line uses them for reindex.
+blob store, one access recorder, one token manager, one record of the requests in flight
+(:class:`~cache_server.activity.Activity`, which background parsing waits on), and the services over them.
+``create_app`` serves them over HTTP; the command line uses them for reindex.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cache_server.access import AccessRecorder
+from cache_server.activity import Activity
 from cache_server.admin import AdminService
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
@@ -34,6 +36,7 @@ class Services:
     admin: AdminService
     tokens: TokenManager
     reindexer: Reindexer
+    activity: Activity
 
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
@@ -61,8 +64,15 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
     entries = EntryRepository(database)
     access = AccessRecorder(entries, settings.access_flush_seconds, clock=clock)
     tokens = TokenManager(TokenRepository(database), clock=clock)
+    activity = Activity()
     admin = AdminService(
-        settings, AdminRepository(database), store, tokens, flush_access=access.flush, clock=clock
+        settings,
+        AdminRepository(database),
+        store,
+        tokens,
+        flush_access=access.flush,
+        activity=activity,
+        clock=clock,
     )
     cache = CacheService(settings, entries, store, access, on_stored=admin.entry_stored, clock=clock)
     return Services(
@@ -74,4 +84,5 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
         admin=admin,
         tokens=tokens,
         reindexer=Reindexer(entries, store),
+        activity=activity,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage
 from cache_server.admin.graphs import GraphIndexer
@@ -39,6 +40,7 @@ class AdminService:
         tokens: TokenManager,
         *,
         flush_access: Callable[[], None] = lambda: None,
+        activity: Activity | None = None,
         clock: Clock = utcnow,
     ) -> None:
         self._settings = settings
@@ -47,7 +49,7 @@ class AdminService:
         self._tokens = tokens
         self._flush_access = flush_access
         self._clock = clock
-        self._graphs = GraphIndexer(repository, store)
+        self._graphs = GraphIndexer(repository, store, activity=activity)
         self.evictor = Evictor(settings, repository, store, before=flush_access, clock=clock)
         self._budgets = Periodic(
             "xla-cache-evict",

@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cache_server import metrics
+from cache_server.activity import Activity
 from cache_server.api.auth import principal_name
 from cache_server.api.errors import CLIENT_CLOSED_REQUEST
 from cache_server.domain import utcnow
@@ -48,10 +49,14 @@ def configure_access_log() -> None:
 
 
 class Telemetry:
-    """Outermost middleware: counts, times and logs every HTTP request."""
+    """Outermost middleware: counts, times and logs every HTTP request, and tells ``activity`` when one
+    is in flight."""
 
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
+    def __init__(
+        self, app: ASGIApp, routes: Sequence[BaseRoute] = (), activity: Activity | None = None
+    ) -> None:
         self.app = app
+        self._activity = activity or Activity()
         self._routes = routes  # to name the route of a request answered before routing (an early 413)
         self._flat: list[RouteContext] | None = None
 
@@ -75,9 +80,15 @@ class Telemetry:
                 seen["out"] += len(message.get("body", b""))
             await send(message)
 
+        # A long poll of the change feed mostly waits: it does not make the process busy.
+        busy = not scope["path"].endswith("/feed")
+        if busy:
+            self._activity.begin()
         try:
             await self.app(scope, counting_receive, counting_send)
         finally:
+            if busy:
+                self._activity.end()
             if seen["status"] == CLIENT_CLOSED_REQUEST:
                 seen["out"] = 0  # the client was gone: nothing was sent
             self._record(scope, time.perf_counter() - started, seen)

@@ -158,6 +158,19 @@ class AdminRepository:
             return False
         return True
 
+    def record_graphs(self, records: list[GraphRecord]) -> int:
+        """Keep what parsing found for many entries, in one transaction; an entry gone by now (evicted
+        while it was parsed) is skipped. Returns how many were recorded."""
+        if not records:
+            return 0
+        try:
+            with self._db.transaction() as session:
+                stmt = self._db.insert(EntryGraph).values([asdict(record) for record in records])
+                session.execute(stmt.on_conflict_do_nothing(index_elements=["namespace", "key"]))
+        except IntegrityError:  # some entry is gone: one at a time, skipping those
+            return sum(self.record_graph(record) for record in records)
+        return len(records)
+
     def top_graphs(self, limit: int, namespace: str | None = None, examples: int = 3) -> list[GraphGroup]:
         """The modules with the most distinct shape signatures, with a few of their shapes as examples.
 

@@ -1,0 +1,89 @@
+"""Background graph parsing waits for a quiet moment, catches up when overdue, and records in batches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from cache_server.activity import Activity
+from cache_server.admin import graphs
+from cache_server.admin.graphs import GraphIndexer
+from cache_server.index import AdminRepository, EntryRepository
+from cache_server.index.admin import GraphRecord
+from cache_server.service import CacheService
+from cache_server.settings import Settings
+from cache_server.wiring import Services
+from tests.admin.conftest import real_entries
+from tests.conftest import sha
+
+
+def _store_real_entries(settings: Settings, services: Services, namespace: str) -> list[str]:
+    cache = CacheService(settings, EntryRepository(services.database), services.store, services.access)
+    for key, data in real_entries().items():
+        cache.put_entry(namespace, key, [data], sha256=sha(data))
+    return list(real_entries())
+
+
+def _unparsed(services: Services) -> int:
+    return len(AdminRepository(services.database).unparsed_entries(100))
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services: Services) -> None:
+    _store_real_entries(settings, services, "busy")
+    activity = Activity()
+    indexer = GraphIndexer(AdminRepository(services.database), services.store, activity=activity)
+    indexer.start()
+    try:
+        assert indexer.wait_idle(30)  # the catch-up at start parses what is already stored
+        cache = CacheService(settings, EntryRepository(services.database), services.store, services.access)
+        data = b"not an executable, parsed as unparseable"
+        activity.begin()  # a request is being served
+        cache.put_entry("busy", "late", [data], sha256=sha(data))
+        indexer.notify("busy", "late")
+        time.sleep(graphs.QUIET_SECONDS * 4)
+        assert _unparsed(services) == 1, "parsed while a request was in flight"
+        activity.end()
+        assert indexer.wait_idle(5), "not parsed once the process was quiet"
+        assert _unparsed(services) == 0
+    finally:
+        indexer.stop()
+
+
+def test_parsing_catches_up_when_overdue_however_busy(
+    settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(graphs, "MAX_DELAY_SECONDS", 0.5)
+    activity = Activity()
+    activity.begin()  # busy for the whole test: a request that never ends
+    indexer = GraphIndexer(AdminRepository(services.database), services.store, activity=activity)
+    indexer.start()
+    try:
+        assert indexer.wait_idle(30)
+        keys = _store_real_entries(settings, services, "always-busy")
+        for key in keys:
+            indexer.notify("always-busy", key)
+        assert _unparsed(services) == len(keys)
+        assert _wait_for(lambda: _unparsed(services) == 0, 10), "never parsed under constant load"
+    finally:
+        indexer.stop()
+
+
+def test_records_of_a_batch_skip_an_entry_evicted_meanwhile(settings: Settings, services: Services) -> None:
+    keys = _store_real_entries(settings, services, "batch")
+    EntryRepository(services.database).delete_entry("batch", keys[0])
+    repository = AdminRepository(services.database)
+    records = [GraphRecord("batch", key, module=f"m{i}") for i, key in enumerate(keys)]
+    assert repository.record_graphs(records) == len(keys) - 1
+    assert repository.unparsed_entries(10) == []
+    assert repository.record_graphs(records[1:]) == len(keys) - 1  # recorded again: nothing changes
