@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, bindparam, func, insert, select, update
+from sqlalchemy import Select, Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
@@ -87,6 +87,10 @@ def entry_info(row: Entry) -> EntryInfo:
 
 _ENTRY_COLUMNS = select(*(getattr(Entry, field.name) for field in fields(EntryInfo)))  # as EntryInfo(*row)
 _ONE_ENTRY = _ENTRY_COLUMNS.where(Entry.namespace == bindparam("namespace"), Entry.key == bindparam("key"))
+_ENTRIES = cast(Table, Entry.__table__)
+_ONE_ROW = (_ENTRIES.c.namespace == bindparam("b_namespace")) & (_ENTRIES.c.key == bindparam("b_key"))
+_ADD_HITS = update(_ENTRIES).where(_ONE_ROW).values(hits=_ENTRIES.c.hits + bindparam("b_hits"))
+_ADD_HITS_AND_ACCESS = _ADD_HITS.values(last_access_at=bindparam("b_last", type_=Entry.last_access_at.type))
 
 
 def stored_per_namespace() -> Select[str, int, int]:
@@ -359,6 +363,25 @@ class EntryRepository:
         return chosen
 
     # -- access accounting ------------------------------------------------------------------------------
+    @staticmethod
+    def _compile_times(session: Session, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The reported compile time of each of these entries that has one (entries never change it)."""
+        by_namespace: dict[str, list[str]] = {}
+        for namespace, key in keys:
+            by_namespace.setdefault(namespace, []).append(key)
+        found: dict[tuple[str, str], int] = {}
+        for namespace, names in by_namespace.items():
+            for part in chunked(names):
+                rows = session.execute(
+                    select(Entry.key, Entry.compile_time_ms).where(
+                        Entry.namespace == namespace,
+                        Entry.key.in_(part),
+                        Entry.compile_time_ms.is_not(None),
+                    )
+                )
+                found.update({(namespace, key): int(ms or 0) for key, ms in rows})
+        return found
+
     def apply_access(
         self, hits: Mapping[tuple[str, str], AccessDelta], misses: Mapping[str, int], *, day: dt.date
     ) -> None:
@@ -371,24 +394,29 @@ class EntryRepository:
         per_namespace: dict[str, Counters] = {}
         last_used: dict[str, dt.datetime] = {}
         with self._db.transaction() as session:
+            compile_ms = self._compile_times(session, list(hits))
+            # Two executemany UPDATEs (hits alone, hits and access time), not one statement per entry.
+            touched: list[dict[str, Any]] = []
+            counted: list[dict[str, Any]] = []
             for (namespace, key), delta in hits.items():
-                values: dict[str, Any] = {"hits": Entry.hits + delta.hits}
+                params = {"b_namespace": namespace, "b_key": key, "b_hits": delta.hits}
                 if delta.last_access is not None:
-                    values["last_access_at"] = delta.last_access
+                    touched.append({**params, "b_last": delta.last_access})
                     if namespace not in last_used or delta.last_access > last_used[namespace]:
                         last_used[namespace] = delta.last_access
-                compile_ms = session.execute(
-                    update(Entry)
-                    .where(Entry.namespace == namespace, Entry.key == key)
-                    .values(**values)
-                    .returning(Entry.compile_time_ms)
-                ).scalar()
+                else:
+                    counted.append(params)
+                saved = compile_ms.get((namespace, key), 0)
                 total = per_namespace.setdefault(namespace, Counters())
                 total.hits += delta.hits
                 total.bytes_served += delta.bytes_served
-                total.compile_ms_saved += (compile_ms or 0) * delta.hits
+                total.compile_ms_saved += saved * delta.hits
                 total.live_deliveries += delta.live
-                total.live_compile_ms_saved += (compile_ms or 0) * delta.live
+                total.live_compile_ms_saved += saved * delta.live
+            if touched:
+                session.connection().execute(_ADD_HITS_AND_ACCESS, touched)
+            if counted:
+                session.connection().execute(_ADD_HITS, counted)
             for namespace, count in misses.items():
                 per_namespace.setdefault(namespace, Counters()).misses += count
             for namespace, counts in per_namespace.items():
