@@ -1,45 +1,46 @@
 """Reading a bundle (``POST .../bundle``, one tar stream) into the cache directory, verified member by member.
 
-Members are never extracted with tarfile's own extraction: only regular files whose name is a requested key
-and whose size matches the manifest are read, each through :class:`client.cachedir.VerifiedWriter`. So a
-hostile or broken stream cannot write outside the directory, plant links, or leave a partial entry.
+The stream is read by the protocol's strict reader (:class:`cache_protocol.tar.TarReader`, the one the server
+reads uploads with): regular files only, anything else ends the bundle. Only members whose name is a
+requested key and whose size matches the manifest are written, each through
+:class:`client.cachedir.VerifiedWriter`. So a hostile or broken stream cannot write outside the directory,
+plant links, or leave a partial entry.
 """
 
 from __future__ import annotations
 
-import io
-import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cache_protocol.tar import BadTar, TarReader
 from client.api import RemoteEntry
-from client.cachedir import CHUNK, EntryCheck, VerifiedWriter
+from client.cachedir import EntryCheck, VerifiedWriter
 from client.errors import CorruptTransfer
 
 __all__ = ["BundleResult", "ChunkReader", "extract_bundle"]
 
 
-class ChunkReader(io.RawIOBase):
-    """A read-only file over an iterator of byte chunks (what tarfile's stream mode reads)."""
+class ChunkReader:
+    """``read(n)`` over an iterator of byte chunks: up to ``n`` bytes, ``b""`` at the end."""
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
-        self._current = memoryview(b"")
+        self._current = b""
+        self._offset = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        while not self._current:
+    def read(self, size: int) -> bytes:
+        while self._offset >= len(self._current):
             try:
-                self._current = memoryview(next(self._chunks))
+                self._current, self._offset = next(self._chunks), 0
             except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._current))
-        buffer[:size] = self._current[:size]
-        self._current = self._current[size:]
-        return size
+                return b""
+        start = self._offset
+        if start == 0 and size >= len(self._current):
+            self._offset = len(self._current)
+            return self._current  # the whole chunk: no copy
+        self._offset = min(start + size, len(self._current))
+        return self._current[start : self._offset]
 
 
 @dataclass
@@ -63,50 +64,43 @@ def extract_bundle(
 ) -> BundleResult:
     """Write every verified member of the tar stream ``chunks`` into ``directory``.
 
-    A member that is not requested, not a regular file, of the wrong size or the wrong SHA-256 is skipped
-    and named in ``errors``; a stream that is not a valid tar ends the bundle with an error. Errors from
+    A member that is not requested, of the wrong size or the wrong SHA-256 is skipped and named in
+    ``errors``; a member that is not a regular file, or a stream that is not a valid tar, ends the bundle
+    with an error. Errors from
     ``chunks`` itself (the server going away, the deadline) propagate.
     """
     result = BundleResult()
     seen: set[str] = set()
-    reader = io.BufferedReader(ChunkReader(chunks), CHUNK)
     try:
-        with tarfile.open(fileobj=reader, mode="r|") as archive:
-            for member in archive:
-                if should_stop is not None and should_stop():
-                    break
-                entry = wanted.get(member.name)
-                if entry is None or member.name in seen:
-                    result.errors.append(f"the bundle holds an unrequested member {member.name[:80]!r}")
-                    continue
-                seen.add(member.name)
-                if not member.isreg():
-                    result.errors.append(f"entry {entry.key}: the bundle member is not a regular file")
-                    continue
-                if member.size != entry.size:
-                    result.errors.append(
-                        f"entry {entry.key}: the bundle holds {member.size} bytes, the manifest {entry.size}"
-                    )
-                    continue
-                source = archive.extractfile(member)
-                if source is None:  # pragma: no cover - isreg() members always have data
-                    continue
-                try:
-                    with VerifiedWriter(
-                        directory, entry.key, size=entry.size, sha256=entry.sha256, check=check
-                    ) as writer:
-                        while chunk := source.read(CHUNK):
-                            writer.write(chunk)
-                            if on_bytes is not None:
-                                on_bytes(len(chunk))
-                        writer.commit()
-                except CorruptTransfer as exc:
-                    result.errors.append(exc.reason)
-                    continue
-                result.written.append(entry.key)
-                result.bytes += entry.size
-                if on_entry is not None:
-                    on_entry(entry)
-    except tarfile.TarError as exc:
+        for member in TarReader(ChunkReader(chunks).read).members():
+            if should_stop is not None and should_stop():
+                break
+            entry = wanted.get(member.name)
+            if entry is None or member.name in seen:
+                result.errors.append(f"the bundle holds an unrequested member {member.name[:80]!r}")
+                continue
+            seen.add(member.name)
+            if member.size != entry.size:
+                result.errors.append(
+                    f"entry {entry.key}: the bundle holds {member.size} bytes, the manifest {entry.size}"
+                )
+                continue
+            try:
+                with VerifiedWriter(
+                    directory, entry.key, size=entry.size, sha256=entry.sha256, check=check
+                ) as writer:
+                    for chunk in member.chunks():
+                        writer.write(chunk)
+                        if on_bytes is not None:
+                            on_bytes(len(chunk))
+                    writer.commit()
+            except CorruptTransfer as exc:
+                result.errors.append(exc.reason)
+                continue
+            result.written.append(entry.key)
+            result.bytes += entry.size
+            if on_entry is not None:
+                on_entry(entry)
+    except BadTar as exc:
         result.errors.append(f"the bundle is not a valid tar stream ({exc})")
     return result

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -63,8 +63,11 @@ class LocalFile:
     mtime_ns: int
 
 
-def scan(directory: Path, is_entry: Callable[[str], bool] = is_entry_name) -> dict[str, LocalFile]:
-    """Every entry file in ``directory`` (regular files whose name ``is_entry``), by key."""
+def scan(
+    directory: Path, is_entry: Callable[[str], bool] = is_entry_name, *, skip: Container[str] = ()
+) -> dict[str, LocalFile]:
+    """Every entry file in ``directory`` (regular files whose name ``is_entry``), by key; names in ``skip``
+    are left out before any ``stat``."""
     found: dict[str, LocalFile] = {}
     try:
         iterator = os.scandir(directory)
@@ -72,7 +75,7 @@ def scan(directory: Path, is_entry: Callable[[str], bool] = is_entry_name) -> di
         return found
     with iterator:
         for item in iterator:
-            if not is_entry(item.name):
+            if item.name in skip or not is_entry(item.name):
                 continue
             try:
                 if not item.is_file(follow_symlinks=False):

@@ -246,8 +246,8 @@ def _remove_unloadable(plan: _Plan, on_server: set[str]) -> int:
         return 0
     removed = 0
     settled = time.time() - _SETTLED_SECONDS
-    for key, item in scan(plan.directory, plan.framework.is_entry).items():
-        if key in on_server or item.mtime_ns / 1e9 > settled:
+    for item in scan(plan.directory, plan.framework.is_entry, skip=on_server).values():
+        if item.mtime_ns / 1e9 > settled:
             continue
         problem = plan.framework.entry_problem(item.path)
         if problem is not None:
