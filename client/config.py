@@ -1,18 +1,59 @@
 """Where the client's settings come from: the call's own arguments first, then the environment.
 
-``XLA_CACHE_SERVER`` (the server's URL), ``XLA_CACHE_TOKEN`` (a bearer token) and ``XLA_CACHE_DIR`` (the base
-cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``). ``warm()``, the CLI and
-``doctor`` all resolve them here.
+``XLA_CACHE_SERVER`` (the server's URL), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
+cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``) and
+``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bundles and bulk uploads travel
+zstd-compressed). ``warm()``, the CLI and ``doctor`` all resolve them here.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-__all__ = ["ClientConfig", "default_cache_dir", "namespace_dir"]
+__all__ = [
+    "COMPRESSION_ENV",
+    "ClientConfig",
+    "default_cache_dir",
+    "is_loopback",
+    "namespace_dir",
+    "wants_compression",
+]
+
+COMPRESSION_ENV = "XLA_CACHE_COMPRESSION"
+logger = logging.getLogger("xla_cache")
+
+
+def is_loopback(server_url: str) -> bool:
+    """Whether the server's host is this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``), by its
+    name alone: nothing is resolved."""
+    host = (urlsplit(server_url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether bundles and bulk uploads should travel zstd-compressed: ``XLA_CACHE_COMPRESSION`` ``on``
+    or ``off``; ``auto`` (the default) compresses unless the server is on loopback, where compressing
+    costs more CPU than the bytes it saves take to send (BENCHMARKS.md, "Compression")."""
+    env = os.environ if env is None else env
+    value = env.get(COMPRESSION_ENV, "auto").strip().lower() or "auto"
+    if value in ("on", "1", "true", "yes"):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    if value != "auto":
+        logger.warning("xla-cache: %s=%r is not auto, on or off; using auto", COMPRESSION_ENV, value)
+    return not is_loopback(server_url)
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -1,0 +1,96 @@
+"""Whether bundles and bulk uploads travel zstd-compressed: by default not to a server on loopback."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from client.api import CacheApi, RemoteEntry
+from client.config import is_loopback, wants_compression
+from client.deadline import Deadline
+from client.transfer import download
+from tests.client.conftest import RealServer, tar_members
+from tests.client.fakes import sha
+from tests.client.test_uploader import make_uploader
+
+NS = "cpu-tx2.7.0-test"
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:8080", True),
+        ("http://127.3.4.5", True),
+        ("http://localhost:80", True),
+        ("http://[::1]:8080", True),
+        ("https://cache.localhost", True),
+        ("http://cache-vm:8080", False),
+        ("http://10.0.0.7:8080", False),
+        ("http://[2001:db8::1]", False),
+        ("http://127.0.0.1.example.com", False),
+    ],
+)
+def test_loopback_is_told_by_the_host_alone(url: str, loopback: bool) -> None:
+    assert is_loopback(url) is loopback
+    assert wants_compression(url, {}) is not loopback  # auto, the default
+
+
+def test_the_setting_overrides_auto(caplog: pytest.LogCaptureFixture) -> None:
+    assert wants_compression("http://127.0.0.1", {"XLA_CACHE_COMPRESSION": "on"})
+    assert not wants_compression("http://cache-vm", {"XLA_CACHE_COMPRESSION": "off"})
+    assert wants_compression("http://cache-vm", {"XLA_CACHE_COMPRESSION": "sometimes"})  # auto, warned
+    assert "XLA_CACHE_COMPRESSION" in caplog.text
+
+
+def _plain_tar(body: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r") as tar:
+        return tar.getmembers()
+
+
+def test_a_loopback_server_gets_plain_uploads_and_sends_plain_bundles(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.mkdir()
+    target.mkdir()
+    data = {str(i): os.urandom(3000 + i) for i in range(40)}
+    for key, value in data.items():
+        (source / key).write_bytes(value)
+    api = real_server.api("http://127.0.0.1:8080")  # the app's transport; the URL says "this host"
+    assert make_uploader(api, source).flush().uploaded == len(data)
+    upload = real_server.requests[-1]
+    assert "content-encoding" not in upload.headers
+    assert sorted(m.name for m in _plain_tar(upload.body)) == sorted(data)
+
+    wanted = [RemoteEntry(key, len(value), sha(value)) for key, value in data.items()]
+    result = download(api, NS, wanted, target, Deadline(30))
+    assert (result.entries, result.errors) == (len(data), [])
+    bundle = [r for r in real_server.requests if r.path.endswith("/bundle")]
+    assert bundle and all(r.headers["accept-encoding"] == "identity" for r in bundle)
+    for key, value in data.items():
+        assert (target / key).read_bytes() == value
+
+
+def test_a_remote_server_gets_zstd_both_ways(real_server: RealServer, tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.mkdir()
+    target.mkdir()
+    data = {str(i): os.urandom(2000) for i in range(3)}
+    for key, value in data.items():
+        (source / key).write_bytes(value)
+    api: CacheApi = real_server.api("http://cache-vm:8080")
+    assert make_uploader(api, source).flush().uploaded == len(data)
+    upload = real_server.requests[-1]
+    assert upload.headers["content-encoding"] == "zstd"
+    assert sorted(m.name for m in tar_members(upload.body)) == sorted(data)
+    wanted = [RemoteEntry(key, len(value), sha(value)) for key, value in data.items()]
+    result = download(api, NS, wanted, target, Deadline(30))
+    assert (result.entries, result.errors) == (len(data), [])
+    bundle = [r for r in real_server.requests if r.path.endswith("/bundle")]
+    assert bundle and all(r.headers["accept-encoding"] == "zstd" for r in bundle)
+    for key, value in data.items():
+        assert (target / key).read_bytes() == value
