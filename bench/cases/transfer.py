@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.synchronize
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 from bench import clientops
 from bench.core import MB, CaseResult, Context, case, fresh
@@ -83,6 +86,13 @@ def durable_copy(cache: CacheDir, destination: Path) -> None:
         os.close(directory)
 
 
+@contextlib.contextmanager
+def _zstd_forced() -> Iterator[None]:
+    """The client compresses even over loopback (``XLA_CACHE_COMPRESSION=on``; by default it does not)."""
+    with mock.patch.dict(os.environ, {"XLA_CACHE_COMPRESSION": "on"}):
+        yield
+
+
 @case(
     "push",
     "xla-cache push of the cache directory into an empty namespace",
@@ -105,6 +115,8 @@ def push(ctx: Context, result: CaseResult) -> None:
 
     server = ctx.server()
     series = result.add(ctx.repeat("xla-cache push", run, setup=setup, work=_work(data)))
+    with _zstd_forced():
+        result.add(ctx.repeat("xla-cache push, zstd on", run, setup=setup, work=_work(data)))
     errors = [e for o in outcomes for e in o.errors]
     if errors or any(o.uploaded != len(data.keys) for o in outcomes):
         result.error = f"push incomplete: uploaded {[o.uploaded for o in outcomes]}; {errors[:3]}"
@@ -144,6 +156,15 @@ def warm(ctx: Context, result: CaseResult) -> None:
             work=_work(data),
         )
     )
+    with _zstd_forced():
+        result.add(
+            ctx.repeat(
+                "warm(), zstd on",
+                lambda: outcomes.append(clientops.warm(url, data, destination, timeout=timeout)),
+                setup=lambda: fresh(destination),
+                work=_work(data),
+            )
+        )
     bad = [o for o in outcomes if o.errors or o.downloaded != len(data.keys)]
     if bad:
         result.error = f"warm incomplete: {[o.downloaded for o in bad]}; {bad[0].errors[:3]}"
