@@ -18,7 +18,7 @@ import httpx
 
 from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER, UPLOADER_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
-from client.config import wants_compression
+from client.config import Compression, wants_compression
 from client.deadline import Deadline
 from client.errors import ServerError, ServerUnavailable
 
@@ -79,11 +79,11 @@ class CacheApi:
         token: str | None = None,
         *,
         transport: httpx.BaseTransport | None = None,
-        compress: bool | None = None,
+        compression: Compression | None = None,
     ) -> None:
         self.server = normalize_server(server)
-        # zstd for bundles and bulk uploads; by default (XLA_CACHE_COMPRESSION=auto) not over loopback
-        self.compress = wants_compression(self.server) if compress is None else compress
+        # zstd for bulk uploads, and for bundles except (by default) from a server on loopback
+        self.compression = wants_compression(self.server) if compression is None else compression
         headers = {"User-Agent": USER_AGENT, UPLOADER_HEADER: f"{socket.gethostname()}:{os.getpid()}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -266,7 +266,7 @@ class CacheApi:
             f"the bundle of {len(keys)} entries",
             deadline,
             json={"keys": keys},
-            headers={"Accept-Encoding": "zstd" if self.compress else "identity"},
+            headers={"Accept-Encoding": "zstd" if self.compression.bundles else "identity"},
         )
 
     def entry(
@@ -333,13 +333,13 @@ class CacheApi:
         self, namespace: str, stream: Callable[[], Iterator[bytes]], deadline: Deadline
     ) -> dict[str, Any]:
         """``POST .../entries``: many entries in one tar stream (members with a ``XLA_CACHE.sha256`` PAX
-        record), zstd-compressed unless :attr:`compress` is off; sent again uncompressed to a server that
+        record), zstd-compressed unless :attr:`compression` says not; sent again uncompressed to a server that
         answers 415 to that. ``stream`` makes the tar stream (each call anew). Returns the server's answer:
         every member's status, as a PUT of it would have had."""
         what = "a bulk upload"
         path = f"/v1/namespaces/{_seg(namespace)}/entries"
         headers = {"Content-Type": "application/x-tar", "Content-Encoding": "zstd"}
-        if not self.compress:
+        if not self.compression.uploads:
             headers.pop("Content-Encoding")
             response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=headers)
             return dict(self._json(response, what))

@@ -2,8 +2,8 @@
 
 ``XLA_CACHE_SERVER`` (the server's URL), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``) and
-``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bundles and bulk uploads travel
-zstd-compressed). ``warm()``, the CLI and ``doctor`` all resolve them here.
+``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel
+zstd-compressed; see :func:`wants_compression`). ``warm()``, the CLI and ``doctor`` all resolve them here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "COMPRESSION_ENV",
     "ClientConfig",
+    "Compression",
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
@@ -41,19 +42,28 @@ def is_loopback(server_url: str) -> bool:
         return False
 
 
-def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> bool:
-    """Whether bundles and bulk uploads should travel zstd-compressed: ``XLA_CACHE_COMPRESSION`` ``on``
-    or ``off``; ``auto`` (the default) compresses unless the server is on loopback, where compressing
-    costs more CPU than the bytes it saves take to send (BENCHMARKS.md, "Compression")."""
+@dataclass(frozen=True)
+class Compression:
+    """Whether bulk uploads are sent, and bundles asked for, zstd-compressed."""
+
+    uploads: bool
+    bundles: bool
+
+
+def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> Compression:
+    """``XLA_CACHE_COMPRESSION``: ``on`` or ``off`` for both; ``auto`` (the default) compresses uploads
+    always and bundles unless the server is on loopback. Measured on loopback (BENCHMARKS.md): a compressed
+    bundle made a warm twice as slow (compressing costs more CPU than sending the bytes), a compressed
+    upload cost the same as a plain one; over any real link both win."""
     env = os.environ if env is None else env
     value = env.get(COMPRESSION_ENV, "auto").strip().lower() or "auto"
     if value in ("on", "1", "true", "yes"):
-        return True
+        return Compression(uploads=True, bundles=True)
     if value in ("off", "0", "false", "no"):
-        return False
+        return Compression(uploads=False, bundles=False)
     if value != "auto":
         logger.warning("xla-cache: %s=%r is not auto, on or off; using auto", COMPRESSION_ENV, value)
-    return not is_loopback(server_url)
+    return Compression(uploads=True, bundles=not is_loopback(server_url))
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -1,4 +1,5 @@
-"""Whether bundles and bulk uploads travel zstd-compressed: by default not to a server on loopback."""
+"""Whether bulk uploads and bundles travel zstd-compressed: by default uploads always, bundles except from a
+server on loopback."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from client.api import CacheApi, RemoteEntry
-from client.config import is_loopback, wants_compression
+from client.config import Compression, is_loopback, wants_compression
 from client.deadline import Deadline
 from client.transfer import download
 from tests.client.conftest import RealServer, tar_members
@@ -36,13 +37,14 @@ NS = "cpu-tx2.7.0-test"
 )
 def test_loopback_is_told_by_the_host_alone(url: str, loopback: bool) -> None:
     assert is_loopback(url) is loopback
-    assert wants_compression(url, {}) is not loopback  # auto, the default
+    assert wants_compression(url, {}) == Compression(uploads=True, bundles=not loopback)  # auto
 
 
 def test_the_setting_overrides_auto(caplog: pytest.LogCaptureFixture) -> None:
-    assert wants_compression("http://127.0.0.1", {"XLA_CACHE_COMPRESSION": "on"})
-    assert not wants_compression("http://cache-vm", {"XLA_CACHE_COMPRESSION": "off"})
-    assert wants_compression("http://cache-vm", {"XLA_CACHE_COMPRESSION": "sometimes"})  # auto, warned
+    both, neither = Compression(uploads=True, bundles=True), Compression(uploads=False, bundles=False)
+    assert wants_compression("http://127.0.0.1", {"XLA_CACHE_COMPRESSION": "on"}) == both
+    assert wants_compression("http://cache-vm", {"XLA_CACHE_COMPRESSION": "off"}) == neither
+    assert wants_compression("http://cache-vm", {"XLA_CACHE_COMPRESSION": "sometimes"}) == both  # auto
     assert "XLA_CACHE_COMPRESSION" in caplog.text
 
 
@@ -51,9 +53,11 @@ def _plain_tar(body: bytes) -> list[tarfile.TarInfo]:
         return tar.getmembers()
 
 
-def test_a_loopback_server_gets_plain_uploads_and_sends_plain_bundles(
-    real_server: RealServer, tmp_path: Path
+@pytest.mark.parametrize("setting", ["auto", "off"])
+def test_a_loopback_server_sends_plain_bundles(
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str
 ) -> None:
+    monkeypatch.setenv("XLA_CACHE_COMPRESSION", setting)
     source, target = tmp_path / "source", tmp_path / "target"
     source.mkdir()
     target.mkdir()
@@ -63,8 +67,12 @@ def test_a_loopback_server_gets_plain_uploads_and_sends_plain_bundles(
     api = real_server.api("http://127.0.0.1:8080")  # the app's transport; the URL says "this host"
     assert make_uploader(api, source).flush().uploaded == len(data)
     upload = real_server.requests[-1]
-    assert "content-encoding" not in upload.headers
-    assert sorted(m.name for m in _plain_tar(upload.body)) == sorted(data)
+    if setting == "off":
+        assert "content-encoding" not in upload.headers
+        assert sorted(m.name for m in _plain_tar(upload.body)) == sorted(data)
+    else:  # auto: uploads are compressed even over loopback (it costs no more there)
+        assert upload.headers["content-encoding"] == "zstd"
+        assert sorted(m.name for m in tar_members(upload.body)) == sorted(data)
 
     wanted = [RemoteEntry(key, len(value), sha(value)) for key, value in data.items()]
     result = download(api, NS, wanted, target, Deadline(30))
