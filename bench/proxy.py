@@ -10,13 +10,17 @@ responses pass at once.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.synchronize
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing.sharedctypes import Synchronized
 
-__all__ = ["LatencyProxy", "latency_proxy"]
+__all__ = ["LatencyProxy", "ProxyProcess", "latency_proxy", "latency_proxy_process"]
 
 _BUFFER = 256 * 1024
 
@@ -31,10 +35,13 @@ def _close(sock: socket.socket) -> None:
 class LatencyProxy:
     """Forwards ``127.0.0.1:<port>`` to ``target`` with ``delay`` seconds added per connection and request."""
 
-    def __init__(self, target_host: str, target_port: int, delay: float) -> None:
+    def __init__(
+        self, target_host: str, target_port: int, delay: float, counter: Synchronized[int] | None = None
+    ) -> None:
         self.target = (target_host, target_port)
         self.delay = delay
         self.requests = 0
+        self._counter = counter  # the requests, also counted here (readable from another process)
         self._lock = threading.Lock()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -94,6 +101,9 @@ class LatencyProxy:
                     new_request.clear()
                     with self._lock:
                         self.requests += 1
+                    if self._counter is not None:
+                        with self._counter.get_lock():
+                            self._counter.value += 1
                     time.sleep(self.delay)
                 elif not is_request:
                     new_request.set()  # the upstream answered: the client's next bytes are a new request
@@ -116,3 +126,60 @@ def latency_proxy(target_host: str, target_port: int, delay: float) -> Iterator[
         yield proxy
     finally:
         proxy.close()
+
+
+class ProxyProcess:
+    """A :class:`LatencyProxy` running in a process of its own: its port, and its request count."""
+
+    def __init__(self, port: int, counter: Synchronized[int]) -> None:
+        self.port = port
+        self._counter = counter
+
+    @property
+    def requests(self) -> int:
+        return int(self._counter.value)
+
+
+def _serve(
+    target_host: str,
+    target_port: int,
+    delay: float,
+    counter: Synchronized[int],
+    ready: multiprocessing.connection.Connection,
+    stop: multiprocessing.synchronize.Event,
+) -> None:
+    proxy = LatencyProxy(target_host, target_port, delay, counter)
+    ready.send(proxy.port)
+    stop.wait()
+    proxy.close()
+
+
+@contextmanager
+def latency_proxy_process(target_host: str, target_port: int, delay: float) -> Iterator[ProxyProcess]:
+    """A :class:`LatencyProxy` in a process of its own, stopped afterwards.
+
+    The benchmark times a client in its own process; a proxy's forwarding threads there (two per connection,
+    hundreds at once) would share that process's GIL and slow the client, which real Cloud Storage never
+    does.
+    """
+    spawn = multiprocessing.get_context("spawn")
+    counter: Synchronized[int] = spawn.Value("q", 0)
+    receiving, sending = spawn.Pipe(duplex=False)
+    stop = spawn.Event()
+    process = spawn.Process(
+        target=_serve,
+        args=(target_host, target_port, delay, counter, sending, stop),
+        name="latency-proxy",
+        daemon=True,
+    )
+    process.start()
+    try:
+        if not receiving.poll(60):
+            raise RuntimeError("the latency proxy process did not start")
+        yield ProxyProcess(int(receiving.recv()), counter)
+    finally:
+        stop.set()
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+            process.join()

@@ -9,7 +9,7 @@ from bench import clientops
 from bench.core import MB, CaseResult, Context, case, fresh
 from bench.data import CacheDir
 from bench.launch import Process, create_bucket, run_fake_gcs, run_server
-from bench.proxy import latency_proxy
+from bench.proxy import latency_proxy_process
 
 DELAY = 0.030
 WARM_LIMIT = 2.0  # seconds for 2,000 entries
@@ -32,7 +32,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
     quick_note = "" if count == FULL_COUNT else f"quick run: {count} entries, not {FULL_COUNT}"
     with run_fake_gcs(ctx.scratch) as emulator, contextlib.ExitStack() as servers:
         port = int(emulator.url.rsplit(":", 1)[1])
-        with latency_proxy("127.0.0.1", port, DELAY) as proxy:
+        with latency_proxy_process("127.0.0.1", port, DELAY) as proxy:
 
             def start_server() -> Process:
                 # A bucket (and server) per push: fake-gcs-server's memory backend scans the whole bucket

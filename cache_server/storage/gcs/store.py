@@ -67,7 +67,7 @@ class GcsBlobStore:
     a bundle reads at once, one round trip each; ``read_ahead_bytes``: how many bytes they may hold together.
     """
 
-    read_ahead = 64
+    read_ahead = 32
     read_ahead_bytes = 64 * MIB
 
     def __init__(
