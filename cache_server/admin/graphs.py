@@ -11,12 +11,13 @@ took four times as long with the parser running beside it). So it waits until th
 request for :data:`QUIET_SECONDS` (:class:`~cache_server.activity.Activity`; at most
 :data:`MAX_DELAY_SECONDS` after the oldest entry waiting was stored), then parses what came,
 :data:`RECORD_BATCH` entries at a time (their records in one transaction), going back to waiting as soon
-as a request comes in, unless what waits is overdue.
+as a request comes in, unless what waits is overdue. A catch-up scan runs as soon as it is asked for,
+also :data:`RECORD_BATCH` entries to a transaction.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import queue
 import threading
@@ -34,8 +35,8 @@ __all__ = ["GraphIndexer"]
 
 log = logging.getLogger(__name__)
 CATCH_UP_BATCH = 200
-QUIET_SECONDS = 0.25  # parse once no entry has been stored for this long ...
-MAX_DELAY_SECONDS = 10.0  # ... or once the first one waiting has waited this long
+QUIET_SECONDS = 0.25  # parse once the process has served no request for this long ...
+MAX_DELAY_SECONDS = 10.0  # ... or once the oldest entry waiting was stored this long ago
 RECORD_BATCH = 50  # entries parsed between looks at the queue; their records written in one transaction
 
 
@@ -53,7 +54,10 @@ class GraphIndexer:
         self._repository = repository
         self._activity = activity or Activity()
         self._store = store
-        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=queue_size)
+        # (when stored, namespace, key); at most queue_size wait here or in _run, the rest overflow to a
+        # catch-up scan
+        self._queue: queue.Queue[tuple[float, str, str] | None] = queue.Queue(maxsize=queue_size)
+        self._limit = queue_size
         self._catch_up_due = False  # a catch-up scan is asked for (counted in _pending from that moment)
         self._pending = 0  # queued and not yet parsed, plus one for a catch-up scan asked for or running
         self._changed = threading.Condition()
@@ -64,7 +68,7 @@ class GraphIndexer:
         """Queue a newly stored entry (called on the upload path: never blocks, never raises)."""
         with self._changed:
             try:
-                self._queue.put_nowait((namespace, key))
+                self._queue.put_nowait((time.monotonic(), namespace, key))
                 self._pending += 1
             except queue.Full:
                 self._request_catch_up()  # the catch-up scan will find it
@@ -88,35 +92,38 @@ class GraphIndexer:
 
     def parse_many(self, items: list[tuple[str, str]]) -> int:
         """Parse these entries and record the results, :data:`RECORD_BATCH` to a transaction; a failure
-        to parse or record one entry is logged and does not stop the others. Returns how many were."""
+        to parse or record one entry is logged and does not stop the others. Returns how many were
+        recorded."""
         done = 0
         for start in range(0, len(items), RECORD_BATCH):
             records: list[GraphRecord] = []
             for namespace, key in items[start : start + RECORD_BATCH]:
                 if self._stopping.is_set():
-                    break
+                    return done
                 try:
                     records.append(self._parsed(namespace, key))
                 except CacheError as exc:
                     log.warning("graph parsing skipped: %s", exc.detail)
                 except Exception:
                     log.exception("graph parsing failed")
-            if records:
-                self._guarded(functools.partial(self._repository.record_graphs, records))
-            done += len(records)
+            try:
+                done += self._repository.record_graphs(records)
+            except CacheError as exc:
+                log.warning("graph records not written: %s", exc.detail)
+            except Exception:
+                log.exception("graph records not written")
         return done
 
     def catch_up(self) -> int:
-        """Parse every entry that has no record yet; returns how many were parsed."""
+        """Parse every entry that has no record yet, :data:`RECORD_BATCH` to a transaction; returns how
+        many were recorded. Ends early on a stop, or when an entry could not be recorded (the next scan
+        tries it again)."""
         done = 0
         while not self._stopping.is_set():
             batch = self._repository.unparsed_entries(CATCH_UP_BATCH)
-            for namespace, key in batch:
-                if self._stopping.is_set():
-                    return done
-                self.parse(namespace, key)
-            done += len(batch)
-            if len(batch) < CATCH_UP_BATCH:
+            recorded = self.parse_many(list(batch))
+            done += recorded
+            if len(batch) < CATCH_UP_BATCH or recorded < len(batch):
                 break
         return done
 
@@ -142,7 +149,8 @@ class GraphIndexer:
     def stop(self) -> None:
         self._stopping.set()  # the store and the database are closed next: no parse may still run
         if self._thread is not None:
-            self._queue.put(None)
+            with contextlib.suppress(queue.Full):  # a full queue: the thread sees _stopping within a second
+                self._queue.put_nowait(None)
             self._thread.join(timeout=10)
             self._thread = None
 
@@ -152,7 +160,7 @@ class GraphIndexer:
             self._changed.notify_all()
 
     def _run(self) -> None:
-        waiting: deque[tuple[float, tuple[str, str]]] = deque()  # (when queued, entry), oldest first
+        waiting: deque[tuple[float, str, str]] = deque()  # (when stored, namespace, key), oldest first
         while True:
             with self._changed:
                 due, self._catch_up_due = self._catch_up_due, False
@@ -165,20 +173,25 @@ class GraphIndexer:
                 overdue = time.monotonic() - waiting[0][0] >= MAX_DELAY_SECONDS
                 if not overdue and not self._activity.quiet_for(QUIET_SECONDS):
                     break  # requests are being served: wait for a quiet moment
-                batch = [waiting.popleft()[1] for _ in range(min(RECORD_BATCH, len(waiting)))]
-                self._guarded(functools.partial(self.parse_many, batch))
+                batch = [waiting.popleft()[1:] for _ in range(min(RECORD_BATCH, len(waiting)))]
+                self.parse_many(batch)  # logs what fails, raises nothing
                 self._done(len(batch))
 
-    def _gather(self, waiting: deque[tuple[float, tuple[str, str]]]) -> bool:
+    def _gather(self, waiting: deque[tuple[float, str, str]]) -> bool:
         """Move queued entries into ``waiting`` until, with something waiting, the process is quiet (no
         request for :data:`QUIET_SECONDS`) or the oldest entry is overdue; with nothing waiting, return after
-        a second at most, for a catch-up scan asked for meanwhile. True on a stop."""
+        a second at most, for a catch-up scan asked for meanwhile. True on a stop. At most the queue's size
+        wait in ``waiting``: beyond that entries stay queued, and a full queue asks for a catch-up scan."""
         while not self._stopping.is_set():
             if waiting:
                 overdue_in = waiting[0][0] + MAX_DELAY_SECONDS - time.monotonic()
                 if overdue_in <= 0 or self._activity.quiet_for(QUIET_SECONDS):
                     return False
                 wait = min(QUIET_SECONDS / 5, overdue_in)
+                if len(waiting) >= self._limit:
+                    if self._stopping.wait(wait):
+                        return True
+                    continue
             else:
                 wait = 1.0
             try:
@@ -189,7 +202,7 @@ class GraphIndexer:
                 continue
             if item is None:
                 return True
-            waiting.append((time.monotonic(), item))
+            waiting.append(item)
         return True
 
     @staticmethod

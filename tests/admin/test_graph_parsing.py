@@ -87,3 +87,24 @@ def test_records_of_a_batch_skip_an_entry_evicted_meanwhile(settings: Settings, 
     assert repository.record_graphs(records) == len(keys) - 1
     assert repository.unparsed_entries(10) == []
     assert repository.record_graphs(records[1:]) == len(keys) - 1  # recorded again: nothing changes
+
+
+class _SlowRepository:
+    """An index whose catch-up scan takes a second and finds nothing: the parser is busy meanwhile."""
+
+    def unparsed_entries(self, limit: int) -> list[tuple[str, str]]:
+        time.sleep(1.0)
+        return []
+
+    def record_graphs(self, records: list[GraphRecord]) -> int:
+        return len(records)
+
+
+def test_stop_returns_with_the_queue_full(services: Services) -> None:
+    indexer = GraphIndexer(_SlowRepository(), services.store, queue_size=2)  # type: ignore[arg-type]
+    indexer.start()  # busy in its catch-up scan: nothing is taken off the queue meanwhile
+    for key in ("1", "2", "3"):  # the third overflows (and asks for another scan)
+        indexer.notify("full", key)
+    started = time.monotonic()
+    indexer.stop()
+    assert time.monotonic() - started < 5
