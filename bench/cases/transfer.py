@@ -87,9 +87,10 @@ def durable_copy(cache: CacheDir, destination: Path) -> None:
 
 
 @contextlib.contextmanager
-def _zstd_forced() -> Iterator[None]:
-    """The client compresses even over loopback (``XLA_CACHE_COMPRESSION=on``; by default it does not)."""
-    with mock.patch.dict(os.environ, {"XLA_CACHE_COMPRESSION": "on"}):
+def _compression(setting: str) -> Iterator[None]:
+    """The client's ``XLA_CACHE_COMPRESSION`` (by default it compresses uploads, and asks a loopback
+    server for plain bundles)."""
+    with mock.patch.dict(os.environ, {"XLA_CACHE_COMPRESSION": setting}):
         yield
 
 
@@ -115,8 +116,8 @@ def push(ctx: Context, result: CaseResult) -> None:
 
     server = ctx.server()
     series = result.add(ctx.repeat("xla-cache push", run, setup=setup, work=_work(data)))
-    with _zstd_forced():
-        result.add(ctx.repeat("xla-cache push, zstd on", run, setup=setup, work=_work(data)))
+    with _compression("off"):
+        result.add(ctx.repeat("xla-cache push, uncompressed", run, setup=setup, work=_work(data)))
     errors = [e for o in outcomes for e in o.errors]
     if errors or any(o.uploaded != len(data.keys) for o in outcomes):
         result.error = f"push incomplete: uploaded {[o.uploaded for o in outcomes]}; {errors[:3]}"
@@ -156,7 +157,7 @@ def warm(ctx: Context, result: CaseResult) -> None:
             work=_work(data),
         )
     )
-    with _zstd_forced():
+    with _compression("on"):
         result.add(
             ctx.repeat(
                 "warm(), zstd on",
