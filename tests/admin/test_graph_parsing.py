@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from fastapi.testclient import TestClient
 
 from cache_server.activity import Activity
 from cache_server.admin import graphs
@@ -15,7 +16,7 @@ from cache_server.index.admin import GraphRecord
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.admin.conftest import real_entries
+from tests.admin.conftest import real_entries, services_of
 from tests.conftest import sha
 
 
@@ -108,3 +109,15 @@ def test_stop_returns_with_the_queue_full(services: Services) -> None:
     started = time.monotonic()
     indexer.stop()
     assert time.monotonic() - started < 5
+
+
+def test_every_request_but_a_feed_poll_makes_the_process_busy(client: TestClient) -> None:
+    activity = services_of(client).activity
+    assert _wait_for(lambda: activity.quiet_for(0.2), 5)
+    assert client.get("/healthz").status_code == 200
+    assert not activity.quiet_for(0.2)  # just served one
+    assert _wait_for(lambda: activity.quiet_for(0.2), 5)  # and none is left in flight
+    client.put("/v1/namespaces/polled", json={"fingerprint": {"torch_xla": "2.7.0"}})
+    assert _wait_for(lambda: activity.quiet_for(0.2), 5)
+    assert client.get("/v1/namespaces/polled/feed", params={"wait": 0}).status_code == 200
+    assert activity.quiet_for(0.2)  # a long poll mostly waits: it is not work
