@@ -182,7 +182,9 @@ def _pax_records(data: bytes) -> dict[str, str]:
 
 
 class TarReader:
-    """Reads members from ``read(n)`` (a blocking read of up to ``n`` bytes; ``b""`` at the end)."""
+    """Reads members from ``read(n)`` (a blocking read of about ``n`` bytes; ``b""`` at the end). What a read
+    returns beyond ``n`` is kept for the next, so ``read`` may hand back whole pieces of a stream as they come
+    (the server's bulk upload and the client's bundle reader do)."""
 
     def __init__(self, read: Callable[[int], bytes], *, max_members: int | None = None) -> None:
         self._read = read

@@ -338,21 +338,23 @@ class CacheApi:
         every member's status, as a PUT of it would have had."""
         what = "a bulk upload"
         path = f"/v1/namespaces/{_seg(namespace)}/entries"
-        headers = {"Content-Type": "application/x-tar", "Content-Encoding": "zstd"}
-        if not self.compression.uploads:
-            headers.pop("Content-Encoding")
-            response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=headers)
-            return dict(self._json(response, what))
-        compressed = _zstd(stream())
-        try:
-            response = self._call(
-                "POST", path, what, deadline, ok=(200,), content=compressed, headers=headers
-            )
-        except ServerError as exc:
-            if exc.status != 415:
-                raise
-            headers.pop("Content-Encoding")
-            response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=headers)
+        plain = {"Content-Type": "application/x-tar"}
+        if self.compression.uploads:
+            try:
+                response = self._call(
+                    "POST",
+                    path,
+                    what,
+                    deadline,
+                    ok=(200,),
+                    content=_zstd(stream()),
+                    headers={**plain, "Content-Encoding": "zstd"},
+                )
+                return dict(self._json(response, what))
+            except ServerError as exc:
+                if exc.status != 415:
+                    raise
+        response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=plain)
         return dict(self._json(response, what))
 
     def admin_stats(self, deadline: Deadline) -> dict[str, Any]:

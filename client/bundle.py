@@ -18,29 +18,7 @@ from client.api import RemoteEntry
 from client.cachedir import EntryCheck, VerifiedWriter
 from client.errors import CorruptTransfer
 
-__all__ = ["BundleResult", "ChunkReader", "extract_bundle"]
-
-
-class ChunkReader:
-    """``read(n)`` over an iterator of byte chunks: up to ``n`` bytes, ``b""`` at the end."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._current = b""
-        self._offset = 0
-
-    def read(self, size: int) -> bytes:
-        while self._offset >= len(self._current):
-            try:
-                self._current, self._offset = next(self._chunks), 0
-            except StopIteration:
-                return b""
-        start = self._offset
-        if start == 0 and size >= len(self._current):
-            self._offset = len(self._current)
-            return self._current  # the whole chunk: no copy
-        self._offset = min(start + size, len(self._current))
-        return self._current[start : self._offset]
+__all__ = ["BundleResult", "extract_bundle"]
 
 
 @dataclass
@@ -66,13 +44,13 @@ def extract_bundle(
 
     A member that is not requested, of the wrong size or the wrong SHA-256 is skipped and named in
     ``errors``; a member that is not a regular file, or a stream that is not a valid tar, ends the bundle
-    with an error. Errors from
-    ``chunks`` itself (the server going away, the deadline) propagate.
+    with an error. Errors from ``chunks`` itself (the server going away, the deadline) propagate.
     """
     result = BundleResult()
     seen: set[str] = set()
     try:
-        for member in TarReader(ChunkReader(chunks).read).members():
+        pieces = (chunk for chunk in chunks if chunk)  # an empty piece is not the end
+        for member in TarReader(lambda _size: next(pieces, b"")).members():  # it buffers what it is given
             if should_stop is not None and should_stop():
                 break
             entry = wanted.get(member.name)

@@ -57,7 +57,6 @@ class GraphIndexer:
         # (when stored, namespace, key); at most queue_size wait here or in _run, the rest overflow to a
         # catch-up scan
         self._queue: queue.Queue[tuple[float, str, str] | None] = queue.Queue(maxsize=queue_size)
-        self._limit = queue_size
         self._catch_up_due = False  # a catch-up scan is asked for (counted in _pending from that moment)
         self._pending = 0  # queued and not yet parsed, plus one for a catch-up scan asked for or running
         self._changed = threading.Condition()
@@ -188,7 +187,7 @@ class GraphIndexer:
                 if overdue_in <= 0 or self._activity.quiet_for(QUIET_SECONDS):
                     return False
                 wait = min(QUIET_SECONDS / 5, overdue_in)
-                if len(waiting) >= self._limit:
+                if len(waiting) >= self._queue.maxsize:
                     if self._stopping.wait(wait):
                         return True
                     continue
