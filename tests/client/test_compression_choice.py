@@ -8,6 +8,7 @@ import os
 import tarfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 from client.api import CacheApi, RemoteEntry
@@ -97,3 +98,21 @@ def test_a_remote_server_gets_zstd_both_ways(real_server: RealServer, tmp_path: 
     assert upload.headers["content-encoding"] == "zstd"
     assert len(tar_members(upload.body)) == 40
     assert all(r.headers["accept-encoding"] == "zstd" for r in bundles)
+
+
+def test_a_server_that_refuses_zstd_gets_the_upload_again_plain() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        request.read()
+        seen.append(request)
+        if request.headers.get("content-encoding") == "zstd":
+            return httpx.Response(415, json={"error": "unsupported_encoding", "detail": "no zstd here"})
+        return httpx.Response(200, json={"results": [{"key": "1", "status": 201}]})
+
+    api = CacheApi("http://cache-vm:8080", transport=httpx.MockTransport(answer))
+    answer_body = api.put_entries(NS, lambda: iter([b"tar bytes"]), Deadline(10))
+    assert answer_body == {"results": [{"key": "1", "status": 201}]}
+    assert [r.headers.get("content-encoding") for r in seen] == ["zstd", None]
+    assert seen[1].content == b"tar bytes"
+    api.close()
