@@ -10,12 +10,16 @@ requests on GCS), then the group's index rows are written in one transaction. A 
 member therefore means what it means for a ``PUT``: the entry survives a crash. A stream that breaks
 (malformed, cut short, the client gone) keeps the groups committed before it and nothing of the group it
 broke in.
+
+Into a store that packs (:mod:`cache_server.packs`) each small member is also copied into the group's pack,
+and a group is committed before its pack would grow past :data:`~cache_server.packs.PACK_BYTES`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, MAX_COMPILE_TIME_MS, SHA256_PATTERN
@@ -24,7 +28,8 @@ from cache_server.domain import Clock
 from cache_server.errors import CacheError, DigestMismatch, EntryTooLarge, InvalidName
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key
-from cache_server.storage.base import MIB, BlobBatch, BlobStore, blob_name, open_batch
+from cache_server.packs import PackWriter
+from cache_server.storage.base import MIB, BlobBatch, BlobStore, StoresPacks, blob_name, open_batch
 
 __all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "MemberResult", "put_members"]
 
@@ -111,17 +116,24 @@ def put_members(
     clock: Clock,
     stored_by: str | None = None,
     on_stored: Callable[[str, str], None] | None = None,
+    packs: StoresPacks | None = None,
 ) -> BulkResult:
     """Store the members of one stream into ``namespace`` (already checked); see the module docstring.
 
     ``checked`` wraps a member's chunks with the digest and size checks of a single upload; ``metadata``
-    gives a blob's metadata from its key, digest and compile time.
+    gives a blob's metadata from its key, digest and compile time. ``packs``: the store to write packs to,
+    if any (the same store).
     """
     results: list[MemberResult] = []
     group: list[_Pending] = []
     group_bytes = 0
     seen: set[str] = set()
-    with open_batch(store) as batch:
+    with ThreadPoolExecutor(1, thread_name_prefix="xla-cache-pack-write") as pool, open_batch(store) as batch:
+        writer = PackWriter(packs, pool) if packs is not None else None
+
+        def commit() -> None:
+            _commit(namespace, group, batch, writer, entries, store, clock, stored_by, on_stored)
+
         for member in members:
             key = member.name
             try:
@@ -129,11 +141,13 @@ def put_members(
                 if key in seen:
                     raise InvalidName(f"The key {key!r} appears twice in this upload.")
                 seen.add(key)
-                batch.put(
-                    blob_name(namespace, key),
-                    checked(member.chunks(), sha256, max_entry_bytes),
-                    metadata(key, sha256, compile_ms),
-                )
+                chunks = checked(member.chunks(), sha256, max_entry_bytes)
+                if writer is not None and writer.takes(member.size):
+                    if writer.would_overflow(member.size):
+                        commit()
+                        group, group_bytes = [], 0
+                    chunks = writer.copying(key, chunks)
+                batch.put(blob_name(namespace, key), chunks, metadata(key, sha256, compile_ms))
             except (InvalidName, DigestMismatch, EntryTooLarge) as exc:
                 results.append(_refused(key, _STATUS[exc.code], exc))
                 continue
@@ -142,9 +156,9 @@ def put_members(
             group.append(_Pending(key, member.size, sha256, compile_ms, result))
             group_bytes += member.size
             if len(group) >= GROUP_ENTRIES or group_bytes >= GROUP_BYTES:
-                _commit(namespace, group, batch, entries, store, clock, stored_by, on_stored)
+                commit()
                 group, group_bytes = [], 0
-        _commit(namespace, group, batch, entries, store, clock, stored_by, on_stored)
+        commit()
     return BulkResult(results)
 
 
@@ -152,16 +166,22 @@ def _commit(
     namespace: str,
     group: list[_Pending],
     batch: BlobBatch,
+    writer: PackWriter | None,
     entries: EntryRepository,
     store: BlobStore,
     clock: Clock,
     stored_by: str | None,
     on_stored: Callable[[str, str], None] | None,
 ) -> None:
-    """Make the group's blobs durable, then write their rows; fill in each member's result."""
+    """Make the group's blobs (and its pack) durable, then write their rows; fill in each member's result."""
+    if writer is not None:
+        writer.start()
+    try:
+        created = batch.commit() if group else {}
+    finally:
+        located = writer.finish() if writer is not None else {}
     if not group:
         return
-    created = batch.commit()
     now = clock()
     new: list[EntryRecord] = []
     found: list[EntryRecord] = []
@@ -176,6 +196,8 @@ def _commit(
                 created_at=now,
                 compile_time_ms=pending.compile_time_ms,
                 stored_by=stored_by,
+                pack=located[pending.key][0] if pending.key in located else None,
+                pack_offset=located[pending.key][1] if pending.key in located else None,
             )
             new.append(record)
             pending.result.status = 201

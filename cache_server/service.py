@@ -45,6 +45,7 @@ from cache_server.errors import (
 )
 from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
+from cache_server.packs import packing_store, read_copies
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobReader, BlobStore, SignsUrls, blob_name, open_many
 from cache_server.streams import coalesce
@@ -178,6 +179,12 @@ class VerifiedFiles:
                 self._until.popitem(last=False)
 
 
+def _member_header(entry: EntryInfo) -> bytes:
+    """The tar header of an entry in a bundle (with its SHA-256 as a PAX record)."""
+    mtime = int(entry.created_at.timestamp())
+    return member_header(entry.key, entry.size, mtime, {BUNDLE_SHA256_PAX: entry.sha256})
+
+
 def _not_found(namespace: str, key: str) -> EntryNotFound:
     return EntryNotFound(f"No entry {key!r} in namespace {namespace!r}.")
 
@@ -238,6 +245,7 @@ class CacheService:
         self._on_stored = on_stored
         self._clock = clock
         self._verified_files = VerifiedFiles()
+        self._packs = packing_store(store, settings.packs)
         seconds = settings.signed_url_seconds
         self._signer = _Signer(store, seconds) if seconds > 0 and isinstance(store, SignsUrls) else None
 
@@ -372,6 +380,7 @@ class CacheService:
             clock=self._clock,
             stored_by=stored_by,
             on_stored=self._on_stored,
+            packs=self._packs,
         )
 
     # -- the change feed (see cache_server.feed) ---------------------------------------------------------
@@ -566,7 +575,22 @@ class CacheService:
         return coalesce(self._tar_stream([rows[key] for key in wanted if key in rows]))
 
     def _tar_stream(self, entries: list[EntryInfo]) -> Iterator[bytes]:
-        """The members in order; on a remote store the next small ones are read meanwhile."""
+        """The members: first those with a usable copy in a pack (:mod:`cache_server.packs`), in pack order,
+        then the others in order, the next small ones read meanwhile on a remote store."""
+        if self._packs is not None and entries:
+            locations = self._entries.pack_locations(entries[0].namespace, [e.key for e in entries])
+            if locations:
+                unpacked = [entry for entry in entries if entry.key not in locations]
+                for entry, copy in read_copies(self._packs, entries, locations, self._entries.forget_packs):
+                    if copy is None:
+                        unpacked.append(entry)
+                        continue
+                    self._access.hit(entry.namespace, entry.key, entry.size)
+                    yield _member_header(entry)
+                    yield copy
+                    if entry.size % BLOCK:
+                        yield padding(entry.size)
+                entries = unpacked
         read_ahead = int(getattr(self._store, "read_ahead", 0))
         readers = open_many(
             self._store, [(blob_name(e.namespace, e.key), e.size) for e in entries], read_ahead=read_ahead
@@ -578,8 +602,7 @@ class CacheService:
                 )
                 continue
             self._access.hit(entry.namespace, entry.key, entry.size)
-            mtime = int(entry.created_at.timestamp())
-            yield member_header(entry.key, entry.size, mtime, {BUNDLE_SHA256_PAX: entry.sha256})
+            yield _member_header(entry)
             yield from self._verified(entry, reader)
             if entry.size % BLOCK:
                 yield padding(entry.size)

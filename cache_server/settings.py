@@ -46,6 +46,13 @@ class Settings(BaseSettings):
         default=True,
         description="Compress bundles with zstd for clients that accept it (Accept-Encoding: zstd).",
     )
+    packs: bool | None = Field(
+        default=None,
+        description=(
+            "Also keep the small entries of each bulk upload as one pack object, which bundles read by byte "
+            "range (a few requests instead of one per entry). Empty: on for gs:// stores, off for local ones."
+        ),
+    )
     max_json_bytes: int = Field(
         default=4 * MIB,  # 1.5 times the largest legitimate body; parsing a body costs many times its size
         gt=0,

@@ -6,7 +6,9 @@ it). gc must not mistake work in progress for either:
 * a blob without a row may be an upload whose row is about to be written, so only blobs older than the
   grace period are orphans (and the index is asked again right before each delete);
 * a row without a blob is only dropped if the row is older than the listing (so its blob, written before
-  the row, would have been listed) and the store confirms the blob is absent.
+  the row, would have been listed) and the store confirms the blob is absent;
+* a pack (:mod:`cache_server.packs`) is deleted once no row points into it and it is older than the grace
+  period (a pack is written before the rows that point into it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from cache_server.domain import utcnow
 from cache_server.index.admin import AdminRepository
-from cache_server.storage.base import BlobStore, SweepsTempFiles, blob_name, split_blob_name
+from cache_server.storage.base import BlobStore, StoresPacks, SweepsTempFiles, blob_name, split_blob_name
 
 __all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage"]
 
@@ -40,6 +42,9 @@ class GcResult:
     orphan_bytes_removed: int = 0
     rows_dropped: int = 0
     temp_files_removed: int = 0
+    packs_checked: int = 0
+    packs_removed: int = 0
+    pack_bytes_removed: int = 0
     dry_run: bool = False
 
 
@@ -84,6 +89,8 @@ def collect_garbage(
     for namespace in repository.namespace_names():
         _drop_lost_rows(repository, store, namespace, listed.get(namespace, set()), started, result)
 
+    if isinstance(store, StoresPacks):
+        _remove_unused_packs(repository, store, old_enough, result)
     if isinstance(store, SweepsTempFiles) and not dry_run:
         result.temp_files_removed = store.remove_stale_temp_files(max(grace_seconds, TEMP_MIN_AGE_SECONDS))
     log.info("gc: %s", result)
@@ -111,3 +118,26 @@ def _drop_lost_rows(
             result.rows_dropped += len(lost)
         elif lost:
             result.rows_dropped += len(repository.delete_entries([(namespace, k) for k in lost]))
+
+
+def _remove_unused_packs(
+    repository: AdminRepository, store: StoresPacks, old_enough: dt.datetime, result: GcResult
+) -> None:
+    candidates: dict[str, int] = {}  # pack id -> size, packs past grace
+
+    def check() -> None:
+        used = repository.referenced_packs(list(candidates))
+        for pack_id, size in candidates.items():
+            if pack_id in used or (not result.dry_run and not store.delete_pack(pack_id)):
+                continue
+            result.packs_removed += 1
+            result.pack_bytes_removed += size
+        candidates.clear()
+
+    for info in store.list_packs():
+        result.packs_checked += 1
+        if info.created <= old_enough:
+            candidates[info.name] = info.size
+            if len(candidates) >= CHECK_BATCH:
+                check()
+    check()

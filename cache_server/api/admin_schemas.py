@@ -212,6 +212,9 @@ class GcOut(BaseModel):
     orphan_bytes_removed: int
     rows_dropped: int = Field(description="Index rows whose blob was gone.")
     temp_files_removed: int
+    packs_checked: int
+    packs_removed: int = Field(description="Packs no row pointed into any more.")
+    pack_bytes_removed: int
     dry_run: bool
 
     @classmethod

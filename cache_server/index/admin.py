@@ -294,6 +294,18 @@ class AdminRepository:
             session.execute(delete(EntryTotals).where(EntryTotals.namespace == namespace))
             return result.first() is not None
 
+    def referenced_packs(self, pack_ids: Sequence[str]) -> set[str]:
+        """Which of these packs some row still points into."""
+        found: set[str] = set()
+        with self._db.transaction() as session:
+            for part in chunked(list(dict.fromkeys(pack_ids))):
+                found.update(
+                    pack
+                    for pack in session.scalars(select(Entry.pack).where(Entry.pack.in_(part)).distinct())
+                    if pack is not None
+                )
+        return found
+
     def present_keys(self, namespace: str, keys: Sequence[str]) -> set[str]:
         """Which of ``keys`` have a row."""
         present: set[str] = set()

@@ -73,6 +73,8 @@ class EntryRecord:
     compile_time_ms: int | None = None
     uploader: str | None = None
     stored_by: str | None = None
+    pack: str | None = None  # where a copy of the bytes lies in a pack, if one does
+    pack_offset: int | None = None
 
     def row(self) -> dict[str, Any]:
         """The ``entries`` row of a new entry: never used yet."""
@@ -196,6 +198,31 @@ class EntryRepository:
                 query = _ENTRY_COLUMNS.where(Entry.namespace == namespace, Entry.key.in_(part))
                 found.update((row.key, EntryInfo(*row)) for row in connection.execute(query))
         return found
+
+    def pack_locations(self, namespace: str, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Where copies of these entries lie in packs, by key: (pack id, offset), for those that have one."""
+        found: dict[str, tuple[str, int]] = {}
+        with self._db.reading() as connection:
+            for part in chunked(list(dict.fromkeys(keys))):
+                query = select(Entry.key, Entry.pack, Entry.pack_offset).where(
+                    Entry.namespace == namespace, Entry.key.in_(part), Entry.pack.is_not(None)
+                )
+                for key, pack, offset in connection.execute(query):
+                    if pack is not None and offset is not None:
+                        found[key] = (pack, int(offset))
+        return found
+
+    def forget_packs(self, pack_ids: Sequence[str]) -> int:
+        """Let no row point into these packs any more (found gone or damaged); returns how many did."""
+        if not pack_ids:
+            return 0
+        with self._db.transaction() as session:
+            result = session.execute(
+                update(_ENTRIES)
+                .where(_ENTRIES.c.pack.in_(list(pack_ids)))
+                .values(pack=None, pack_offset=None)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
 
     def missing_keys(self, namespace: str, keys: Sequence[str]) -> list[str]:
         """The keys, in the order given and without duplicates, that have no entry."""

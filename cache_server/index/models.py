@@ -105,6 +105,7 @@ class Entry(Base):
     __table_args__ = (
         Index("ix_entries_last_access_at", "last_access_at"),
         Index("ix_entries_stored_by", "stored_by"),
+        Index("ix_entries_pack", "pack"),
     )
 
     namespace: Mapped[str] = mapped_column(
@@ -119,6 +120,9 @@ class Entry(Base):
     compile_time_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)  # as the client declared it
     stored_by: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the token's id (auth on)
+    # Where a copy of the bytes lies in a pack (see cache_server.packs), if one does: its id and offset.
+    pack: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    pack_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 # The manifest's order, whole: a manifest reads its first rows off this index and stops, instead of sorting

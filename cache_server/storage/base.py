@@ -19,8 +19,9 @@ the bytes. The contract, which ``tests/storage`` checks against every backend un
 Some abilities only some backends have; each is a protocol of its own, so callers ask
 ``isinstance(store, SignsUrls)`` rather than probing for methods: :class:`SignsUrls` (direct downloads that
 bypass the server), :class:`SweepsTempFiles` (cleaning up after uploads that died), :class:`PutsInBatches`
-(many blobs made durable together: one sync for a batch instead of one per blob) and :class:`ReadsWhole` (a
-small blob read in one round trip, not an open and a read). :func:`open_batch` gives a :class:`BlobBatch` for
+(many blobs made durable together: one sync for a batch instead of one per blob), :class:`ReadsWhole` (a
+small blob read in one round trip, not an open and a read) and :class:`StoresPacks` (packs: copies of many
+small blobs in one object, read by byte range). :func:`open_batch` gives a :class:`BlobBatch` for
 any store; :func:`open_many` reads many blobs in order, the next small ones meanwhile.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -36,10 +38,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from cache_server.errors import InvalidName
 from cache_server.names import check_key, check_namespace
 
 __all__ = [
     "MIB",
+    "PACK_DIR",
     "READ_CHUNK",
     "BlobBatch",
     "BlobInfo",
@@ -51,8 +55,10 @@ __all__ = [
     "ReadsWhole",
     "SequentialBatch",
     "SignsUrls",
+    "StoresPacks",
     "SweepsTempFiles",
     "blob_name",
+    "check_pack_id",
     "open_batch",
     "open_many",
     "parse_blob_name",
@@ -62,6 +68,16 @@ __all__ = [
 MIB = 1024 * 1024
 READ_CHUNK = MIB
 """The most bytes one piece yielded by :meth:`BlobReader.chunks` holds, in every backend here."""
+PACK_DIR = ".packs"
+"""Where a store keeps its packs, beside the namespaces (no namespace starts with a dot)."""
+_PACK_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def check_pack_id(pack_id: str) -> str:
+    """``pack_id`` if it is a pack's name (32 lowercase hex digits, a random UUID's), else InvalidName."""
+    if not _PACK_ID.fullmatch(pack_id):
+        raise InvalidName(f"{pack_id!r} is not a pack id (32 lowercase hex digits).")
+    return pack_id
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,39 @@ class ReadsWhole(Protocol):
         told, which may be less exact than :meth:`BlobStore.stat` (on GCS: Last-Modified, to the second, and
         the metadata as response headers carry it).
         """
+        ...
+
+
+@runtime_checkable
+class StoresPacks(Protocol):
+    """A store that also keeps packs: one object holding copies of many small blobs one after another, so
+    that a bundle reads them with a few ranged requests instead of one request each (see
+    :mod:`cache_server.packs`).
+
+    A pack is extra: every blob in it is also stored on its own, the index says where in which pack its copy
+    lies, and a reader checks each copy against the blob's SHA-256 before using it. Packs are written
+    whole, once, under a new random id (:func:`check_pack_id`), kept apart from the blobs (:data:`PACK_DIR`;
+    :meth:`BlobStore.list` never shows them) and deleted by gc once no index row points into them.
+    ``packs_by_default``: whether packing pays on this store (a remote one, where each request costs a round
+    trip), so the server packs unless ``XLA_CACHE_PACKS`` says otherwise.
+    """
+
+    packs_by_default: bool
+
+    def put_pack(self, pack_id: str, pieces: Sequence[bytes]) -> None:
+        """Store the pack made of ``pieces`` (held in memory by the caller), durably, before returning."""
+        ...
+
+    def read_pack(self, pack_id: str, start: int, length: int) -> bytes | None:
+        """The ``length`` bytes from ``start`` (fewer if the pack is shorter); None if the pack is gone."""
+        ...
+
+    def delete_pack(self, pack_id: str) -> bool:
+        """Remove a pack. True if it was there."""
+        ...
+
+    def list_packs(self) -> Iterator[BlobInfo]:
+        """Every pack (``name`` is its id), in no particular order."""
         ...
 
 

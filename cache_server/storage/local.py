@@ -1,6 +1,7 @@
 """Local-directory blob store: the embedded default.
 
-Layout: ``<root>/<namespace>/<key>`` for blobs, ``<root>/.tmp/`` for uploads in progress. Each blob file
+Layout: ``<root>/<namespace>/<key>`` for blobs, ``<root>/.tmp/`` for uploads in progress, ``<root>/.packs/``
+for packs (plain files, written as blobs are: temp file, fsync, link). Each blob file
 starts with a fixed-size header (magic line, then JSON metadata padded with spaces to
 :data:`HEADER_SIZE` bytes) followed by the raw bytes, so metadata and bytes appear together atomically.
 
@@ -19,7 +20,7 @@ import errno
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -28,7 +29,14 @@ from urllib.parse import unquote, urlparse
 
 from cache_server.errors import InvalidName, StorageUnavailable
 from cache_server.names import check_key, check_namespace
-from cache_server.storage.base import READ_CHUNK, BlobInfo, blob_name, parse_blob_name
+from cache_server.storage.base import (
+    PACK_DIR,
+    READ_CHUNK,
+    BlobInfo,
+    blob_name,
+    check_pack_id,
+    parse_blob_name,
+)
 
 __all__ = ["HEADER_SIZE", "LocalBatch", "LocalBlobStore"]
 
@@ -89,8 +97,11 @@ class _LocalReader:
 class LocalBlobStore:
     """Blobs in a local directory. Safe for concurrent use by threads and processes on one host.
 
-    Also a :class:`~cache_server.storage.base.SweepsTempFiles`: a killed process leaves its temp file.
+    Also a :class:`~cache_server.storage.base.SweepsTempFiles`: a killed process leaves its temp file; and
+    a :class:`~cache_server.storage.base.StoresPacks`, off by default (a local read costs no round trip).
     """
+
+    packs_by_default = False
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -171,6 +182,54 @@ class LocalBlobStore:
         """A batch: temp files written without fsync, then one filesystem sync, links, and one fsync per
         directory at commit (see :class:`~cache_server.storage.base.PutsInBatches`)."""
         return LocalBatch(self)
+
+    # -- packs (StoresPacks) ----------------------------------------------------------------------------
+    def _pack_path(self, pack_id: str) -> Path:
+        return self.root / PACK_DIR / check_pack_id(pack_id)
+
+    def put_pack(self, pack_id: str, pieces: Sequence[bytes]) -> None:
+        final = self._pack_path(pack_id)
+        with _storage_errors():
+            tmp = self._tmp / f"{uuid.uuid4().hex}.part"
+            try:
+                with open(tmp, "wb") as handle:
+                    for piece in pieces:
+                        handle.write(piece)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                if not self._link(tmp, final):
+                    raise ValueError(f"The pack {pack_id} exists already.")
+                _fsync_dir(final.parent)
+            finally:
+                tmp.unlink(missing_ok=True)
+
+    def read_pack(self, pack_id: str, start: int, length: int) -> bytes | None:
+        try:
+            with open(self._pack_path(pack_id), "rb") as handle:
+                handle.seek(start)
+                return handle.read(length)
+        except FileNotFoundError:
+            return None
+
+    def delete_pack(self, pack_id: str) -> bool:
+        try:
+            self._pack_path(pack_id).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def list_packs(self) -> Iterator[BlobInfo]:
+        directory = self.root / PACK_DIR
+        if not directory.is_dir():
+            return
+        for path in directory.iterdir():
+            try:
+                check_pack_id(path.name)
+                stat = path.stat()
+            except (InvalidName, FileNotFoundError):
+                continue
+            created = dt.datetime.fromtimestamp(stat.st_mtime, dt.timezone.utc)
+            yield BlobInfo(name=path.name, size=stat.st_size, created=created)
 
     # -- reading ----------------------------------------------------------------------------------------
     def _read_info(self, name: str, handle: BinaryIO) -> BlobInfo | None:

@@ -40,6 +40,9 @@ def test_orphans_removed_and_lost_rows_dropped(
         "orphan_bytes_removed": 350,
         "rows_dropped": 1,
         "temp_files_removed": 0,
+        "packs_checked": 0,
+        "packs_removed": 0,
+        "pack_bytes_removed": 0,
         "dry_run": False,
     }
     assert services.store.stat(blob_name("ns", "crashed")) is None

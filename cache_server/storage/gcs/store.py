@@ -17,7 +17,16 @@ from google.auth.credentials import AnonymousCredentials, Credentials, Signing
 from google.cloud import storage
 
 from cache_server.errors import InvalidName
-from cache_server.storage.base import MIB, BlobInfo, BlobReader, ConcurrentBatch, HeldReader, parse_blob_name
+from cache_server.storage.base import (
+    MIB,
+    PACK_DIR,
+    BlobInfo,
+    BlobReader,
+    ConcurrentBatch,
+    HeldReader,
+    check_pack_id,
+    parse_blob_name,
+)
 from cache_server.storage.gcs.reader import GcsReader
 from cache_server.storage.gcs.signing import (
     IAM_ENDPOINT,
@@ -65,10 +74,14 @@ class GcsBlobStore:
     Also a :class:`~cache_server.storage.base.ReadsWhole`: a small blob is one GET of its bytes, whose
     response headers carry what a whole read needs (:meth:`read_whole`). ``read_ahead``: how many small blobs
     a bundle reads at once, one round trip each; ``read_ahead_bytes``: how many bytes they may hold together.
+
+    Also a :class:`~cache_server.storage.base.StoresPacks`, on by default: objects under ``.packs/`` beside
+    the namespaces, each read with ranged GETs.
     """
 
     read_ahead = 32
     read_ahead_bytes = 64 * MIB
+    packs_by_default = True
 
     def __init__(
         self,
@@ -243,6 +256,57 @@ class GcsBlobStore:
                 name = self._blob_name(resource["name"])
                 if name is not None:
                     yield self._info(name, resource)
+            if not page.get("nextPageToken"):
+                return
+            params["pageToken"] = page["nextPageToken"]
+
+    # -- packs (StoresPacks) ----------------------------------------------------------------------------
+    def _pack_object(self, pack_id: str) -> str:
+        return f"{self._object_prefix}{PACK_DIR}/{check_pack_id(pack_id)}"
+
+    def put_pack(self, pack_id: str, pieces: Sequence[bytes]) -> None:
+        object_name = self._pack_object(pack_id)
+        chunk_size = self._chunk_size
+        if not upload(self._transport, f"pack {pack_id}", object_name, pieces, {}, chunk_size=chunk_size):
+            raise ValueError(f"The pack {pack_id} exists already.")
+
+    def read_pack(self, pack_id: str, start: int, length: int) -> bytes | None:
+        """One ranged GET of the live object (retried as any request)."""
+        if length <= 0:
+            return b""
+        url = self._transport.media_url(self._pack_object(pack_id))
+        headers = {"Accept-Encoding": "identity", "Range": f"bytes={start}-{start + length - 1}"}
+        response = self._transport.call_short(
+            f"read pack {pack_id} from", "GET", url, expect=(200, 206, 404, 416), headers=headers
+        )
+        if response.status == 404:
+            return None
+        if response.status == 416:  # the range starts past the end: a pack shorter than the index says
+            return b""
+        data = bytes(response.data)
+        return data[start : start + length] if response.status == 200 else data  # 200: the range was ignored
+
+    def delete_pack(self, pack_id: str) -> bool:
+        url = self._transport.object_url(self._pack_object(pack_id))
+        response = self._transport.call(f"delete pack {pack_id} from", "DELETE", url, expect=(200, 204, 404))
+        response.close()
+        return response.status_code != 404
+
+    def list_packs(self) -> Iterator[BlobInfo]:
+        prefix = f"{self._object_prefix}{PACK_DIR}/"
+        params = {"prefix": prefix, "projection": "noAcl"}
+        while True:
+            response = self._transport.call(
+                "list packs in", "GET", self._transport.objects_url, expect=(200,), params=params
+            )
+            page = response.json()
+            for resource in page.get("items", []):
+                pack_id = resource["name"][len(prefix) :]
+                try:
+                    check_pack_id(pack_id)
+                except InvalidName:
+                    continue
+                yield self._info(pack_id, resource)
             if not page.get("nextPageToken"):
                 return
             params["pageToken"] = page["nextPageToken"]

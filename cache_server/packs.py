@@ -1,0 +1,206 @@
+"""Packs: copies of many small entries in one object, so that a bundle from a remote store reads them with a
+few ranged requests instead of one request per entry (on GCS each request costs a round trip of tens of
+milliseconds, and CPU on both ends).
+
+**Writing.** A bulk upload (:mod:`cache_server.bulk`) into a store that packs keeps a copy of each small
+member (at most :data:`PACK_MEMBER_BYTES`) once every byte of it has passed its checks, and at each group
+commit writes the copies, one after another, as one pack under a new random id, while the batch makes the
+members' own blobs durable. The group's rows are written after both, each new row with its copy's pack and
+offset, so a row never points into a pack that is not there. The pack is extra: every entry is still stored
+on its own (single GETs, signed URLs, reindex and eviction use that), so a pack that fails to write costs
+speed, never an entry. A crash leaves at worst a pack that no row points into, which gc deletes.
+
+**Reading.** A bundle asks the index where copies lie. The entries with one are read pack by pack, in offset
+order, neighbours joined into one ranged read while the gap between them is at most :data:`RUN_GAP` bytes
+(reading a gap costs less than a round trip) and the read at most :data:`RUN_BYTES`, a few reads in flight.
+Every copy is checked against its entry's SHA-256 before a byte of it is sent. A pack that is gone, cannot
+be read or holds a copy that fails the check is reported (no row points into it any more, so gc deletes
+it) and its entries are read from their own blobs, as entries without a copy are.
+
+**Space.** A deleted or evicted entry's copy stays in its pack until no row points into the pack; gc then
+deletes the pack. Packs are not rewritten to reclaim the space of partly evicted ones: at most one more copy
+of each small entry, the price of reading them a few MiB at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from cache_server.domain import EntryInfo
+from cache_server.storage.base import MIB, StoresPacks
+
+__all__ = [
+    "PACK_BYTES",
+    "PACK_MEMBER_BYTES",
+    "PACK_MIN_MEMBERS",
+    "RUN_BYTES",
+    "RUN_GAP",
+    "PackWriter",
+    "packing_store",
+    "read_copies",
+]
+
+log = logging.getLogger(__name__)
+
+PACK_MEMBER_BYTES = 4 * MIB
+"""The largest member that gets a copy in a pack (larger ones stream on their own anyway)."""
+PACK_BYTES = 8 * MIB
+"""A group is committed, and its pack written, before its copies would pass this size."""
+PACK_MIN_MEMBERS = 4
+"""Fewer copies than this make no pack: one more object would save too few requests."""
+RUN_GAP = 1 * MIB
+"""Two copies in one pack are read together if at most this many unwanted bytes lie between them."""
+RUN_BYTES = 8 * MIB
+"""The most bytes one ranged read of a pack asks for (a single larger copy is still read, alone)."""
+RUN_WORKERS = 4
+"""Ranged reads of one bundle in flight at once (so at most this many times RUN_BYTES held)."""
+
+
+def packing_store(store: object, enabled: bool | None) -> StoresPacks | None:
+    """``store`` if packs are to be written and read there: it can keep them, and ``enabled`` (the
+    ``XLA_CACHE_PACKS`` setting) says so, or is None and packing pays on that store."""
+    if not isinstance(store, StoresPacks):
+        return None
+    return store if (store.packs_by_default if enabled is None else enabled) else None
+
+
+class PackWriter:
+    """The copies of one group of a bulk upload, and the pack they become at its commit.
+
+    Use: wrap each member's checked chunks with :meth:`copying` when :meth:`takes` it; before adding a
+    member that :meth:`would_overflow` the pack, commit the group; at the commit call :meth:`start` before
+    making the blobs durable and :meth:`finish` after, for the copies' locations.
+    """
+
+    def __init__(self, store: StoresPacks, pool: ThreadPoolExecutor) -> None:
+        self._store = store
+        self._pool = pool
+        self._pieces: list[bytes] = []
+        self._offsets: dict[str, int] = {}
+        self._size = 0
+        self._pending: tuple[str, dict[str, int], Future[None]] | None = None
+
+    @staticmethod
+    def takes(size: int) -> bool:
+        """Whether a member of ``size`` bytes gets a copy."""
+        return size <= PACK_MEMBER_BYTES
+
+    def would_overflow(self, size: int) -> bool:
+        """Whether a copy of ``size`` bytes would take the pack past :data:`PACK_BYTES`."""
+        return bool(self._offsets) and self._size + size > PACK_BYTES
+
+    def copying(self, key: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """``chunks`` as they are; a copy is kept once the last has passed (a member whose checks raise,
+        or that is not read to its end, leaves none)."""
+        held: list[bytes] = []
+        for chunk in chunks:
+            held.append(chunk)
+            yield chunk
+        self._offsets[key] = self._size
+        self._pieces.extend(held)
+        self._size += sum(len(piece) for piece in held)
+
+    def start(self) -> None:
+        """Begin writing the pack of the copies so far (on the pool), if there are enough of them."""
+        pieces, offsets = self._pieces, self._offsets
+        self._pieces, self._offsets, self._size = [], {}, 0
+        if len(offsets) < PACK_MIN_MEMBERS:
+            return
+        pack_id = uuid.uuid4().hex
+        self._pending = (pack_id, offsets, self._pool.submit(self._store.put_pack, pack_id, pieces))
+
+    def finish(self) -> dict[str, tuple[str, int]]:
+        """Wait for the pack :meth:`start` began: where each copy lies (by key), or nothing if it failed."""
+        if self._pending is None:
+            return {}
+        pack_id, offsets, future = self._pending
+        self._pending = None
+        try:
+            future.result()
+        except Exception:  # a pack is extra: the entries are stored without it
+            log.warning("could not write pack %s of %d entries", pack_id, len(offsets), exc_info=True)
+            return {}
+        return {key: (pack_id, offset) for key, offset in offsets.items()}
+
+    def discard(self) -> None:
+        """Forget the copies not yet written (a broken stream)."""
+        self._pieces, self._offsets, self._size = [], {}, 0
+
+
+@dataclass
+class _Run:
+    """One ranged read of a pack and the copies it holds."""
+
+    pack: str
+    start: int
+    end: int
+    members: list[tuple[EntryInfo, int]] = field(default_factory=list)  # entry, offset in the pack
+
+
+def _plan(entries: Sequence[EntryInfo], locations: Mapping[str, tuple[str, int]]) -> list[_Run]:
+    by_pack: dict[str, list[tuple[int, EntryInfo]]] = defaultdict(list)
+    for entry in entries:
+        if entry.key in locations:
+            pack, offset = locations[entry.key]
+            by_pack[pack].append((offset, entry))
+    runs: list[_Run] = []
+    for pack, members in by_pack.items():
+        members.sort(key=lambda member: member[0])
+        run: _Run | None = None
+        for offset, entry in members:
+            end = offset + entry.size
+            if run is None or offset - run.end > RUN_GAP or max(end, run.end) - run.start > RUN_BYTES:
+                run = _Run(pack, offset, end)
+                runs.append(run)
+            run.end = max(run.end, end)
+            run.members.append((entry, offset))
+    return runs
+
+
+def read_copies(
+    store: StoresPacks,
+    entries: Sequence[EntryInfo],
+    locations: Mapping[str, tuple[str, int]],
+    forget: Callable[[Sequence[str]], object],
+) -> Iterator[tuple[EntryInfo, bytes | None]]:
+    """Each entry that has a copy (in ``locations``) with its checked bytes, or None where the copy is
+    unusable (then read the entry's own blob); in pack order, not the order given. ``forget`` is told the
+    packs found gone or damaged."""
+    runs = _plan(entries, locations)
+    reported: set[str] = set()
+    with ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="xla-cache-pack-read") as pool:
+        window: deque[tuple[_Run, Future[bytes | None]]] = deque()
+        upcoming = iter(runs)
+        try:
+            for _ in runs:
+                while len(window) < RUN_WORKERS and (run := next(upcoming, None)) is not None:
+                    read = pool.submit(store.read_pack, run.pack, run.start, run.end - run.start)
+                    window.append((run, read))
+                run, future = window.popleft()
+                try:
+                    data = future.result()
+                except Exception:  # unreachable for now: the entries' own blobs may still be read
+                    log.warning("could not read pack %s", run.pack, exc_info=True)
+                    reported.add(run.pack)  # but not reported in the index
+                    data = None
+                for entry, offset in run.members:
+                    at = offset - run.start
+                    copy = None if data is None else data[at : at + entry.size]
+                    if copy is not None and (
+                        len(copy) != entry.size or hashlib.sha256(copy).hexdigest() != entry.sha256
+                    ):
+                        copy = None
+                    if copy is None and run.pack not in reported:
+                        log.warning("pack %s is gone or damaged: its entries are read on their own", run.pack)
+                        reported.add(run.pack)
+                        forget([run.pack])
+                    yield entry, copy
+        finally:
+            for _, future in window:
+                future.cancel()
