@@ -18,6 +18,7 @@ from cache_server.storage.base import (
     BlobStore,
     PutsInBatches,
     SignsUrls,
+    StoresPacks,
     SweepsTempFiles,
     open_batch,
     open_many,
@@ -105,9 +106,51 @@ def test_backend_implements_the_protocol(backend: Backend) -> None:
 
 
 def test_backend_declares_the_optional_abilities_it_has(backend: Backend) -> None:
-    abilities = {"signs URLs": SignsUrls, "sweeps temp files": SweepsTempFiles, "batches": PutsInBatches}
-    expected = {"local": {"sweeps temp files", "batches"}, "gcs": {"signs URLs", "batches"}}[backend.kind]
+    abilities = {
+        "signs URLs": SignsUrls,
+        "sweeps temp files": SweepsTempFiles,
+        "batches": PutsInBatches,
+        "keeps packs": StoresPacks,
+    }
+    expected = {
+        "local": {"sweeps temp files", "batches", "keeps packs"},
+        "gcs": {"signs URLs", "batches", "keeps packs"},
+    }[backend.kind]
     assert {name for name, ability in abilities.items() if isinstance(backend.store, ability)} == expected
+
+
+def test_packs_are_written_once_read_by_range_listed_apart_and_deleted(backend: Backend) -> None:
+    store = backend.store
+    assert isinstance(store, StoresPacks)
+    data = random.Random(3).randbytes(3 * MIB + 5)
+    pack_id = "0123456789abcdef0123456789abcdef"
+    store.put_pack(pack_id, [data[:MIB], data[MIB:]])
+    assert store.put("ns/k", [b"a blob"], {}) is True
+
+    assert store.read_pack(pack_id, 0, len(data)) == data
+    assert store.read_pack(pack_id, MIB - 3, 10) == data[MIB - 3 : MIB + 7]
+    assert store.read_pack(pack_id, len(data) - 4, 100) == data[-4:]  # fewer bytes: the pack is shorter
+    assert store.read_pack(pack_id, len(data) + 10, 5) == b""
+    assert store.read_pack("f" * 32, 0, 5) is None
+
+    (info,) = store.list_packs()
+    assert (info.name, info.size) == (pack_id, len(data))
+    assert abs((info.created - dt.datetime.now(dt.timezone.utc)).total_seconds()) < 600
+    assert [blob.name for blob in store.list()] == ["ns/k"]  # packs are not blobs
+
+    with pytest.raises(ValueError, match="exists"):
+        store.put_pack(pack_id, [b"other bytes"])
+    assert store.read_pack(pack_id, 0, 8) == data[:8]  # the first stays
+
+    for bad in ("../x", "ns/k", "0123456789ABCDEF0123456789ABCDEF", ""):
+        with pytest.raises(InvalidName):
+            store.read_pack(bad, 0, 1)
+        with pytest.raises(InvalidName):
+            store.put_pack(bad, [b"x"])
+    assert store.delete_pack(pack_id) is True
+    assert store.delete_pack(pack_id) is False
+    assert list(store.list_packs()) == []
+    assert store.read_pack(pack_id, 0, 5) is None
 
 
 def test_a_sweep_removes_only_temp_files_older_than_the_grace_period(backend: Backend) -> None:

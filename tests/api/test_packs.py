@@ -1,0 +1,218 @@
+"""Packs (cache_server.packs): a bulk upload also writes its small entries as one object per group, and a
+bundle reads those copies by byte range, checks each, and falls back to the entry's own blob. On the local
+store here (``XLA_CACHE_PACKS=true``); the GCS store's requests are counted in tests/storage."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cache_server.app import create_app
+from cache_server.migrate import upgrade
+from cache_server.packs import PACK_BYTES, PACK_MIN_MEMBERS
+from cache_server.settings import Settings
+from cache_server.storage.base import PACK_DIR, blob_name
+from cache_server.storage.gcs import GcsBlobStore
+from cache_server.wiring import Services, build_services
+from tests.api.test_bulk_upload import member, tar_of
+from tests.conftest import sha
+from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
+
+NS = "ns"
+URL = f"/v1/namespaces/{NS}"
+
+
+def entries(count: int, size: int = 3000, tag: str = "") -> dict[str, bytes]:
+    return {f"k{i:04d}": os.urandom(size - i % 7) + tag.encode() for i in range(count)}
+
+
+def client_for(tmp_path: Path, **settings: object) -> TestClient:
+    config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, **settings)  # type: ignore[arg-type]
+    upgrade(config)
+    return TestClient(create_app(config))
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with client_for(tmp_path, packs=True) as test_client:
+        yield test_client
+
+
+def services_of(client: TestClient) -> Services:
+    services: Services = client.app.state.services  # type: ignore[attr-defined]
+    return services
+
+
+def push(client: TestClient, data: dict[str, bytes]) -> dict[str, int]:
+    stream = tar_of([member(key, value) for key, value in data.items()])
+    response = client.post(f"{URL}/entries", content=stream, headers={"Content-Type": "application/x-tar"})
+    assert response.status_code == 200, response.text
+    return {result["key"]: result["status"] for result in response.json()["results"]}
+
+
+def bundle(client: TestClient, keys: list[str]) -> dict[str, bytes]:
+    response = client.post(f"{URL}/bundle", json={"keys": keys})
+    assert response.status_code == 200, response.text
+    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
+        out: dict[str, bytes] = {}
+        for info in tar.getmembers():
+            handle = tar.extractfile(info)
+            assert handle is not None
+            out[info.name] = handle.read()
+    return out
+
+
+def packs(tmp_path: Path) -> dict[str, bytes]:
+    directory = tmp_path / "data" / "blobs" / PACK_DIR
+    return {path.name: path.read_bytes() for path in directory.iterdir()} if directory.is_dir() else {}
+
+
+def locations(client: TestClient, keys: list[str]) -> dict[str, tuple[str, int]]:
+    return services_of(client).cache._entries.pack_locations(NS, keys)
+
+
+def drop_own_blobs(client: TestClient, keys: list[str]) -> None:
+    """Remove the entries' own blobs (not their rows): a bundle can then only have read the packs."""
+    for key in keys:
+        assert services_of(client).store.delete(blob_name(NS, key))
+
+
+def test_bundle_reads_the_copies_in_packs(client: TestClient, tmp_path: Path) -> None:
+    data = entries(40)
+    data["big"] = os.urandom(5 * 1024 * 1024)  # over the member limit: stored on its own only
+    assert set(push(client, data).values()) == {201}
+    written = packs(tmp_path)
+    assert len(written) == 1
+    where = locations(client, list(data))
+    assert set(where) == set(data) - {"big"}
+    for key, (pack, offset) in where.items():  # each copy is the entry's bytes, where the row says
+        assert written[pack][offset : offset + len(data[key])] == data[key]
+
+    small = [key for key in data if key != "big"]
+    drop_own_blobs(client, small)
+    assert bundle(client, ["big", *small[::3]]) == {key: data[key] for key in ["big", *small[::3]]}
+
+
+def test_a_group_is_cut_before_its_pack_passes_the_limit(client: TestClient, tmp_path: Path) -> None:
+    data = entries(40, size=PACK_BYTES // 16)  # about 2.5 packs' worth
+    assert set(push(client, data).values()) == {201}
+    sizes = sorted(len(pack) for pack in packs(tmp_path).values())
+    assert len(sizes) == 3 and max(sizes) <= PACK_BYTES, sizes
+    assert sum(sizes) == sum(len(value) for value in data.values())
+    drop_own_blobs(client, list(data))
+    assert bundle(client, list(data)) == data
+
+
+def test_few_or_refused_members_make_no_copies(client: TestClient, tmp_path: Path) -> None:
+    few = entries(PACK_MIN_MEMBERS - 1, tag="few")
+    assert set(push(client, few).values()) == {201}
+    assert packs(tmp_path) == {}
+    assert locations(client, list(few)) == {}
+    assert bundle(client, list(few)) == few  # from the own blobs
+
+    data = {f"mixed-{key}": value for key, value in entries(8).items()}
+    stream = tar_of(
+        [member(key, value) for key, value in data.items()] + [member("liar", b"x" * 100, digest=sha(b"y"))]
+    )
+    response = client.post(f"{URL}/entries", content=stream, headers={"Content-Type": "application/x-tar"})
+    assert response.status_code == 200
+    (pack,) = packs(tmp_path).values()
+    assert len(pack) == sum(len(value) for value in data.values())  # the refused member has no copy
+    assert set(locations(client, [*data, "liar"])) == set(data)
+
+
+def test_a_damaged_pack_is_forgotten_and_the_own_blobs_are_read(client: TestClient, tmp_path: Path) -> None:
+    data = entries(12)
+    push(client, data)
+    (pack_id,) = packs(tmp_path)
+    path = tmp_path / "data" / "blobs" / PACK_DIR / pack_id
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+    assert bundle(client, list(data)) == data  # every member whole: the damaged copy was not sent
+    assert locations(client, list(data)) == {}  # no row points into the damaged pack any more
+    gc = client.post("/admin/gc", json={"grace_seconds": 0}).json()
+    assert (gc["packs_checked"], gc["packs_removed"]) == (1, 1)
+    assert packs(tmp_path) == {}
+
+
+def test_a_missing_pack_falls_back_to_the_own_blobs(client: TestClient, tmp_path: Path) -> None:
+    data = entries(12)
+    push(client, data)
+    (pack_id,) = packs(tmp_path)
+    assert services_of(client).store.delete_pack(pack_id)  # type: ignore[attr-defined]
+    assert bundle(client, list(data)) == data
+    assert locations(client, list(data)) == {}
+
+
+def test_a_key_stored_again_by_a_put_loses_its_copy(client: TestClient) -> None:
+    data = entries(8)
+    push(client, data)
+    assert client.delete(f"{URL}/entries/k0001").status_code == 204
+    other = b"other bytes"
+    assert client.put(
+        f"{URL}/entries/k0001", content=other, headers={"X-Content-SHA256": sha(other)}
+    ).is_success
+    assert "k0001" not in locations(client, list(data))
+    assert bundle(client, ["k0001", "k0002"]) == {"k0001": other, "k0002": data["k0002"]}
+
+
+def test_gc_keeps_a_pack_while_a_row_points_into_it(client: TestClient, tmp_path: Path) -> None:
+    data = entries(8)
+    push(client, data)
+    for key in list(data)[:-1]:
+        assert client.delete(f"{URL}/entries/{key}").status_code == 204
+    gc = client.post("/admin/gc", json={"grace_seconds": 0}).json()
+    assert (gc["packs_checked"], gc["packs_removed"]) == (1, 0)
+    assert client.delete(f"{URL}/entries/{list(data)[-1]}").status_code == 204
+    dry = client.post("/admin/gc", json={"grace_seconds": 0, "dry_run": True}).json()
+    assert (dry["packs_removed"], dry["pack_bytes_removed"]) == (1, sum(map(len, data.values())))
+    assert len(packs(tmp_path)) == 1
+    young = client.post("/admin/gc", json={"grace_seconds": 3600}).json()
+    assert young["packs_removed"] == 0  # a pack younger than the grace period may be waiting for its rows
+    assert client.post("/admin/gc", json={"grace_seconds": 0}).json()["packs_removed"] == 1
+    assert packs(tmp_path) == {}
+
+
+def test_packs_are_off_by_default_on_the_local_store(tmp_path: Path) -> None:
+    with client_for(tmp_path) as client:
+        data = entries(12)
+        push(client, data)
+        assert packs(tmp_path) == {}
+        assert bundle(client, list(data)) == data
+
+
+def test_a_gcs_bundle_reads_a_pack_in_one_request_not_one_per_entry(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On GCS packs are on by default: 40 entries pushed in one bulk upload come back from one ranged GET."""
+    endpoint: str = request.getfixturevalue("fake_gcs_endpoint")
+    bucket: str = request.getfixturevalue("gcs_bucket")
+    calls: dict[str, int] = {"read_pack": 0, "read_whole": 0, "open": 0}
+    for name in calls:
+        original = getattr(GcsBlobStore, name)
+
+        def counted(
+            self: GcsBlobStore, *args: object, _name: str = name, _original: Any = original
+        ) -> object:
+            calls[_name] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(GcsBlobStore, name, counted)
+    settings = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0)
+    upgrade(settings)
+    store = GcsBlobStore(bucket, "cache", endpoint=endpoint, retries=2, backoff=0.05)
+    with TestClient(create_app(settings, build_services(settings, store=store))) as client:
+        data = entries(40)
+        assert set(push(client, data).values()) == {201}
+        assert len(list(store.list_packs())) == 1
+        assert bundle(client, list(data)) == data
+    assert calls == {"read_pack": 1, "read_whole": 0, "open": 0}
