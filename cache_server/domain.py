@@ -100,6 +100,8 @@ class EntryInfo:
     compile_time_ms: int | None = None
     uploader: str | None = None  # what the client said it was (X-Uploader): a label, not proof
     stored_by: str | None = None  # the id of the token that stored it (None with auth off)
+    pack: str | None = None  # the pack holding a copy of its bytes, if one does (cache_server.packs)
+    pack_offset: int | None = None  # where in that pack
 
 
 @dataclass(frozen=True)

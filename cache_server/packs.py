@@ -28,7 +28,7 @@ import hashlib
 import logging
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -143,12 +143,11 @@ class _Run:
     members: list[tuple[EntryInfo, int]] = field(default_factory=list)  # entry, offset in the pack
 
 
-def _plan(entries: Sequence[EntryInfo], locations: Mapping[str, tuple[str, int]]) -> list[_Run]:
+def _plan(entries: Sequence[EntryInfo]) -> list[_Run]:
     by_pack: dict[str, list[tuple[int, EntryInfo]]] = defaultdict(list)
     for entry in entries:
-        if entry.key in locations:
-            pack, offset = locations[entry.key]
-            by_pack[pack].append((offset, entry))
+        if entry.pack is not None and entry.pack_offset is not None:
+            by_pack[entry.pack].append((entry.pack_offset, entry))
     runs: list[_Run] = []
     for pack, members in by_pack.items():
         members.sort(key=lambda member: member[0])
@@ -164,15 +163,12 @@ def _plan(entries: Sequence[EntryInfo], locations: Mapping[str, tuple[str, int]]
 
 
 def read_copies(
-    store: StoresPacks,
-    entries: Sequence[EntryInfo],
-    locations: Mapping[str, tuple[str, int]],
-    forget: Callable[[Sequence[str]], object],
+    store: StoresPacks, entries: Sequence[EntryInfo], forget: Callable[[Sequence[str]], object]
 ) -> Iterator[tuple[EntryInfo, bytes | None]]:
-    """Each entry that has a copy (in ``locations``) with its checked bytes, or None where the copy is
-    unusable (then read the entry's own blob); in pack order, not the order given. ``forget`` is told the
-    packs found gone or damaged."""
-    runs = _plan(entries, locations)
+    """Each of ``entries`` that has a copy in a pack, with the copy's checked bytes, or None where the copy
+    is unusable (then read the entry's own blob); in pack order, not the order given. ``forget`` is told
+    the packs found gone or damaged."""
+    runs = _plan(entries)
     reported: set[str] = set()
     with ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="xla-cache-pack-read") as pool:
         window: deque[tuple[_Run, Future[bytes | None]]] = deque()

@@ -577,20 +577,18 @@ class CacheService:
     def _tar_stream(self, entries: list[EntryInfo]) -> Iterator[bytes]:
         """The members: first those with a usable copy in a pack (:mod:`cache_server.packs`), in pack order,
         then the others in order, the next small ones read meanwhile on a remote store."""
-        if self._packs is not None and entries:
-            locations = self._entries.pack_locations(entries[0].namespace, [e.key for e in entries])
-            if locations:
-                unpacked = [entry for entry in entries if entry.key not in locations]
-                for entry, copy in read_copies(self._packs, entries, locations, self._entries.forget_packs):
-                    if copy is None:
-                        unpacked.append(entry)
-                        continue
-                    self._access.hit(entry.namespace, entry.key, entry.size)
-                    yield _member_header(entry)
-                    yield copy
-                    if entry.size % BLOCK:
-                        yield padding(entry.size)
-                entries = unpacked
+        if self._packs is not None and any(entry.pack is not None for entry in entries):
+            unpacked = [entry for entry in entries if entry.pack is None]
+            for entry, copy in read_copies(self._packs, entries, self._entries.forget_packs):
+                if copy is None:
+                    unpacked.append(entry)
+                    continue
+                self._access.hit(entry.namespace, entry.key, entry.size)
+                yield _member_header(entry)
+                yield copy
+                if entry.size % BLOCK:
+                    yield padding(entry.size)
+            entries = unpacked
         read_ahead = int(getattr(self._store, "read_ahead", 0))
         readers = open_many(
             self._store, [(blob_name(e.namespace, e.key), e.size) for e in entries], read_ahead=read_ahead

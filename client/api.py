@@ -36,6 +36,7 @@ class RemoteEntry:
     key: str
     size: int
     sha256: str
+    pack: str | None = None  # the pack holding a copy, where the server keeps packs: bundle these together
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,12 @@ class CacheApi:
         )
         try:
             return [
-                RemoteEntry(str(item["key"]), int(item["size"]), str(item["sha256"]).lower())
+                RemoteEntry(
+                    str(item["key"]),
+                    int(item["size"]),
+                    str(item["sha256"]).lower(),
+                    str(item["pack"]) if item.get("pack") else None,
+                )
                 for item in body["entries"]
             ]
         except (KeyError, TypeError, ValueError) as exc:

@@ -92,9 +92,13 @@ class DownloadResult:
 
 def _plan(needed: list[RemoteEntry], large_entry_bytes: int, streams: int) -> list[list[RemoteEntry]]:
     """Group entries: each large entry alone (a GET); the small ones in up to ``streams`` bundles of about
-    equal size (at least BUNDLE_MIN_ENTRIES entries each), none over the key or byte limit of one request."""
+    equal size (at least BUNDLE_MIN_ENTRIES entries each), none over the key or byte limit of one request.
+
+    Small entries whose copies share a pack on the server are kept next to each other (in the order of the
+    pack's most useful entry), so that each bundle reads few packs instead of every bundle reading each."""
     jobs: list[list[RemoteEntry]] = [[entry] for entry in needed if entry.size >= large_entry_bytes]
     small = [entry for entry in needed if entry.size < large_entry_bytes]
+    small = _packs_together(small)
     if not small:
         return jobs
     parts = max(1, min(streams, len(small) // BUNDLE_MIN_ENTRIES))
@@ -111,6 +115,15 @@ def _plan(needed: list[RemoteEntry], large_entry_bytes: int, streams: int) -> li
     if batch:
         jobs.append(batch)
     return jobs
+
+
+def _packs_together(entries: list[RemoteEntry]) -> list[RemoteEntry]:
+    """``entries`` with those of one pack moved up next to the first of them (an entry without a pack stays
+    where it is, relative to the rest)."""
+    first: dict[str, int] = {}
+    ranks = [first.setdefault(e.pack, i) if e.pack is not None else i for i, e in enumerate(entries)]
+    order = sorted(range(len(entries)), key=lambda i: (ranks[i], i))
+    return [entries[i] for i in order]
 
 
 def download(

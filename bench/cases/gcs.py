@@ -34,7 +34,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
         port = int(emulator.url.rsplit(":", 1)[1])
         with latency_proxy_process("127.0.0.1", port, DELAY) as proxy:
 
-            def start_server() -> Process:
+            def start_server(packs: bool = True) -> Process:
                 # A bucket (and server) per push: fake-gcs-server's memory backend scans the whole bucket
                 # on every create, so each push into one shared bucket would be slower than the one
                 # before it (3.3 s, 7.8 s, 11.8 s of the emulator's CPU), which real GCS is not.
@@ -43,6 +43,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                     "XLA_CACHE_STORAGE_URL": f"gs://{bucket}/bench",
                     "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{proxy.port}",
                     "XLA_CACHE_STORAGE_TIMEOUT": str(timeout),
+                    "XLA_CACHE_PACKS": "true" if packs else "false",
                 }
                 started = servers.enter_context(run_server(ctx.tmpdir(f"gcs-server-{bucket}"), env=env))
                 pushed_to.append(started)
@@ -105,6 +106,29 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                         f"{[o.downloaded for o in warms]}; {bad[0].errors[:2]}"
                     )
                     warm_series.note = f"timed out after {timeout:g} s"
+
+                # The same warm from entries pushed with packs off: one GCS request per entry.
+                plain = start_server(packs=False)
+                pushed = clientops.push(plain.url, source, timeout=timeout)
+                if pushed.uploaded == count:
+                    plain_requests: list[int] = []
+
+                    def warm_plain(source: CacheDir = source, url: str = plain.url) -> None:
+                        before = proxy.requests
+                        clientops.warm(url, source, destination, timeout=timeout)
+                        plain_requests.append(proxy.requests - before)
+
+                    result.add(
+                        ctx.repeat(
+                            "warm() without packs",
+                            warm_plain,
+                            setup=lambda: fresh(destination),
+                            work={"entries": count, "MB": source.total_bytes / MB},
+                        )
+                    )
+                    result.figures["gcs_requests_per_entry_warm_without_packs"] = (
+                        sum(plain_requests) / len(plain_requests) / count
+                    )
     if timed_out:
         push_series.note = f"timed out after {timeout:g} s"
     result.target(
@@ -113,7 +137,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
         PUSH_LIMIT,
         at_most=True,
         fmt="{:.2f} s" if not timed_out else "> {:.0f} s (timed out)",
-        why=f"{result.figures['gcs_requests_per_entry_push']:.1f} GCS requests per entry",
+        why=f"{result.figures['gcs_requests_per_entry_push']:.2f} GCS requests per entry",
         not_measured=quick_note,
     )
     result.target(
@@ -123,7 +147,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
         at_most=True,
         fmt="{:.2f} s" if not (warm_series and warm_series.note) else "> {:.0f} s (timed out)",
         why=(
-            f"{result.figures.get('gcs_requests_per_entry_warm', 0):.1f} GCS requests per entry"
+            f"{result.figures.get('gcs_requests_per_entry_warm', 0):.2f} GCS requests per entry (packs)"
             if warm_series
             else "no complete push to warm from"
         ),

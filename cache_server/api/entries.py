@@ -407,7 +407,7 @@ def manifest(
     entries = service.manifest(namespace, max_bytes=max_bytes, max_entries=max_entries)
     return ManifestOut(
         namespace=namespace,
-        entries=[ManifestEntry(key=e.key, size=e.size, sha256=e.sha256) for e in entries],
+        entries=[ManifestEntry(key=e.key, size=e.size, sha256=e.sha256, pack=e.pack) for e in entries],
         total_bytes=sum(e.size for e in entries),
     )
 

@@ -133,6 +133,13 @@ class ManifestEntry(BaseModel):
     key: str
     size: int
     sha256: str
+    pack: str | None = Field(
+        default=None,
+        description=(
+            "The pack holding a copy of the entry, if one does: entries of one pack are read together most "
+            "cheaply, so a client splitting a warm into several bundles keeps them in one."
+        ),
+    )
 
 
 class ManifestOut(BaseModel):

@@ -199,19 +199,6 @@ class EntryRepository:
                 found.update((row.key, EntryInfo(*row)) for row in connection.execute(query))
         return found
 
-    def pack_locations(self, namespace: str, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
-        """Where copies of these entries lie in packs, by key: (pack id, offset), for those that have one."""
-        found: dict[str, tuple[str, int]] = {}
-        with self._db.reading() as connection:
-            for part in chunked(list(dict.fromkeys(keys))):
-                query = select(Entry.key, Entry.pack, Entry.pack_offset).where(
-                    Entry.namespace == namespace, Entry.key.in_(part), Entry.pack.is_not(None)
-                )
-                for key, pack, offset in connection.execute(query):
-                    if pack is not None and offset is not None:
-                        found[key] = (pack, int(offset))
-        return found
-
     def forget_packs(self, pack_ids: Sequence[str]) -> int:
         """Let no row point into these packs any more (found gone or damaged); returns how many did."""
         if not pack_ids:

@@ -75,7 +75,12 @@ def packs(tmp_path: Path) -> dict[str, bytes]:
 
 
 def locations(client: TestClient, keys: list[str]) -> dict[str, tuple[str, int]]:
-    return services_of(client).cache._entries.pack_locations(NS, keys)
+    found = services_of(client).cache._entries.get_entries(NS, keys)
+    return {
+        key: (entry.pack, entry.pack_offset)
+        for key, entry in found.items()
+        if entry.pack is not None and entry.pack_offset is not None
+    }
 
 
 def drop_own_blobs(client: TestClient, keys: list[str]) -> None:
@@ -94,6 +99,9 @@ def test_bundle_reads_the_copies_in_packs(client: TestClient, tmp_path: Path) ->
     assert set(where) == set(data) - {"big"}
     for key, (pack, offset) in where.items():  # each copy is the entry's bytes, where the row says
         assert written[pack][offset : offset + len(data[key])] == data[key]
+
+    manifest = client.get(f"{URL}/manifest").json()["entries"]
+    assert {e["key"]: e["pack"] for e in manifest} == {k: where[k][0] if k in where else None for k in data}
 
     small = [key for key in data if key != "big"]
     drop_own_blobs(client, small)

@@ -33,3 +33,16 @@ def test_no_bundle_exceeds_the_keys_of_one_request() -> None:
     jobs = _plan(entries(3 * MAX_KEYS_PER_REQUEST, 1), large_entry_bytes=10_000, streams=1)
     assert max(len(job) for job in jobs) <= MAX_KEYS_PER_REQUEST
     assert sum(len(job) for job in jobs) == 3 * MAX_KEYS_PER_REQUEST
+
+
+def test_entries_of_one_pack_share_a_bundle() -> None:
+    """The manifest lists entries by use, their packs interleaved; each bundle should read few packs."""
+    packs = [f"{p:032x}" for p in range(4)]
+    needed = [RemoteEntry(f"k{i}", 100, "0" * 64, packs[i % 4]) for i in range(2000)]
+    needed[7] = RemoteEntry("loose", 100, "0" * 64)  # stored without a pack: after the packs seen before it
+    jobs = _plan(needed, large_entry_bytes=10_000, streams=4)
+    assert len(jobs) == 4
+    assert [len({e.pack for e in job}) for job in jobs] == [1, 1, 1, 2]
+    assert [e.key for e in jobs[0][:3]] == ["k0", "k4", "k8"]  # the first pack's, in manifest order
+    assert jobs[-1][-1].key == "loose"
+    assert sorted(e.key for job in jobs for e in job) == sorted(e.key for e in needed)
