@@ -22,7 +22,7 @@ from cache_server.domain import utcnow
 from cache_server.index.admin import AdminRepository
 from cache_server.storage.base import BlobStore, StoresPacks, SweepsTempFiles, blob_name, split_blob_name
 
-__all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage"]
+__all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage", "remove_unused_packs"]
 
 log = logging.getLogger(__name__)
 DEFAULT_GRACE_SECONDS = 3600.0
@@ -90,7 +90,7 @@ def collect_garbage(
         _drop_lost_rows(repository, store, namespace, listed.get(namespace, set()), started, result)
 
     if isinstance(store, StoresPacks):
-        _remove_unused_packs(repository, store, old_enough, result)
+        remove_unused_packs(repository, store, old_enough, result)
     if isinstance(store, SweepsTempFiles) and not dry_run:
         result.temp_files_removed = store.remove_stale_temp_files(max(grace_seconds, TEMP_MIN_AGE_SECONDS))
     log.info("gc: %s", result)
@@ -120,9 +120,13 @@ def _drop_lost_rows(
             result.rows_dropped += len(repository.delete_entries([(namespace, k) for k in lost]))
 
 
-def _remove_unused_packs(
+def remove_unused_packs(
     repository: AdminRepository, store: StoresPacks, old_enough: dt.datetime, result: GcResult
 ) -> None:
+    """Delete the packs created before ``old_enough`` that no row points into (count them on a dry run).
+
+    Also run by budget eviction after it removed entries, so evicted copies do not wait for an operator's gc.
+    """
     candidates: dict[str, int] = {}  # pack id -> size, packs past grace
 
     def check() -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable
 
 from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
-from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage
+from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
 from cache_server.admin.graphs import GraphIndexer
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsReport, build_report
@@ -18,7 +19,7 @@ from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
 from cache_server.periodic import Periodic
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobStore
+from cache_server.storage.base import BlobStore, StoresPacks
 
 __all__ = ["AdminService"]
 
@@ -75,6 +76,12 @@ class AdminService:
             log.info(
                 "evicted %d entries (%d bytes) to stay within budget", result.evicted, result.freed_bytes
             )
+            if isinstance(self._store, StoresPacks):  # the packs their copies alone were in go too
+                packs = GcResult()
+                old_enough = utcnow() - dt.timedelta(seconds=DEFAULT_GRACE_SECONDS)  # the store's clock
+                remove_unused_packs(self._repository, self._store, old_enough, packs)
+                if packs.packs_removed:
+                    log.info("removed %d packs (%d bytes)", packs.packs_removed, packs.pack_bytes_removed)
 
     # -- graphs -----------------------------------------------------------------------------------------
     def entry_stored(self, namespace: str, key: str) -> None:

@@ -224,3 +224,22 @@ def test_a_gcs_bundle_reads_a_pack_in_one_request_not_one_per_entry(
         assert len(list(store.list_packs())) == 1
         assert bundle(client, list(data)) == data
     assert calls == {"read_pack": 1, "read_whole": 0, "open": 0}
+
+
+def test_budget_eviction_removes_the_packs_it_emptied(tmp_path: Path) -> None:
+    """Packs older than gc's grace period whose entries budget eviction removed go with them, no gc needed;
+    a pack with a row left stays."""
+    first = {f"a{key}": value for key, value in entries(8).items()}
+    second = {f"b{key}": value for key, value in entries(8).items()}
+    budget = sum(map(len, second.values()))
+    with client_for(tmp_path, packs=True, max_total_bytes=budget, eviction_interval_seconds=3600) as client:
+        push(client, first)
+        push(client, second)
+        assert len(packs(tmp_path)) == 2
+        for pack_id in packs(tmp_path):  # written two hours ago
+            path = tmp_path / "data" / "blobs" / PACK_DIR / pack_id
+            os.utime(path, (path.stat().st_atime - 7200, path.stat().st_mtime - 7200))
+        kept_pack = locations(client, list(second))["bk0000"][0]
+        services_of(client).admin._enforce_budgets()  # what the background eviction runs
+        assert locations(client, list(first)) == {}
+        assert set(packs(tmp_path)) == {kept_pack}
