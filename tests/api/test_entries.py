@@ -257,7 +257,7 @@ def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services
     everything = client.get(f"/v1/namespaces/{NS}/manifest").json()
     assert [e["key"] for e in everything["entries"]] == ["big", "mid", "small", "cold"]
     assert everything["total_bytes"] == 1160
-    assert everything["entries"][0] == {"key": "big", "size": 1000, "sha256": sha(b"z" * 1000)}
+    assert everything["entries"][0] == {"key": "big", "size": 1000, "sha256": sha(b"z" * 1000), "pack": None}
     two = client.get(f"/v1/namespaces/{NS}/manifest?max_entries=2").json()
     assert [e["key"] for e in two["entries"]] == ["big", "mid"]
     budget = client.get(f"/v1/namespaces/{NS}/manifest?max_bytes=200").json()
