@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from bench import clientops
-from bench.core import MB, CaseResult, Context, case, fresh
+from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
 from bench.launch import Process, create_bucket, run_fake_gcs, run_server
 from bench.proxy import latency_proxy_process
@@ -81,24 +81,29 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
             else:
                 destination = ctx.tmpdir("gcs-warm-into")
                 warms: list[clientops.WarmOutcome] = []
-                warm_requests: list[int] = []
 
-                def warm(source: CacheDir = source, url: str = server.url) -> None:
-                    before = proxy.requests
-                    warms.append(clientops.warm(url, source, destination, timeout=timeout))
-                    warm_requests.append(proxy.requests - before)
+                def warms_from(label: str, url: str, outcomes: list[clientops.WarmOutcome]) -> Series:
+                    """Warms of ``source`` from the server at ``url``, and their GCS requests per entry."""
+                    made: list[int] = []
 
-                warm_series = result.add(
-                    ctx.repeat(
-                        "warm()",
-                        warm,
-                        setup=lambda: fresh(destination),
-                        work={"entries": count, "MB": source.total_bytes / MB},
+                    def warm(source: CacheDir = source) -> None:
+                        before = proxy.requests
+                        outcomes.append(clientops.warm(url, source, destination, timeout=timeout))
+                        made.append(proxy.requests - before)
+
+                    series = result.add(
+                        ctx.repeat(
+                            label,
+                            warm,
+                            setup=lambda: fresh(destination),
+                            work={"entries": count, "MB": source.total_bytes / MB},
+                        )
                     )
-                )
-                result.figures["gcs_requests_per_entry_warm"] = (
-                    sum(warm_requests) / len(warm_requests) / count
-                )
+                    figure = "gcs_requests_per_entry_" + label.replace("()", "").replace(" ", "_")
+                    result.figures[figure] = sum(made) / len(made) / count
+                    return series
+
+                warm_series = warms_from("warm()", server.url, warms)
                 bad = [o for o in warms if o.downloaded != count]
                 if bad:
                     result.notes.append(
@@ -111,24 +116,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                 plain = start_server(packs=False)
                 pushed = clientops.push(plain.url, source, timeout=timeout)
                 if pushed.uploaded == count:
-                    plain_requests: list[int] = []
-
-                    def warm_plain(source: CacheDir = source, url: str = plain.url) -> None:
-                        before = proxy.requests
-                        clientops.warm(url, source, destination, timeout=timeout)
-                        plain_requests.append(proxy.requests - before)
-
-                    result.add(
-                        ctx.repeat(
-                            "warm() without packs",
-                            warm_plain,
-                            setup=lambda: fresh(destination),
-                            work={"entries": count, "MB": source.total_bytes / MB},
-                        )
-                    )
-                    result.figures["gcs_requests_per_entry_warm_without_packs"] = (
-                        sum(plain_requests) / len(plain_requests) / count
-                    )
+                    warms_from("warm() without packs", plain.url, [])
     if timed_out:
         push_series.note = f"timed out after {timeout:g} s"
     result.target(

@@ -22,6 +22,7 @@ from cache_server.storage.base import PACK_DIR, blob_name
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import Services, build_services
 from tests.api.test_bulk_upload import member, tar_of
+from tests.api.test_compression import client_for
 from tests.conftest import sha
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 
@@ -31,12 +32,6 @@ URL = f"/v1/namespaces/{NS}"
 
 def entries(count: int, size: int = 3000, tag: str = "") -> dict[str, bytes]:
     return {f"k{i:04d}": os.urandom(size - i % 7) + tag.encode() for i in range(count)}
-
-
-def client_for(tmp_path: Path, **settings: object) -> TestClient:
-    config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, **settings)  # type: ignore[arg-type]
-    upgrade(config)
-    return TestClient(create_app(config))
 
 
 @pytest.fixture

@@ -246,16 +246,20 @@ class GcsBlobStore:
         return response.status_code != 404
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
-        params = {"prefix": self._object_prefix + prefix, "projection": "noAcl"}
+        for resource in self._objects(self._object_prefix + prefix, "list"):
+            name = self._blob_name(resource["name"])
+            if name is not None:
+                yield self._info(name, resource)
+
+    def _objects(self, prefix: str, action: str) -> Iterator[dict[str, Any]]:
+        """The JSON resource of every object whose name starts with ``prefix``, page by page."""
+        params = {"prefix": prefix, "projection": "noAcl"}
         while True:
             response = self._transport.call(
-                "list", "GET", self._transport.objects_url, expect=(200,), params=params
+                action, "GET", self._transport.objects_url, expect=(200,), params=params
             )
             page = response.json()
-            for resource in page.get("items", []):
-                name = self._blob_name(resource["name"])
-                if name is not None:
-                    yield self._info(name, resource)
+            yield from page.get("items", [])
             if not page.get("nextPageToken"):
                 return
             params["pageToken"] = page["nextPageToken"]
@@ -294,22 +298,13 @@ class GcsBlobStore:
 
     def list_packs(self) -> Iterator[BlobInfo]:
         prefix = f"{self._object_prefix}{PACK_DIR}/"
-        params = {"prefix": prefix, "projection": "noAcl"}
-        while True:
-            response = self._transport.call(
-                "list packs in", "GET", self._transport.objects_url, expect=(200,), params=params
-            )
-            page = response.json()
-            for resource in page.get("items", []):
-                pack_id = resource["name"][len(prefix) :]
-                try:
-                    check_pack_id(pack_id)
-                except InvalidName:
-                    continue
-                yield self._info(pack_id, resource)
-            if not page.get("nextPageToken"):
-                return
-            params["pageToken"] = page["nextPageToken"]
+        for resource in self._objects(prefix, "list packs in"):
+            pack_id = resource["name"][len(prefix) :]
+            try:
+                check_pack_id(pack_id)
+            except InvalidName:
+                continue
+            yield self._info(pack_id, resource)
 
     def check(self) -> None:
         """List at most one object under the prefix: needs only object permissions, like everything else.
