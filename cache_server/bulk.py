@@ -11,8 +11,9 @@ member therefore means what it means for a ``PUT``: the entry survives a crash. 
 (malformed, cut short, the client gone) keeps the groups committed before it and nothing of the group it
 broke in.
 
-Into a store that packs (:mod:`cache_server.packs`) each small member is also copied into the group's pack,
-and a group is committed before its pack would grow past :data:`~cache_server.packs.PACK_BYTES`.
+Into a store that packs (:mod:`cache_server.packs`) each small member is also copied into a pack, sealed
+and written at :data:`~cache_server.packs.PACK_BYTES` as the stream goes on; a group is also committed once
+:data:`~cache_server.packs.GROUP_PACK_BYTES` of copies wait for it, and its rows point into its packs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from cache_server.domain import Clock
 from cache_server.errors import CacheError, DigestMismatch, EntryTooLarge, InvalidName
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key
-from cache_server.packs import PackWriter
+from cache_server.packs import PACK_WRITERS, PackWriter
 from cache_server.storage.base import MIB, BlobBatch, BlobStore, StoresPacks, blob_name, open_batch
 
 __all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "MemberResult", "put_members"]
@@ -128,37 +129,45 @@ def put_members(
     group: list[_Pending] = []
     group_bytes = 0
     seen: set[str] = set()
-    with ThreadPoolExecutor(1, thread_name_prefix="xla-cache-pack-write") as pool, open_batch(store) as batch:
+    with (
+        ThreadPoolExecutor(PACK_WRITERS, thread_name_prefix="xla-cache-pack-write") as pool,
+        open_batch(store) as batch,
+    ):
         writer = PackWriter(packs, pool) if packs is not None else None
 
         def commit() -> None:
             _commit(namespace, group, batch, writer, entries, store, clock, stored_by, on_stored)
 
-        for member in members:
-            key = member.name
-            try:
-                sha256, compile_ms = _member_fields(member, max_entry_bytes)
-                if key in seen:
-                    raise InvalidName(f"The key {key!r} appears twice in this upload.")
-                seen.add(key)
-                chunks = checked(member.chunks(), sha256, max_entry_bytes)
-                if writer is not None and writer.takes(member.size):
-                    if writer.would_overflow(member.size):
-                        commit()
-                        group, group_bytes = [], 0
-                    chunks = writer.copying(key, chunks)
-                batch.put(blob_name(namespace, key), chunks, metadata(key, sha256, compile_ms))
-            except (InvalidName, DigestMismatch, EntryTooLarge) as exc:
-                results.append(_refused(key, _STATUS[exc.code], exc))
-                continue
-            result = MemberResult(key=key, status=0, size=member.size, sha256=sha256)
-            results.append(result)
-            group.append(_Pending(key, member.size, sha256, compile_ms, result))
-            group_bytes += member.size
-            if len(group) >= GROUP_ENTRIES or group_bytes >= GROUP_BYTES:
-                commit()
-                group, group_bytes = [], 0
-        commit()
+        try:
+            for member in members:
+                key = member.name
+                try:
+                    sha256, compile_ms = _member_fields(member, max_entry_bytes)
+                    if key in seen:
+                        raise InvalidName(f"The key {key!r} appears twice in this upload.")
+                    seen.add(key)
+                    chunks = checked(member.chunks(), sha256, max_entry_bytes)
+                    if writer is not None and writer.takes(member.size):
+                        if writer.full():
+                            commit()
+                            group, group_bytes = [], 0
+                        chunks = writer.copying(key, chunks)
+                    batch.put(blob_name(namespace, key), chunks, metadata(key, sha256, compile_ms))
+                except (InvalidName, DigestMismatch, EntryTooLarge) as exc:
+                    results.append(_refused(key, _STATUS[exc.code], exc))
+                    continue
+                result = MemberResult(key=key, status=0, size=member.size, sha256=sha256)
+                results.append(result)
+                group.append(_Pending(key, member.size, sha256, compile_ms, result))
+                group_bytes += member.size
+                if len(group) >= GROUP_ENTRIES or group_bytes >= GROUP_BYTES:
+                    commit()
+                    group, group_bytes = [], 0
+            commit()
+        except BaseException:
+            if writer is not None:  # the stream broke: the packs of its last group would be orphans
+                writer.abandon()
+            raise
     return BulkResult(results)
 
 
@@ -178,8 +187,15 @@ def _commit(
         writer.start()
     try:
         created = batch.commit() if group else {}
-    finally:
-        located = writer.finish() if writer is not None else {}
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+        raise
+    located = (
+        writer.finish({p.key for p in group if created.get(blob_name(namespace, p.key))})
+        if writer is not None
+        else {}
+    )
     if not group:
         return
     now = clock()

@@ -28,7 +28,7 @@ import hashlib
 import logging
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -36,6 +36,7 @@ from cache_server.domain import EntryInfo
 from cache_server.storage.base import MIB, StoresPacks
 
 __all__ = [
+    "GROUP_PACK_BYTES",
     "PACK_BYTES",
     "PACK_MEMBER_BYTES",
     "PACK_MIN_MEMBERS",
@@ -48,12 +49,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PACK_MEMBER_BYTES = 4 * MIB
-"""The largest member that gets a copy in a pack (larger ones stream on their own anyway)."""
+PACK_MEMBER_BYTES = 1 * MIB
+"""The largest member that gets a copy in a pack (larger ones are few, and cost a round trip each anyway)."""
 PACK_BYTES = 8 * MIB
-"""A group is committed, and its pack written, before its copies would pass this size."""
+"""A pack is sealed, and its upload begun, before its copies would pass this size."""
+GROUP_PACK_BYTES = 32 * MIB
+"""A bulk upload's group is committed once this many bytes of copies wait for it (they are held in memory)."""
 PACK_MIN_MEMBERS = 4
 """Fewer copies than this make no pack: one more object would save too few requests."""
+PACK_WRITERS = 4
+"""Packs of one bulk upload written at once."""
 RUN_GAP = 1 * MIB
 """Two copies in one pack are read together if at most this many unwanted bytes lie between them."""
 RUN_BYTES = 8 * MIB
@@ -71,11 +76,13 @@ def packing_store(store: object, enabled: bool | None) -> StoresPacks | None:
 
 
 class PackWriter:
-    """The copies of one group of a bulk upload, and the pack they become at its commit.
+    """The copies of one group of a bulk upload, and the packs they become.
 
-    Use: wrap each member's checked chunks with :meth:`copying` when :meth:`takes` it; before adding a
-    member that :meth:`would_overflow` the pack, commit the group; at the commit call :meth:`start` before
-    making the blobs durable and :meth:`finish` after, for the copies' locations.
+    Use: wrap each member's checked chunks with :meth:`copying` when :meth:`takes` it, and commit the group
+    first when the writer is :meth:`full`. A pack is sealed and written (on the pool) as soon as it holds
+    :data:`PACK_BYTES`; at the group's commit call :meth:`start` (seals the rest) before making the blobs
+    durable, then :meth:`finish` with the keys the commit created, for where their copies lie, or
+    :meth:`abandon` if the commit or the stream failed.
     """
 
     def __init__(self, store: StoresPacks, pool: ThreadPoolExecutor) -> None:
@@ -84,16 +91,17 @@ class PackWriter:
         self._pieces: list[bytes] = []
         self._offsets: dict[str, int] = {}
         self._size = 0
-        self._pending: tuple[str, dict[str, int], Future[None]] | None = None
+        self._held = 0  # bytes of the group's copies, sealed or not
+        self._sealed: list[tuple[str, dict[str, int], Future[None]]] = []
 
     @staticmethod
     def takes(size: int) -> bool:
         """Whether a member of ``size`` bytes gets a copy."""
         return size <= PACK_MEMBER_BYTES
 
-    def would_overflow(self, size: int) -> bool:
-        """Whether a copy of ``size`` bytes would take the pack past :data:`PACK_BYTES`."""
-        return bool(self._offsets) and self._size + size > PACK_BYTES
+    def full(self) -> bool:
+        """Whether the group should be committed before another copy is made (bounds what is held)."""
+        return self._held >= GROUP_PACK_BYTES
 
     def copying(self, key: str, chunks: Iterable[bytes]) -> Iterator[bytes]:
         """``chunks`` as they are; a copy is kept once the last has passed (a member whose checks raise,
@@ -102,35 +110,59 @@ class PackWriter:
         for chunk in chunks:
             held.append(chunk)
             yield chunk
+        size = sum(len(piece) for piece in held)
+        if self._offsets and self._size + size > PACK_BYTES:
+            self._seal()
         self._offsets[key] = self._size
         self._pieces.extend(held)
-        self._size += sum(len(piece) for piece in held)
+        self._size += size
+        self._held += size
 
-    def start(self) -> None:
-        """Begin writing the pack of the copies so far (on the pool), if there are enough of them."""
+    def _seal(self) -> None:
         pieces, offsets = self._pieces, self._offsets
         self._pieces, self._offsets, self._size = [], {}, 0
-        if len(offsets) < PACK_MIN_MEMBERS:
-            return
-        pack_id = uuid.uuid4().hex
-        self._pending = (pack_id, offsets, self._pool.submit(self._store.put_pack, pack_id, pieces))
+        if len(offsets) >= PACK_MIN_MEMBERS:
+            pack_id = uuid.uuid4().hex
+            self._sealed.append((pack_id, offsets, self._pool.submit(self._store.put_pack, pack_id, pieces)))
 
-    def finish(self) -> dict[str, tuple[str, int]]:
-        """Wait for the pack :meth:`start` began: where each copy lies (by key), or nothing if it failed."""
-        if self._pending is None:
-            return {}
-        pack_id, offsets, future = self._pending
-        self._pending = None
-        try:
-            future.result()
-        except Exception:  # a pack is extra: the entries are stored without it
-            log.warning("could not write pack %s of %d entries", pack_id, len(offsets), exc_info=True)
-            return {}
-        return {key: (pack_id, offset) for key, offset in offsets.items()}
+    def start(self) -> None:
+        """Seal the copies not yet in a pack (the group is about to be committed)."""
+        self._seal()
 
-    def discard(self) -> None:
-        """Forget the copies not yet written (a broken stream)."""
+    def _written(self) -> Iterator[tuple[str, dict[str, int]]]:
+        """Wait for the group's packs; each one written, with its copies' offsets (failures logged)."""
+        sealed, self._sealed, self._held = self._sealed, [], 0
+        for pack_id, offsets, future in sealed:
+            try:
+                future.result()
+            except Exception:  # a pack is extra: the entries are stored without it
+                log.warning("could not write pack %s of %d entries", pack_id, len(offsets), exc_info=True)
+                continue
+            yield pack_id, offsets
+
+    def finish(self, created: Container[str]) -> dict[str, tuple[str, int]]:
+        """Wait for the group's packs: where the copy of each ``created`` key lies. A pack holding none
+        (its entries were all stored before) is deleted again."""
+        located: dict[str, tuple[str, int]] = {}
+        for pack_id, offsets in self._written():
+            mine = {key: (pack_id, offset) for key, offset in offsets.items() if key in created}
+            if mine:
+                located.update(mine)
+            else:
+                self._delete(pack_id)
+        return located
+
+    def abandon(self) -> None:
+        """The group was not committed: forget its copies, and delete the packs already written."""
         self._pieces, self._offsets, self._size = [], {}, 0
+        for pack_id, _ in self._written():
+            self._delete(pack_id)
+
+    def _delete(self, pack_id: str) -> None:
+        try:
+            self._store.delete_pack(pack_id)
+        except Exception:  # left for gc
+            log.warning("could not delete unused pack %s", pack_id, exc_info=True)
 
 
 @dataclass
@@ -166,37 +198,47 @@ def read_copies(
     store: StoresPacks, entries: Sequence[EntryInfo], forget: Callable[[Sequence[str]], object]
 ) -> Iterator[tuple[EntryInfo, bytes | None]]:
     """Each of ``entries`` that has a copy in a pack, with the copy's checked bytes, or None where the copy
-    is unusable (then read the entry's own blob); in pack order, not the order given. ``forget`` is told
-    the packs found gone or damaged."""
+    is unusable (then read the entry's own blob); in pack order, not the order given. A pack found gone or
+    damaged is given to ``forget`` (which lets no row point into it) and then deleted; one that could not be
+    read (the store unreachable) is only skipped."""
     runs = _plan(entries)
-    reported: set[str] = set()
-    with ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="xla-cache-pack-read") as pool:
-        window: deque[tuple[_Run, Future[bytes | None]]] = deque()
-        upcoming = iter(runs)
-        try:
-            for _ in runs:
-                while len(window) < RUN_WORKERS and (run := next(upcoming, None)) is not None:
-                    read = pool.submit(store.read_pack, run.pack, run.start, run.end - run.start)
-                    window.append((run, read))
-                run, future = window.popleft()
-                try:
-                    data = future.result()
-                except Exception:  # unreachable for now: the entries' own blobs may still be read
-                    log.warning("could not read pack %s", run.pack, exc_info=True)
-                    reported.add(run.pack)  # but not reported in the index
-                    data = None
-                for entry, offset in run.members:
-                    at = offset - run.start
-                    copy = None if data is None else data[at : at + entry.size]
-                    if copy is not None and (
-                        len(copy) != entry.size or hashlib.sha256(copy).hexdigest() != entry.sha256
-                    ):
-                        copy = None
-                    if copy is None and run.pack not in reported:
-                        log.warning("pack %s is gone or damaged: its entries are read on their own", run.pack)
-                        reported.add(run.pack)
-                        forget([run.pack])
-                    yield entry, copy
-        finally:
-            for _, future in window:
-                future.cancel()
+    skipped: set[str] = set()
+    pool = ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="xla-cache-pack-read")
+    window: deque[tuple[_Run, Future[bytes | None]]] = deque()
+    upcoming = iter(runs)
+    try:
+        for _ in runs:
+            while len(window) < RUN_WORKERS and (run := next(upcoming, None)) is not None:
+                window.append((run, pool.submit(store.read_pack, run.pack, run.start, run.end - run.start)))
+            run, future = window.popleft()
+            try:
+                data = future.result()
+            except Exception:  # unreachable for now: the entries' own blobs may still be read
+                log.warning("could not read pack %s", run.pack, exc_info=True)
+                skipped.add(run.pack)  # left in the index: it may be back soon
+                data = None
+            for entry, offset in run.members:
+                at = offset - run.start
+                copy = None if data is None else data[at : at + entry.size]
+                if copy is not None and (
+                    len(copy) != entry.size or hashlib.sha256(copy).hexdigest() != entry.sha256
+                ):
+                    copy = None
+                if copy is None and run.pack not in skipped:
+                    skipped.add(run.pack)
+                    _drop(store, run.pack, forget)
+                yield entry, copy
+    finally:
+        # A bundle cut short (the client gone) must not wait here for the reads in flight: they end alone.
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _drop(store: StoresPacks, pack_id: str, forget: Callable[[Sequence[str]], object]) -> None:
+    """A pack found gone or damaged: no row points into it any more, then it is deleted (best effort: the
+    bundle goes on from the entries' own blobs whatever happens here)."""
+    log.warning("pack %s is gone or damaged: its entries are read on their own", pack_id)
+    try:
+        forget([pack_id])
+        store.delete_pack(pack_id)
+    except Exception:
+        log.warning("could not drop pack %s (gc will)", pack_id, exc_info=True)

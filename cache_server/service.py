@@ -578,7 +578,7 @@ class CacheService:
         """The members: first those with a usable copy in a pack (:mod:`cache_server.packs`), in pack order,
         then the others in order, the next small ones read meanwhile on a remote store."""
         if self._packs is not None and any(entry.pack is not None for entry in entries):
-            unpacked = [entry for entry in entries if entry.pack is None]
+            unpacked = [entry for entry in entries if entry.pack is None or entry.pack_offset is None]
             for entry, copy in read_copies(self._packs, entries, self._entries.forget_packs):
                 if copy is None:
                     unpacked.append(entry)

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
         default=None,
         description=(
             "Also keep the small entries of each bulk upload as one pack object, which bundles read by byte "
-            "range (a few requests instead of one per entry). Empty: on for gs:// stores, off for local ones."
+            "range (a few requests instead of one per entry). Unset: on for gs:// stores, off for local ones."
         ),
     )
     max_json_bytes: int = Field(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 
 from cache_server.activity import Activity
@@ -24,6 +25,7 @@ from cache_server.storage.base import BlobStore, StoresPacks
 __all__ = ["AdminService"]
 
 log = logging.getLogger(__name__)
+PACK_SWEEP_SECONDS = 600.0
 
 
 class AdminService:
@@ -50,6 +52,7 @@ class AdminService:
         self._tokens = tokens
         self._flush_access = flush_access
         self._clock = clock
+        self._packs_swept_at = -PACK_SWEEP_SECONDS
         self._graphs = GraphIndexer(repository, store, activity=activity)
         self.evictor = Evictor(settings, repository, store, before=flush_access, clock=clock)
         self._budgets = Periodic(
@@ -76,12 +79,20 @@ class AdminService:
             log.info(
                 "evicted %d entries (%d bytes) to stay within budget", result.evicted, result.freed_bytes
             )
-            if isinstance(self._store, StoresPacks):  # the packs their copies alone were in go too
-                packs = GcResult()
-                old_enough = utcnow() - dt.timedelta(seconds=DEFAULT_GRACE_SECONDS)  # the store's clock
-                remove_unused_packs(self._repository, self._store, old_enough, packs)
-                if packs.packs_removed:
-                    log.info("removed %d packs (%d bytes)", packs.packs_removed, packs.pack_bytes_removed)
+            self._remove_emptied_packs()
+
+    def _remove_emptied_packs(self) -> None:
+        """After eviction: delete the packs no row points into any more (past gc's grace period, and at most
+        once every PACK_SWEEP_SECONDS: it lists every pack)."""
+        now = time.monotonic()
+        if not isinstance(self._store, StoresPacks) or now - self._packs_swept_at < PACK_SWEEP_SECONDS:
+            return
+        self._packs_swept_at = now
+        packs = GcResult()
+        old_enough = utcnow() - dt.timedelta(seconds=DEFAULT_GRACE_SECONDS)  # the store's clock
+        remove_unused_packs(self._repository, self._store, old_enough, packs)
+        if packs.packs_removed:
+            log.info("removed %d packs (%d bytes)", packs.packs_removed, packs.pack_bytes_removed)
 
     # -- graphs -----------------------------------------------------------------------------------------
     def entry_stored(self, namespace: str, key: str) -> None:

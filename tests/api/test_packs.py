@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.migrate import upgrade
-from cache_server.packs import PACK_BYTES, PACK_MIN_MEMBERS
+from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
 from cache_server.settings import Settings
 from cache_server.storage.base import PACK_DIR, blob_name
 from cache_server.storage.gcs import GcsBlobStore
@@ -142,9 +142,7 @@ def test_a_damaged_pack_is_forgotten_and_the_own_blobs_are_read(client: TestClie
 
     assert bundle(client, list(data)) == data  # every member whole: the damaged copy was not sent
     assert locations(client, list(data)) == {}  # no row points into the damaged pack any more
-    gc = client.post("/admin/gc", json={"grace_seconds": 0}).json()
-    assert (gc["packs_checked"], gc["packs_removed"]) == (1, 1)
-    assert packs(tmp_path) == {}
+    assert packs(tmp_path) == {}  # and it is gone
 
 
 def test_a_missing_pack_falls_back_to_the_own_blobs(client: TestClient, tmp_path: Path) -> None:
@@ -238,3 +236,77 @@ def test_budget_eviction_removes_the_packs_it_emptied(tmp_path: Path) -> None:
         services_of(client).admin._enforce_budgets()  # what the background eviction runs
         assert locations(client, list(first)) == {}
         assert set(packs(tmp_path)) == {kept_pack}
+
+
+def test_a_pack_whose_entries_were_all_stored_before_is_deleted_again(
+    client: TestClient, tmp_path: Path
+) -> None:
+    data = entries(12)
+    push(client, data)
+    (first,) = packs(tmp_path)
+    assert set(push(client, data).values()) == {200}  # the same push again (a second host, say)
+    assert set(packs(tmp_path)) == {first}  # its pack held no new entry: gone at once
+    assert {pack for pack, _ in locations(client, list(data)).values()} == {first}
+
+
+def test_a_pack_that_fails_to_write_costs_no_entry(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(pack_id: str, pieces: object) -> None:
+        raise OSError("no space left for packs")
+
+    monkeypatch.setattr(services_of(client).store, "put_pack", refuse)
+    data = entries(12)
+    assert set(push(client, data).values()) == {201}
+    assert locations(client, list(data)) == {}
+    assert bundle(client, list(data)) == data
+
+
+def test_an_unreadable_pack_is_skipped_but_kept(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack the store cannot read right now (an outage) is not forgotten: it may answer again soon."""
+    data = entries(12)
+    push(client, data)
+    where = locations(client, list(data))
+
+    def unreachable(pack_id: str, start: int, length: int) -> bytes:
+        raise OSError("the bucket is not answering")
+
+    monkeypatch.setattr(services_of(client).store, "read_pack", unreachable)
+    assert bundle(client, list(data)) == data  # from the own blobs
+    assert locations(client, list(data)) == where
+    assert len(packs(tmp_path)) == 1
+
+
+def test_a_damaged_pack_that_cannot_be_forgotten_still_gives_a_whole_bundle(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = entries(12)
+    push(client, data)
+    (pack_id,) = packs(tmp_path)
+    (tmp_path / "data" / "blobs" / PACK_DIR / pack_id).write_bytes(b"\0" * 100)
+
+    def index_down(pack_ids: object) -> int:
+        raise OSError("the index is not answering")
+
+    monkeypatch.setattr(services_of(client).cache._entries, "forget_packs", index_down)
+    assert bundle(client, list(data)) == data
+
+
+def test_a_broken_stream_leaves_no_pack(client: TestClient, tmp_path: Path) -> None:
+    """Packs are written as the stream goes on; a stream that breaks before its group commits takes its
+    packs with it (their entries were not stored)."""
+    data = entries(24, size=PACK_BYTES // 8)  # three packs' worth, sealed while the stream goes on
+    stream = tar_of([member(key, value) for key, value in data.items()])
+    response = client.post(f"{URL}/entries", content=stream[: len(stream) * 95 // 100])
+    assert response.status_code == 400
+    assert packs(tmp_path) == {}
+    assert locations(client, list(data)) == {}
+
+
+def test_members_over_the_copy_limit_are_stored_alone(client: TestClient, tmp_path: Path) -> None:
+    data = {f"big{i}": os.urandom(PACK_MEMBER_BYTES + 1 + i) for i in range(6)}
+    assert set(push(client, data).values()) == {201}
+    assert packs(tmp_path) == {}
+    assert bundle(client, list(data)) == data
