@@ -410,16 +410,18 @@ def open_many(
 ) -> Iterator[BlobReader | None]:
     """Open each of ``blobs`` (name, expected size) in order: a reader, or None on a miss.
 
-    With ``read_ahead`` > 0, up to that many of the blobs that follow, each expected to have at most
-    ``small`` bytes, are read on threads meanwhile (a remote store's round trips overlap), in one round trip
-    each where the store :class:`ReadsWhole`; larger ones are opened when their turn comes and streamed. The
-    blobs read ahead are expected to hold at most ``budget`` bytes together (by default the store's
-    ``read_ahead_bytes`` if it has one, else ``read_ahead`` times ``small``; a blob larger than the budget
-    alone is still read, alone). The caller closes each reader.
+    With ``read_ahead`` of 0 they are read one at a time, those expected to have at most ``small`` bytes in
+    one read where the store :class:`ReadsWhole`. With ``read_ahead`` > 0, up to that many of the blobs that
+    follow, each expected to have at most ``small`` bytes, are read on threads meanwhile (a remote store's
+    round trips overlap), in one round trip each where the store :class:`ReadsWhole`; larger ones are opened
+    when their turn comes and streamed. The blobs read ahead are expected to hold at most ``budget`` bytes
+    together (by default the store's ``read_ahead_bytes`` if it has one, else ``read_ahead`` times
+    ``small``; a blob larger than the budget alone is still read, alone). The caller closes each reader.
     """
     if read_ahead <= 0:
-        for name, _ in blobs:
-            yield store.open(name)
+        whole = store if isinstance(store, ReadsWhole) else None
+        for name, size in blobs:
+            yield whole.read_whole(name, small) if whole is not None and size <= small else store.open(name)
         return
     if budget is None:
         budget = int(getattr(store, "read_ahead_bytes", read_ahead * small))

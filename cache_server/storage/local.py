@@ -33,6 +33,8 @@ from cache_server.storage.base import (
     PACK_DIR,
     READ_CHUNK,
     BlobInfo,
+    BlobReader,
+    HeldReader,
     blob_name,
     check_pack_id,
     parse_blob_name,
@@ -233,16 +235,30 @@ class LocalBlobStore:
 
     # -- reading ----------------------------------------------------------------------------------------
     def _read_info(self, name: str, handle: BinaryIO) -> BlobInfo | None:
-        raw = handle.read(HEADER_SIZE)
-        if len(raw) < HEADER_SIZE or not raw.startswith(MAGIC):
+        return _parse_header(name, handle.read(HEADER_SIZE))
+
+    def read_whole(self, name: str, limit: int) -> BlobReader | None:
+        """One ``pread`` of the whole file, of exactly its size (see
+        :class:`~cache_server.storage.base.ReadsWhole`): no buffered reads, no 8 MiB read buffer per blob,
+        which a bundle of small blobs paid thousands of times. A blob over ``limit`` is opened instead."""
+        path = self._path(name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
             return None
-        header = json.loads(raw[len(MAGIC) :].rstrip(b" \0"))
-        return BlobInfo(
-            name=name,
-            size=int(header["size"]),
-            created=dt.datetime.fromisoformat(header["created"]),
-            metadata={str(k): str(v) for k, v in header.get("metadata", {}).items()},
-        )
+        try:
+            size = os.fstat(fd).st_size
+            if size - HEADER_SIZE > limit:
+                return self.open(name)
+            raw = os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+        info = _parse_header(name, raw[:HEADER_SIZE])
+        if info is None:
+            return None
+        data = raw[HEADER_SIZE:]
+        info = BlobInfo(name=info.name, size=len(data), created=info.created, metadata=info.metadata)
+        return HeldReader(info, [data] if data else [])
 
     def open(self, name: str) -> _LocalReader | None:
         path = self._path(name)
@@ -398,6 +414,19 @@ class LocalBatch:
 
     def __exit__(self, *exc: object) -> None:
         self.abort()
+
+
+def _parse_header(name: str, raw: bytes) -> BlobInfo | None:
+    """The info a blob file's header holds; None if it is not a whole header."""
+    if len(raw) < HEADER_SIZE or not raw.startswith(MAGIC):
+        return None
+    header = json.loads(raw[len(MAGIC) :].rstrip(b" \0"))
+    return BlobInfo(
+        name=name,
+        size=int(header["size"]),
+        created=dt.datetime.fromisoformat(header["created"]),
+        metadata={str(k): str(v) for k, v in header.get("metadata", {}).items()},
+    )
 
 
 def _encode_header(header: dict[str, object]) -> bytes:

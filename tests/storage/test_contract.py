@@ -17,6 +17,7 @@ from cache_server.storage.base import (
     BlobInfo,
     BlobStore,
     PutsInBatches,
+    ReadsWhole,
     SignsUrls,
     StoresPacks,
     SweepsTempFiles,
@@ -111,12 +112,38 @@ def test_backend_declares_the_optional_abilities_it_has(backend: Backend) -> Non
         "sweeps temp files": SweepsTempFiles,
         "batches": PutsInBatches,
         "keeps packs": StoresPacks,
+        "reads whole": ReadsWhole,
     }
     expected = {
-        "local": {"sweeps temp files", "batches", "keeps packs"},
-        "gcs": {"signs URLs", "batches", "keeps packs"},
+        "local": {"sweeps temp files", "batches", "keeps packs", "reads whole"},
+        "gcs": {"signs URLs", "batches", "keeps packs", "reads whole"},
     }[backend.kind]
     assert {name for name, ability in abilities.items() if isinstance(backend.store, ability)} == expected
+
+
+def test_a_whole_read_gives_the_bytes_held_or_streamed_over_the_limit(backend: Backend) -> None:
+    store = backend.store
+    assert isinstance(store, ReadsWhole)
+    small, large = b"s" * 3000, random.Random(5).randbytes(2 * MIB + 3)
+    assert store.put("ns/small", [small], {"sha256": "x"})
+    assert store.put("ns/large", [large], {})
+    assert store.put("ns/empty", [], {})
+    reader = store.read_whole("ns/small", MIB)
+    assert reader is not None
+    with reader:
+        assert b"".join(reader.chunks()) == small
+        assert (reader.info.name, reader.info.size, dict(reader.info.metadata)) == (
+            "ns/small",
+            3000,
+            {"sha256": "x"},
+        )
+    over = store.read_whole("ns/large", MIB)  # over the limit: opened and streamed instead
+    assert over is not None
+    with over:
+        assert b"".join(over.chunks()) == large and over.info.size == len(large)
+    empty = store.read_whole("ns/empty", MIB)
+    assert empty is not None and b"".join(empty.chunks()) == b"" and empty.info.size == 0
+    assert store.read_whole("ns/absent", MIB) is None
 
 
 def test_packs_are_written_once_read_by_range_listed_apart_and_deleted(backend: Backend) -> None:

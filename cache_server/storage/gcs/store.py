@@ -232,7 +232,10 @@ class GcsBlobStore:
             created = email.utils.parsedate_to_datetime(headers.get("Last-Modified", ""))
         except (TypeError, ValueError):
             created = dt.datetime.now(dt.timezone.utc)
-        metadata = {k[len(META_HEADER) :]: v for k, v in headers.items() if k.lower().startswith(META_HEADER)}
+        # Header names lose their case on the way (the emulator capitalizes them): keys here are lowercase.
+        metadata = {
+            k[len(META_HEADER) :].lower(): v for k, v in headers.items() if k.lower().startswith(META_HEADER)
+        }
         return BlobInfo(name=name, size=size, created=created, metadata=metadata)
 
     def stat(self, name: str) -> BlobInfo | None:
