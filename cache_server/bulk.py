@@ -204,6 +204,7 @@ def _commit(
     for pending in group:
         name = blob_name(namespace, pending.key)
         if created.get(name):
+            pack, pack_offset = located.get(pending.key, (None, None))
             record = EntryRecord(
                 namespace=namespace,
                 key=pending.key,
@@ -212,8 +213,8 @@ def _commit(
                 created_at=now,
                 compile_time_ms=pending.compile_time_ms,
                 stored_by=stored_by,
-                pack=located[pending.key][0] if pending.key in located else None,
-                pack_offset=located[pending.key][1] if pending.key in located else None,
+                pack=pack,
+                pack_offset=pack_offset,
             )
             new.append(record)
             pending.result.status = 201

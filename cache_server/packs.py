@@ -2,24 +2,26 @@
 few ranged requests instead of one request per entry (on GCS each request costs a round trip of tens of
 milliseconds, and CPU on both ends).
 
-**Writing.** A bulk upload (:mod:`cache_server.bulk`) into a store that packs keeps a copy of each small
-member (at most :data:`PACK_MEMBER_BYTES`) once every byte of it has passed its checks, and at each group
-commit writes the copies, one after another, as one pack under a new random id, while the batch makes the
-members' own blobs durable. The group's rows are written after both, each new row with its copy's pack and
-offset, so a row never points into a pack that is not there. The pack is extra: every entry is still stored
-on its own (single GETs, signed URLs, reindex and eviction use that), so a pack that fails to write costs
-speed, never an entry. A crash leaves at worst a pack that no row points into, which gc deletes.
+**Writing.** A bulk upload (:mod:`cache_server.bulk`) into a store that packs keeps a copy of each member of
+at most :data:`PACK_MEMBER_BYTES` once every byte of it has passed its checks, and seals the copies into a
+pack of up to :data:`PACK_BYTES`, written under a new random id while the stream goes on. At the group's
+commit the rest are sealed, the batch makes the members' own blobs durable, and the group's rows are
+written after both, each new row with its copy's pack and offset, so a row never points into a pack that
+is not there. The pack is extra: every entry is still stored on its own (single GETs, signed URLs, reindex
+and eviction use that), so a pack that fails to write costs speed, never an entry. A pack holding no new
+entry, or written for a group that was never committed, is deleted at once; a crash leaves at worst a pack
+that no row points into, which gc deletes.
 
-**Reading.** A bundle asks the index where copies lie. The entries with one are read pack by pack, in offset
-order, neighbours joined into one ranged read while the gap between them is at most :data:`RUN_GAP` bytes
-(reading a gap costs less than a round trip) and the read at most :data:`RUN_BYTES`, a few reads in flight.
-Every copy is checked against its entry's SHA-256 before a byte of it is sent. A pack that is gone, cannot
-be read or holds a copy that fails the check is reported (no row points into it any more, so gc deletes
-it) and its entries are read from their own blobs, as entries without a copy are.
+**Reading.** A bundle reads the entries with a copy pack by pack, in offset order, neighbours joined into
+one ranged read while the gap between them is at most :data:`RUN_GAP` bytes (reading a gap costs less than
+a round trip) and the read at most :data:`RUN_BYTES`, a few reads in flight. Every copy is checked against
+its entry's SHA-256 before a byte of it is sent. A pack that is gone or holds a copy that fails the check is
+forgotten (no row points into it any more) and deleted, and its entries are read from their own blobs, as
+entries without a copy are; a pack the store cannot serve for now is only skipped.
 
-**Space.** A deleted or evicted entry's copy stays in its pack until no row points into the pack; gc then
-deletes the pack. Packs are not rewritten to reclaim the space of partly evicted ones: at most one more copy
-of each small entry, the price of reading them a few MiB at a time.
+**Space.** A deleted or evicted entry's copy stays in its pack until no row points into the pack; gc (and
+budget eviction) then deletes the pack. Packs are not rewritten to reclaim the space of partly evicted ones,
+so the space they take is not bounded by the budgets, which count entries.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import hashlib
 import logging
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -175,16 +177,12 @@ class _Run:
     members: list[tuple[EntryInfo, int]] = field(default_factory=list)  # entry, offset in the pack
 
 
-def _plan(entries: Sequence[EntryInfo]) -> list[_Run]:
-    by_pack: dict[str, list[tuple[int, EntryInfo]]] = defaultdict(list)
-    for entry in entries:
-        if entry.pack is not None and entry.pack_offset is not None:
-            by_pack[entry.pack].append((entry.pack_offset, entry))
+def _plan(by_pack: Mapping[str, list[tuple[int, EntryInfo]]]) -> list[_Run]:
+    """The ranged reads of the copies, given by pack as (offset, entry)."""
     runs: list[_Run] = []
     for pack, members in by_pack.items():
-        members.sort(key=lambda member: member[0])
         run: _Run | None = None
-        for offset, entry in members:
+        for offset, entry in sorted(members, key=lambda member: member[0]):
             end = offset + entry.size
             if run is None or offset - run.end > RUN_GAP or max(end, run.end) - run.start > RUN_BYTES:
                 run = _Run(pack, offset, end)
@@ -197,11 +195,19 @@ def _plan(entries: Sequence[EntryInfo]) -> list[_Run]:
 def read_copies(
     store: StoresPacks, entries: Sequence[EntryInfo], forget: Callable[[Sequence[str]], object]
 ) -> Iterator[tuple[EntryInfo, bytes | None]]:
-    """Each of ``entries`` that has a copy in a pack, with the copy's checked bytes, or None where the copy
-    is unusable (then read the entry's own blob); in pack order, not the order given. A pack found gone or
-    damaged is given to ``forget`` (which lets no row point into it) and then deleted; one that could not be
-    read (the store unreachable) is only skipped."""
-    runs = _plan(entries)
+    """Each of ``entries`` with its copy's checked bytes, or None where it has no usable copy (then read the
+    entry's own blob): first those without a copy, in the order given, then the others in pack order. A
+    pack found gone or damaged is given to ``forget`` (which lets no row point into it) and then deleted;
+    one that could not be read (the store unreachable) is only skipped."""
+    by_pack: dict[str, list[tuple[int, EntryInfo]]] = defaultdict(list)
+    for entry in entries:
+        if entry.pack is None or entry.pack_offset is None:
+            yield entry, None
+        else:
+            by_pack[entry.pack].append((entry.pack_offset, entry))
+    if not by_pack:
+        return
+    runs = _plan(by_pack)
     skipped: set[str] = set()
     pool = ThreadPoolExecutor(RUN_WORKERS, thread_name_prefix="xla-cache-pack-read")
     window: deque[tuple[_Run, Future[bytes | None]]] = deque()

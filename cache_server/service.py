@@ -179,12 +179,6 @@ class VerifiedFiles:
                 self._until.popitem(last=False)
 
 
-def _member_header(entry: EntryInfo) -> bytes:
-    """The tar header of an entry in a bundle (with its SHA-256 as a PAX record)."""
-    mtime = int(entry.created_at.timestamp())
-    return member_header(entry.key, entry.size, mtime, {BUNDLE_SHA256_PAX: entry.sha256})
-
-
 def _not_found(namespace: str, key: str) -> EntryNotFound:
     return EntryNotFound(f"No entry {key!r} in namespace {namespace!r}.")
 
@@ -577,18 +571,14 @@ class CacheService:
     def _tar_stream(self, entries: list[EntryInfo]) -> Iterator[bytes]:
         """The members: first those with a usable copy in a pack (:mod:`cache_server.packs`), in pack order,
         then the others in order, the next small ones read meanwhile on a remote store."""
-        if self._packs is not None and any(entry.pack is not None for entry in entries):
-            unpacked = [entry for entry in entries if entry.pack is None or entry.pack_offset is None]
+        if self._packs is not None:
+            rest: list[EntryInfo] = []
             for entry, copy in read_copies(self._packs, entries, self._entries.forget_packs):
                 if copy is None:
-                    unpacked.append(entry)
-                    continue
-                self._access.hit(entry.namespace, entry.key, entry.size)
-                yield _member_header(entry)
-                yield copy
-                if entry.size % BLOCK:
-                    yield padding(entry.size)
-            entries = unpacked
+                    rest.append(entry)
+                else:
+                    yield from self._member(entry, (copy,))
+            entries = rest
         read_ahead = int(getattr(self._store, "read_ahead", 0))
         readers = open_many(
             self._store, [(blob_name(e.namespace, e.key), e.size) for e in entries], read_ahead=read_ahead
@@ -599,12 +589,18 @@ class CacheService:
                     "index row without blob: %s/%s (left out of the bundle)", entry.namespace, entry.key
                 )
                 continue
-            self._access.hit(entry.namespace, entry.key, entry.size)
-            yield _member_header(entry)
-            yield from self._verified(entry, reader)
-            if entry.size % BLOCK:
-                yield padding(entry.size)
+            yield from self._member(entry, self._verified(entry, reader))
         yield END
+
+    def _member(self, entry: EntryInfo, body: Iterable[bytes]) -> Iterator[bytes]:
+        """One member of a bundle (counted as a hit): its tar header, SHA-256 as a PAX record, its bytes."""
+        self._access.hit(entry.namespace, entry.key, entry.size)
+        yield member_header(
+            entry.key, entry.size, int(entry.created_at.timestamp()), {BUNDLE_SHA256_PAX: entry.sha256}
+        )
+        yield from body
+        if entry.size % BLOCK:
+            yield padding(entry.size)
 
     def sign_entries(self, namespace: str, keys: Sequence[str]) -> SignedUrls:
         """Signed URLs for the stored entries among ``keys`` (each a hit; each absent key a miss).

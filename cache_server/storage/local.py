@@ -214,11 +214,7 @@ class LocalBlobStore:
             return None
 
     def delete_pack(self, pack_id: str) -> bool:
-        try:
-            self._pack_path(pack_id).unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        return _unlink(self._pack_path(pack_id))
 
     def list_packs(self) -> Iterator[BlobInfo]:
         directory = self.root / PACK_DIR
@@ -281,12 +277,7 @@ class LocalBlobStore:
             return None
 
     def delete(self, name: str) -> bool:
-        path = self._path(name)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        return _unlink(self._path(name))
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
         if not self.root.exists():
@@ -414,6 +405,15 @@ class LocalBatch:
 
     def __exit__(self, *exc: object) -> None:
         self.abort()
+
+
+def _unlink(path: Path) -> bool:
+    """Remove a file; True if it was there."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _parse_header(name: str, raw: bytes) -> BlobInfo | None:

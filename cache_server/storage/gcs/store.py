@@ -243,8 +243,11 @@ class GcsBlobStore:
         return None if resource is None else self._info(name, resource)
 
     def delete(self, name: str) -> bool:
-        url = self._transport.object_url(self._object_name(name))
-        response = self._transport.call(f"delete {name!r} from", "DELETE", url, expect=(200, 204, 404))
+        return self._delete_object(self._object_name(name), f"delete {name!r} from")
+
+    def _delete_object(self, object_name: str, action: str) -> bool:
+        url = self._transport.object_url(object_name)
+        response = self._transport.call(action, "DELETE", url, expect=(200, 204, 404))
         response.close()
         return response.status_code != 404
 
@@ -294,10 +297,7 @@ class GcsBlobStore:
         return data[start : start + length] if response.status == 200 else data  # 200: the range was ignored
 
     def delete_pack(self, pack_id: str) -> bool:
-        url = self._transport.object_url(self._pack_object(pack_id))
-        response = self._transport.call(f"delete pack {pack_id} from", "DELETE", url, expect=(200, 204, 404))
-        response.close()
-        return response.status_code != 404
+        return self._delete_object(self._pack_object(pack_id), f"delete pack {pack_id} from")
 
     def list_packs(self) -> Iterator[BlobInfo]:
         prefix = f"{self._object_prefix}{PACK_DIR}/"
