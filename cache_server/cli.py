@@ -53,13 +53,18 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         upgrade(settings)
     from cache_server.metrics import multiprocess_directory
 
-    with multiprocess_directory(args.workers):  # several workers: one /metrics over all of them
+    workers = settings.workers if args.workers is None else args.workers
+    if workers < 1:
+        print(f"error: --workers must be at least 1, not {workers}", file=sys.stderr)
+        return 2
+    os.environ["XLA_CACHE_WORKERS"] = str(workers)  # what the workers' own settings read: the manifest says it
+    with multiprocess_directory(workers):  # several workers: one /metrics over all of them
         uvicorn.run(
             "cache_server.app:create_app_from_env",
             factory=True,
             host=args.host,
             port=args.port,
-            workers=args.workers,
+            workers=workers,
             log_level=settings.log_level,
             proxy_headers=True,
             timeout_graceful_shutdown=30,
@@ -114,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     serve.add_argument(
-        "--workers", type=int, default=int(os.environ.get("XLA_CACHE_WORKERS", "1")), help="uvicorn workers"
+        "--workers", type=int, default=None, help="uvicorn worker processes (default: XLA_CACHE_WORKERS, or 1)"
     )
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address with auth off")
     serve.set_defaults(func=_cmd_serve)

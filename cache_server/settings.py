@@ -42,6 +42,14 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Background eviction keeps each namespace under this many bytes."
     )
     max_keys_per_request: int = Field(default=10_000, gt=0, description="Keys allowed in one missing/bundle.")
+    workers: int = Field(
+        default=1,
+        gt=0,
+        description=(
+            "Worker processes of `serve` (its --workers). The manifest tells clients to open at most this many "
+            "bundle streams at once: more streams than processes only make them take turns."
+        ),
+    )
     bundle_compression: bool = Field(
         default=True,
         description="Compress bundles with zstd for clients that accept it (Accept-Encoding: zstd).",

@@ -22,7 +22,7 @@ from client.config import Compression, wants_compression
 from client.deadline import Deadline
 from client.errors import ServerError, ServerUnavailable
 
-__all__ = ["MAX_KEYS_PER_REQUEST", "CacheApi", "FeedAnswer", "RemoteEntry", "normalize_server"]
+__all__ = ["MAX_KEYS_PER_REQUEST", "CacheApi", "FeedAnswer", "Manifest", "RemoteEntry", "normalize_server"]
 
 # Well under the server's default limit on keys in one request, so a server configured lower still takes it.
 MAX_KEYS_PER_REQUEST = SERVER_MAX_KEYS // 5
@@ -37,6 +37,15 @@ class RemoteEntry:
     size: int
     sha256: str
     pack: str | None = None  # the pack holding a copy, where the server keeps packs: bundle these together
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A namespace's manifest: the entries to warm, most useful first, and how many bundles to stream at
+    once from this server (its worker processes; None from a server that does not say)."""
+
+    entries: list[RemoteEntry]
+    bundle_streams: int | None = None
 
 
 @dataclass(frozen=True)
@@ -217,8 +226,8 @@ class CacheApi:
         *,
         max_bytes: int | None = None,
         max_entries: int | None = None,
-    ) -> list[RemoteEntry]:
-        """``GET .../manifest``: the entries to warm, most useful first."""
+    ) -> Manifest:
+        """``GET .../manifest``: the entries to warm, most useful first, and how many bundle streams."""
         what = "the manifest request"
         params: dict[str, int] = {}
         if max_bytes is not None:
@@ -230,7 +239,7 @@ class CacheApi:
             what,
         )
         try:
-            return [
+            entries = [
                 RemoteEntry(
                     str(item["key"]),
                     int(item["size"]),
@@ -239,8 +248,10 @@ class CacheApi:
                 )
                 for item in body["entries"]
             ]
-        except (KeyError, TypeError, ValueError) as exc:
+            streams = int(body.get("bundle_streams") or 0)  # absent from older servers
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ServerError(f"{self.server} sent a malformed manifest ({exc!r})", status=200) from exc
+        return Manifest(entries, streams if streams > 0 else None)
 
     def missing(self, namespace: str, keys: list[str], deadline: Deadline) -> list[str]:
         """``POST .../missing``: which of ``keys`` the server lacks (asked in batches)."""

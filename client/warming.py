@@ -32,7 +32,7 @@ from client.fingerprint import namespace_id
 from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
 from client.progress import Progress
-from client.transfer import DownloadResult, download, split_present
+from client.transfer import DOWNLOAD_WORKERS, DownloadResult, download, split_present
 from client.uploader import Uploader, UploadReport
 
 __all__ = ["WarmCounts", "WarmReport", "flush", "stop", "warm"]
@@ -155,8 +155,8 @@ def _sync(
                     raise
                 synced.errors.append("this server has no change feed (an older version): not following")
         manifest = api.manifest(plan.namespace, deadline, max_bytes=plan.max_bytes)
-        counts.manifest_entries = len(manifest)
-        present, needed = split_present(manifest, plan.directory, plan.framework.is_entry)
+        counts.manifest_entries = len(manifest.entries)
+        present, needed = split_present(manifest.entries, plan.directory, plan.framework.is_entry)
         counts.present_entries = len(present)
         counts.present_bytes = sum(entry.size for entry in present)
         with synced.downloading.lock:  # the caller may read it while this runs (on a timeout)
@@ -173,6 +173,7 @@ def _sync(
             cancel=cancel,
             check=plan.framework.entry_problem,
             result=synced.downloading,
+            workers=min(DOWNLOAD_WORKERS, manifest.bundle_streams or DOWNLOAD_WORKERS),
         )
         counts.downloaded_entries = result.entries
         counts.downloaded_bytes = result.bytes

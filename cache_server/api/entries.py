@@ -400,15 +400,18 @@ def missing(namespace: str, body: KeysRequest, service: ServiceDep) -> MissingOu
 def manifest(
     namespace: str,
     service: ServiceDep,
+    request: Request,
     max_bytes: Annotated[int | None, Query(ge=0)] = None,
     max_entries: Annotated[int | None, Query(ge=0)] = None,
 ) -> ManifestOut:
-    """The entries worth warming, most useful first (hits, then recency), within the bounds."""
+    """The entries worth warming, most useful first (hits, then recency), within the bounds, and how many
+    bundles to stream from this server at once."""
     entries = service.manifest(namespace, max_bytes=max_bytes, max_entries=max_entries)
     return ManifestOut(
         namespace=namespace,
         entries=[ManifestEntry(key=e.key, size=e.size, sha256=e.sha256, pack=e.pack) for e in entries],
         total_bytes=sum(e.size for e in entries),
+        bundle_streams=get_settings(request).workers,
     )
 
 

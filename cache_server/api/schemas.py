@@ -146,6 +146,13 @@ class ManifestOut(BaseModel):
     namespace: str
     entries: list[ManifestEntry]
     total_bytes: int
+    bundle_streams: int = Field(
+        default=1,
+        description=(
+            "How many bundles a client should stream at once from this server: its worker processes. More "
+            "streams than processes share one process's CPU and only slow each other down."
+        ),
+    )
 
 
 class FeedEntryOut(BaseModel):

@@ -31,7 +31,7 @@ def fake_with_real_entries(
     namespace = first_job[0].warm["namespace"]
     api = CacheApi(live_server.url)
     with FakeCacheServer() as fake:
-        for entry in api.manifest(namespace, Deadline(30)):
+        for entry in api.manifest(namespace, Deadline(30)).entries:
             with api.entry(namespace, entry.key, Deadline(30)) as (_, chunks):
                 fake.put(namespace, entry.key, b"".join(chunks))
         api.close()

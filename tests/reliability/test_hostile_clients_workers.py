@@ -67,6 +67,9 @@ def test_stalled_and_aborted_uploads_on_two_workers(tmp_path: Path, server_env: 
     with run_server(tmp_path, {**SHORT_TIMEOUTS, **server_env}, workers=2) as server:
         both_workers_up(server)
         assert upload(server, "1", b"stored before the stall").status_code == 201
+        # each worker knows there are two: clients stream at most two bundles at once
+        for _ in range(4):
+            assert httpx.get(f"{server.url}/v1/namespaces/ok/manifest").json()["bundle_streams"] == 2
         for i in range(ABORTED):
             abort_upload(server, f"a{i}")
         wait_until(lambda: counted(server, 499, ABORTED), timeout=20, message=lambda: scrape(server))
