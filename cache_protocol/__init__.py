@@ -71,6 +71,8 @@ def name_problem(kind: Literal["namespace", "key"], value: str) -> str | None:
     pattern, longest = (
         (NAMESPACE_PATTERN, NAMESPACE_MAX_LENGTH) if kind == "namespace" else (KEY_PATTERN, KEY_MAX_LENGTH)
     )
+    if len(value) <= longest and ".." not in value and pattern.fullmatch(value):
+        return None  # the usual case, first: the pattern admits no slash, backslash or NUL
     if not value:
         return f"The {kind} name is empty."
     if len(value) > longest:

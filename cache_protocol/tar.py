@@ -21,6 +21,7 @@ a bulk upload) a member at a time: standard POSIX.1-2001 (PAX) that any tar read
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -32,6 +33,7 @@ _CHUNK = 1024 * 1024
 _REGULAR = (b"0", b"\0")
 
 
+_ZERO_BLOCK = bytes(BLOCK)
 END = bytes(2 * BLOCK)
 """What ends a tar stream: two zero blocks."""
 _MAX_OCTAL_SIZE = 8**11 - 1  # what the 12-byte size field holds; larger sizes go in a PAX record
@@ -95,7 +97,14 @@ def member_header(name: str, size: int, mtime: int = 0, records: dict[str, str] 
     if not records:
         return head
     pax = b"".join(_pax_record(keyword, value) for keyword, value in records.items())
-    return _ustar(_PAX_NAME, len(pax), mtime, b"x") + pax + padding(len(pax)) + head
+    return _pax_header(len(pax)) + pax + padding(len(pax)) + head
+
+
+@functools.lru_cache(maxsize=64)
+def _pax_header(size: int) -> bytes:
+    """The header block of a PAX extended header of ``size`` bytes (time 0: readers ignore it; so a bundle,
+    whose every member has a record of the same length, builds it once)."""
+    return _ustar(_PAX_NAME, size, 0, b"x")
 
 
 def padding(size: int) -> bytes:
@@ -188,30 +197,41 @@ class TarReader:
 
     def __init__(self, read: Callable[[int], bytes], *, max_members: int | None = None) -> None:
         self._read = read
-        self._buffer = bytearray()
+        # the last piece read, and how much of it is used: a member's bytes are sliced out of the pieces
+        # they came in (one copy; a bytearray to append to and cut from cost three)
+        self._buffer = b""
+        self._used = 0
         self._max_members = max_members
         self.members_read = 0
 
     def exact(self, size: int) -> bytes:
         """Exactly ``size`` bytes of the stream; :class:`BadTar` if it ends first."""
-        while len(self._buffer) < size:
-            piece = self._read(max(size - len(self._buffer), _CHUNK))
+        start, end = self._used, self._used + size
+        if end <= len(self._buffer):
+            self._used = end
+            return self._buffer[start:end]
+        parts = [self._buffer[start:]]
+        need = end - len(self._buffer)
+        while True:
+            piece = bytes(self._read(max(need, _CHUNK)))
             if not piece:
                 raise BadTar("the stream ended inside a member")
-            self._buffer += piece
-        out = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return out
+            if len(piece) >= need:
+                parts.append(piece[:need])
+                self._buffer, self._used = piece, need
+                return b"".join(parts)
+            parts.append(piece)
+            need -= len(piece)
 
     def _header(self) -> bytes | None:
         """The next header block; None at the end of the archive (a zero block, or no more bytes)."""
-        if not self._buffer:
-            piece = self._read(_CHUNK)
+        if self._used == len(self._buffer):
+            piece = bytes(self._read(_CHUNK))
             if not piece:
                 return None
-            self._buffer += piece
+            self._buffer, self._used = piece, 0
         block = self.exact(BLOCK)
-        if block == bytes(BLOCK):
+        if block == _ZERO_BLOCK:
             return None
         if not _checksum_ok(block):
             raise BadTar("a header's checksum is wrong (not a tar stream, or a damaged one)")

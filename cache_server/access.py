@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from cache_server import metrics
 from cache_server.domain import Clock, utcnow
@@ -43,6 +44,20 @@ class AccessRecorder:
             delta.bytes_served += bytes_served
             delta.last_access = now
         metrics.HITS.labels(metrics.namespace_label(namespace)).inc()
+
+    def hits(self, namespace: str, served: Sequence[tuple[str, int]]) -> None:
+        """Count one use of each of ``served`` (key, bytes served) of ``namespace``: a bundle's members, in
+        one go (a metric and a lock per member were a tenth of what a bundle of small entries cost)."""
+        if not served:
+            return
+        now = self._clock()
+        with self._lock:
+            for key, bytes_served in served:
+                delta = self._hits.setdefault((namespace, key), AccessDelta())
+                delta.hits += 1
+                delta.bytes_served += bytes_served
+                delta.last_access = now
+        metrics.HITS.labels(metrics.namespace_label(namespace)).inc(len(served))
 
     def miss(self, namespace: str, count: int = 1) -> None:
         """Count ``count`` lookups of entries the namespace does not have."""

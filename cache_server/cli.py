@@ -57,7 +57,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if workers < 1:
         print(f"error: --workers must be at least 1, not {workers}", file=sys.stderr)
         return 2
-    os.environ["XLA_CACHE_WORKERS"] = str(workers)  # what the workers' own settings read: the manifest says it
+    os.environ["XLA_CACHE_WORKERS"] = str(workers)  # the workers' own settings: the manifest says it
     with multiprocess_directory(workers):  # several workers: one /metrics over all of them
         uvicorn.run(
             "cache_server.app:create_app_from_env",
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     serve.add_argument(
-        "--workers", type=int, default=None, help="uvicorn worker processes (default: XLA_CACHE_WORKERS, or 1)"
+        "--workers", type=int, default=None, help="uvicorn worker processes (default: XLA_CACHE_WORKERS or 1)"
     )
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address with auth off")
     serve.set_defaults(func=_cmd_serve)

@@ -46,8 +46,8 @@ class Settings(BaseSettings):
         default=1,
         gt=0,
         description=(
-            "Worker processes of `serve` (its --workers). The manifest tells clients to open at most this many "
-            "bundle streams at once: more streams than processes only make them take turns."
+            "Worker processes of `serve` (its --workers). The manifest tells clients to open at most this "
+            "many bundle streams at once: more streams than processes only make them take turns."
         ),
     )
     bundle_compression: bool = Field(

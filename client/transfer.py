@@ -40,8 +40,8 @@ from client.progress import NullProgress, Progress
 
 __all__ = [
     "BUNDLE_MAX_BYTES",
-    "DOWNLOAD_WORKERS",
     "BUNDLE_MIN_ENTRIES",
+    "DOWNLOAD_WORKERS",
     "LARGE_ENTRY_BYTES",
     "DownloadResult",
     "FileChanged",

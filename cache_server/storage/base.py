@@ -93,7 +93,10 @@ class BlobInfo:
 class BlobReader(AbstractContextManager["BlobReader"], Protocol):
     """An open blob: its info and an iterator over its bytes. Close it (or use ``with``) when done."""
 
-    info: BlobInfo
+    @property
+    def info(self) -> BlobInfo:
+        """What the store knows about the blob."""
+        ...
 
     def chunks(self) -> Iterator[bytes]:
         """Yield the blob's bytes in order, in chunks of a bounded size."""

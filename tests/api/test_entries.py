@@ -327,7 +327,9 @@ def test_a_corrupt_large_entry_is_never_served_whole(client: TestClient, setting
     assert client.head(f"{URL}/big").status_code == 404  # and the entry is dropped
 
 
-def test_an_unchanged_large_file_is_hashed_once(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unchanged_file_is_hashed_once(
+    client: TestClient, settings_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = bytes(range(256)) * 8192
     put(client, "big", data)
     hashed: list[int] = []
@@ -342,9 +344,12 @@ def test_an_unchanged_large_file_is_hashed_once(client: TestClient, monkeypatch:
         assert client.get(f"{URL}/big").content == data
     assert len(hashed) == 1
     put(client, "small", b"s" * 100)
-    for _ in range(2):
+    for _ in range(3):
         assert client.get(f"{URL}/small").content == b"s" * 100
-    assert len(hashed) == 1 + 1 + 2  # the small upload, and every small read
+    assert len(hashed) == 1 + 1 + 1  # the small upload, and its first read
+    _flip_last_byte(settings_dir, "small")  # a file that changes is hashed again: the damage is found
+    assert client.get(f"{URL}/small").status_code == 404
+    assert len(hashed) == 4
 
 
 def test_unknown_route_and_method_are_json(client: TestClient) -> None:
