@@ -17,6 +17,7 @@ import ctypes
 import ctypes.util
 import datetime as dt
 import errno
+import itertools
 import json
 import os
 import uuid
@@ -60,7 +61,7 @@ def _is_valid(check: Callable[[str], str], value: str) -> bool:
     return True
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -144,6 +145,10 @@ class LocalBlobStore:
         self._root = str(root)
         self._tmp = root / TMP_DIR
         self._tmp.mkdir(parents=True, exist_ok=True)
+        self._tmp_dir = str(self._tmp)
+        # temp file names: pid, a random tag and a count (unique across threads, processes and forks)
+        self._tag = uuid.uuid4().hex[:8]
+        self._numbers = itertools.count()
 
     @classmethod
     def from_url(cls, url: str) -> LocalBlobStore:
@@ -155,13 +160,17 @@ class LocalBlobStore:
         return cls(Path(path))
 
     def _path(self, name: str) -> Path:
+        return Path(self._file(name))
+
+    def _file(self, name: str) -> str:
+        """The path of blob ``name``, as a string (pathlib's joins were a tenth of a small blob's cost)."""
         namespace, key = parse_blob_name(name)
-        return self.root / namespace / key
+        return os.path.join(self._root, namespace, key)
 
     # -- writing ----------------------------------------------------------------------------------------
     def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> bool:
-        final = self._path(name)
-        if final.exists():
+        final = self._file(name)
+        if os.path.exists(final):
             for _ in chunks:  # let a checking iterator see every byte and raise if it must
                 pass
             return False
@@ -170,49 +179,59 @@ class LocalBlobStore:
             try:
                 created = self._link(tmp, final)
                 if created:
-                    _fsync_dir(final.parent)
+                    _fsync_dir(os.path.dirname(final))
                 return created
             finally:
-                tmp.unlink(missing_ok=True)
+                _unlink(tmp)
+
+    def _temp_file(self) -> str:
+        return os.path.join(self._tmp_dir, f"{os.getpid():x}-{self._tag}-{next(self._numbers):x}.part")
 
     def _write_temp(
         self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str], *, sync: bool
-    ) -> Path:
-        """The blob, header and bytes, in a new temp file (fsynced if ``sync``); removed if chunks raise."""
-        tmp = self._tmp / f"{uuid.uuid4().hex}.part"
+    ) -> str:
+        """The blob, header and bytes, in a new temp file (fsynced if ``sync``); removed if chunks raise.
+        The bytes are written after the header's place, then the header (which holds their size)."""
+        tmp = self._temp_file()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            with open(tmp, "wb") as handle:
-                handle.write(b"\0" * HEADER_SIZE)
+            try:
                 size = 0
                 for chunk in chunks:
-                    handle.write(chunk)
-                    size += len(chunk)
-                created = dt.datetime.now(dt.timezone.utc)
+                    view = memoryview(chunk)
+                    while view:
+                        done = os.pwrite(fd, view, HEADER_SIZE + size)
+                        size += done
+                        view = view[done:]
                 header = {
                     "name": name,
                     "size": size,
-                    "created": created.isoformat(),
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "metadata": dict(metadata),
                 }
-                handle.seek(0)
-                handle.write(_encode_header(header))
-                handle.flush()
+                os.pwrite(fd, _encode_header(header), 0)
                 if sync:
-                    os.fsync(handle.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _unlink(tmp)
             raise
         return tmp
 
-    def _link(self, tmp: Path, final: Path) -> bool:
+    def _link(self, tmp: str, final: str) -> bool:
         """Give a durable temp file its final name, if that is free (the directory is not fsynced here)."""
-        if not final.parent.is_dir():
-            final.parent.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(self.root)  # the new namespace directory must survive a crash too
         try:
             os.link(tmp, final)
         except FileExistsError:
             return False
+        except FileNotFoundError:  # the namespace's first blob: its directory must survive a crash too
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            _fsync_dir(self._root)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                return False
         return True
 
     def batch(self) -> LocalBatch:
@@ -227,18 +246,18 @@ class LocalBlobStore:
     def put_pack(self, pack_id: str, pieces: Sequence[bytes]) -> None:
         final = self._pack_path(pack_id)
         with _storage_errors():
-            tmp = self._tmp / f"{uuid.uuid4().hex}.part"
+            tmp = self._temp_file()
             try:
                 with open(tmp, "wb") as handle:
                     for piece in pieces:
                         handle.write(piece)
                     handle.flush()
                     os.fsync(handle.fileno())
-                if not self._link(tmp, final):
+                if not self._link(tmp, str(final)):
                     raise ValueError(f"The pack {pack_id} exists already.")
                 _fsync_dir(final.parent)
             finally:
-                tmp.unlink(missing_ok=True)
+                _unlink(tmp)
 
     def read_pack(self, pack_id: str, start: int, length: int) -> bytes | None:
         try:
@@ -366,7 +385,7 @@ def _storage_errors() -> Iterator[None]:
         raise
 
 
-def _sync_filesystem(path: Path, files: list[Path]) -> None:
+def _sync_filesystem(path: Path, files: list[str]) -> None:
     """Make the data of ``files`` (all under ``path``) durable: one ``syncfs`` where Linux has it."""
     syncfs = getattr(_LIBC, "syncfs", None) if _LIBC is not None else None
     if syncfs is not None:
@@ -395,11 +414,11 @@ class LocalBatch:
 
     def __init__(self, store: LocalBlobStore) -> None:
         self._store = store
-        self._pending: dict[str, Path] = {}
+        self._pending: dict[str, str] = {}
         self._present: set[str] = set()
 
     def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
-        if name in self._pending or name in self._present or self._store._path(name).exists():
+        if name in self._pending or name in self._present or os.path.exists(self._store._file(name)):
             for _ in chunks:
                 pass
             if name not in self._pending:
@@ -416,22 +435,22 @@ class LocalBatch:
             with _storage_errors():
                 if pending:
                     _sync_filesystem(self._store._tmp, list(pending.values()))
-                directories: set[Path] = set()
+                directories: set[str] = set()
                 for name, tmp in pending.items():
-                    final = self._store._path(name)
+                    final = self._store._file(name)
                     done[name] = self._store._link(tmp, final)
                     if done[name]:
-                        directories.add(final.parent)
+                        directories.add(os.path.dirname(final))
                 for directory in directories:
                     _fsync_dir(directory)
         finally:
             for tmp in pending.values():
-                tmp.unlink(missing_ok=True)
+                _unlink(tmp)
         return done
 
     def abort(self) -> None:
         for tmp in self._pending.values():
-            tmp.unlink(missing_ok=True)
+            _unlink(tmp)
         self._pending, self._present = {}, set()
 
     def __enter__(self) -> LocalBatch:
@@ -441,10 +460,10 @@ class LocalBatch:
         self.abort()
 
 
-def _unlink(path: Path) -> bool:
+def _unlink(path: str | Path) -> bool:
     """Remove a file; True if it was there."""
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         return False
     return True

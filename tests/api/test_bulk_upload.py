@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
+from cache_server.api.schemas import BulkMemberOut, BulkOut
 from cache_server.app import create_app
 from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
@@ -84,6 +85,10 @@ def test_each_member_gets_the_status_a_put_would(client: TestClient, settings: S
         ("new1", 400, "invalid_name"),
     }
     assert (body["stored"], body["already_stored"], body["refused"]) == (2, 1, 6)
+    assert response.headers["content-type"] == "application/json"
+    # the body is written without the model: it must still be exactly what the schema says
+    assert BulkOut.model_validate(body).model_dump() == body
+    assert set(body["results"][0]) == set(BulkMemberOut.model_fields)
     assert client.get(f"{URL}/new1").content == b"one"
     assert client.get(f"{URL}/new2").content == b"two"
     assert client.get(f"{URL}/taken").content == b"old"
