@@ -21,6 +21,7 @@ a bulk upload) a member at a time: standard POSIX.1-2001 (PAX) that any tar read
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -107,9 +108,12 @@ def _pax_header(size: int) -> bytes:
     return _ustar(_PAX_NAME, size, 0, b"x")
 
 
+_PADDINGS = [bytes(n) for n in range(BLOCK)]
+
+
 def padding(size: int) -> bytes:
     """The zero bytes that fill a member of ``size`` bytes up to a whole block."""
-    return bytes(-size % BLOCK)
+    return _PADDINGS[-size % BLOCK]
 
 
 class BadTar(ValueError):
@@ -143,6 +147,9 @@ class TarMember:
 
 def _number(field_bytes: bytes, what: str) -> int:
     """An octal (or base-256, for large sizes) number field."""
+    if field_bytes[-1:] == b"\0":  # the usual case: zero-padded octal digits, then NUL
+        with contextlib.suppress(ValueError):
+            return int(field_bytes[:-1], 8)
     if field_bytes[:1] and field_bytes[0] & 0x80:  # base-256: big-endian, first byte's high bit set
         value = int.from_bytes(bytes([field_bytes[0] & 0x7F]) + field_bytes[1:], "big")
         return value

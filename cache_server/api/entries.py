@@ -23,7 +23,6 @@ from cache_server.api.deps import ServiceDep, get_settings
 from cache_server.api.schemas import (
     BulkOut,
     KeysRequest,
-    ManifestEntry,
     ManifestOut,
     MissingOut,
     PutOut,
@@ -412,16 +411,18 @@ def manifest(
     request: Request,
     max_bytes: Annotated[int | None, Query(ge=0)] = None,
     max_entries: Annotated[int | None, Query(ge=0)] = None,
-) -> ManifestOut:
+) -> Response:
     """The entries worth warming, most useful first (hits, then recency), within the bounds, and how many
     bundles to stream from this server at once."""
     entries = service.manifest(namespace, max_bytes=max_bytes, max_entries=max_entries)
-    return ManifestOut(
-        namespace=namespace,
-        entries=[ManifestEntry(key=e.key, size=e.size, sha256=e.sha256, pack=e.pack) for e in entries],
-        total_bytes=sum(e.size for e in entries),
-        bundle_streams=get_settings(request).workers,
-    )
+    # A :class:`ManifestOut`, written straight from the rows: a model per entry cost a third of the answer.
+    out = {
+        "namespace": namespace,
+        "entries": [{"key": e.key, "size": e.size, "sha256": e.sha256, "pack": e.pack} for e in entries],
+        "total_bytes": sum(e.size for e in entries),
+        "bundle_streams": get_settings(request).workers,
+    }
+    return Response(json.dumps(out, separators=(",", ":")).encode(), media_type="application/json")
 
 
 @router.post("/bundle", response_class=StreamingResponse)

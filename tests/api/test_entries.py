@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_server.api.schemas import ManifestEntry, ManifestOut
 from cache_server.service import CorruptBlob
 from cache_server.settings import Settings
 from cache_server.wiring import Services
@@ -258,6 +259,9 @@ def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services
     assert [e["key"] for e in everything["entries"]] == ["big", "mid", "small", "cold"]
     assert everything["total_bytes"] == 1160
     assert everything["entries"][0] == {"key": "big", "size": 1000, "sha256": sha(b"z" * 1000), "pack": None}
+    assert ManifestOut.model_validate(everything).model_dump() == everything  # written without the model
+    assert set(everything["entries"][0]) == set(ManifestEntry.model_fields)
+    assert everything["bundle_streams"] == 1
     two = client.get(f"/v1/namespaces/{NS}/manifest?max_entries=2").json()
     assert [e["key"] for e in two["entries"]] == ["big", "mid"]
     budget = client.get(f"/v1/namespaces/{NS}/manifest?max_bytes=200").json()
