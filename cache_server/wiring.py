@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from cache_server.access import AccessRecorder
 from cache_server.activity import Activity
-from cache_server.admin import AdminService
+from cache_server.admin.parsing import ParserProcess
+from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
@@ -57,8 +58,13 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
     ``clock`` is what the services read the time from; tests pass their own to age entries.
     """
     database = Database.from_settings(settings)
+    graph_parser = None
     if store is None:
         store = open_store(
+            settings.resolved_storage_url, timeout=settings.storage_timeout, retries=settings.storage_retries
+        )
+        # the same store, opened again in a child process that parses entries' graphs off the GIL
+        graph_parser = ParserProcess(
             settings.resolved_storage_url, timeout=settings.storage_timeout, retries=settings.storage_retries
         )
     entries = EntryRepository(database)
@@ -73,6 +79,7 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
         flush_access=access.flush,
         activity=activity,
         clock=clock,
+        graph_parser=graph_parser,
     )
     cache = CacheService(settings, entries, store, access, on_stored=admin.entry_stored, clock=clock)
     return Services(

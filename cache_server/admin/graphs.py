@@ -7,12 +7,14 @@ scan at start. Nothing here runs on the download path.
 
 The thread stays out of the requests' way: parsing is Python work that holds the GIL, and a thread that
 holds it makes every request thread wait for it after each system call (a bulk upload of 2,000 entries
-took four times as long with the parser running beside it). So it waits until the process has served no
-request for :data:`QUIET_SECONDS` (:class:`~cache_server.activity.Activity`; at most
-:data:`MAX_DELAY_SECONDS` after the oldest entry waiting was stored), then parses what came,
-:data:`RECORD_BATCH` entries at a time (their records in one transaction), going back to waiting as soon
-as a request comes in, unless what waits is overdue. A catch-up scan runs as soon as it is asked for,
-also :data:`RECORD_BATCH` entries to a transaction.
+took four times as long with the parser running beside it). So the server parses in a child process
+(:class:`~cache_server.admin.parsing.ParserProcess`, at a lower CPU priority; this thread only reads its
+answers and records them), and the thread still waits until the process has served no request for
+:data:`QUIET_SECONDS` (:class:`~cache_server.activity.Activity`; at most :data:`MAX_DELAY_SECONDS` after
+the oldest entry waiting was stored), then parses what came, :data:`RECORD_BATCH` entries at a time (their
+records in one transaction), going back to waiting as soon as a request comes in, unless what waits is
+overdue. A catch-up scan runs as soon as it is asked for, also :data:`RECORD_BATCH` entries to a
+transaction. Without a child process (or when it fails) the thread parses itself.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from collections import deque
 from collections.abc import Callable
 
 from cache_server.activity import Activity
-from cache_server.admin.hlo import parse_entry
+from cache_server.admin.hlo import GraphInfo
+from cache_server.admin.parsing import ParseOutcome, ParserProcess, parse_blob
 from cache_server.errors import CacheError
 from cache_server.index.admin import AdminRepository, GraphRecord
-from cache_server.storage.base import BlobStore, blob_name
+from cache_server.storage.base import BlobStore
 
 __all__ = ["GraphIndexer"]
 
@@ -50,10 +53,12 @@ class GraphIndexer:
         *,
         activity: Activity | None = None,
         queue_size: int = 10_000,
+        parser: ParserProcess | None = None,
     ) -> None:
         self._repository = repository
         self._activity = activity or Activity()
         self._store = store
+        self._parser = parser
         # (when stored, namespace, key); at most queue_size wait here or in _run, the rest overflow to a
         # catch-up scan
         self._queue: queue.Queue[tuple[float, str, str] | None] = queue.Queue(maxsize=queue_size)
@@ -79,15 +84,30 @@ class GraphIndexer:
         return record
 
     def _parsed(self, namespace: str, key: str) -> GraphRecord:
-        """What parsing one stored entry finds (not recorded yet)."""
-        reader = self._store.open(blob_name(namespace, key))
-        info = None
-        if reader is not None:
-            with reader:
-                info = parse_entry(reader.chunks())
-        if info is None:
-            return GraphRecord(namespace, key, module=None)
-        return GraphRecord(namespace, key, info.module, info.signature, info.shapes, info.source)
+        """What parsing one stored entry finds (not recorded yet), parsed on this thread."""
+        return _record(namespace, key, parse_blob(self._store, namespace, key))
+
+    def _parse_batch(self, batch: list[tuple[str, str]]) -> list[GraphRecord]:
+        """The records of a batch: from the child process when there is one (falling back to this thread
+        if it fails); an entry that could not be parsed is logged and left out."""
+        if self._parser is not None and not self._stopping.is_set():
+            try:
+                outcomes = self._parser.parse(batch)
+            except Exception as exc:
+                log.warning("the graph parser process failed (%s); parsing on the server's thread", exc)
+            else:
+                return _records(batch, outcomes)
+        records: list[GraphRecord] = []
+        for namespace, key in batch:
+            if self._stopping.is_set():
+                break
+            try:
+                records.append(self._parsed(namespace, key))
+            except CacheError as exc:
+                log.warning("graph parsing skipped: %s", exc.detail)
+            except Exception:
+                log.exception("graph parsing failed")
+        return records
 
     def parse_many(self, items: list[tuple[str, str]]) -> int:
         """Parse these entries and record the results, :data:`RECORD_BATCH` to a transaction; a failure
@@ -95,16 +115,11 @@ class GraphIndexer:
         recorded."""
         done = 0
         for start in range(0, len(items), RECORD_BATCH):
-            records: list[GraphRecord] = []
-            for namespace, key in items[start : start + RECORD_BATCH]:
-                if self._stopping.is_set():
-                    return done
-                try:
-                    records.append(self._parsed(namespace, key))
-                except CacheError as exc:
-                    log.warning("graph parsing skipped: %s", exc.detail)
-                except Exception:
-                    log.exception("graph parsing failed")
+            if self._stopping.is_set():
+                return done
+            records = self._parse_batch(items[start : start + RECORD_BATCH])
+            if self._stopping.is_set():  # the database is closed next: record nothing more
+                return done
             try:
                 done += self._repository.record_graphs(records)
             except CacheError as exc:
@@ -152,6 +167,8 @@ class GraphIndexer:
                 self._queue.put_nowait(None)
             self._thread.join(timeout=10)
             self._thread = None
+        if self._parser is not None:
+            self._parser.close()
 
     def _done(self, count: int) -> None:
         with self._changed:
@@ -212,3 +229,20 @@ class GraphIndexer:
             log.warning("graph parsing skipped: %s", exc.detail)
         except Exception:
             log.exception("graph parsing failed")
+
+
+def _record(namespace: str, key: str, info: GraphInfo | None) -> GraphRecord:
+    if info is None:
+        return GraphRecord(namespace, key, module=None)
+    return GraphRecord(namespace, key, info.module, info.signature, info.shapes, info.source)
+
+
+def _records(batch: list[tuple[str, str]], outcomes: list[ParseOutcome]) -> list[GraphRecord]:
+    """The child's outcomes as records; an entry it could not parse is logged and left for a catch-up."""
+    records: list[GraphRecord] = []
+    for (namespace, key), outcome in zip(batch, outcomes, strict=True):
+        if outcome.error is not None:
+            log.warning("graph parsing of %s/%s skipped: %s", namespace, key, outcome.error)
+        else:
+            records.append(_record(namespace, key, outcome.info))
+    return records

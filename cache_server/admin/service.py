@@ -11,6 +11,7 @@ from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
 from cache_server.admin.graphs import GraphIndexer
+from cache_server.admin.parsing import ParserProcess
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsReport, build_report
 from cache_server.auth import TokenManager
@@ -45,6 +46,7 @@ class AdminService:
         flush_access: Callable[[], None] = lambda: None,
         activity: Activity | None = None,
         clock: Clock = utcnow,
+        graph_parser: ParserProcess | None = None,
     ) -> None:
         self._settings = settings
         self._repository = repository
@@ -53,7 +55,7 @@ class AdminService:
         self._flush_access = flush_access
         self._clock = clock
         self._packs_swept_at = -PACK_SWEEP_SECONDS
-        self._graphs = GraphIndexer(repository, store, activity=activity)
+        self._graphs = GraphIndexer(repository, store, activity=activity, parser=graph_parser)
         self.evictor = Evictor(settings, repository, store, before=flush_access, clock=clock)
         self._budgets = Periodic(
             "xla-cache-evict",

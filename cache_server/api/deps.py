@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from cache_server.admin import AdminService
+from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
 from cache_server.service import CacheService
 from cache_server.settings import Settings

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from cache_server.activity import Activity
 from cache_server.admin import graphs
 from cache_server.admin.graphs import GraphIndexer
+from cache_server.admin.parsing import ParserProcess, parse_blob
 from cache_server.index import AdminRepository, EntryRepository
 from cache_server.index.admin import GraphRecord
 from cache_server.service import CacheService
@@ -121,3 +124,45 @@ def test_every_request_but_a_feed_poll_makes_the_process_busy(client: TestClient
     assert _wait_for(lambda: activity.quiet_for(0.2), 5)
     assert client.get("/v1/namespaces/polled/feed", params={"wait": 0}).status_code == 200
     assert activity.quiet_for(0.2)  # a long poll mostly waits: it is not work
+
+
+def _graph_records(services: Services, namespace: str) -> dict[str, str | None]:
+    with services.database.transaction() as session:
+        rows = session.execute(
+            text("SELECT key, module FROM entry_graphs WHERE namespace = :ns"), {"ns": namespace}
+        )
+        return {str(key): module for key, module in rows}
+
+
+def test_the_server_parses_in_a_child_process_off_its_gil(settings: Settings, services: Services) -> None:
+    """The wiring gives the indexer a child process: what it records is what this process would find."""
+    parser = services.admin._graphs._parser
+    assert isinstance(parser, ParserProcess)
+    services.start()
+    keys = _store_real_entries(settings, services, "child")
+    for key in keys:
+        services.admin.entry_stored("child", key)
+    assert services.admin.wait_parsed(60)
+    pid = parser.child_pid()
+    assert pid is not None and pid != os.getpid()
+    found = _graph_records(services, "child")
+    assert set(found) == set(keys)
+    here = {key: parse_blob(services.store, "child", key) for key in keys}
+    assert found == {key: info.module if info else None for key, info in here.items()}
+    assert all(found.values())  # real executables: every one has its module name
+    services.stop()
+    assert parser.child_pid() is None
+
+
+def test_a_parser_process_that_cannot_start_leaves_the_parsing_to_the_thread(
+    settings: Settings, services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = _store_real_entries(settings, services, "fallback")
+    broken = ParserProcess("nowhere://at-all")  # the child's store cannot be opened: it never starts
+    indexer = GraphIndexer(AdminRepository(services.database), services.store, parser=broken)
+    try:
+        assert indexer.parse_many([("fallback", key) for key in keys]) == len(keys)
+    finally:
+        indexer.stop()
+    assert all(_graph_records(services, "fallback").values())
+    assert "the graph parser process failed" in caplog.text
