@@ -213,6 +213,8 @@ class TarReader:
 
     def exact(self, size: int) -> bytes:
         """Exactly ``size`` bytes of the stream; :class:`BadTar` if it ends first."""
+        if size < 0:
+            raise BadTar("a negative size was asked for")
         start, end = self._used, self._used + size
         if end <= len(self._buffer):
             self._used = end
@@ -264,6 +266,8 @@ class TarReader:
                 return
             kind = header[156:157]
             size = _number(header[124:136], "size")
+            if size < 0:
+                raise BadTar("a header's size is negative")
             if kind in (b"x", b"g"):
                 if size > MAX_PAX_BYTES:
                     raise BadTar(f"a PAX header of {size} bytes is over the limit of {MAX_PAX_BYTES}")

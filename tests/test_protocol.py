@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import BigInteger, inspect
 
 import cache_protocol
-from cache_protocol.tar import BLOCK, END, TarReader, member_header, padding
+from cache_protocol.tar import BLOCK, END, BadTar, TarReader, _ustar, member_header, padding
 from cache_server.api.admin_schemas import CountersOut, DayOut
 from cache_server.domain import COUNTERS
 from cache_server.errors import InvalidName
@@ -126,3 +126,14 @@ def test_a_size_over_the_plain_header_goes_in_a_pax_record() -> None:
     pieces = iter([header])
     member = next(TarReader(lambda _n: next(pieces, b"")).members())
     assert (member.name, member.size) == ("big", size)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("kind", [b"x", b"0"])
+def test_a_negative_size_is_refused_not_read_backwards(kind: bytes) -> None:
+    """An octal field may carry a sign: -512 once made the reader step back over the same header forever."""
+    pieces = iter([_ustar(b"k", -512, 0, kind) + END])
+    with pytest.raises(BadTar, match="negative"):
+        list(TarReader(lambda _n: next(pieces, b"")).members())
+    with pytest.raises(BadTar, match="negative"):
+        TarReader(lambda _n: b"").exact(-1)

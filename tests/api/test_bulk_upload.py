@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
+from cache_protocol.tar import END, _ustar
 from cache_server.api.schemas import BulkMemberOut, BulkOut
 from cache_server.app import create_app
 from cache_server.bulk import GROUP_ENTRIES
@@ -157,6 +158,11 @@ def test_an_oversized_pax_header_and_garbage_are_refused_at_once(client: TestCli
     info.pax_headers = {**info.pax_headers, "comment": "c" * 200_000}
     response = client.post(URL, content=tar_of([(info, data)]))
     assert response.status_code == 400 and "over the limit" in response.json()["detail"]
+    # a negative size (octal fields take a sign) must not send the reader back over the same header forever
+    for kind in (b"x", b"0"):
+        header = _ustar(b"././@PaxHeader" if kind == b"x" else b"k", -512, 0, kind)
+        negative = client.post(URL, content=header + END)
+        assert negative.status_code == 400 and "negative" in negative.json()["detail"]
     garbage = client.post(URL, content=b"not a tar stream at all" * 100)
     assert garbage.status_code == 400 and "checksum" in garbage.json()["detail"]
     assert client.post(URL, content=b"").json()["results"] == []
