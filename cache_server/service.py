@@ -64,8 +64,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 WHOLE_READ_BYTES = 1024 * 1024
-"""Entries up to this size are read whole and verified before the first byte is sent (one piece, no
-stream): a blob found corrupt then costs its reader a miss, not a broken transfer."""
+"""Entries up to this size are read whole and checked before the first byte is sent (one piece, no
+stream): a blob found corrupt then costs its reader a miss, not a broken transfer. Checked: hashed, or only
+measured where this process hashed the same unchanged file before (:class:`VerifiedFiles`)."""
 REVERIFY_SECONDS = 600.0
 """How long a blob's file, once hashed whole and found right, is trusted without hashing again."""
 
@@ -90,8 +91,8 @@ class PutResult:
 
 @dataclass(frozen=True)
 class OpenedEntry:
-    """An entry ready to send: what the index knows of it and a verifying byte iterator; for an entry of at
-    most :data:`WHOLE_READ_BYTES`, also its bytes, read whole and already verified (``content``)."""
+    """An entry ready to send: what the index knows of it and a checking byte iterator; for an entry of at
+    most :data:`WHOLE_READ_BYTES`, also its bytes, read whole and already checked (``content``)."""
 
     entry: EntryInfo
     body: Iterator[bytes]
@@ -152,7 +153,7 @@ class VerifiedFiles:
     small entries. So a blob is hashed the first time this process serves it; later reads of the *same
     unchanged file* (its store's identity: device, inode, size and change times for a local file) within
     ``ttl`` seconds go unhashed, still checked for length. A file that changes in any way is hashed again,
-    and every client checks each entry's SHA-256 itself. Identities are kept as their hash: ``capacity``
+    and every client checks each entry's SHA-256 itself. Identities are kept as a 16-byte digest: ``capacity``
     of them take a few MB.
     """
 
@@ -481,7 +482,9 @@ class CacheService:
         """
         identity = getattr(reader, "identity", None)
         if identity is not None:
-            identity = hash((entry.namespace, entry.key, entry.sha256, identity))
+            identity = hashlib.blake2b(
+                repr((entry.namespace, entry.key, entry.sha256, identity)).encode(), digest_size=16
+            ).digest()
             if self._verified_files.trusted(identity):
                 yield from self._length_checked(entry, reader)
                 return

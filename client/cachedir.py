@@ -45,8 +45,9 @@ CHUNK = 1024 * 1024
 LOCK_NAME = ".xla-cache.lock"
 TEMP_SUFFIX = ".part"
 
-_TEMP_TAG = secrets.token_hex(4)  # with the pid and a count, the name of a temporary file: unique, and cheap
-_temp_numbers = itertools.count()  # (os.urandom per file cost 15 us, a tenth of writing a small entry)
+# A temporary file is named by the pid and a count, no longer than the random name it had (os.urandom per
+# file cost 15 us, a tenth of writing a small entry); a name a dead process of the same pid left is skipped.
+_temp_numbers = itertools.count()
 
 EntryCheck = Callable[[Path], "str | None"]
 """Why an entry file cannot be loaded by the framework, or None when it can."""
@@ -199,13 +200,21 @@ class VerifiedWriter:
         self._digest = hashlib.sha256()
         # plain strings, not Paths: pathlib's joins were a tenth of a bundle's time in Python
         self._target = os.path.join(directory, key)
-        self._temp = os.path.join(
-            directory, f".{key}.{os.getpid():x}{_TEMP_TAG}{next(_temp_numbers):x}{TEMP_SUFFIX}"
-        )
+        self._temp = self._temp_name()
         self._fd: int | None = None
         self._committed = False
 
+    def _temp_name(self) -> str:
+        number = next(_temp_numbers)
+        return os.path.join(self.directory, f".{self.key}.{os.getpid():x}-{number:x}{TEMP_SUFFIX}")
+
     def __enter__(self) -> VerifiedWriter:
+        for _ in range(3):
+            try:
+                self._fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                return self
+            except FileExistsError:
+                self._temp = self._temp_name()
         self._fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         return self
 

@@ -2,8 +2,8 @@
 
 Download: entries already on disk with the manifest's size and SHA-256 are kept; small entries come in
 bundles (tar streams, the fast path for many small graphs), large ones as parallel single GETs (faster for
-a few big executables), at most as many requests at once as the server has worker processes (its manifest
-says; :data:`DOWNLOAD_WORKERS` at most): streams beyond that share one process's CPU. Measured on a 2-core
+a few big executables), in at most as many bundles as the server has worker processes (its manifest says;
+:data:`DOWNLOAD_WORKERS` at most): bundles beyond that share one process's CPU. Measured on a 2-core
 machine with a one-worker server on it: 2,000 entries of 5-60 kB took 0.33 s as one bundle and 0.50 s as
 four. Every file is verified before it is renamed into place.
 
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 LARGE_ENTRY_BYTES = 8 * 1024 * 1024  # entries at least this big are fetched with their own GET
-DOWNLOAD_WORKERS = 4  # requests at once (bundles and large GETs), unless the server's manifest says fewer
+DOWNLOAD_WORKERS = 4  # requests at once (bundles, fewer if the server's manifest says so, and large GETs)
 BUNDLE_MAX_BYTES = 256 * 1024 * 1024  # one bundle stream carries at most about this much
 BUNDLE_MIN_ENTRIES = 250  # below this many entries per stream, one more stream is not worth a request
 
@@ -141,15 +141,18 @@ def download(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     workers: int = DOWNLOAD_WORKERS,
+    bundle_streams: int | None = None,
     large_entry_bytes: int | None = None,
     check: EntryCheck | None = None,
     result: DownloadResult | None = None,
 ) -> DownloadResult:
     """Fetch ``needed`` into ``directory``; never raises for server trouble (it lands in ``errors``).
 
-    Entries of at least ``large_entry_bytes`` (default :data:`LARGE_ENTRY_BYTES`) come by single GETs.
-    ``check`` (the framework's) must pass before an entry is placed. ``result``, when given, is filled as
-    entries are placed (under its ``lock``), so a caller that stops waiting can still tell what was placed.
+    Entries of at least ``large_entry_bytes`` (default :data:`LARGE_ENTRY_BYTES`) come by single GETs, the
+    rest in at most ``bundle_streams`` bundles (the server's manifest says how many; ``workers`` when it
+    does not); at most ``workers`` requests run at once. ``check`` (the framework's) must pass before an
+    entry is placed. ``result``, when given, is filled as entries are placed (under its ``lock``), so a
+    caller that stops waiting can still tell what was placed.
     """
     large = LARGE_ENTRY_BYTES if large_entry_bytes is None else large_entry_bytes
     progress = progress or NullProgress()
@@ -213,7 +216,7 @@ def download(
                 result.errors.extend(errors)
 
     try:
-        jobs = _plan(needed, large, workers)
+        jobs = _plan(needed, large, min(workers, bundle_streams or workers))
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
             list(pool.map(run, jobs))
         if result.entries:

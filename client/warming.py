@@ -32,7 +32,7 @@ from client.fingerprint import namespace_id
 from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
 from client.progress import Progress
-from client.transfer import DOWNLOAD_WORKERS, DownloadResult, download, split_present
+from client.transfer import DownloadResult, download, split_present
 from client.uploader import Uploader, UploadReport
 
 __all__ = ["WarmCounts", "WarmReport", "flush", "stop", "warm"]
@@ -173,7 +173,7 @@ def _sync(
             cancel=cancel,
             check=plan.framework.entry_problem,
             result=synced.downloading,
-            workers=min(DOWNLOAD_WORKERS, manifest.bundle_streams or DOWNLOAD_WORKERS),
+            bundle_streams=manifest.bundle_streams,
         )
         counts.downloaded_entries = result.entries
         counts.downloaded_bytes = result.bytes

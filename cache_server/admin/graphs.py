@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from cache_server.activity import Activity
 from cache_server.admin.hlo import GraphInfo
-from cache_server.admin.parsing import ParseOutcome, ParserProcess, parse_blob
+from cache_server.admin.parsing import ParseOutcome, ParserProcess, ParserResting, parse_blob
 from cache_server.errors import CacheError
 from cache_server.index.admin import AdminRepository, GraphRecord
 from cache_server.storage.base import BlobStore
@@ -93,8 +93,10 @@ class GraphIndexer:
         if self._parser is not None and not self._stopping.is_set():
             try:
                 outcomes = self._parser.parse(batch)
+            except ParserResting:
+                pass
             except Exception as exc:
-                log.warning("the graph parser process failed (%s); parsing on the server's thread", exc)
+                log.warning("the graph parser process failed (%r); parsing on the server's thread", exc)
             else:
                 return _records(batch, outcomes)
         records: list[GraphRecord] = []

@@ -4,9 +4,11 @@ Parsing an HLO module is Python work: about a millisecond and a half per entry, 
 On a thread of the server that made every request thread wait for the GIL after each system call: after a
 push of 14,000 entries, the next 20 s of single GETs ran at half their speed. So the server's
 :class:`~cache_server.admin.graphs.GraphIndexer` hands the parsing to one child process (started when there
-is first something to parse, at a lower CPU priority), which opens the blobs through its own handle on the
-same store (built from the same storage URL) and sends back only what it found; the indexer records it. If
-the child cannot be started or dies, that batch is parsed on the indexer's thread as before.
+is first something to parse, at nice +10 where the system allows it), which opens the blobs through its own
+handle on the same store (built from the same storage URL) and sends back only what it found; the indexer
+records it. If the child cannot be started, dies or takes too long, that batch is parsed on the indexer's
+thread as before, and so is every batch for :data:`RETRY_SECONDS` (no new interpreter per batch). The child
+exits when the server process that started it is gone; stopping the server kills it, mid-batch or not.
 
 The child imports only the parser and the storage backends (no web framework, no database).
 """
@@ -19,16 +21,23 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 from cache_server.admin.hlo import GraphInfo, parse_entry
 from cache_server.storage import BlobStore, blob_name, open_store
 
-__all__ = ["CHILD_NICENESS", "ParseOutcome", "ParserProcess", "parse_blob"]
+__all__ = ["CHILD_NICENESS", "RETRY_SECONDS", "ParseOutcome", "ParserProcess", "ParserResting", "parse_blob"]
 
 log = logging.getLogger(__name__)
 CHILD_NICENESS = 10  # added to the child's nice value: its CPU goes to requests first
 BATCH_SECONDS = 120.0  # a batch not parsed in this long is parsed on the indexer's thread instead
+RETRY_SECONDS = 60.0  # after the child failed, the indexer's thread parses for this long
+PARENT_CHECK_SECONDS = 2.0  # how often the child looks whether the process that started it is still there
+
+
+class ParserResting(RuntimeError):
+    """The child is not used now (closed, or it failed a moment ago): parse on the caller's thread."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +62,17 @@ _child_store: BlobStore | None = None
 
 def _start_child(storage_url: str, timeout: float, retries: int) -> None:
     global _child_store
-    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.nice on this system
+    with contextlib.suppress(OSError, AttributeError):  # not allowed, or no os.nice on this system
         os.nice(CHILD_NICENESS)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     _child_store = open_store(storage_url, timeout=timeout, retries=retries)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A server worker killed outright (SIGKILL) cannot stop its child: the child sees that and exits."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(0)
 
 
 def _parse_in_child(items: list[tuple[str, str]]) -> list[ParseOutcome]:
@@ -77,15 +94,18 @@ class ParserProcess:
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._closed = False
+        self._failed_at: float | None = None
 
     def parse(self, items: list[tuple[str, str]]) -> list[ParseOutcome]:
         """Each entry's outcome, in order. Raises when the child could not do it (not started, died, too
-        slow); the caller then parses them itself."""
+        slow, or failed less than :data:`RETRY_SECONDS` ago); the caller then parses them itself."""
         pool = self._started()
         try:
             return pool.submit(_parse_in_child, items).result(timeout=BATCH_SECONDS)
         except BaseException:
-            self._discard(pool)  # a broken or stuck child: the next batch starts a new one
+            with self._lock:
+                self._failed_at = time.monotonic()
+            self._discard(pool)  # a broken or stuck child: a new one, once RETRY_SECONDS have passed
             raise
 
     def child_pid(self) -> int | None:
@@ -95,17 +115,19 @@ class ParserProcess:
             return next(iter(processes), None)
 
     def close(self) -> None:
-        """Stop the child (a batch it is parsing is abandoned)."""
+        """Kill the child (a batch it is parsing is abandoned: the indexer records nothing more)."""
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            self._discard(pool)
 
     def _started(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:
             if self._closed:
-                raise RuntimeError("the parser process is closed")
+                raise ParserResting("the parser process is closed")
+            if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
+                raise ParserResting(f"the parser process failed less than {RETRY_SECONDS:g} s ago")
             if self._pool is None:
                 self._pool = concurrent.futures.ProcessPoolExecutor(
                     max_workers=1,
@@ -119,7 +141,7 @@ class ParserProcess:
         with self._lock:
             if self._pool is pool:
                 self._pool = None
-        for process in list(getattr(pool, "_processes", {}).values()):
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
             with contextlib.suppress(Exception):
                 process.kill()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -147,10 +147,10 @@ class ManifestOut(BaseModel):
     entries: list[ManifestEntry]
     total_bytes: int
     bundle_streams: int = Field(
-        default=1,
         description=(
             "How many bundles a client should stream at once from this server: its worker processes. More "
-            "streams than processes share one process's CPU and only slow each other down."
+            "streams than processes share one process's CPU and only slow each other down. (A client "
+            "talking to a server from before this field streams up to four.)"
         ),
     )
 

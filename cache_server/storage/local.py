@@ -71,7 +71,7 @@ def _fsync_dir(path: str | Path) -> None:
 
 class _LocalReader:
     """An open local blob. ``identity`` names this very file as it is now (device, inode, size, times): the
-    service trusts a large blob it has hashed whole until its identity changes."""
+    service trusts a blob it has hashed whole until its identity changes."""
 
     def __init__(self, handle: BinaryIO, info: BlobInfo) -> None:
         self._handle = handle
@@ -193,23 +193,20 @@ class LocalBlobStore:
         """The blob, header and bytes, in a new temp file (fsynced if ``sync``); removed if chunks raise.
         The bytes are written after the header's place, then the header (which holds their size)."""
         tmp = self._temp_file()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # less the umask, as open() was
         try:
             try:
                 size = 0
                 for chunk in chunks:
-                    view = memoryview(chunk)
-                    while view:
-                        done = os.pwrite(fd, view, HEADER_SIZE + size)
-                        size += done
-                        view = view[done:]
+                    _pwrite_all(fd, chunk, HEADER_SIZE + size)
+                    size += len(chunk)
                 header = {
                     "name": name,
                     "size": size,
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                     "metadata": dict(metadata),
                 }
-                os.pwrite(fd, _encode_header(header), 0)
+                _pwrite_all(fd, _encode_header(header), 0)
                 if sync:
                     os.fsync(fd)
             finally:
@@ -458,6 +455,15 @@ class LocalBatch:
 
     def __exit__(self, *exc: object) -> None:
         self.abort()
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (a write may take less than it was given, near a full disk)."""
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        offset += done
+        view = view[done:]
 
 
 def _unlink(path: str | Path) -> bool:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from cache_server.activity import Activity
-from cache_server.admin import graphs
+from cache_server.admin import graphs, parsing
 from cache_server.admin.graphs import GraphIndexer
-from cache_server.admin.parsing import ParserProcess, parse_blob
+from cache_server.admin.parsing import ParserProcess, ParserResting, parse_blob
 from cache_server.index import AdminRepository, EntryRepository
 from cache_server.index.admin import GraphRecord
 from cache_server.service import CacheService
@@ -150,8 +153,55 @@ def test_the_server_parses_in_a_child_process_off_its_gil(settings: Settings, se
     here = {key: parse_blob(services.store, "child", key) for key in keys}
     assert found == {key: info.module if info else None for key, info in here.items()}
     assert all(found.values())  # real executables: every one has its module name
+    started = time.monotonic()
     services.stop()
+    assert time.monotonic() - started < 5
     assert parser.child_pid() is None
+    assert _wait_for(lambda: not _pid_exists(pid), 5), "the child outlived the server's stop"
+
+
+def test_a_failed_parser_process_rests_before_a_new_one_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = ParserProcess("nowhere://at-all")
+    try:
+        with pytest.raises(Exception) as first:
+            broken.parse([("ns", "k")])
+        assert not isinstance(first.value, ParserResting)
+        with pytest.raises(ParserResting):  # no new interpreter for every batch of a long catch-up
+            broken.parse([("ns", "k")])
+        monkeypatch.setattr(parsing, "RETRY_SECONDS", 0.0)
+        with pytest.raises(Exception) as again:  # rested: it tries a new child
+            broken.parse([("ns", "k")])
+        assert not isinstance(again.value, ParserResting)
+    finally:
+        broken.close()
+
+
+def test_the_parser_child_exits_when_its_server_process_is_killed(tmp_path: Path) -> None:
+    script = (
+        "import os, sys\n"
+        "from cache_server.admin.parsing import ParserProcess\n"
+        "parser = ParserProcess(sys.argv[1])\n"
+        "parser.parse([])\n"
+        "print(parser.child_pid(), flush=True)\n"
+        "os._exit(0)  # as a SIGKILL would: nothing is cleaned up\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, (tmp_path / "blobs").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    child = int(done.stdout.strip())
+    assert _wait_for(lambda: not _pid_exists(child), parsing.PARENT_CHECK_SECONDS * 3 + 5)
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
 
 
 def test_a_parser_process_that_cannot_start_leaves_the_parsing_to_the_thread(

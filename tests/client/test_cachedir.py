@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 import pytest
 
+from client import cachedir
 from client.cachedir import (
+    TEMP_SUFFIX,
     VerifiedWriter,
     files_open_for_writing,
     is_entry_name,
@@ -105,3 +108,18 @@ def test_fingerprint_file_round_trip(tmp_path: Path) -> None:
     write_fingerprint(tmp_path, {"a": 1})
     assert read_fingerprint(tmp_path) == {"a": 1}
     assert scan(tmp_path) == {}
+
+
+def test_a_temporary_name_a_dead_process_left_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temporary names are the pid and a count: one a crashed process of the same pid left is skipped."""
+    monkeypatch.setattr(cachedir, "_temp_numbers", itertools.count())
+    stale = tmp_path / f".42.{os.getpid():x}-0{TEMP_SUFFIX}"
+    stale.write_bytes(b"left by a crash")
+    data = b"the entry"
+    with VerifiedWriter(tmp_path, "42", size=len(data), sha256=sha(data)) as writer:
+        writer.write(data)
+        writer.commit()
+    assert (tmp_path / "42").read_bytes() == data
+    assert stale.read_bytes() == b"left by a crash"  # not ours: not touched
