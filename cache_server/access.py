@@ -36,16 +36,9 @@ class AccessRecorder:
     def hit(self, namespace: str, key: str, bytes_served: int, *, live: bool = False) -> None:
         """Count one use of an entry (a download, a bundle member, a signed URL handed out); ``live``: a
         delivery to a job following the namespace."""
-        now = self._clock()
-        with self._lock:
-            delta = self._hits.setdefault((namespace, key), AccessDelta())
-            delta.hits += 1
-            delta.live += int(live)
-            delta.bytes_served += bytes_served
-            delta.last_access = now
-        metrics.HITS.labels(metrics.namespace_label(namespace)).inc()
+        self.hits(namespace, [(key, bytes_served)], live=live)
 
-    def hits(self, namespace: str, served: Sequence[tuple[str, int]]) -> None:
+    def hits(self, namespace: str, served: Sequence[tuple[str, int]], *, live: bool = False) -> None:
         """Count one use of each of ``served`` (key, bytes served) of ``namespace``: a bundle's members, in
         one go (a metric and a lock per member were a tenth of what a bundle of small entries cost)."""
         if not served:
@@ -55,6 +48,7 @@ class AccessRecorder:
             for key, bytes_served in served:
                 delta = self._hits.setdefault((namespace, key), AccessDelta())
                 delta.hits += 1
+                delta.live += int(live)
                 delta.bytes_served += bytes_served
                 delta.last_access = now
         metrics.HITS.labels(metrics.namespace_label(namespace)).inc(len(served))

@@ -311,7 +311,7 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
             result = service.put_entries(namespace, reader.members(), stored_by=stored_by)
         except (BadTar, NotZstd) as exc:
             raise BadRequest(f"The upload is not a tar stream this server takes: {exc}.") from None
-        return _bulk_json(namespace, result)
+        return _bulk_body(namespace, result)
 
     async with slots.slot(request):
         try:
@@ -325,7 +325,12 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     return Response(result, media_type="application/json")
 
 
-def _bulk_json(namespace: str, result: BulkResult) -> bytes:
+def _json_body(out: object) -> bytes:
+    """A JSON body written without a response model (for answers with a row per entry: see callers)."""
+    return json.dumps(out, separators=(",", ":")).encode()
+
+
+def _bulk_body(namespace: str, result: BulkResult) -> bytes:
     """The :class:`BulkOut` of ``result``, written straight from its members (on the worker thread): a
     model per member, validated and serialized in the event loop, cost as much as storing small ones."""
     stored, already = result.count(201), result.count(200)
@@ -336,7 +341,7 @@ def _bulk_json(namespace: str, result: BulkResult) -> bytes:
         "refused": len(result.results) - stored - already,
         "results": [vars(member) for member in result.results],
     }
-    return json.dumps(out, separators=(",", ":")).encode()
+    return _json_body(out)
 
 
 @router.get(
@@ -422,7 +427,7 @@ def manifest(
         "total_bytes": sum(e.size for e in entries),
         "bundle_streams": get_settings(request).workers,
     }
-    return Response(json.dumps(out, separators=(",", ":")).encode(), media_type="application/json")
+    return Response(_json_body(out), media_type="application/json")
 
 
 @router.post("/bundle", response_class=StreamingResponse)

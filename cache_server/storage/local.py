@@ -69,6 +69,11 @@ def _fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+def _identity(stat: os.stat_result) -> tuple[int, ...]:
+    """A file as it is now: device, inode, size and change times (any write or replacement changes it)."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
 class _LocalReader:
     """An open local blob. ``identity`` names this very file as it is now (device, inode, size, times): the
     service trusts a blob it has hashed whole until its identity changes."""
@@ -76,8 +81,7 @@ class _LocalReader:
     def __init__(self, handle: BinaryIO, info: BlobInfo) -> None:
         self._handle = handle
         self.info = info
-        stat = os.fstat(handle.fileno())
-        self.identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        self.identity = _identity(os.fstat(handle.fileno()))
 
     def chunks(self) -> Iterator[bytes]:
         self._handle.seek(HEADER_SIZE)
@@ -289,9 +293,8 @@ class LocalBlobStore:
         :class:`~cache_server.storage.base.ReadsWhole`): no buffered reads, no 8 MiB read buffer per blob,
         which a bundle of small blobs paid thousands of times. A blob over ``limit`` is opened instead.
         The header is parsed only if the reader's ``info`` is asked for (a bundle never does)."""
-        namespace, key = parse_blob_name(name)
         try:
-            fd = os.open(os.path.join(self._root, namespace, key), os.O_RDONLY)
+            fd = os.open(self._file(name), os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
@@ -303,8 +306,7 @@ class LocalBlobStore:
             os.close(fd)
         if len(raw) < HEADER_SIZE or not raw.startswith(MAGIC):
             return None
-        identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-        return _HeldLocalBlob(name, raw, identity)
+        return _HeldLocalBlob(name, raw, _identity(stat))
 
     def open(self, name: str) -> _LocalReader | None:
         path = self._path(name)
