@@ -197,11 +197,12 @@ def test_the_parser_child_exits_when_its_server_process_is_killed(tmp_path: Path
 
 
 def _pid_exists(pid: int) -> bool:
+    """Whether the process runs (a zombie, or one that ends while it is looked at, does not)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
 
 
 def test_a_parser_process_that_cannot_start_leaves_the_parsing_to_the_thread(
