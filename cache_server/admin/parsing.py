@@ -15,7 +15,6 @@ The child imports only the parser and the storage backends (no web framework, no
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import multiprocessing
@@ -23,11 +22,22 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
 
 from cache_server.admin.hlo import GraphInfo, parse_entry
 from cache_server.storage import BlobStore, blob_name, open_store
 
-__all__ = ["CHILD_NICENESS", "RETRY_SECONDS", "ParseOutcome", "ParserProcess", "ParserResting", "parse_blob"]
+__all__ = [
+    "CHILD_NICENESS",
+    "RETRY_SECONDS",
+    "ChildFailed",
+    "ParseOutcome",
+    "ParserProcess",
+    "ParserResting",
+    "parse_blob",
+]
 
 log = logging.getLogger(__name__)
 CHILD_NICENESS = 10  # added to the child's nice value: its CPU goes to requests first
@@ -57,15 +67,28 @@ def parse_blob(store: BlobStore, namespace: str, key: str) -> GraphInfo | None:
         return parse_entry(reader.chunks())
 
 
-_child_store: BlobStore | None = None
+class ChildFailed(RuntimeError):
+    """The child could not do a batch: it did not start, died, or took longer than :data:`BATCH_SECONDS`."""
 
 
-def _start_child(storage_url: str, timeout: float, retries: int) -> None:
-    global _child_store
+def _child_main(connection: Connection, storage_url: str, timeout: float, retries: int) -> None:
+    """The child: lower its priority, open the store, then parse each batch it is sent until the pipe
+    closes. It answers ``("ready", None)`` or ``("failed", why)`` once, then a list of outcomes per batch."""
     with contextlib.suppress(OSError, AttributeError):  # not allowed, or no os.nice on this system
         os.nice(CHILD_NICENESS)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    _child_store = open_store(storage_url, timeout=timeout, retries=retries)
+    try:
+        store = open_store(storage_url, timeout=timeout, retries=retries)
+    except Exception as exc:
+        connection.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    connection.send(("ready", None))
+    while True:
+        try:
+            items: list[tuple[str, str]] = connection.recv()
+        except (EOFError, OSError):  # the server closed its end: nothing more to parse
+            return
+        connection.send(_parse_all(store, items))
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -75,15 +98,20 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _parse_in_child(items: list[tuple[str, str]]) -> list[ParseOutcome]:
-    assert _child_store is not None, "the child opens its store when it starts"
+def _parse_all(store: BlobStore, items: list[tuple[str, str]]) -> list[ParseOutcome]:
     outcomes: list[ParseOutcome] = []
     for namespace, key in items:
         try:
-            outcomes.append(ParseOutcome(info=parse_blob(_child_store, namespace, key)))
+            outcomes.append(ParseOutcome(info=parse_blob(store, namespace, key)))
         except Exception as exc:  # the indexer logs it and leaves the entry for a later catch-up
             outcomes.append(ParseOutcome(error=f"{type(exc).__name__}: {exc}"))
     return outcomes
+
+
+@dataclass
+class _Child:
+    process: BaseProcess
+    connection: Connection
 
 
 class ParserProcess:
@@ -91,57 +119,83 @@ class ParserProcess:
 
     def __init__(self, storage_url: str, *, timeout: float = 30.0, retries: int = 5) -> None:
         self._args = (storage_url, timeout, retries)
-        self._lock = threading.Lock()
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()  # guards the fields below
+        self._calls = threading.Lock()  # one batch in the pipe at a time
+        self._child: _Child | None = None
         self._closed = False
         self._failed_at: float | None = None
 
     def parse(self, items: list[tuple[str, str]]) -> list[ParseOutcome]:
         """Each entry's outcome, in order. Raises when the child could not do it (not started, died, too
         slow, or failed less than :data:`RETRY_SECONDS` ago); the caller then parses them itself."""
-        pool = self._started()
-        try:
-            return pool.submit(_parse_in_child, items).result(timeout=BATCH_SECONDS)
-        except BaseException:
-            with self._lock:
-                self._failed_at = time.monotonic()
-            self._discard(pool)  # a broken or stuck child: a new one, once RETRY_SECONDS have passed
-            raise
+        with self._calls:
+            child = self._started()
+            try:
+                child.connection.send(items)
+                outcomes: list[ParseOutcome] = self._answer(child, "parse the batch")
+                return outcomes
+            except BaseException:
+                with self._lock:
+                    self._failed_at = time.monotonic()
+                self._discard(child)  # a broken or stuck child: a new one, once RETRY_SECONDS have passed
+                raise
 
     def child_pid(self) -> int | None:
         """The child's process id, once it runs (for tests and diagnosis)."""
         with self._lock:
-            processes = getattr(self._pool, "_processes", None) or {}
-            return next(iter(processes), None)
+            return self._child.process.pid if self._child is not None else None
 
     def close(self) -> None:
         """Kill the child (a batch it is parsing is abandoned: the indexer records nothing more)."""
         with self._lock:
             self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            self._discard(pool)
+            child = self._child
+        if child is not None:
+            self._discard(child)
 
-    def _started(self) -> concurrent.futures.ProcessPoolExecutor:
+    @staticmethod
+    def _answer(child: _Child, what: str) -> Any:
+        try:
+            if not child.connection.poll(BATCH_SECONDS):
+                raise ChildFailed(f"the parser process did not {what} within {BATCH_SECONDS:g} s")
+            return child.connection.recv()
+        except (EOFError, OSError) as exc:
+            raise ChildFailed(f"the parser process ended (exit code {child.process.exitcode})") from exc
+
+    def _started(self) -> _Child:
         with self._lock:
             if self._closed:
                 raise ParserResting("the parser process is closed")
             if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_SECONDS:
                 raise ParserResting(f"the parser process failed less than {RETRY_SECONDS:g} s ago")
-            if self._pool is None:
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),  # never fork a threaded server
-                    initializer=_start_child,
-                    initargs=self._args,
-                )
-            return self._pool
+            if self._child is not None:
+                return self._child
+            context = multiprocessing.get_context("spawn")  # never fork a threaded server
+            ours, theirs = context.Pipe()
+            process = context.Process(
+                target=_child_main, args=(theirs, *self._args), name="xla-cache-parser", daemon=True
+            )
+            process.start()
+            theirs.close()  # the child holds its end: when it dies, reading ours fails at once
+            child = self._child = _Child(process, ours)
+        try:
+            state, why = self._answer(child, "start")
+            if state != "ready":
+                raise ChildFailed(f"the parser process could not open the store: {why}")
+        except BaseException:
+            with self._lock:
+                self._failed_at = time.monotonic()
+            self._discard(child)
+            raise
+        return child
 
-    def _discard(self, pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    def _discard(self, child: _Child) -> None:
         with self._lock:
-            if self._pool is pool:
-                self._pool = None
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            with contextlib.suppress(Exception):
-                process.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+            if self._child is child:
+                self._child = None
+        with contextlib.suppress(Exception):
+            child.process.kill()
+        with contextlib.suppress(Exception):
+            child.connection.close()
+        with contextlib.suppress(Exception):
+            child.process.join(5)
