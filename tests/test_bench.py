@@ -32,3 +32,31 @@ def test_quick_bench_writes_medians(tmp_path: Path) -> None:
             assert series["rates"], series
     assert "median" in done.stdout and "tar c | tar x" in done.stdout
     assert not (tmp_path / "scratch").exists()  # the scratch directory is removed
+
+
+def test_the_breakdown_runs_a_push_and_a_warm_and_times_their_parts(tmp_path: Path) -> None:
+    """``python -m bench.breakdown`` at quick size: every part it names has a time, and the warm's steps
+    come in order."""
+    out = tmp_path / "parts.json"
+    command = [sys.executable, "-m", "bench.breakdown", "--quick", "--reps", "1", "--json", str(out)]
+    command += ["--scratch", str(tmp_path / "scratch")]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["data"].startswith("300 entries")
+    assert figures["tar c | tar x"] > 0
+    assert set(figures["client parts alone"]) == {
+        "sha256 of every entry",
+        "create, write, rename every file",
+        "read the tar stream (64 kB pieces)",
+    }
+    assert all(seconds > 0 for seconds in figures["client parts alone"].values())
+    assert set(figures["push"]) == {"wall", "client CPU", "server CPU", "parser CPU"}
+    assert figures["push"]["wall"] > 0 and figures["push"]["server CPU"] > 0
+    assert figures["warm"]["wall"] > 0 and figures["warm"]["server CPU"] > 0
+    steps = figures["warm steps ended at"]
+    order = ["registered", "manifest", "bundle answered", "bundle first byte", "bundle last byte"]
+    assert list(steps) == order
+    assert sorted(steps.values()) == list(steps.values())
+    assert steps["bundle last byte"] <= figures["warm"]["wall"]
+    assert "warm steps ended at" in done.stdout

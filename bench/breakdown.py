@@ -1,0 +1,265 @@
+"""``python -m bench.breakdown``: where the time of a push and of a warm goes, part by part.
+
+    python -m bench.breakdown                        # scratch under the system's temporary directory
+    python -m bench.breakdown --scratch /dev/shm/b   # on tmpfs: the software's own costs, no disk
+    python -m bench.breakdown --reps 7 --json parts.json
+
+It builds the same data set as ``python -m bench`` (2,000 entries of 5-60 kB; ``--quick``: 300), starts one
+server (one worker, SQLite, local blobs), and prints medians of:
+
+- the floors: ``tar c | tar x`` of the directory; the client's own parts of a warm done alone in Python
+  (SHA-256 of every entry; creating, writing and renaming every file; reading the tar stream of them);
+- a warm: wall time, this process's CPU, the server's CPU, and when each step ended (registering the
+  namespace, the manifest, the bundle's first byte, its last byte) counted from the start;
+- a push: wall time, this process's CPU, the server's CPU (its graph-parsing child's CPU apart).
+
+Like ``python -m bench``, it times nothing of its setup, and it prints figures, not verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from bench import clientops
+from bench.cases.transfer import tar_copy
+from bench.core import Context, fresh
+from bench.data import CacheDir
+from cache_protocol.tar import BLOCK, END, TarReader, member_header, padding
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (its own, not its children's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def children_of(pid: int) -> list[int]:
+    """The direct children of ``pid`` (from ``/proc/<pid>/task/*/children``)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                found += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return found
+
+
+def wait_parsed(server: int, timeout: float = 120.0) -> None:
+    """Wait until the server's graph-parsing child has been idle for a second (it starts just after an
+    upload, and parses for a while after a large one)."""
+    time.sleep(0.5)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        parsers = children_of(server)
+        before = sum(process_cpu(p) for p in parsers)
+        time.sleep(1.0)
+        if sum(process_cpu(p) for p in parsers) == before:
+            return
+
+
+def own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+class Phases:
+    """Seconds from the start of a warm at which its server steps ended, from wrapped ``CacheApi`` calls."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.marks: dict[str, float] = {}
+
+    def mark(self, name: str, *, last: bool = False) -> None:
+        seconds = time.perf_counter() - self.started
+        if last:
+            self.marks[name] = seconds
+        else:
+            self.marks.setdefault(name, seconds)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        from client.api import CacheApi
+
+        register, manifest, bundle = CacheApi.register_namespace, CacheApi.manifest, CacheApi.bundle
+
+        def timed(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    self.mark(name)
+
+            return call
+
+        @contextlib.contextmanager
+        def timed_bundle(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with bundle(*args, **kwargs) as (response, chunks):
+                self.mark("bundle answered")
+
+                def counted() -> Iterator[bytes]:
+                    for chunk in chunks:  # the reader stops at the tar's end, before the stream's
+                        self.mark("bundle first byte")
+                        self.mark("bundle last byte", last=True)
+                        yield chunk
+
+                yield response, counted()
+
+        with (
+            mock.patch.object(CacheApi, "register_namespace", timed(register, "registered")),
+            mock.patch.object(CacheApi, "manifest", timed(manifest, "manifest")),
+            mock.patch.object(CacheApi, "bundle", timed_bundle),
+        ):
+            yield
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def client_floor(data: CacheDir, target: Path) -> dict[str, float]:
+    """The client's own parts of a warm, each done alone over the data set: seconds."""
+    blobs = [(key, (data.directory / key).read_bytes()) for key in data.keys]
+    parts: dict[str, float] = {}
+    started = time.perf_counter()
+    for _, blob in blobs:
+        hashlib.sha256(blob).hexdigest()
+    parts["sha256 of every entry"] = time.perf_counter() - started
+
+    fresh(target)
+    os.sync()
+    started = time.perf_counter()
+    for number, (key, blob) in enumerate(blobs):
+        temp = os.path.join(target, f".{key}.{number:x}.part")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, blob)
+        os.close(fd)
+        os.replace(temp, os.path.join(target, key))
+    parts["create, write, rename every file"] = time.perf_counter() - started
+
+    stream = io.BytesIO()
+    for key, blob in blobs:
+        stream.write(member_header(key, len(blob), records={"XLA.sha256": "0" * 64}))
+        stream.write(blob)
+        if len(blob) % BLOCK:
+            stream.write(padding(len(blob)))
+    stream.write(END)
+    body = stream.getvalue()
+    pieces = iter([body[i : i + 65536] for i in range(0, len(body), 65536)])
+    started = time.perf_counter()
+    for member in TarReader(lambda _size: next(pieces, b"")).members():
+        for _ in member.chunks():
+            pass
+    parts["read the tar stream (64 kB pieces)"] = time.perf_counter() - started
+    return parts
+
+
+def measure(ctx: Context, reps: int) -> dict[str, Any]:
+    data = ctx.dataset()
+    server = ctx.server()
+    figures: dict[str, Any] = {"data": ctx.dataset_note(), "scratch": str(ctx.scratch)}
+
+    target = ctx.tmpdir("floor")
+    tar_runs: list[float] = []
+    floors: dict[str, list[float]] = {}
+    for _ in range(reps):
+        fresh(target)
+        os.sync()
+        started = time.perf_counter()
+        tar_copy(data.directory, target)
+        tar_runs.append(time.perf_counter() - started)
+        for part, seconds in client_floor(data, target).items():
+            floors.setdefault(part, []).append(seconds)
+    figures["tar c | tar x"] = median(tar_runs)
+    figures["client parts alone"] = {part: median(runs) for part, runs in floors.items()}
+
+    push_runs: dict[str, list[float]] = {"wall": [], "client CPU": [], "server CPU": [], "parser CPU": []}
+    variants = ctx.tmpdir("push-variants")
+    for number in range(1, reps + 1):
+        cache = data.variant(number, variants)
+        os.sync()
+        parsers = children_of(server.pid)
+        parser_before = sum(process_cpu(p) for p in parsers)
+        cpu, server_cpu, started = own_cpu(), process_cpu(server.pid), time.perf_counter()
+        outcome = clientops.push(server.url, cache, timeout=600)
+        push_runs["wall"].append(time.perf_counter() - started)
+        push_runs["client CPU"].append(own_cpu() - cpu)
+        push_runs["server CPU"].append(process_cpu(server.pid) - server_cpu)
+        if outcome.uploaded != len(cache.keys):
+            raise SystemExit(f"push stored {outcome.uploaded} of {len(cache.keys)}: {outcome.errors[:3]}")
+        wait_parsed(server.pid)
+        push_runs["parser CPU"].append(sum(process_cpu(p) for p in children_of(server.pid)) - parser_before)
+    figures["push"] = {name: median(runs) for name, runs in push_runs.items()}
+
+    ctx.ensure_pushed(data)
+    wait_parsed(server.pid)  # the warms run alone, not beside the parsing of what was just pushed
+    destination = ctx.tmpdir("warm-into")
+    warm_runs: dict[str, list[float]] = {"wall": [], "client CPU": [], "server CPU": []}
+    marks: dict[str, list[float]] = {}
+    phases = Phases()
+    for _ in range(reps):
+        fresh(destination)
+        os.sync()
+        phases.marks = {}
+        with phases.watching():
+            cpu, server_cpu = own_cpu(), process_cpu(server.pid)
+            phases.started = time.perf_counter()
+            warmed = clientops.warm(server.url, data, destination, timeout=600)
+            warm_runs["wall"].append(time.perf_counter() - phases.started)
+            warm_runs["client CPU"].append(own_cpu() - cpu)
+            warm_runs["server CPU"].append(process_cpu(server.pid) - server_cpu)
+        if warmed.downloaded != len(data.keys) or warmed.errors:
+            raise SystemExit(f"warm placed {warmed.downloaded} of {len(data.keys)}: {warmed.errors[:3]}")
+        for name, seconds in phases.marks.items():
+            marks.setdefault(name, []).append(seconds)
+    figures["warm"] = {name: median(runs) for name, runs in warm_runs.items()}
+    figures["warm steps ended at"] = {name: median(runs) for name, runs in marks.items()}
+    return figures
+
+
+def print_figures(figures: dict[str, Any]) -> None:
+    print(f"{figures['data']}; scratch {figures['scratch']}")
+    print(f"tar c | tar x: {figures['tar c | tar x'] * 1000:.0f} ms")
+    for title in ("client parts alone", "push", "warm", "warm steps ended at"):
+        print(f"{title}:")
+        for name, seconds in figures[title].items():
+            print(f"  {name:<40} {seconds * 1000:8.0f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.breakdown", description=__doc__.split("\n")[0])
+    parser.add_argument("--scratch", type=Path, help="where the data, the server and the copies go")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions of each (default 5; medians)")
+    parser.add_argument("--quick", action="store_true", help="300 entries instead of 2,000")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        if args.scratch is None:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xla-cache-breakdown-")))
+        else:
+            scratch = args.scratch
+            scratch.mkdir(parents=True, exist_ok=True)
+        ctx = Context(quick=args.quick, reps=args.reps, scratch=scratch, options={})
+        stack.callback(ctx.close)
+        figures = measure(ctx, max(1, args.reps))
+    print_figures(figures)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
