@@ -278,8 +278,19 @@ def fleet(ctx: Context, result: CaseResult) -> None:
             work={k: v * clients for k, v in _work(cache).items()},
         )
     )
+    # What compressing every bundle costs the server when a fleet asks for it (the client asks a loopback
+    # server for plain bundles unless XLA_CACHE_COMPRESSION=on): the same warms, zstd bundles.
+    with _compression("on"):
+        result.add(
+            ctx.repeat(
+                f"{clients} clients, zstd bundles",
+                run,
+                setup=lambda: setup(clients),
+                work={k: v * clients for k, v in _work(cache).items()},
+            )
+        )
     result.figures["failed_warms"] = len(errors)
-    result.figures["warms"] = (1 + clients) * ctx.reps
+    result.figures["warms"] = (1 + 2 * clients) * ctx.reps
     if errors:
         result.notes.append(f"failed warms: {len(errors)}; first: {errors[0]}")
     expected = one.median * clients / workers
@@ -292,7 +303,7 @@ def fleet(ctx: Context, result: CaseResult) -> None:
         0,
         at_most=True,
         fmt="{:.0f} failed warms",
-        why=f"of {clients} clients x {ctx.reps} repetitions (and {ctx.reps} single-client warms)",
+        why=f"of {clients} clients x {ctx.reps} repetitions, twice (and {ctx.reps} single-client warms)",
     )
     result.target(
         f"fleet: {clients} clients <= {FLEET_LIMIT:g}x (one client x {clients} / {workers} workers)",
