@@ -61,6 +61,7 @@ __all__ = [
     "check_pack_id",
     "open_batch",
     "open_many",
+    "open_sized",
     "parse_blob_name",
     "split_blob_name",
 ]
@@ -403,6 +404,17 @@ def _read_whole(store: BlobStore, name: str, limit: int) -> BlobReader | None:
         return HeldReader(reader.info, list(reader.chunks()))
 
 
+def open_sized(
+    store: BlobStore, name: str, size: int, small: int, *, whole: ReadsWhole | None = None
+) -> BlobReader | None:
+    """Open one blob expected to have ``size`` bytes: read whole at once where the store :class:`ReadsWhole`
+    and ``size`` is at most ``small`` (one read; on GCS one request instead of two), else opened to be
+    streamed. ``whole``: the store, already known to read whole (saves the protocol check per blob)."""
+    if whole is None and isinstance(store, ReadsWhole):
+        whole = store
+    return whole.read_whole(name, small) if whole is not None and size <= small else store.open(name)
+
+
 def open_many(
     store: BlobStore,
     blobs: Sequence[tuple[str, int]],
@@ -424,7 +436,7 @@ def open_many(
     if read_ahead <= 0:
         whole = store if isinstance(store, ReadsWhole) else None
         for name, size in blobs:
-            yield whole.read_whole(name, small) if whole is not None and size <= small else store.open(name)
+            yield open_sized(store, name, size, small, whole=whole)
         return
     if budget is None:
         budget = int(getattr(store, "read_ahead_bytes", read_ahead * small))

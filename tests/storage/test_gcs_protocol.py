@@ -20,7 +20,7 @@ import google_crc32c
 import pytest
 
 from cache_server.errors import StorageUnavailable
-from cache_server.storage.base import open_many
+from cache_server.storage.base import open_many, open_sized
 from cache_server.storage.gcs import MULTIPART_LIMIT, GcsBlobStore
 from tests.support.http_stub import Recorded, Reply, StubHttpServer, json_reply
 from tests.support.memory import MIB
@@ -446,6 +446,29 @@ def test_a_bundle_reads_each_small_blob_in_one_request(
     assert len(media_gets(stub)) == len(names)
     assert metadata_gets(stub) == []
     assert all("generation" not in r.query for r in media_gets(stub))
+
+
+def test_one_small_blob_is_read_in_one_request_and_a_large_one_opened(
+    api: tuple[FakeApi, StubHttpServer, GcsBlobStore],
+) -> None:
+    """What a single GET of an entry reads with (``open_sized``, the index knowing the size): a small blob
+    is one request for its bytes, no metadata request first; a large one is opened to be streamed."""
+    fake, stub, store = api
+    small, large = body_of(30_000, seed=1), body_of(2 * MIB, seed=2)
+    fake.objects["pfx/ns/small"] = (small, {"sha256": "s"}, 7)
+    fake.objects["pfx/ns/large"] = (large, {"sha256": "l"}, 8)
+    reader = open_sized(store, "ns/small", len(small), MIB)
+    assert reader is not None
+    with reader:
+        assert b"".join(reader.chunks()) == small
+    assert (len(media_gets(stub)), len(metadata_gets(stub))) == (1, 0)
+    reader = open_sized(store, "ns/large", len(large), MIB)
+    assert reader is not None
+    with reader:
+        assert type(reader).__name__ == "GcsReader"
+        assert b"".join(reader.chunks()) == large
+    assert len(metadata_gets(stub)) == 1
+    assert open_sized(store, "ns/absent", 10, MIB) is None
 
 
 def test_a_whole_read_of_a_blob_over_its_limit_streams_it(
