@@ -47,7 +47,15 @@ from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
 from cache_server.packs import packing_store, read_copies
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobReader, BlobStore, SignsUrls, blob_name, open_many, open_sized
+from cache_server.storage.base import (
+    BlobReader,
+    BlobStore,
+    ReadsWhole,
+    SignsUrls,
+    blob_name,
+    open_many,
+    open_sized,
+)
 from cache_server.streams import coalesce
 
 __all__ = [
@@ -237,6 +245,7 @@ class CacheService:
         self._settings = settings
         self._entries = entries
         self._store = store
+        self._whole = store if isinstance(store, ReadsWhole) else None  # a single GET reads small blobs whole
         self._access = access
         self._on_stored = on_stored
         self._clock = clock
@@ -436,7 +445,9 @@ class CacheService:
         if redirect and self._signer is not None and (signed := self._signer.sign(entry)) is not None:
             self._access.hit(namespace, key, entry.size, live=live)
             return signed
-        reader = open_sized(self._store, blob_name(namespace, key), entry.size, WHOLE_READ_BYTES)
+        reader = open_sized(
+            self._store, blob_name(namespace, key), entry.size, WHOLE_READ_BYTES, whole=self._whole
+        )
         if reader is None:
             self._access.miss(namespace)
             log.warning("index row without blob: %s/%s (gc will drop it)", namespace, key)

@@ -96,7 +96,8 @@ class GraphIndexer:
             except ParserResting:
                 pass
             except Exception as exc:
-                log.warning("the graph parser process failed (%r); parsing on the server's thread", exc)
+                if not self._stopping.is_set():  # stopping kills the child mid-batch: no failure
+                    log.warning("the graph parser process failed (%r); parsing on the server's thread", exc)
             else:
                 return _records(batch, outcomes)
         records: list[GraphRecord] = []

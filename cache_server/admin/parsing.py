@@ -86,9 +86,9 @@ def _child_main(connection: Connection, storage_url: str, timeout: float, retrie
     while True:
         try:
             items: list[tuple[str, str]] = connection.recv()
-        except (EOFError, OSError):  # the server closed its end: nothing more to parse
+            connection.send(_parse_all(store, items))
+        except (EOFError, OSError):  # the server closed its end, or is gone: nothing more to parse
             return
-        connection.send(_parse_all(store, items))
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -131,13 +131,14 @@ class ParserProcess:
         with self._calls:
             child = self._started()
             try:
-                child.connection.send(items)
+                try:
+                    child.connection.send(items)
+                except OSError as exc:  # it died while it waited for work
+                    raise ChildFailed(f"the parser process ended (exit code {_exit_code(child)})") from exc
                 outcomes: list[ParseOutcome] = self._answer(child, "parse the batch")
                 return outcomes
             except BaseException:
-                with self._lock:
-                    self._failed_at = time.monotonic()
-                self._discard(child)  # a broken or stuck child: a new one, once RETRY_SECONDS have passed
+                self._failed(child)  # a broken or stuck child: a new one, once RETRY_SECONDS have passed
                 raise
 
     def child_pid(self) -> int | None:
@@ -160,7 +161,7 @@ class ParserProcess:
                 raise ChildFailed(f"the parser process did not {what} within {BATCH_SECONDS:g} s")
             return child.connection.recv()
         except (EOFError, OSError) as exc:
-            raise ChildFailed(f"the parser process ended (exit code {child.process.exitcode})") from exc
+            raise ChildFailed(f"the parser process ended (exit code {_exit_code(child)})") from exc
 
     def _started(self) -> _Child:
         with self._lock:
@@ -170,32 +171,60 @@ class ParserProcess:
                 raise ParserResting(f"the parser process failed less than {RETRY_SECONDS:g} s ago")
             if self._child is not None:
                 return self._child
-            context = multiprocessing.get_context("spawn")  # never fork a threaded server
-            ours, theirs = context.Pipe()
-            process = context.Process(
-                target=_child_main, args=(theirs, *self._args), name="xla-cache-parser", daemon=True
-            )
-            process.start()
-            theirs.close()  # the child holds its end: when it dies, reading ours fails at once
-            child = self._child = _Child(process, ours)
+            try:
+                child = self._child = self._spawn()
+            except BaseException:
+                self._failed_at = time.monotonic()  # could not even start one: rest as after a failure
+                raise
         try:
             state, why = self._answer(child, "start")
             if state != "ready":
                 raise ChildFailed(f"the parser process could not open the store: {why}")
         except BaseException:
-            with self._lock:
-                self._failed_at = time.monotonic()
-            self._discard(child)
+            self._failed(child)
             raise
         return child
 
+    def _spawn(self) -> _Child:
+        context = multiprocessing.get_context("spawn")  # never fork a threaded server
+        ours, theirs = context.Pipe()
+        try:
+            process = context.Process(
+                target=_child_main, args=(theirs, *self._args), name="xla-cache-parser", daemon=True
+            )
+            process.start()
+        except BaseException as exc:
+            ours.close()
+            theirs.close()
+            if isinstance(exc, Exception):
+                raise ChildFailed(f"the parser process could not be started ({exc!r})") from exc
+            raise
+        theirs.close()  # the child holds its end: when it dies, reading ours fails at once
+        return _Child(process, ours)
+
+    def _failed(self, child: _Child) -> None:
+        with self._lock:
+            self._failed_at = time.monotonic()
+        self._discard(child)
+
     def _discard(self, child: _Child) -> None:
+        """Kill the child and wait for it, then close our end of the pipe: a thread waiting on the pipe
+        wakes at the child's end, never on a descriptor closed (and perhaps reused) under it."""
         with self._lock:
             if self._child is child:
                 self._child = None
         with contextlib.suppress(Exception):
             child.process.kill()
         with contextlib.suppress(Exception):
+            child.process.join(5)
+        with contextlib.suppress(Exception):
             child.connection.close()
         with contextlib.suppress(Exception):
-            child.process.join(5)
+            child.process.close()  # its sentinel descriptor now, not at garbage collection
+
+
+def _exit_code(child: _Child) -> int | None:
+    try:
+        return child.process.exitcode
+    except ValueError:  # closed by another thread's discard meanwhile
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -174,6 +175,26 @@ def test_a_failed_parser_process_rests_before_a_new_one_is_started(monkeypatch: 
         assert not isinstance(again.value, ParserResting)
     finally:
         broken.close()
+
+
+def test_a_child_that_cannot_be_spawned_rests_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Failing to start a process at all (no memory, no process slots) rests like a child that failed."""
+    spawned: list[int] = []
+
+    def refuse(self: object) -> None:
+        spawned.append(1)
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.get_context("spawn").Process, "start", refuse)
+    parser = ParserProcess((tmp_path / "blobs").as_uri())
+    try:
+        with pytest.raises(parsing.ChildFailed, match="could not be started"):
+            parser.parse([("ns", "k")])
+        with pytest.raises(ParserResting):
+            parser.parse([("ns", "k")])
+        assert spawned == [1] and parser.child_pid() is None
+    finally:
+        parser.close()
 
 
 def test_the_parser_child_exits_when_its_server_process_is_killed(tmp_path: Path) -> None:
