@@ -9,9 +9,13 @@ server (one worker, SQLite, local blobs), and prints medians of:
 
 - the floors: ``tar c | tar x`` of the directory; the client's own parts of a warm done alone in Python
   (SHA-256 of every entry; creating, writing and renaming every file; reading the tar stream of them);
-- a warm: wall time, this process's CPU, the server's CPU, and when each step ended (registering the
-  namespace, the manifest, the bundle's first byte, its last byte) counted from the start;
-- a push: wall time, this process's CPU, the server's CPU (its graph-parsing child's CPU apart).
+- a push: wall time, this process's CPU and the server process's own CPU until the push returns, and the
+  CPU of the server's children (its graph parser; multiprocessing's resource tracker, which uses next to
+  none) from the push's start until they and the server are quiet again;
+- a warm (after the server is quiet): wall time, this process's CPU, the server's CPU, and when each step
+  of the conversation first ended, counted from the start: registering the namespace, the manifest, the
+  bundle's answer (its headers), its first byte and its last byte (of the last bundle, when several
+  stream at once).
 
 Like ``python -m bench``, it times nothing of its setup, and it prints figures, not verdicts.
 """
@@ -37,38 +41,8 @@ from bench import clientops
 from bench.cases.transfer import tar_copy
 from bench.core import Context, fresh
 from bench.data import CacheDir
+from bench.launch import children_of, process_cpu, wait_quiet
 from cache_protocol.tar import BLOCK, END, TarReader, member_header, padding
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (its own, not its children's)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def children_of(pid: int) -> list[int]:
-    """The direct children of ``pid`` (from ``/proc/<pid>/task/*/children``)."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                found += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    return found
-
-
-def wait_parsed(server: int, timeout: float = 120.0) -> None:
-    """Wait until the server's graph-parsing child has been idle for a second (it starts just after an
-    upload, and parses for a while after a large one)."""
-    time.sleep(0.5)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        parsers = children_of(server)
-        before = sum(process_cpu(p) for p in parsers)
-        time.sleep(1.0)
-        if sum(process_cpu(p) for p in parsers) == before:
-            return
 
 
 def own_cpu() -> float:
@@ -200,12 +174,12 @@ def measure(ctx: Context, reps: int) -> dict[str, Any]:
         push_runs["server CPU"].append(process_cpu(server.pid) - server_cpu)
         if outcome.uploaded != len(cache.keys):
             raise SystemExit(f"push stored {outcome.uploaded} of {len(cache.keys)}: {outcome.errors[:3]}")
-        wait_parsed(server.pid)
+        wait_quiet(server.pid)
         push_runs["parser CPU"].append(sum(process_cpu(p) for p in children_of(server.pid)) - parser_before)
     figures["push"] = {name: median(runs) for name, runs in push_runs.items()}
 
     ctx.ensure_pushed(data)
-    wait_parsed(server.pid)  # the warms run alone, not beside the parsing of what was just pushed
+    wait_quiet(server.pid)  # the warms run alone, not beside the parsing of what was just pushed
     destination = ctx.tmpdir("warm-into")
     warm_runs: dict[str, list[float]] = {"wall": [], "client CPU": [], "server CPU": []}
     marks: dict[str, list[float]] = {}

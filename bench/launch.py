@@ -24,15 +24,18 @@ import httpx
 
 __all__ = [
     "Process",
+    "children_of",
     "create_bucket",
     "fake_gcs_binary",
     "free_port",
     "peak_rss_bytes",
+    "process_cpu",
     "reset_peak_rss",
     "run_fake_gcs",
     "run_server",
     "run_static_server",
     "stop_process",
+    "wait_quiet",
 ]
 
 SERVER_BIN = Path(sys.executable).with_name("xla-cache-server")
@@ -251,3 +254,45 @@ def reset_peak_rss(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (its own, not its children's); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def children_of(pid: int) -> list[int]:
+    """The direct children of ``pid`` (from ``/proc/<pid>/task/*/children``)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            found += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def wait_quiet(pid: int, *, timeout: float = 120.0, idle_cpu: float = 0.02) -> bool:
+    """Wait until process ``pid`` and its children used at most ``idle_cpu`` CPU seconds in a second: a
+    server parses the graphs of what was just uploaded, on its child and its own threads, for a while after
+    a large upload. False if ``timeout`` passed first."""
+    time.sleep(0.5)  # the parsing starts just after the upload's answer
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        group = [pid, *children_of(pid)]
+        before = sum(process_cpu(p) for p in group)
+        time.sleep(1.0)
+        if sum(process_cpu(p) for p in group) - before <= idle_cpu:
+            return True
+    return False

@@ -131,8 +131,9 @@ def latency_proxy(target_host: str, target_port: int, delay: float) -> Iterator[
 class ProxyProcess:
     """A :class:`LatencyProxy` running in a process of its own: its port, and its request count."""
 
-    def __init__(self, port: int, counter: Synchronized[int]) -> None:
+    def __init__(self, port: int, counter: Synchronized[int], pid: int) -> None:
         self.port = port
+        self.pid = pid
         self._counter = counter
 
     @property
@@ -176,7 +177,8 @@ def latency_proxy_process(target_host: str, target_port: int, delay: float) -> I
     try:
         if not receiving.poll(60):
             raise RuntimeError("the latency proxy process did not start")
-        yield ProxyProcess(int(receiving.recv()), counter)
+        assert process.pid is not None
+        yield ProxyProcess(int(receiving.recv()), counter, process.pid)
     finally:
         stop.set()
         process.join(timeout=10)

@@ -4,17 +4,27 @@ latency-adding proxy)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import statistics
 
 from bench import clientops
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
-from bench.launch import Process, create_bucket, run_fake_gcs, run_server
+from bench.launch import Process, children_of, create_bucket, process_cpu, run_fake_gcs, run_server
 from bench.proxy import latency_proxy_process
 
 DELAY = 0.030
 WARM_LIMIT = 2.0  # seconds for 2,000 entries
 PUSH_LIMIT = 5.0
 FULL_COUNT = 2000
+
+
+def _cpu(pid: int | None) -> float:
+    """CPU seconds used so far by process ``pid`` and its children (this process alone when None)."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    return process_cpu(pid) + sum(process_cpu(child) for child in children_of(pid))
 
 
 @case("gcs-latency", "push and warm of small entries with the blobs in GCS 30 ms away (emulator + proxy)")
@@ -52,12 +62,23 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
             pushed_to: list[Process] = []
             pushes: list[clientops.PushOutcome] = []
             requests: list[int] = []
+            cpu: dict[str, list[float]] = {}
 
             def push() -> None:
                 before = proxy.requests
                 server = pushed_to[-1]
+                # Where the CPU goes: on 2 cores, the emulator's and the proxy's share is the machine's too.
+                parts = {
+                    "client": None,
+                    "server (and its graph parser)": server.pid,
+                    "emulator": emulator.pid,
+                    "proxy": proxy.pid,
+                }
+                started = {name: _cpu(pid) for name, pid in parts.items()}
                 pushes.append(clientops.push(server.url, caches[len(pushes)], timeout=timeout))
                 requests.append(proxy.requests - before)
+                for name, pid in parts.items():
+                    cpu.setdefault(name, []).append(_cpu(pid) - started[name])
 
             push_series = result.add(
                 ctx.repeat(
@@ -71,6 +92,9 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                     f"{timeout:g} s): uploaded {[o.uploaded for o in pushes]}; {timed_out[0].errors[:2]}"
                 )
             result.figures["gcs_requests_per_entry_push"] = sum(requests) / len(requests) / count
+            result.figures["push CPU seconds (median)"] = {
+                name: statistics.median(seconds) for name, seconds in cpu.items()
+            }
             done = [
                 (c, srv) for c, srv, o in zip(caches, pushed_to, pushes, strict=False) if o.uploaded == count
             ]

@@ -16,7 +16,7 @@ from unittest import mock
 from bench import clientops
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
-from bench.launch import run_server
+from bench.launch import Process, run_server, wait_quiet
 
 PUSH_LIMIT = 5.0  # push <= 5x the tar floor
 WARM_LIMIT = 2.0  # warm <= 2x the tar floor
@@ -44,17 +44,22 @@ def beside_floor(
     run: Callable[[], object],
     *,
     setup: Callable[[], object],
+    server: Process,
 ) -> tuple[Series, Series]:
     """Time ``run`` and tar's copy of the same directory alternately, repetition by repetition (each after
-    ``sync``, neither's setup timed): the series, and the floor measured beside it.
+    ``sync``, neither's setup timed, and each pair once ``server`` is quiet): the series, and the floor
+    measured beside it.
 
     The disk's cost of creating a file swings by 10x or more within minutes on this machine (Machine, in
     BENCHMARKS.md); a floor measured once at the start of a run and an operation timed minutes later can
-    meet different disks, and their ratio then says more about the disk than about the software."""
+    meet different disks, and their ratio then says more about the disk than about the software. The
+    server is let finish what the last repetition left it (parsing the graphs of a push) before the floor
+    is timed, so that the floor does not share the machine with it."""
     target = ctx.tmpdir("floor-beside")
     series = Series(label, work=_work(data))
     floor = Series(f"tar c | tar x, beside {label}", work=_work(data))
     for _ in range(ctx.reps):
+        wait_quiet(server.pid)
         fresh(target)
         os.sync()
         started = time.perf_counter()
@@ -142,11 +147,16 @@ def push(ctx: Context, result: CaseResult) -> None:
         outcomes.append(clientops.push(server.url, pending.pop(), timeout=timeout))
 
     server = ctx.server()
-    series, floor = beside_floor(ctx, data, "xla-cache push", run, setup=setup)
+    series, floor = beside_floor(ctx, data, "xla-cache push", run, setup=setup, server=server)
     result.add(series)
     result.add(floor)
+
+    def quiet_setup() -> None:  # as beside_floor does: each push with the last one's parsing done
+        wait_quiet(server.pid)
+        setup()
+
     with _compression("off"):
-        result.add(ctx.repeat("xla-cache push, uncompressed", run, setup=setup, work=_work(data)))
+        result.add(ctx.repeat("xla-cache push, uncompressed", run, setup=quiet_setup, work=_work(data)))
     errors = [e for o in outcomes for e in o.errors]
     if errors or any(o.uploaded != len(data.keys) for o in outcomes):
         result.error = f"push incomplete: uploaded {[o.uploaded for o in outcomes]}; {errors[:3]}"
@@ -181,6 +191,7 @@ def warm(ctx: Context, result: CaseResult) -> None:
         "warm()",
         lambda: outcomes.append(clientops.warm(url, data, destination, timeout=timeout)),
         setup=lambda: fresh(destination),
+        server=ctx.server(),
     )
     result.add(series)
     result.add(floor)
