@@ -53,8 +53,8 @@ class Compression:
 def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> Compression:
     """``XLA_CACHE_COMPRESSION``: ``on`` or ``off`` for both; ``auto`` (the default) compresses uploads
     always and bundles unless the server is on loopback. Measured on loopback (BENCHMARKS.md): a compressed
-    bundle made a warm twice as slow (compressing costs more CPU than sending the bytes), a compressed
-    upload cost the same as a plain one; over any real link both win."""
+    bundle made a warm up to twice as slow (compressing costs more CPU than sending the bytes), a compressed
+    upload 4-30% slower than a plain one; over any real link both win."""
     env = os.environ if env is None else env
     value = env.get(COMPRESSION_ENV, "auto").strip().lower() or "auto"
     if value in ("on", "1", "true", "yes"):
