@@ -121,8 +121,8 @@ def durable_copy(cache: CacheDir, destination: Path) -> None:
 
 @contextlib.contextmanager
 def _compression(setting: str) -> Iterator[None]:
-    """The client's ``XLA_CACHE_COMPRESSION`` (by default it compresses uploads, and asks a loopback
-    server for plain bundles)."""
+    """The client's ``XLA_CACHE_COMPRESSION`` (by default it compresses bulk uploads and asks for
+    compressed bundles unless its server is on loopback, as here)."""
     with mock.patch.dict(os.environ, {"XLA_CACHE_COMPRESSION": setting}):
         yield
 
@@ -155,8 +155,8 @@ def push(ctx: Context, result: CaseResult) -> None:
         wait_quiet(server.pid)
         setup()
 
-    with _compression("off"):
-        result.add(ctx.repeat("xla-cache push, uncompressed", run, setup=quiet_setup, work=_work(data)))
+    with _compression("on"):
+        result.add(ctx.repeat("xla-cache push, zstd on", run, setup=quiet_setup, work=_work(data)))
     errors = [e for o in outcomes for e in o.errors]
     if errors or any(o.uploaded != len(data.keys) for o in outcomes):
         result.error = f"push incomplete: uploaded {[o.uploaded for o in outcomes]}; {errors[:3]}"
