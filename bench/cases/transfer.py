@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from unittest import mock
 
@@ -37,39 +37,44 @@ def tar_copy(source: Path, destination: Path) -> None:
         raise RuntimeError(f"tar failed: {writer.returncode}, {reader.returncode}")
 
 
-def beside_floor(
+def in_turns(
     ctx: Context,
     data: CacheDir,
-    label: str,
-    run: Callable[[], object],
+    runs: Sequence[tuple[str, Callable[[], object], str]],
     *,
     setup: Callable[[], object],
     server: Process,
-) -> tuple[Series, Series]:
-    """Time ``run`` and tar's copy of the same directory alternately, repetition by repetition (each after
-    ``sync``, neither's setup timed, and each pair once ``server`` is quiet): the series, and the floor
-    measured beside it.
+) -> tuple[list[Series], Series]:
+    """Time tar's copy of the same directory and each of ``runs`` (label, run, the client's
+    ``XLA_CACHE_COMPRESSION`` for it) in turns, repetition by repetition: the series of each run, and the
+    floor timed beside them.
 
     The disk's cost of creating a file swings by 10x or more within minutes on this machine (Machine, in
     BENCHMARKS.md); a floor measured once at the start of a run and an operation timed minutes later can
-    meet different disks, and their ratio then says more about the disk than about the software. The
-    server is let finish what the last repetition left it (parsing the graphs of a push) before the floor
-    is timed, so that the floor does not share the machine with it."""
-    target = ctx.tmpdir("floor-beside")
-    series = Series(label, work=_work(data))
-    floor = Series(f"tar c | tar x, beside {label}", work=_work(data))
-    for _ in range(ctx.reps):
+    meet different disks, and their ratio then says more about the disk than about the software. Each
+    timed step starts after ``sync`` and once ``server`` is quiet (a push leaves it parsing graphs for a
+    while); the runs' order rotates from one repetition to the next, because whatever runs right after
+    tar's copy was measured up to 30% slower than the same run in second place."""
+    target = ctx.tmpdir("floor-in-turns")
+    series = [Series(label, work=_work(data)) for label, _, _ in runs]
+    floor = Series("tar c | tar x, in turns", work=_work(data))
+    for repetition in range(ctx.reps):
         wait_quiet(server.pid)
         fresh(target)
         os.sync()
         started = time.perf_counter()
         tar_copy(data.directory, target)
         floor.seconds.append(time.perf_counter() - started)
-        setup()
-        os.sync()
-        started = time.perf_counter()
-        run()
-        series.seconds.append(time.perf_counter() - started)
+        first = repetition % len(runs)
+        for index in [*range(first, len(runs)), *range(first)]:
+            _, run, compression = runs[index]
+            wait_quiet(server.pid)
+            setup()
+            os.sync()
+            with _compression(compression):
+                started = time.perf_counter()
+                run()
+                series[index].seconds.append(time.perf_counter() - started)
     return series, floor
 
 
@@ -147,16 +152,10 @@ def push(ctx: Context, result: CaseResult) -> None:
         outcomes.append(clientops.push(server.url, pending.pop(), timeout=timeout))
 
     server = ctx.server()
-    series, floor = beside_floor(ctx, data, "xla-cache push", run, setup=setup, server=server)
-    result.add(series)
-    result.add(floor)
-
-    def quiet_setup() -> None:  # as beside_floor does: each push with the last one's parsing done
-        wait_quiet(server.pid)
-        setup()
-
-    with _compression("on"):
-        result.add(ctx.repeat("xla-cache push, zstd on", run, setup=quiet_setup, work=_work(data)))
+    runs = [("xla-cache push", run, "auto"), ("xla-cache push, zstd on", run, "on")]
+    (series, compressed), floor = in_turns(ctx, data, runs, setup=setup, server=server)
+    for added in (series, compressed, floor):
+        result.add(added)
     errors = [e for o in outcomes for e in o.errors]
     if errors or any(o.uploaded != len(data.keys) for o in outcomes):
         result.error = f"push incomplete: uploaded {[o.uploaded for o in outcomes]}; {errors[:3]}"
@@ -185,25 +184,16 @@ def warm(ctx: Context, result: CaseResult) -> None:
     outcomes: list[clientops.WarmOutcome] = []
     ctx.ensure_pushed(data)
     url = ctx.server().url
-    series, floor = beside_floor(
-        ctx,
-        data,
-        "warm()",
-        lambda: outcomes.append(clientops.warm(url, data, destination, timeout=timeout)),
-        setup=lambda: fresh(destination),
-        server=ctx.server(),
+
+    def run() -> None:
+        outcomes.append(clientops.warm(url, data, destination, timeout=timeout))
+
+    runs = [("warm()", run, "auto"), ("warm(), zstd on", run, "on")]
+    (series, compressed), floor = in_turns(
+        ctx, data, runs, setup=lambda: fresh(destination), server=ctx.server()
     )
-    result.add(series)
-    result.add(floor)
-    with _compression("on"):
-        result.add(
-            ctx.repeat(
-                "warm(), zstd on",
-                lambda: outcomes.append(clientops.warm(url, data, destination, timeout=timeout)),
-                setup=lambda: fresh(destination),
-                work=_work(data),
-            )
-        )
+    for added in (series, compressed, floor):
+        result.add(added)
     bad = [o for o in outcomes if o.errors or o.downloaded != len(data.keys)]
     if bad:
         result.error = f"warm incomplete: {[o.downloaded for o in bad]}; {bad[0].errors[:3]}"
