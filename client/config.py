@@ -51,11 +51,12 @@ class Compression:
 
 
 def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> Compression:
-    """``XLA_CACHE_COMPRESSION``: ``on`` or ``off`` for both; ``auto`` (the default) compresses bulk uploads
-    and bundles unless the server is on loopback. Measured on loopback (BENCHMARKS.md): a compressed bundle
-    made a warm up to twice as slow (compressing costs more CPU than sending the bytes); a compressed push
-    took about as long as a plain one (0.82 s against 0.79 s, alternating), and a plain one leaves the job
-    the CPU the compressor would take; over any real link both win."""
+    """``XLA_CACHE_COMPRESSION``: ``on`` or ``off`` for both; ``auto`` (the default) compresses uploads
+    always and bundles unless the server is on loopback. Measured on loopback (BENCHMARKS.md): a compressed
+    bundle made a warm up to twice as slow and a fleet's warms slower (the server compresses each bundle);
+    a compressed push took about as long as a plain one (one faster, one slower, by up to a fifth, in
+    alternating runs) and the server, which many uploaders share, receives a thirtieth of the bytes; over
+    any real link both win."""
     env = os.environ if env is None else env
     value = env.get(COMPRESSION_ENV, "auto").strip().lower() or "auto"
     if value in ("on", "1", "true", "yes"):
@@ -64,8 +65,7 @@ def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> 
         return Compression(uploads=False, bundles=False)
     if value != "auto":
         logger.warning("xla-cache: %s=%r is not auto, on or off; using auto", COMPRESSION_ENV, value)
-    remote = not is_loopback(server_url)
-    return Compression(uploads=remote, bundles=remote)
+    return Compression(uploads=True, bundles=not is_loopback(server_url))
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
