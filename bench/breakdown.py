@@ -41,13 +41,8 @@ from bench import clientops
 from bench.cases.transfer import tar_copy
 from bench.core import Context, fresh
 from bench.data import CacheDir
-from bench.launch import children_of, process_cpu, wait_quiet
+from bench.launch import children_of, own_cpu, process_cpu, wait_quiet
 from cache_protocol.tar import BLOCK, END, TarReader, member_header, padding
-
-
-def own_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
 
 
 class Phases:

@@ -28,6 +28,7 @@ __all__ = [
     "create_bucket",
     "fake_gcs_binary",
     "free_port",
+    "own_cpu",
     "peak_rss_bytes",
     "process_cpu",
     "reset_peak_rss",
@@ -266,6 +267,12 @@ def process_cpu(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def own_cpu() -> float:
+    """User + system CPU seconds of this process so far (all its threads)."""
+    times = os.times()
+    return times.user + times.system
 
 
 def children_of(pid: int) -> list[int]:

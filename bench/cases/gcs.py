@@ -4,13 +4,12 @@ latency-adding proxy)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 
 from bench import clientops
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
-from bench.launch import Process, children_of, create_bucket, process_cpu, run_fake_gcs, run_server
+from bench.launch import Process, children_of, create_bucket, own_cpu, process_cpu, run_fake_gcs, run_server
 from bench.proxy import latency_proxy_process
 
 DELAY = 0.030
@@ -22,8 +21,7 @@ FULL_COUNT = 2000
 def _cpu(pid: int | None) -> float:
     """CPU seconds used so far by process ``pid`` and its children (this process alone when None)."""
     if pid is None:
-        times = os.times()
-        return times.user + times.system
+        return own_cpu()
     return process_cpu(pid) + sum(process_cpu(child) for child in children_of(pid))
 
 
