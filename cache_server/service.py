@@ -43,6 +43,7 @@ from cache_server.errors import (
     StorageUnavailable,
     TooManyKeys,
 )
+from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
 from cache_server.packs import packing_store, read_copies
@@ -228,8 +229,9 @@ class CacheService:
     """Entries and namespaces over the index's :class:`EntryRepository` and one blob store.
 
     ``access`` counts hits and misses; ``on_stored`` hears of each new entry; ``clock`` gives the times
-    written to the index. Signed URLs are handed out when ``XLA_CACHE_SIGNED_URL_SECONDS`` > 0 and the store
-    can sign (:class:`~cache_server.storage.base.SignsUrls`).
+    written to the index; ``hot`` keeps what single reads found for the next ones (:mod:`cache_server.hot`;
+    built from the settings when not given). Signed URLs are handed out when ``XLA_CACHE_SIGNED_URL_SECONDS``
+    > 0 and the store can sign (:class:`~cache_server.storage.base.SignsUrls`).
     """
 
     def __init__(
@@ -241,6 +243,7 @@ class CacheService:
         *,
         on_stored: StoredHook | None = None,
         clock: Clock = utcnow,
+        hot: HotEntries | None = None,
     ) -> None:
         self._settings = settings
         self._entries = entries
@@ -250,6 +253,9 @@ class CacheService:
         self._on_stored = on_stored
         self._clock = clock
         self._verified_files = VerifiedFiles()
+        if hot is None:
+            hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds)
+        self.hot = hot
         self._packs = packing_store(store, settings.packs)
         seconds = settings.signed_url_seconds
         self._signer = _Signer(store, seconds) if seconds > 0 and isinstance(store, SignsUrls) else None
@@ -415,7 +421,43 @@ class CacheService:
         entry = self._entries.get_entry(check_namespace(namespace), check_key(key))
         if entry is None:
             raise _not_found(namespace, key)
+        self.hot.put(entry)
         return entry
+
+    def head_hot(self, namespace: str, key: str) -> EntryInfo | None:
+        """:meth:`head_entry` from memory (:mod:`cache_server.hot`), or ``None`` when only it can tell.
+
+        Never waits on the index or the store: safe to call on the event loop.
+        """
+        item = self.hot.get(namespace, key)
+        return item.entry if item is not None else None
+
+    def read_hot(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        if_none_match: str | None = None,
+        redirect: bool = False,
+        live: bool = False,
+    ) -> EntryRead | None:
+        """:meth:`read_entry` from memory, or ``None`` when only it can answer (an entry not read a moment
+        ago, one too large to keep, a wish for a signed URL on a server that hands them out).
+
+        Never waits on the index or the store: safe to call on the event loop. Counted as read_entry counts.
+        """
+        if redirect and self._signer is not None:
+            return None
+        item = self.hot.get(namespace, key)
+        if item is None:
+            return None
+        entry = item.entry
+        if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
+            return NotModified(entry)
+        if item.content is None:
+            return None
+        self._access.hit(namespace, key, entry.size, live=live)
+        return OpenedEntry(entry=entry, body=iter((item.content,)), content=item.content)
 
     def read_entry(
         self,
@@ -441,6 +483,7 @@ class CacheService:
                 self._access.miss(namespace)
             raise _not_found(namespace, key)
         if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
+            self.hot.put(entry)
             return NotModified(entry)
         if redirect and self._signer is not None and (signed := self._signer.sign(entry)) is not None:
             self._access.hit(namespace, key, entry.size, live=live)
@@ -454,6 +497,7 @@ class CacheService:
             raise _not_found(namespace, key)
         if entry.size > WHOLE_READ_BYTES:
             self._access.hit(namespace, key, entry.size, live=live)
+            self.hot.put(entry)
             return OpenedEntry(entry=entry, body=self._verified(entry, reader))
         try:
             content = b"".join(self._verified(entry, reader))
@@ -461,6 +505,7 @@ class CacheService:
             self._access.miss(namespace)
             raise _not_found(namespace, key) from None
         self._access.hit(namespace, key, entry.size, live=live)
+        self.hot.put(entry, content)
         return OpenedEntry(entry=entry, body=iter((content,)), content=content)
 
     def _drop_corrupt(self, entry: EntryInfo) -> None:
@@ -474,6 +519,7 @@ class CacheService:
         try:
             if self._entries.delete_entry(entry.namespace, entry.key, sha256=entry.sha256) is None:
                 return
+            self.hot.forget([(entry.namespace, entry.key)])
             info = self._store.stat(name)
             if info is not None and info.metadata.get("sha256") == entry.sha256:
                 self._store.delete(name)
@@ -544,6 +590,7 @@ class CacheService:
         check_key(key)
         if self._entries.delete_entry(namespace, key) is None:
             raise _not_found(namespace, key)
+        self.hot.forget([(namespace, key)])
         self._store.delete(blob_name(namespace, key))
 
     # -- many entries -----------------------------------------------------------------------------------

@@ -90,6 +90,23 @@ class Settings(BaseSettings):
             "since it began, or it ends with 408 (0: no minimum)."
         ),
     )
+    hot_cache_bytes: int = Field(
+        default=64 * MIB,
+        ge=0,
+        description=(
+            "Memory each server process keeps for entries it read a moment ago (their rows, and the bytes of "
+            "those of at most 1 MiB), answered again without the index or the store (0: off)."
+        ),
+    )
+    hot_cache_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description=(
+            "How long such a memory copy is used after its index read: the longest another process's or "
+            "replica's delete of the entry goes unseen here (0: off)."
+        ),
+    )
     auth: bool = Field(default=False, description="Require bearer tokens.")
     access_flush_seconds: float = Field(
         default=2.0, gt=0, description="How often batched hit/miss counters and access times are written."

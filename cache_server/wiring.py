@@ -16,6 +16,7 @@ from cache_server.admin.parsing import ParserProcess
 from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
+from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
 from cache_server.reindex import Reindexer
 from cache_server.service import CacheService
@@ -71,6 +72,7 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
     access = AccessRecorder(entries, settings.access_flush_seconds, clock=clock)
     tokens = TokenManager(TokenRepository(database), clock=clock)
     activity = Activity()
+    hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds)
     admin = AdminService(
         settings,
         AdminRepository(database),
@@ -80,8 +82,9 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
         activity=activity,
         clock=clock,
         graph_parser=graph_parser,
+        forget_entries=hot.forget,
     )
-    cache = CacheService(settings, entries, store, access, on_stored=admin.entry_stored, clock=clock)
+    cache = CacheService(settings, entries, store, access, on_stored=admin.entry_stored, clock=clock, hot=hot)
     return Services(
         settings=settings,
         database=database,

@@ -54,12 +54,14 @@ class Evictor:
         store: BlobStore,
         before: Callable[[], None] = lambda: None,
         clock: Clock = utcnow,
+        forget: Callable[[Sequence[tuple[str, str]]], None] = lambda refs: None,
     ) -> None:
         self._settings = settings
         self._clock = clock
         self._repository = repository
         self._store = store
         self._before = before  # flushes pending access times, so nothing just used looks old
+        self._forget = forget  # drops memory copies of removed entries (cache_server.hot)
 
     def evict(
         self,
@@ -207,6 +209,7 @@ class Evictor:
         if not refs:
             return []
         removed = self._repository.delete_entries(refs, evicted_on=self._clock().date() if evicted else None)
+        self._forget([(namespace, key) for namespace, key, _ in removed])
         if evicted:
             counts: Counter[str] = Counter()
             sizes: Counter[str] = Counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
@@ -32,7 +32,8 @@ PACK_SWEEP_SECONDS = 600.0
 class AdminService:
     """Operations on the whole cache, over the index's :class:`AdminRepository` and the blob store.
 
-    ``flush_access`` writes the hits and access times counted so far, so that stats and eviction see them.
+    ``flush_access`` writes the hits and access times counted so far, so that stats and eviction see them;
+    ``forget_entries`` drops this process's memory copies of entries removed (:mod:`cache_server.hot`).
     Eviction on request is ``evictor.evict(...)`` (:class:`~cache_server.admin.eviction.Evictor`).
     """
 
@@ -47,6 +48,7 @@ class AdminService:
         activity: Activity | None = None,
         clock: Clock = utcnow,
         graph_parser: ParserProcess | None = None,
+        forget_entries: Callable[[Sequence[tuple[str, str]]], None] = lambda refs: None,
     ) -> None:
         self._settings = settings
         self._repository = repository
@@ -56,7 +58,9 @@ class AdminService:
         self._clock = clock
         self._packs_swept_at = -PACK_SWEEP_SECONDS
         self._graphs = GraphIndexer(repository, store, activity=activity, parser=graph_parser)
-        self.evictor = Evictor(settings, repository, store, before=flush_access, clock=clock)
+        self.evictor = Evictor(
+            settings, repository, store, before=flush_access, clock=clock, forget=forget_entries
+        )
         self._budgets = Periodic(
             "xla-cache-evict",
             "background eviction",

@@ -366,16 +366,14 @@ async def get_entry(
     With ``?redirect=1`` a server that hands out signed URLs answers 307 to one instead (same headers,
     plus ``X-Content-Length``); any other server streams the bytes as usual.
     """
-    # One hop to a worker thread does the lookup and, for a small entry, reads and verifies it whole.
-    read = await anyio.to_thread.run_sync(
-        lambda: service.read_entry(
-            namespace,
-            key,
-            if_none_match=if_none_match or None,
-            redirect=redirect,
-            live=x_live_delivery == "1",
+    # An entry read a moment ago is answered from memory, here on the event loop (cache_server.hot); else
+    # one hop to a worker thread does the lookup and, for a small entry, reads and verifies it whole.
+    etag, live = if_none_match or None, x_live_delivery == "1"
+    read = service.read_hot(namespace, key, if_none_match=etag, redirect=redirect, live=live)
+    if read is None:
+        read = await anyio.to_thread.run_sync(
+            lambda: service.read_entry(namespace, key, if_none_match=etag, redirect=redirect, live=live)
         )
-    )
     if isinstance(read, NotModified):
         return Response(status_code=304, headers={"ETag": f'"{read.entry.sha256}"'})
     if isinstance(read, OpenedEntry):
@@ -392,7 +390,9 @@ async def get_entry(
 @router.head("/entries/{key:path}")
 async def head_entry(namespace: str, key: str, service: ServiceDep) -> Response:
     """Whether an entry exists, with its size and digest headers (not counted as a hit)."""
-    entry = await anyio.to_thread.run_sync(service.head_entry, namespace, key)
+    entry = service.head_hot(namespace, key)
+    if entry is None:
+        entry = await anyio.to_thread.run_sync(service.head_entry, namespace, key)
     return Response(headers=_entry_headers(entry), media_type="application/octet-stream")
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import io
 import tarfile
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -332,7 +333,7 @@ def test_a_corrupt_large_entry_is_never_served_whole(client: TestClient, setting
 
 
 def test_an_unchanged_file_is_hashed_once(
-    client: TestClient, settings_dir: Path, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, settings_dir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = bytes(range(256)) * 8192
     put(client, "big", data)
@@ -352,8 +353,12 @@ def test_an_unchanged_file_is_hashed_once(
     put(client, "small", b"s" * 100)
     for _ in range(3):
         assert client.get(f"{URL}/small").content == b"s" * 100
-    assert len(hashed) == 1 + 1 + 1  # the small upload, and its first read
-    _flip_last_byte(settings_dir, "small")  # a file that changes is hashed again: the damage is found
+    assert len(hashed) == 1 + 1 + 1  # the small upload, and its first read (then its copy in memory)
+    _flip_last_byte(settings_dir, "small")
+    # For up to XLA_CACHE_HOT_CACHE_SECONDS after its read, the checked bytes are served from memory...
+    assert client.get(f"{URL}/small").content == b"s" * 100
+    time.sleep(settings.hot_cache_seconds + 0.05)
+    # ...then the file is read again, and a file that changed is hashed again: the damage is found.
     assert client.get(f"{URL}/small").status_code == 404
     assert len(hashed) == 4
 
