@@ -4,9 +4,13 @@ latency-adding proxy)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
+import time
+from collections.abc import Callable, Iterator
 
 from bench import clientops
+from bench.cases.transfer import tar_copy
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
 from bench.launch import Process, children_of, create_bucket, own_cpu, process_cpu, run_fake_gcs, run_server
@@ -62,9 +66,8 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
             requests: list[int] = []
             cpu: dict[str, list[float]] = {}
 
-            def push() -> None:
-                before = proxy.requests
-                server = pushed_to[-1]
+            @contextlib.contextmanager
+            def cpu_into(into: dict[str, list[float]], server: Process) -> Iterator[None]:
                 # Where the CPU goes: on 2 cores, the emulator's and the proxy's share is the machine's too.
                 parts = {
                     "client": None,
@@ -73,10 +76,15 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                     "proxy": proxy.pid,
                 }
                 started = {name: _cpu(pid) for name, pid in parts.items()}
-                pushes.append(clientops.push(server.url, caches[len(pushes)], timeout=timeout))
-                requests.append(proxy.requests - before)
+                yield
                 for name, pid in parts.items():
-                    cpu.setdefault(name, []).append(_cpu(pid) - started[name])
+                    into.setdefault(name, []).append(_cpu(pid) - started[name])
+
+            def push() -> None:
+                before = proxy.requests
+                with cpu_into(cpu, pushed_to[-1]):
+                    pushes.append(clientops.push(pushed_to[-1].url, caches[len(pushes)], timeout=timeout))
+                requests.append(proxy.requests - before)
 
             push_series = result.add(
                 ctx.repeat(
@@ -98,34 +106,57 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
             ]
             source, server = done[-1] if done else (None, None)
             warm_series = None
+            floor = Series("tar c | tar x of the same entries, before each warm()", work={"entries": count})
             if source is None or server is None:
                 result.notes.append("no complete push: warm not measured")
             else:
                 destination = ctx.tmpdir("gcs-warm-into")
                 warms: list[clientops.WarmOutcome] = []
+                # The disk's cost of creating files swings 10x within minutes here (BENCHMARKS.md, Machine):
+                # tar's copy of the same entries, timed just before each warm, tells what the disk allowed.
+                floor_target = ctx.tmpdir("gcs-floor")
 
-                def warms_from(label: str, url: str, outcomes: list[clientops.WarmOutcome]) -> Series:
-                    """Warms of ``source`` from the server at ``url``, and their GCS requests per entry."""
+                def fresh_with_floor(source: CacheDir = source) -> None:
+                    fresh(floor_target)
+                    os.sync()
+                    started = time.perf_counter()
+                    tar_copy(source.directory, floor_target)
+                    floor.seconds.append(time.perf_counter() - started)
+                    fresh(destination)
+
+                def warms_from(
+                    label: str,
+                    server: Process,
+                    outcomes: list[clientops.WarmOutcome],
+                    setup: Callable[[], None] = lambda: fresh(destination),
+                ) -> Series:
+                    """Warms of ``source`` from ``server``: GCS requests per entry, CPU per process."""
                     made: list[int] = []
+                    into: dict[str, list[float]] = {}
 
                     def warm(source: CacheDir = source) -> None:
                         before = proxy.requests
-                        outcomes.append(clientops.warm(url, source, destination, timeout=timeout))
+                        with cpu_into(into, server):
+                            outcomes.append(clientops.warm(server.url, source, destination, timeout=timeout))
                         made.append(proxy.requests - before)
 
                     series = result.add(
                         ctx.repeat(
                             label,
                             warm,
-                            setup=lambda: fresh(destination),
+                            setup=setup,
                             work={"entries": count, "MB": source.total_bytes / MB},
                         )
                     )
                     figure = "gcs_requests_per_entry_" + label.replace("()", "").replace(" ", "_")
                     result.figures[figure] = sum(made) / len(made) / count
+                    result.figures[f"{label} CPU seconds (median)"] = {
+                        name: statistics.median(seconds) for name, seconds in into.items()
+                    }
                     return series
 
-                warm_series = warms_from("warm()", server.url, warms)
+                warm_series = warms_from("warm()", server, warms, fresh_with_floor)
+                result.add(floor)
                 bad = [o for o in warms if o.downloaded != count]
                 if bad:
                     result.notes.append(
@@ -138,9 +169,10 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                 plain = start_server(packs=False)
                 pushed = clientops.push(plain.url, source, timeout=timeout)
                 if pushed.uploaded == count:
-                    warms_from("warm() without packs", plain.url, [])
+                    warms_from("warm() without packs", plain, [])
     if timed_out:
         push_series.note = f"timed out after {timeout:g} s"
+    floor_median = floor.median if floor.seconds else float("nan")
     result.target(
         f"push of {FULL_COUNT:,} entries <= {PUSH_LIMIT:g} s",
         push_series.median,
@@ -157,7 +189,8 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
         at_most=True,
         fmt="{:.2f} s" if not (warm_series and warm_series.note) else "> {:.0f} s (timed out)",
         why=(
-            f"{result.figures.get('gcs_requests_per_entry_warm', 0):.2f} GCS requests per entry (packs)"
+            f"{result.figures.get('gcs_requests_per_entry_warm', 0):.2f} GCS requests per entry (packs); "
+            f"tar's copy of the same entries just before each took {floor_median:.2f} s (median)"
             if warm_series
             else "no complete push to warm from"
         ),
