@@ -5,15 +5,17 @@ wait on the database or the disk), the index lookup, and the read of the blob. W
 ask for the same new executable within a second, or one job asks for an entry again, those costs repeat
 for the same answer. :class:`HotEntries` keeps what a read found (the index row, and the bytes of an entry
 of at most :data:`~cache_server.service.WHOLE_READ_BYTES`, already checked against its digest) for
-``ttl`` seconds from the moment the index was read, within a budget of ``capacity`` bytes, least recently
-used first out. A lookup takes no I/O and no lock wait worth the name, so the route answers from it on the
-event loop itself.
+``ttl`` seconds from the moment the index was read (:meth:`HotEntries.stamp`, taken before the lookup),
+within a budget of ``capacity`` bytes, least recently used first out. A lookup takes no I/O and no lock
+wait worth the name, so the route answers from it on the event loop itself.
 
 What a memory copy can be behind by: an entry removed through *this* process (a delete, an eviction, a
-namespace removed, a damaged blob dropped) is forgotten at once; one removed through another worker
-process or another replica is served from here for at most ``ttl`` seconds more (the verified bytes it had
-when it was read). Keys are create-only, so no entry changes under a copy. A blob damaged on disk after
-its read is found by the first read after the copy expires. ``capacity`` 0 turns it off.
+purge, a namespace removed, gc dropping a row whose blob is gone, a damaged blob dropped) is forgotten at
+once, and a read that was under way meanwhile keeps nothing (every removal moves a counter the read's
+stamp holds); one removed through another worker process or another replica is served from here for at
+most ``ttl`` seconds after this process read the index (the verified bytes it had then). A key stored anew
+through this process drops its copy. A blob damaged on disk after its read is found by the first read
+after the copy expires. ``capacity`` or ``ttl`` 0 turns it off.
 """
 
 from __future__ import annotations
@@ -26,10 +28,19 @@ from dataclasses import dataclass
 
 from cache_server.domain import EntryInfo
 
-__all__ = ["HotEntries", "HotEntry"]
+__all__ = ["HotEntries", "HotEntry", "ReadStamp"]
 
-ITEM_OVERHEAD = 400
-"""Bytes counted for each item besides its content: the row, the dictionary slot, the key strings."""
+ITEM_OVERHEAD = 600
+"""Bytes counted for each item besides its content and its strings: the row and item objects, the
+dictionary slot, the key tuple."""
+
+
+@dataclass(frozen=True)
+class ReadStamp:
+    """When a read began, for :meth:`HotEntries.put`: the removals counted so far, and the clock."""
+
+    removals: int
+    at: float
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,16 @@ class HotEntry:
     entry: EntryInfo
     content: bytes | None
     expires: float
+    cost: int
+
+
+def _cost(entry: EntryInfo, content: bytes | None) -> int:
+    strings = (entry.namespace, entry.key, entry.sha256, entry.uploader, entry.stored_by, entry.pack)
+    return (
+        ITEM_OVERHEAD
+        + sum(len(text) for text in strings if text is not None)
+        + (len(content) if content is not None else 0)
+    )
 
 
 class HotEntries:
@@ -51,6 +72,7 @@ class HotEntries:
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple[str, str], HotEntry] = OrderedDict()
         self._bytes = 0
+        self._removals = 0
 
     @property
     def enabled(self) -> bool:
@@ -66,6 +88,11 @@ class HotEntries:
         with self._lock:
             return len(self._items)
 
+    def stamp(self) -> ReadStamp:
+        """Taken by a read before it looks the entry up in the index; handed to :meth:`put` afterwards."""
+        with self._lock:
+            return ReadStamp(self._removals, self._clock())
+
     def get(self, namespace: str, key: str) -> HotEntry | None:
         """The item for this entry, unless there is none or it has expired (then it is dropped)."""
         ident = (namespace, key)
@@ -79,42 +106,52 @@ class HotEntries:
             self._items.move_to_end(ident)
             return item
 
-    def put(self, entry: EntryInfo, content: bytes | None = None) -> None:
-        """Keep what a read just found in the index (and its checked bytes, if it read them whole).
+    def put(self, entry: EntryInfo, content: bytes | None, stamp: ReadStamp) -> None:
+        """Keep what a read that began at ``stamp`` found in the index (and its checked bytes, if it read
+        them whole), until ``ttl`` seconds after ``stamp``.
 
-        A row without bytes does not replace an unexpired item of the same digest that has them.
+        Nothing is kept if an entry was removed through this process since ``stamp`` (this one may be among
+        them), or if the time is already up. A row without bytes does not replace an unexpired item of the
+        same digest that has them.
         """
         if not self.enabled:
             return
-        cost = ITEM_OVERHEAD + (len(content) if content is not None else 0)
-        if cost > self._capacity:
-            return
         ident = (entry.namespace, entry.key)
-        now = self._clock()
+        cost = _cost(entry, content)
+        expires = stamp.at + self._ttl
         with self._lock:
+            now = self._clock()
+            if stamp.removals != self._removals or expires <= now:
+                return
             old = self._items.get(ident)
-            if (
-                content is None
-                and old is not None
-                and old.content is not None
-                and old.entry.sha256 == entry.sha256
-                and old.expires > now
-            ):
+            keeps_bytes = old is not None and old.content is not None and old.expires > now
+            if content is None and keeps_bytes and old is not None and old.entry.sha256 == entry.sha256:
                 return
             if old is not None:
                 self._drop(ident)
-            self._items[ident] = HotEntry(entry, content, now + self._ttl)
+            if cost > self._capacity:
+                return
+            self._items[ident] = HotEntry(entry, content, expires, cost)
             self._bytes += cost
-            while self._bytes > self._capacity:
-                self._drop(next(iter(self._items)))
+            while self._items:  # expired items at the old end go first, then the least recently used
+                first = next(iter(self._items))
+                if self._items[first].expires > now and self._bytes <= self._capacity:
+                    break
+                self._drop(first)
 
     def forget(self, refs: Iterable[tuple[str, str]]) -> None:
-        """Drop these (namespace, key) entries: they were removed."""
+        """Drop these (namespace, key) entries: they were removed. A read under way keeps nothing."""
         with self._lock:
+            self._removals += 1
             for ident in refs:
                 if ident in self._items:
                     self._drop(ident)
 
+    def stored(self, namespace: str, key: str) -> None:
+        """A key was stored anew through this process: drop a copy of what it held before."""
+        with self._lock:
+            if (namespace, key) in self._items:
+                self._drop((namespace, key))
+
     def _drop(self, ident: tuple[str, str]) -> None:
-        item = self._items.pop(ident)
-        self._bytes -= ITEM_OVERHEAD + (len(item.content) if item.content is not None else 0)
+        self._bytes -= self._items.pop(ident).cost

@@ -356,8 +356,8 @@ class CacheService:
             stored_by=stored_by if created else info.metadata.get("stored_by") or None,
         )
         self._entries.record_entry(record, replace=created)
-        if created and self._on_stored is not None:
-            self._on_stored(namespace, key)
+        if created:
+            self._stored(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
 
     def put_entries(
@@ -390,9 +390,16 @@ class CacheService:
             metadata=metadata,
             clock=self._clock,
             stored_by=stored_by,
-            on_stored=self._on_stored,
+            on_stored=self._stored,
             packs=self._packs,
         )
+
+    def _stored(self, namespace: str, key: str) -> None:
+        """A new entry was stored: drop a memory copy of what the key held before (another process may have
+        removed it meanwhile), then tell ``on_stored``."""
+        self.hot.stored(namespace, key)
+        if self._on_stored is not None:
+            self._on_stored(namespace, key)
 
     # -- the change feed (see cache_server.feed) ---------------------------------------------------------
     def feed_head(self) -> int:
@@ -418,10 +425,11 @@ class CacheService:
     # -- reading one entry ------------------------------------------------------------------------------
     def head_entry(self, namespace: str, key: str) -> EntryInfo:
         """What the index knows of an entry, without counting a hit."""
+        stamp = self.hot.stamp()
         entry = self._entries.get_entry(check_namespace(namespace), check_key(key))
         if entry is None:
             raise _not_found(namespace, key)
-        self.hot.put(entry)
+        self.hot.put(entry, None, stamp)
         return entry
 
     def head_hot(self, namespace: str, key: str) -> EntryInfo | None:
@@ -477,13 +485,14 @@ class CacheService:
         """
         check_namespace(namespace)
         check_key(key)
+        stamp = self.hot.stamp()
         entry = self._entries.get_entry(namespace, key)
         if entry is None:
             if if_none_match is None:  # a revalidation is not a lookup: not counted, as before
                 self._access.miss(namespace)
             raise _not_found(namespace, key)
         if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
-            self.hot.put(entry)
+            self.hot.put(entry, None, stamp)
             return NotModified(entry)
         if redirect and self._signer is not None and (signed := self._signer.sign(entry)) is not None:
             self._access.hit(namespace, key, entry.size, live=live)
@@ -497,7 +506,7 @@ class CacheService:
             raise _not_found(namespace, key)
         if entry.size > WHOLE_READ_BYTES:
             self._access.hit(namespace, key, entry.size, live=live)
-            self.hot.put(entry)
+            self.hot.put(entry, None, stamp)
             return OpenedEntry(entry=entry, body=self._verified(entry, reader))
         try:
             content = b"".join(self._verified(entry, reader))
@@ -505,7 +514,7 @@ class CacheService:
             self._access.miss(namespace)
             raise _not_found(namespace, key) from None
         self._access.hit(namespace, key, entry.size, live=live)
-        self.hot.put(entry, content)
+        self.hot.put(entry, content, stamp)
         return OpenedEntry(entry=entry, body=iter((content,)), content=content)
 
     def _drop_corrupt(self, entry: EntryInfo) -> None:

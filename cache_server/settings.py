@@ -95,7 +95,7 @@ class Settings(BaseSettings):
         ge=0,
         description=(
             "Memory each server process keeps for entries it read a moment ago (their rows, and the bytes of "
-            "those of at most 1 MiB), answered again without the index or the store (0: off)."
+            "those of at most 1 MiB), answered again without an index lookup or a store read (0: off)."
         ),
     )
     hot_cache_seconds: float = Field(

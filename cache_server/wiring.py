@@ -8,6 +8,8 @@ blob store, one access recorder, one token manager, one record of the requests i
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cache_server.access import AccessRecorder
@@ -53,10 +55,17 @@ class Services:
         self.database.dispose()
 
 
-def build_services(settings: Settings, *, store: BlobStore | None = None, clock: Clock = utcnow) -> Services:
+def build_services(
+    settings: Settings,
+    *,
+    store: BlobStore | None = None,
+    clock: Clock = utcnow,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Services:
     """Every part for ``settings`` (the blob store may be given instead, such as one with test credentials).
 
-    ``clock`` is what the services read the time from; tests pass their own to age entries.
+    ``clock`` is what the services read the time from; tests pass their own to age entries. ``monotonic``
+    times the memory copies of entries read a moment ago (:mod:`cache_server.hot`); tests pass their own.
     """
     database = Database.from_settings(settings)
     graph_parser = None
@@ -72,7 +81,7 @@ def build_services(settings: Settings, *, store: BlobStore | None = None, clock:
     access = AccessRecorder(entries, settings.access_flush_seconds, clock=clock)
     tokens = TokenManager(TokenRepository(database), clock=clock)
     activity = Activity()
-    hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds)
+    hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds, clock=monotonic)
     admin = AdminService(
         settings,
         AdminRepository(database),

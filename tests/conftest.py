@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,10 +42,18 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def services(settings: Settings, clock: Clock) -> Iterator[Services]:
+def monotonic(request: pytest.FixtureRequest) -> Callable[[], float]:
+    """What the services time memory copies with: ``time.monotonic``, or the clock a test passes in
+    (``@pytest.mark.parametrize("monotonic", [ManualMonotonic()], indirect=True)``)."""
+    given: Callable[[], float] | None = getattr(request, "param", None)
+    return given if given is not None else time.monotonic
+
+
+@pytest.fixture
+def services(settings: Settings, clock: Clock, monotonic: Callable[[], float]) -> Iterator[Services]:
     """The server's parts over a fresh embedded index and store (started and stopped by ``client``)."""
     upgrade(settings)
-    built = build_services(settings, clock=clock)
+    built = build_services(settings, clock=clock, monotonic=monotonic)
     yield built
     built.stop()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cache_server.domain import utcnow
@@ -54,8 +55,10 @@ def collect_garbage(
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     dry_run: bool = False,
+    forget: Callable[[Sequence[tuple[str, str]]], None] = lambda refs: None,
 ) -> GcResult:
-    """Remove blobs without rows and rows without blobs; see the module docstring for the safety rules."""
+    """Remove blobs without rows and rows without blobs; see the module docstring for the safety rules.
+    ``forget`` drops this process's memory copies of the rows dropped (:mod:`cache_server.hot`)."""
     result = GcResult(dry_run=dry_run)
     started = utcnow()
     old_enough = started - dt.timedelta(seconds=grace_seconds)
@@ -87,7 +90,7 @@ def collect_garbage(
         check(namespace)
 
     for namespace in repository.namespace_names():
-        _drop_lost_rows(repository, store, namespace, listed.get(namespace, set()), started, result)
+        _drop_lost_rows(repository, store, namespace, listed.get(namespace, set()), started, result, forget)
 
     if isinstance(store, StoresPacks):
         remove_unused_packs(repository, store, old_enough, result)
@@ -104,6 +107,7 @@ def _drop_lost_rows(
     listed: set[str],
     started: dt.datetime,
     result: GcResult,
+    forget: Callable[[Sequence[tuple[str, str]]], None],
 ) -> None:
     after: str | None = None
     while page := repository.keys_page(namespace, after=after, limit=CHECK_BATCH):
@@ -117,7 +121,9 @@ def _drop_lost_rows(
         if result.dry_run:
             result.rows_dropped += len(lost)
         elif lost:
-            result.rows_dropped += len(repository.delete_entries([(namespace, k) for k in lost]))
+            removed = repository.delete_entries([(namespace, k) for k in lost])
+            forget([(namespace, key) for _, key, _ in removed])
+            result.rows_dropped += len(removed)
 
 
 def remove_unused_packs(

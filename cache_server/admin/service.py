@@ -58,6 +58,7 @@ class AdminService:
         self._clock = clock
         self._packs_swept_at = -PACK_SWEEP_SECONDS
         self._graphs = GraphIndexer(repository, store, activity=activity, parser=graph_parser)
+        self._forget_entries = forget_entries
         self.evictor = Evictor(
             settings, repository, store, before=flush_access, clock=clock, forget=forget_entries
         )
@@ -139,7 +140,13 @@ class AdminService:
 
     def gc(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False) -> GcResult:
         """Reconcile the store and the index (see :mod:`cache_server.admin.gc`)."""
-        return collect_garbage(self._repository, self._store, grace_seconds=grace_seconds, dry_run=dry_run)
+        return collect_garbage(
+            self._repository,
+            self._store,
+            grace_seconds=grace_seconds,
+            dry_run=dry_run,
+            forget=self._forget_entries,
+        )
 
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace with all its entries; :class:`NamespaceNotFound` if it does not exist."""

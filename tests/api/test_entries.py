@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import io
 import tarfile
-import time
 import types
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from cache_server.service import CorruptBlob
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.conftest import sha
+from tests.support.clock import ManualMonotonic
 
 NS = "ns-test"
 URL = f"/v1/namespaces/{NS}/entries"
@@ -332,8 +332,13 @@ def test_a_corrupt_large_entry_is_never_served_whole(client: TestClient, setting
     assert client.head(f"{URL}/big").status_code == 404  # and the entry is dropped
 
 
+@pytest.mark.parametrize("monotonic", [ManualMonotonic()], indirect=True)
 def test_an_unchanged_file_is_hashed_once(
-    client: TestClient, settings_dir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    client: TestClient,
+    settings_dir: Path,
+    settings: Settings,
+    monotonic: ManualMonotonic,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data = bytes(range(256)) * 8192
     put(client, "big", data)
@@ -357,7 +362,7 @@ def test_an_unchanged_file_is_hashed_once(
     _flip_last_byte(settings_dir, "small")
     # For up to XLA_CACHE_HOT_CACHE_SECONDS after its read, the checked bytes are served from memory...
     assert client.get(f"{URL}/small").content == b"s" * 100
-    time.sleep(settings.hot_cache_seconds + 0.05)
+    monotonic.advance(settings.hot_cache_seconds)
     # ...then the file is read again, and a file that changed is hashed again: the damage is found.
     assert client.get(f"{URL}/small").status_code == 404
     assert len(hashed) == 4

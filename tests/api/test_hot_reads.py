@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,11 +12,12 @@ from fastapi.testclient import TestClient
 from cache_server.app import create_app
 from cache_server.domain import EntryInfo, utcnow
 from cache_server.errors import IndexUnavailable, StorageUnavailable
-from cache_server.hot import ITEM_OVERHEAD, HotEntries
+from cache_server.hot import HotEntries, ReadStamp
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 from tests.conftest import sha
+from tests.support.clock import ManualMonotonic
 
 NS = "hot"
 URL = f"/v1/namespaces/{NS}/entries"
@@ -66,20 +68,21 @@ def test_a_read_again_within_the_moment_needs_neither_the_index_nor_the_store(
     assert client.get(f"/v1/namespaces/{NS}").json()["hits"] == 3
 
 
-def build_services_for(settings: Settings) -> Services:
+def build_services_for(settings: Settings, monotonic: ManualMonotonic | None = None) -> Services:
     upgrade(settings)
-    return build_services(settings)
+    return build_services(settings, monotonic=monotonic or ManualMonotonic())
 
 
 def test_the_moment_ends(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    short = settings.model_copy(update={"hot_cache_seconds": 0.3})
-    services = build_services_for(short)
-    with TestClient(create_app(short, services)) as client:
+    now = ManualMonotonic()
+    services = build_services_for(settings, now)
+    with TestClient(create_app(settings, services)) as client:
         put(client, "k", b"k" * 100)
         assert client.get(f"{URL}/k").status_code == 200
         unreachable(services, monkeypatch)
+        now.advance(settings.hot_cache_seconds - 0.01)
         assert client.get(f"{URL}/k").status_code == 200
-        time.sleep(0.35)
+        now.advance(0.01)  # the time counts from the index read, not from the last use
         assert client.get(f"{URL}/k").status_code == 503
         assert client.head(f"{URL}/k").status_code == 503
 
@@ -117,44 +120,79 @@ def test_what_this_process_removes_is_gone_at_once(client: TestClient) -> None:
 
 
 @pytest.fixture
-def two_processes(settings: Settings) -> Iterator[tuple[TestClient, TestClient]]:
-    """Two server processes' worth of services over one index and one store (as two workers or replicas)."""
-    short = settings.model_copy(update={"hot_cache_seconds": 0.5})
-    upgrade(short)
+def two_processes(settings: Settings) -> Iterator[tuple[TestClient, TestClient, ManualMonotonic]]:
+    """Two server processes' worth of services over one index and one store (as two workers or replicas),
+    their memory copies timed by one manual clock."""
+    now = ManualMonotonic()
     with (
-        TestClient(create_app(short, build_services(short))) as a,
-        TestClient(create_app(short, build_services(short))) as b,
+        TestClient(create_app(settings, build_services_for(settings, now))) as a,
+        TestClient(create_app(settings, build_services_for(settings, now))) as b,
     ):
-        yield a, b
+        yield a, b, now
 
 
 def test_a_removal_by_another_process_is_unseen_for_at_most_the_moment(
-    two_processes: tuple[TestClient, TestClient],
+    two_processes: tuple[TestClient, TestClient, ManualMonotonic], settings: Settings
 ) -> None:
-    a, b = two_processes
+    a, b, now = two_processes
     data = b"d" * 1000
     put(a, "k", data)
     assert a.get(f"{URL}/k").content == data
     assert b.delete(f"{URL}/k").status_code == 204
-    removed = time.monotonic()
     assert b.get(f"{URL}/k").status_code == 404
     # a still has the checked bytes it read, and serves them (never other bytes) until its moment ends
-    while (got := a.get(f"{URL}/k")).status_code == 200:
-        assert got.content == data
-        assert time.monotonic() - removed < 0.5 + 0.2
-        time.sleep(0.05)
-    assert got.status_code == 404
+    now.advance(settings.hot_cache_seconds / 2)
+    assert a.get(f"{URL}/k").content == data
+    now.advance(settings.hot_cache_seconds / 2)
+    assert a.get(f"{URL}/k").status_code == 404
+
+
+def test_a_key_stored_anew_through_this_process_is_read_anew(
+    two_processes: tuple[TestClient, TestClient, ManualMonotonic],
+) -> None:
+    a, b, _ = two_processes
+    put(a, "k", b"old" * 100)
+    assert a.get(f"{URL}/k").content == b"old" * 100
+    assert b.delete(f"{URL}/k").status_code == 204
+    put(a, "k", b"new" * 100)  # created again, with other bytes: a reads its own write
+    again = a.get(f"{URL}/k")
+    assert again.content == b"new" * 100 and again.headers["x-content-sha256"] == sha(b"new" * 100)
+
+
+def test_a_read_under_way_during_a_removal_keeps_nothing(client: TestClient, services: Services) -> None:
+    """A read looks the row up and reads the blob; a delete then removes both and returns; only then does
+    the read go on to keep its copy. It must not: the entry was removed through this process."""
+    put(client, "k", b"k" * 100)
+    hot = services.cache.hot
+    real_put = hot.put
+    reached, release = threading.Event(), threading.Event()
+
+    def held_put(*args: object, **kwargs: object) -> None:
+        reached.set()
+        release.wait(10)
+        real_put(*args, **kwargs)  # type: ignore[arg-type]
+
+    hot.put = held_put  # type: ignore[method-assign]
+    reader = threading.Thread(target=services.cache.read_entry, args=(NS, "k"))
+    reader.start()
+    assert reached.wait(10)
+    hot.put = real_put  # type: ignore[method-assign]
+    assert client.delete(f"{URL}/k").status_code == 204
+    release.set()
+    reader.join(10)
+    assert len(hot) == 0
+    assert client.get(f"{URL}/k").status_code == 404
+
+
+def test_gc_dropping_a_row_whose_blob_is_gone_drops_its_copy(client: TestClient, settings_dir: Path) -> None:
+    put(client, "k", b"k" * 100)
+    assert client.get(f"{URL}/k").status_code == 200
+    (settings_dir / "blobs" / NS / "k").unlink()  # lost: the row is left without its blob
+    assert client.post("/admin/gc", json={"grace_seconds": 0}).json()["rows_dropped"] == 1
+    assert client.get(f"{URL}/k").status_code == 404
 
 
 # -- HotEntries itself ----------------------------------------------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def info(key: str, size: int, namespace: str = "n") -> EntryInfo:
@@ -162,54 +200,101 @@ def info(key: str, size: int, namespace: str = "n") -> EntryInfo:
     return EntryInfo(namespace, key, size, sha(key.encode()), now, now)
 
 
-def test_items_expire_after_the_ttl_from_their_read() -> None:
-    clock = Clock()
+def test_items_expire_the_ttl_after_their_read_began() -> None:
+    clock = ManualMonotonic()
     hot = HotEntries(10_000, 1.0, clock=clock)
-    hot.put(info("a", 3), b"abc")
-    clock.now += 0.9
+    stamp = hot.stamp()
+    clock.advance(0.5)  # the index lookup and the blob read took half the ttl
+    hot.put(info("a", 3), b"abc", stamp)
+    clock.advance(0.4)
     item = hot.get("n", "a")
     assert item is not None and item.content == b"abc"
-    clock.now += 0.1  # a get does not extend it: the ttl counts from the index read
+    clock.advance(0.1)  # neither the put nor a get extends it
     assert hot.get("n", "a") is None
     assert len(hot) == 0 and hot.size_bytes == 0
+    late = hot.stamp()
+    clock.advance(1.0)  # a read slower than the ttl keeps nothing
+    hot.put(info("b", 3), b"abc", late)
+    assert len(hot) == 0
+
+
+def test_a_removal_during_a_read_cancels_its_copy() -> None:
+    hot = HotEntries(10_000, 60.0, clock=ManualMonotonic())
+    stamp = hot.stamp()
+    hot.forget([("n", "other")])  # any removal: the read's row may be among those removed
+    hot.put(info("a", 3), b"abc", stamp)
+    assert hot.get("n", "a") is None
+    hot.put(info("a", 3), b"abc", hot.stamp())
+    assert hot.get("n", "a") is not None
+
+
+def cost(hot: HotEntries) -> int:
+    """What one item of ``info(key, 1000)`` with 1,000 bytes costs (measured on an empty ``hot``)."""
+    hot.put(info("x", 1000), b"x" * 1000, hot.stamp())
+    each = hot.size_bytes
+    hot.forget([("n", "x")])
+    return each
 
 
 def test_the_budget_is_bytes_and_the_least_recently_used_go_first() -> None:
-    clock = Clock()
-    hot = HotEntries(3 * (ITEM_OVERHEAD + 1000), 60.0, clock=clock)
+    each = cost(HotEntries(1 << 20, 60.0, clock=ManualMonotonic()))
+    assert each > 1000 + 64  # the bytes, the digest and the names count, and an overhead besides
+    hot = HotEntries(3 * each, 60.0, clock=ManualMonotonic())
     for key in "abc":
-        hot.put(info(key, 1000), b"x" * 1000)
+        hot.put(info(key, 1000), b"x" * 1000, hot.stamp())
     assert hot.get("n", "a") is not None  # now b is the least recently used
-    hot.put(info("d", 1000), b"x" * 1000)
+    hot.put(info("d", 1000), b"x" * 1000, hot.stamp())
     assert [key for key in "abcd" if hot.get("n", key) is not None] == ["a", "c", "d"]
-    assert hot.size_bytes == 3 * (ITEM_OVERHEAD + 1000)
-    hot.put(info("huge", 10_000), b"x" * 10_000)  # larger than the whole budget: not kept, nothing pushed out
-    assert hot.get("n", "huge") is None and len(hot) == 3
+    assert hot.size_bytes == 3 * each
+    hot.put(info("a", 10_000), b"x" * 10_000, hot.stamp())  # larger than the budget: not kept...
+    assert hot.get("n", "a") is None and len(hot) == 2  # ...and the older copy of it is gone too
+
+
+def test_long_names_count() -> None:
+    hot = HotEntries(1 << 20, 60.0, clock=ManualMonotonic())
+    hot.put(info("k", 0), None, hot.stamp())
+    short = hot.size_bytes
+    hot.put(info("k" * 255, 0, namespace="n" * 128), None, hot.stamp())
+    assert hot.size_bytes - short == short + 254 + 127
+
+
+def test_expired_items_make_room_first() -> None:
+    clock = ManualMonotonic()
+    each = cost(HotEntries(1 << 20, 60.0, clock=ManualMonotonic()))
+    hot = HotEntries(10 * each, 1.0, clock=clock)
+    hot.put(info("o", 1000), b"x" * 1000, hot.stamp())
+    clock.advance(2)
+    hot.put(info("w", 1000), b"x" * 1000, hot.stamp())
+    assert len(hot) == 1 and hot.size_bytes == each
 
 
 def test_a_row_alone_does_not_replace_the_bytes_of_the_same_entry() -> None:
-    hot = HotEntries(10_000, 60.0, clock=Clock())
-    hot.put(info("a", 3), b"abc")
-    hot.put(info("a", 3))  # a HEAD's lookup of the same entry
+    hot = HotEntries(10_000, 60.0, clock=ManualMonotonic())
+    hot.put(info("a", 3), b"abc", hot.stamp())
+    hot.put(info("a", 3), None, hot.stamp())  # a HEAD's lookup of the same entry
     item = hot.get("n", "a")
     assert item is not None and item.content == b"abc"
     other = EntryInfo("n", "a", 3, sha(b"other"), utcnow(), utcnow())
-    hot.put(other)  # a different digest: the entry was stored again since
+    hot.put(other, None, hot.stamp())  # a different digest: the entry was stored again since
     item = hot.get("n", "a")
     assert item is not None and item.content is None and item.entry.sha256 == sha(b"other")
-    assert hot.size_bytes == ITEM_OVERHEAD
 
 
-def test_forget() -> None:
-    hot = HotEntries(100_000, 60.0, clock=Clock())
+def test_forget_and_stored() -> None:
+    hot = HotEntries(100_000, 60.0, clock=ManualMonotonic())
     for namespace in ("n", "m"):
-        hot.put(info("a", 1, namespace), b"x")
+        hot.put(info("a", 1, namespace), b"x", hot.stamp())
     hot.forget([("n", "a"), ("n", "nothing")])
     assert hot.get("n", "a") is None and hot.get("m", "a") is not None
-    assert len(hot) == 1 and hot.size_bytes == ITEM_OVERHEAD + 1
+    stamp = hot.stamp()
+    hot.stored("m", "a")  # a new store drops the key's copy, without cancelling reads under way
+    assert hot.get("m", "a") is None and len(hot) == 0 and hot.size_bytes == 0
+    hot.put(info("b", 1), b"x", stamp)
+    assert hot.get("n", "b") is not None
 
 
 def test_off_keeps_nothing() -> None:
     for hot in (HotEntries(0, 1.0), HotEntries(1 << 20, 0.0)):
-        hot.put(info("a", 1), b"x")
+        hot.put(info("a", 1), b"x", hot.stamp())
         assert hot.get("n", "a") is None and len(hot) == 0
+        assert isinstance(hot.stamp(), ReadStamp)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-__all__ = ["ShiftedClock", "clear_of_utc_midnight"]
+__all__ = ["ManualMonotonic", "ShiftedClock", "clear_of_utc_midnight"]
 
 
 def clear_of_utc_midnight(seconds: float = 60.0) -> None:
@@ -37,3 +37,17 @@ class ShiftedClock:
     def advance(self, seconds: float) -> None:
         """Move the clock ``seconds`` forward."""
         self.offset += dt.timedelta(seconds=seconds)
+
+
+class ManualMonotonic:
+    """A monotonic clock that moves only when the test says (:meth:`advance`): for what the services time
+    in seconds, such as how long a memory copy of an entry lasts (``build_services(monotonic=...)``)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
