@@ -190,6 +190,11 @@ class VerifiedFiles:
                 self._until.popitem(last=False)
 
 
+def _reader_has(entry: EntryInfo, if_none_match: str | None) -> bool:
+    """Whether an ``If-None-Match`` names the entry's digest (or is ``*``): the reader has it (304)."""
+    return if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*")
+
+
 def _not_found(namespace: str, key: str) -> EntryNotFound:
     return EntryNotFound(f"No entry {key!r} in namespace {namespace!r}.")
 
@@ -460,7 +465,7 @@ class CacheService:
         if item is None:
             return None
         entry = item.entry
-        if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
+        if _reader_has(entry, if_none_match):
             return NotModified(entry)
         if item.content is None:
             return None
@@ -491,7 +496,7 @@ class CacheService:
             if if_none_match is None:  # a revalidation is not a lookup: not counted, as before
                 self._access.miss(namespace)
             raise _not_found(namespace, key)
-        if if_none_match is not None and if_none_match.strip() in (f'"{entry.sha256}"', "*"):
+        if _reader_has(entry, if_none_match):
             self.hot.put(entry, None, stamp)
             return NotModified(entry)
         if redirect and self._signer is not None and (signed := self._signer.sign(entry)) is not None:
