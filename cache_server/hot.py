@@ -124,10 +124,10 @@ class HotEntries:
             if stamp.removals != self._removals or expires <= now:
                 return
             old = self._items.get(ident)
-            keeps_bytes = old is not None and old.content is not None and old.expires > now
-            if content is None and keeps_bytes and old is not None and old.entry.sha256 == entry.sha256:
-                return
             if old is not None:
+                same = old.entry.sha256 == entry.sha256 and old.expires > now
+                if content is None and old.content is not None and same:
+                    return  # a row alone keeps the unexpired bytes of the same entry
                 self._drop(ident)
             if cost > self._capacity:
                 return
@@ -144,14 +144,16 @@ class HotEntries:
         with self._lock:
             self._removals += 1
             for ident in refs:
-                if ident in self._items:
-                    self._drop(ident)
+                self._discard(ident)
 
     def stored(self, namespace: str, key: str) -> None:
         """A key was stored anew through this process: drop a copy of what it held before."""
         with self._lock:
-            if (namespace, key) in self._items:
-                self._drop((namespace, key))
+            self._discard((namespace, key))
+
+    def _discard(self, ident: tuple[str, str]) -> None:
+        if ident in self._items:
+            self._drop(ident)
 
     def _drop(self, ident: tuple[str, str]) -> None:
         self._bytes -= self._items.pop(ident).cost
