@@ -4,13 +4,11 @@ latency-adding proxy)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
-import time
 from collections.abc import Callable, Iterator
 
 from bench import clientops
-from bench.cases.transfer import tar_copy
+from bench.cases.transfer import timed_tar_copy
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
 from bench.launch import Process, children_of, create_bucket, own_cpu, process_cpu, run_fake_gcs, run_server
@@ -117,11 +115,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                 floor_target = ctx.tmpdir("gcs-floor")
 
                 def fresh_with_floor(source: CacheDir = source) -> None:
-                    fresh(floor_target)
-                    os.sync()
-                    started = time.perf_counter()
-                    tar_copy(source.directory, floor_target)
-                    floor.seconds.append(time.perf_counter() - started)
+                    floor.seconds.append(timed_tar_copy(source.directory, floor_target))
                     fresh(destination)
 
                 def warms_from(
