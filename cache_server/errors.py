@@ -143,6 +143,12 @@ class SignedUrlsUnavailable(CacheError):
     code = "signed_urls_unavailable"
 
 
+class PacksOff(CacheError):
+    """Packing was asked for, but this server writes no packs (off, or its store keeps none)."""
+
+    code = "packs_off"
+
+
 class IndexUnavailable(CacheError):
     """The SQL index cannot be reached; retrying later may work."""
 

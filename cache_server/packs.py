@@ -10,7 +10,8 @@ written after both, each new row with its copy's pack and offset, so a row never
 is not there. The pack is extra: every entry is still stored on its own (single GETs, signed URLs, reindex
 and eviction use that), so a pack that fails to write costs speed, never an entry. A pack holding no new
 entry, or written for a group that was never committed, is deleted at once; a crash leaves at worst a pack
-that no row points into, which gc deletes.
+that no row points into, which gc deletes. Small entries stored without a copy (a PUT, a bulk upload of
+fewer than :data:`PACK_MIN_MEMBERS`) get one later, in the background (:mod:`cache_server.admin.packing`).
 
 **Reading.** A bundle reads the entries with a copy pack by pack, in offset order, neighbours joined into
 one ranged read while the gap between them is at most :data:`RUN_GAP` bytes (reading a gap costs less than

@@ -61,6 +61,14 @@ class Settings(BaseSettings):
             "range (a few requests instead of one per entry). Unset: on for gs:// stores, off for local ones."
         ),
     )
+    pack_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Where packs are written: how often the server gives the small entries stored without a copy in "
+            "a pack (single PUTs, small bulk uploads) one, a page of 4,096 entries per round."
+        ),
+    )
     max_json_bytes: int = Field(
         default=4 * MIB,  # 1.5 times the largest legitimate body; parsing a body costs many times its size
         gt=0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -11,6 +12,7 @@ from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
 from cache_server.admin.graphs import GraphIndexer
+from cache_server.admin.packing import LoosePacker, PackingResult
 from cache_server.admin.parsing import ParserProcess
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsReport, build_report
@@ -19,6 +21,7 @@ from cache_server.domain import Clock, utcnow
 from cache_server.errors import NamespaceNotFound
 from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
+from cache_server.packs import packing_store
 from cache_server.periodic import Periodic
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobStore, StoresPacks
@@ -68,6 +71,12 @@ class AdminService:
             settings.eviction_interval_seconds,
             self._enforce_budgets,
         )
+        packs = packing_store(store, settings.packs)
+        self._packer = None if packs is None else LoosePacker(repository, store)
+        self._packing = Periodic(
+            "xla-cache-pack", "packing loose entries", settings.pack_interval_seconds, self._pack_round
+        )
+        self._packing_lock = threading.Lock()  # the background rounds and POST /admin/pack take turns
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -75,8 +84,11 @@ class AdminService:
         self._graphs.start()
         if self._settings.max_total_bytes is not None or self._settings.max_namespace_bytes is not None:
             self._budgets.start()
+        if self._packer is not None:
+            self._packing.start()
 
     def stop(self) -> None:
+        self._packing.stop()
         self._budgets.stop()
         self._graphs.stop()
 
@@ -100,6 +112,22 @@ class AdminService:
         remove_unused_packs(self._repository, self._store, old_enough, packs)
         if packs.packs_removed:
             log.info("removed %d packs (%d bytes)", packs.packs_removed, packs.pack_bytes_removed)
+
+    # -- packing later ----------------------------------------------------------------------------------
+    def _pack_round(self) -> None:
+        assert self._packer is not None
+        with self._packing_lock:
+            result = self._packer.round()
+        if result.packs_written:
+            log.info("packed %d loose entries into %d packs", result.entries_packed, result.packs_written)
+
+    def pack_loose(self, max_entries: int) -> PackingResult | None:
+        """Give the small entries stored without a copy in a pack one now, looking at up to ``max_entries``
+        of them (:mod:`cache_server.admin.packing`); None where this server writes no packs."""
+        if self._packer is None:
+            return None
+        with self._packing_lock:
+            return self._packer.run(max_entries)
 
     # -- graphs -----------------------------------------------------------------------------------------
     def entry_stored(self, namespace: str, key: str) -> None:

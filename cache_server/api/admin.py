@@ -1,5 +1,5 @@
-"""Admin routes: stats, eviction, garbage collection, namespace removal, token provenance. All need the
-admin role."""
+"""Admin routes: stats, eviction, garbage collection, packing, namespace removal, token provenance. All
+need the admin role."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ from cache_server.api.admin_schemas import (
     EvictOut,
     GcIn,
     GcOut,
+    PackIn,
+    PackOut,
     PurgeIn,
     PurgeOut,
     StatsOut,
     TokensOut,
 )
 from cache_server.api.deps import AdminDep
+from cache_server.errors import PacksOff
 
 __all__ = ["router"]
 
@@ -59,6 +62,21 @@ def gc(admin: AdminDep, body: GcIn | None = None) -> GcOut:
     whose blob is gone are dropped; the counts are returned."""
     body = body or GcIn()
     return GcOut.of(admin.gc(grace_seconds=body.grace_seconds, dry_run=body.dry_run))
+
+
+@router.post("/pack", response_model=PackOut, responses={501: {"description": "This server writes no packs"}})
+def pack(admin: AdminDep, body: PackIn | None = None) -> PackOut:
+    """Give the small entries stored without a copy in a pack (single PUTs, bulk uploads too small to pack,
+    reindexed ones) copies in new packs now, so that bundles from a remote store read them a pack at a
+    time; the server also does this in the background. 501 where it writes no packs."""
+    body = body or PackIn()
+    result = admin.pack_loose(body.max_entries)
+    if result is None:
+        raise PacksOff(
+            "This server writes no packs: its store keeps none, or XLA_CACHE_PACKS is false (a local "
+            "directory packs only with XLA_CACHE_PACKS=true)."
+        )
+    return PackOut.of(result)
 
 
 @router.delete("/namespaces/{namespace}", response_model=DeleteNamespaceOut)

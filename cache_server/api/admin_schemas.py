@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from cache_server.admin.eviction import EvictionResult
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult
+from cache_server.admin.packing import PackingResult
 from cache_server.admin.provenance import PurgeResult, TokenUsage
 from cache_server.admin.stats import StatsReport
 from cache_server.domain import COUNTERS, Counters, NamespaceInfo, TokenInfo, counter_description
@@ -219,6 +220,30 @@ class GcOut(BaseModel):
 
     @classmethod
     def of(cls, result: GcResult) -> GcOut:
+        return cls(**vars(result))
+
+
+class PackIn(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    max_entries: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description="Loose entries (stored without a copy in a pack) to look at, at most, in this call.",
+    )
+
+
+class PackOut(BaseModel):
+    entries_checked: int = Field(description="Loose small entries looked at.")
+    entries_packed: int = Field(description="Entries whose rows now point into a new pack.")
+    packs_written: int
+    pack_bytes_written: int
+    unreadable: int = Field(description="Entries left loose: their blob was gone, damaged or unreadable.")
+    done: bool = Field(description="Every loose entry was looked at (false: call again to go on).")
+
+    @classmethod
+    def of(cls, result: PackingResult) -> PackOut:
         return cls(**vars(result))
 
 

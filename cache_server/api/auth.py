@@ -51,6 +51,7 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/admin/stats"): Role.ADMIN,
     ("POST", "/admin/evict"): Role.ADMIN,
     ("POST", "/admin/gc"): Role.ADMIN,
+    ("POST", "/admin/pack"): Role.ADMIN,
     ("DELETE", "/admin/namespaces/{namespace}"): Role.ADMIN,
     ("GET", "/admin/tokens"): Role.ADMIN,
     ("POST", "/admin/tokens/{token}/purge"): Role.ADMIN,

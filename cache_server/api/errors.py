@@ -44,6 +44,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.Unauthorized: 401,
     errors.Forbidden: 403,
     errors.SignedUrlsUnavailable: 501,
+    errors.PacksOff: 501,
 }
 
 HTTP_CODES = {

@@ -10,14 +10,15 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from typing import cast
 
-from sqlalchemy import Select, delete, func, select
+from sqlalchemy import Select, Table, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from cache_server.domain import COUNTERS, Counters, NamespaceInfo
+from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
-from cache_server.index.entries import namespace_info, stored_per_namespace
+from cache_server.index.entries import entry_info, namespace_info, stored_per_namespace
 from cache_server.index.models import NO_TOKEN, DailyStats, Entry, EntryGraph, EntryTotals, Namespace
 
 __all__ = ["AdminRepository", "EntryRef", "GraphGroup", "GraphRecord"]
@@ -309,6 +310,43 @@ class AdminRepository:
                     if pack is not None
                 )
         return found
+
+    # -- packing later -----------------------------------------------------------------------------------
+    def loose_entries(self, *, max_size: int, after: tuple[str, str] | None, limit: int) -> list[EntryInfo]:
+        """Up to ``limit`` entries of at most ``max_size`` bytes whose row points into no pack, in (namespace,
+        key) order after ``after`` (a page of them: pass the last one's namespace and key for the next)."""
+        stmt = select(Entry).where(Entry.pack.is_(None), Entry.size <= max_size)
+        if after is not None:
+            stmt = stmt.where(tuple_(Entry.namespace, Entry.key) > tuple_(*after))
+        with self._db.transaction() as session:
+            rows = session.scalars(stmt.order_by(Entry.namespace, Entry.key).limit(limit))
+            return [entry_info(row) for row in rows]
+
+    def place_copies(self, pack_id: str, copies: Sequence[tuple[EntryInfo, int]]) -> int:
+        """Point the rows of these entries (each with its copy's offset in pack ``pack_id``) into the pack,
+        where a row still has no pack and the same digest (a row deleted, stored again with other bytes or
+        packed by another process meanwhile is left as it is); returns how many rows now point into it."""
+        if not copies:
+            return 0
+        table = cast(Table, Entry.__table__)
+        stmt = (
+            update(table)
+            .where(
+                table.c.namespace == bindparam("b_namespace"),
+                table.c.key == bindparam("b_key"),
+                table.c.sha256 == bindparam("b_sha256"),
+                table.c.pack.is_(None),
+            )
+            .values(pack=pack_id, pack_offset=bindparam("b_offset"))
+        )
+        params = [
+            {"b_namespace": e.namespace, "b_key": e.key, "b_sha256": e.sha256, "b_offset": offset}
+            for e, offset in copies
+        ]
+        with self._db.transaction() as session:
+            session.connection().execute(stmt, params)
+            placed = session.scalar(select(func.count()).select_from(Entry).where(Entry.pack == pack_id))
+            return int(placed or 0)
 
     def present_keys(self, namespace: str, keys: Sequence[str]) -> set[str]:
         """Which of ``keys`` have a row."""

@@ -42,6 +42,7 @@ ROUTES: list[tuple[str, str, dict[str, Any], str, set[int]]] = [
     ("GET", "/admin/stats", {}, "admin", {200}),
     ("POST", "/admin/evict", {"json": {"max_total_bytes": 10**12}}, "admin", {200}),
     ("POST", "/admin/gc", {"json": {}}, "admin", {200}),
+    ("POST", "/admin/pack", {"json": {}}, "admin", {501}),  # a local store packs only when told to
     ("DELETE", "/admin/namespaces/spare", {}, "admin", {200}),
     ("GET", "/admin/tokens", {}, "admin", {200}),
     ("POST", "/admin/tokens/nobody/purge", {"json": {"dry_run": True}}, "admin", {404}),

@@ -91,3 +91,35 @@ def test_tokens(services: Services) -> None:
         tokens.authenticate(token)
     assert [t.revoked_at is not None for t in tokens.list_tokens()] == [True]
     assert info.id in token
+
+
+def test_loose_entries_page_in_key_order_and_placing_copies_is_conditional(services: Services) -> None:
+    """Packing later's two queries: pages of the small entries without a pack, in (namespace, key) order;
+    rows pointed into a pack only where they still have none and the same digest."""
+    repository: AdminRepository = services.admin._repository
+    for namespace in ("b", "a"):
+        for i in range(3):
+            put(services, namespace, f"k{i}", f"{namespace}{i}".encode() * 10)
+    put(services, "a", "big", b"x" * 2000)
+    first = repository.loose_entries(max_size=1000, after=None, limit=4)
+    assert [(e.namespace, e.key) for e in first] == [("a", "k0"), ("a", "k1"), ("a", "k2"), ("b", "k0")]
+    rest = repository.loose_entries(max_size=1000, after=("b", "k0"), limit=4)
+    assert [(e.namespace, e.key) for e in rest] == [("b", "k1"), ("b", "k2")]
+
+    services.cache.delete_entry("a", "k1")
+    put(services, "a", "k1", b"other bytes")  # stored again: another digest
+    placed = repository.place_copies("f" * 32, [(e, 10 * i) for i, e in enumerate(first)])
+    assert placed == 3  # not the row stored again
+    assert repository.place_copies("e" * 32, [(first[0], 0)]) == 0  # already in a pack
+    loose = repository.loose_entries(max_size=10**6, after=None, limit=10)
+    assert [(e.namespace, e.key) for e in loose] == [("a", "big"), ("a", "k1"), ("b", "k1"), ("b", "k2")]
+    rows = [
+        *services.cache._entries.get_entries("a", ["k0", "k1", "k2"]).values(),
+        *services.cache._entries.get_entries("b", ["k0"]).values(),
+    ]
+    assert sorted((e.namespace, e.key, e.pack, e.pack_offset) for e in rows) == [
+        ("a", "k0", "f" * 32, 0),
+        ("a", "k1", None, None),
+        ("a", "k2", "f" * 32, 20),
+        ("b", "k0", "f" * 32, 30),
+    ]

@@ -1,0 +1,164 @@
+"""Packing later: copies in packs for the small entries that were stored without one.
+
+A bulk upload packs its small members as it stores them (:mod:`cache_server.packs`), but an entry stored
+by a ``PUT``, by a bulk upload of fewer than :data:`~cache_server.packs.PACK_MIN_MEMBERS` small members
+(the in-job uploader's usual pass when compiles are slow), by ``reindex``, or before packing was turned on
+has none, and a bundle from a remote store reads it with a request of its own. :class:`LoosePacker` finds
+such entries a page at a time, in (namespace, key) order, reads each one's own blob, checks it against its
+SHA-256 and size, writes the good ones of a namespace into packs of up to
+:data:`~cache_server.packs.PACK_BYTES` (never fewer than ``PACK_MIN_MEMBERS`` copies in one), and then
+points their rows into the pack, only where a row still has no pack and the same digest: an entry deleted,
+stored again with other bytes, or packed by another process meanwhile is left alone. A pack no row came to
+point into is deleted at once; a crash between the write and the rows leaves a pack no row points into,
+which gc deletes, as for a bulk upload. The own blobs stay the truth, as always.
+
+The server does this in the background (every ``XLA_CACHE_PACK_INTERVAL_SECONDS``, a page per round) on a
+store that packs, and ``POST /admin/pack`` does it now. An entry whose blob is missing, damaged or
+unreadable is left as it is and not tried again by this process (the read paths deal with it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+from cache_server.domain import EntryInfo
+from cache_server.index.admin import AdminRepository
+from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
+from cache_server.storage.base import BlobStore, StoresPacks, blob_name, open_many
+
+__all__ = ["PAGE_ENTRIES", "LoosePacker", "PackingResult"]
+
+log = logging.getLogger(__name__)
+
+PAGE_ENTRIES = 4096
+"""Loose entries looked at per round."""
+UNREADABLE_MEMORY = 65_536
+"""Entries whose blob could not be packed, remembered so that later rounds do not read them again."""
+
+
+@dataclass
+class PackingResult:
+    """What one or more rounds did."""
+
+    entries_checked: int = 0
+    entries_packed: int = 0
+    packs_written: int = 0
+    pack_bytes_written: int = 0
+    unreadable: int = 0
+    done: bool = False  # every loose entry was looked at (this process will not pack the ones left)
+
+    def add(self, other: PackingResult) -> None:
+        self.entries_checked += other.entries_checked
+        self.entries_packed += other.entries_packed
+        self.packs_written += other.packs_written
+        self.pack_bytes_written += other.pack_bytes_written
+        self.unreadable += other.unreadable
+        self.done = other.done
+
+
+class LoosePacker:
+    """Gives the small entries stored without a copy in a pack one, a page of entries per :meth:`round`.
+
+    Rounds go on from where the last one stopped and start over from the first namespace after the last
+    page; ``store`` must keep packs (:class:`StoresPacks`). Not for use from two threads at once.
+    """
+
+    def __init__(self, repository: AdminRepository, store: BlobStore, *, page: int = PAGE_ENTRIES) -> None:
+        if not isinstance(store, StoresPacks):
+            raise TypeError(f"{type(store).__name__} keeps no packs")
+        self._repository = repository
+        self._store: StoresPacks = store
+        self._blobs: BlobStore = store
+        self._page = page
+        self._after: tuple[str, str] | None = None
+        self._unreadable: set[tuple[str, str, str]] = set()
+
+    def run(self, max_entries: int) -> PackingResult:
+        """Rounds from the first loose entry until every one was looked at or ``max_entries`` were."""
+        self._after = None
+        total = PackingResult()
+        while total.entries_checked < max_entries:
+            total.add(self.round(min(self._page, max_entries - total.entries_checked)))
+            if total.done:
+                break
+        return total
+
+    def round(self, limit: int | None = None) -> PackingResult:
+        """Look at the next page of loose entries and pack what can be packed."""
+        result = PackingResult()
+        page = self._repository.loose_entries(
+            max_size=PACK_MEMBER_BYTES, after=self._after, limit=limit or self._page
+        )
+        result.entries_checked = len(page)
+        result.done = len(page) < (limit or self._page)
+        self._after = None if result.done else (page[-1].namespace, page[-1].key)
+        todo = [e for e in page if (e.namespace, e.key, e.sha256) not in self._unreadable]
+        for _, entries in groupby(todo, key=lambda entry: entry.namespace):
+            group = list(entries)
+            if len(group) >= PACK_MIN_MEMBERS:
+                self._pack(group, result)
+        return result
+
+    def _pack(self, entries: Sequence[EntryInfo], result: PackingResult) -> None:
+        """Pack the entries of one namespace, a pack at a time."""
+        pieces: list[bytes] = []
+        copies: list[tuple[EntryInfo, int]] = []
+        size = 0
+        for entry, content in self._read(entries, result):
+            if copies and size + entry.size > PACK_BYTES:
+                self._write(pieces, copies, result)
+                pieces, copies, size = [], [], 0
+            copies.append((entry, size))
+            pieces.append(content)
+            size += entry.size
+        self._write(pieces, copies, result)
+
+    def _read(self, entries: Sequence[EntryInfo], result: PackingResult) -> Iterator[tuple[EntryInfo, bytes]]:
+        """Each entry whose own blob holds exactly its bytes, with them (others are remembered)."""
+        blobs = [(blob_name(entry.namespace, entry.key), entry.size) for entry in entries]
+        readers = open_many(self._blobs, blobs, read_ahead=int(getattr(self._blobs, "read_ahead", 0)))
+        for entry, reader in zip(entries, readers, strict=True):
+            content = None
+            if reader is not None:
+                with reader:
+                    content = _checked(entry, reader.chunks())
+            if content is None:
+                result.unreadable += 1
+                if len(self._unreadable) < UNREADABLE_MEMORY:
+                    self._unreadable.add((entry.namespace, entry.key, entry.sha256))
+                log.warning("not packing %s/%s: its blob is gone or damaged", entry.namespace, entry.key)
+                continue
+            yield entry, content
+
+    def _write(self, pieces: list[bytes], copies: list[tuple[EntryInfo, int]], result: PackingResult) -> None:
+        if len(copies) < PACK_MIN_MEMBERS:
+            return
+        pack_id = uuid.uuid4().hex
+        self._store.put_pack(pack_id, pieces)
+        placed = self._repository.place_copies(pack_id, copies)
+        if not placed:  # every entry went (or was packed elsewhere) meanwhile
+            self._store.delete_pack(pack_id)
+            return
+        result.packs_written += 1
+        result.entries_packed += placed
+        result.pack_bytes_written += sum(len(piece) for piece in pieces)
+
+
+def _checked(entry: EntryInfo, chunks: Iterator[bytes]) -> bytes | None:
+    """The blob's bytes if they are exactly the entry's (size and SHA-256), else None."""
+    held: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > entry.size:
+            return None
+        held.append(chunk)
+    content = b"".join(held)
+    if size != entry.size or hashlib.sha256(content).hexdigest() != entry.sha256:
+        return None
+    return content
