@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
 
 from bench import clientops
 from bench.cases.transfer import timed_tar_copy
@@ -44,21 +48,29 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
         port = int(emulator.url.rsplit(":", 1)[1])
         with latency_proxy_process("127.0.0.1", port, DELAY) as proxy:
 
-            def start_server(packs: bool = True) -> Process:
+            def start_server(packs: bool = True, over: Process | None = None) -> Process:
                 # A bucket (and server) per push: fake-gcs-server's memory backend scans the whole bucket
                 # on every create, so each push into one shared bucket would be slower than the one
-                # before it (3.3 s, 7.8 s, 11.8 s of the emulator's CPU), which real GCS is not.
-                bucket = create_bucket(emulator.url)
+                # before it (3.3 s, 7.8 s, 11.8 s of the emulator's CPU), which real GCS is not. ``over``:
+                # a second server over that server's bucket and index instead.
+                bucket = create_bucket(emulator.url) if over is None else buckets[over.pid]
                 env = {
                     "XLA_CACHE_STORAGE_URL": f"gs://{bucket}/bench",
                     "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{proxy.port}",
                     "XLA_CACHE_STORAGE_TIMEOUT": str(timeout),
                     "XLA_CACHE_PACKS": "true" if packs else "false",
                 }
-                started = servers.enter_context(run_server(ctx.tmpdir(f"gcs-server-{bucket}"), env=env))
+                if over is None:
+                    data_dirs[bucket] = ctx.tmpdir(f"gcs-server-{bucket}")
+                else:
+                    env["XLA_CACHE_PACK_INTERVAL_SECONDS"] = "3600"  # packed when the benchmark says
+                started = servers.enter_context(run_server(data_dirs[bucket], env=env))
+                buckets[started.pid] = bucket
                 pushed_to.append(started)
                 return started
 
+            buckets: dict[int, str] = {}
+            data_dirs: dict[str, Path] = {}
             pushed_to: list[Process] = []
             pushes: list[clientops.PushOutcome] = []
             requests: list[int] = []
@@ -164,6 +176,16 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                 pushed = clientops.push(plain.url, source, timeout=timeout)
                 if pushed.uploaded == count:
                     warms_from("warm() without packs", plain, [])
+                    # Those entries packed later (as the entries of single PUTs and of the in-job
+                    # uploader's small passes are), by a server with packs on over the same bucket and index.
+                    later = start_server(over=plain)
+                    started = time.perf_counter()
+                    packed = httpx.post(f"{later.url}/admin/pack", json={}, timeout=timeout).json()
+                    seconds = time.perf_counter() - started
+                    result.figures["packing later: seconds"] = seconds
+                    result.figures["packing later: entries packed"] = packed["entries_packed"]
+                    result.figures["packing later: packs written"] = packed["packs_written"]
+                    warms_from("warm() after packing later", later, [])
     if timed_out:
         push_series.note = f"timed out after {timeout:g} s"
     floor_median = floor.median if floor.seconds else float("nan")
