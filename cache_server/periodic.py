@@ -14,14 +14,24 @@ log = logging.getLogger(__name__)
 
 
 class Periodic:
-    """Calls ``work`` every ``interval`` seconds in a daemon thread named ``name``, from :meth:`start` until
-    :meth:`stop`. A failing call is logged as ``what`` failed (an outage as one line, anything else with its
-    traceback) and the next one runs on time."""
+    """Calls ``work`` every ``interval`` seconds (the first time after ``first_delay``, by default the
+    interval) in a daemon thread named ``name``, from :meth:`start` until :meth:`stop`. A failing call is
+    logged as ``what`` failed (an outage as one line, anything else with its traceback) and the next one
+    runs on time."""
 
-    def __init__(self, name: str, what: str, interval: float, work: Callable[[], object]) -> None:
+    def __init__(
+        self,
+        name: str,
+        what: str,
+        interval: float,
+        work: Callable[[], object],
+        *,
+        first_delay: float | None = None,
+    ) -> None:
         self._name = name
         self._what = what
         self._interval = interval
+        self._first_delay = interval if first_delay is None else first_delay
         self._work = work
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -41,7 +51,9 @@ class Periodic:
             self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        delay = self._first_delay
+        while not self._stop.wait(delay):
+            delay = self._interval
             try:
                 self._work()
             except CacheError as exc:

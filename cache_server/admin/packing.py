@@ -12,17 +12,26 @@ stored again with other bytes, or packed by another process meanwhile is left al
 point into is deleted at once; a crash between the write and the rows leaves a pack no row points into,
 which gc deletes, as for a bulk upload. The own blobs stay the truth, as always.
 
-The server does this in the background (every ``XLA_CACHE_PACK_INTERVAL_SECONDS``, a page per round) on a
-store that packs, and ``POST /admin/pack`` does it now. An entry whose blob is missing, damaged or
-unreadable is left as it is and not tried again by this process (the read paths deal with it).
+Pages: rounds go on from where the last one stopped (the background's and ``POST /admin/pack``'s alike)
+and start over after the last loose entry. A full page ends before its last namespace's entries unless
+they fill it, so that the loose entries of one namespace are packed together, not split into groups too
+small to pack.
+
+The server does this in the background (every ``XLA_CACHE_PACK_INTERVAL_SECONDS``, a page per round, the
+first round after a random part of the interval, so that the workers of one server do not go in step) on
+a store that packs, and ``POST /admin/pack`` does it now. An entry whose blob is missing or damaged is
+left as it is and not read again by this process for :data:`UNREADABLE_RETRY_SECONDS` (the read paths
+deal with it). A store that fails (unreachable) ends the round; its page is tried again the next round.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -31,14 +40,16 @@ from cache_server.index.admin import AdminRepository
 from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
 from cache_server.storage.base import BlobStore, StoresPacks, blob_name, open_many
 
-__all__ = ["PAGE_ENTRIES", "LoosePacker", "PackingResult"]
+__all__ = ["PAGE_ENTRIES", "UNREADABLE_RETRY_SECONDS", "LoosePacker", "PackingResult"]
 
 log = logging.getLogger(__name__)
 
 PAGE_ENTRIES = 4096
 """Loose entries looked at per round."""
-UNREADABLE_MEMORY = 65_536
+UNREADABLE_MEMORY = 16_384
 """Entries whose blob could not be packed, remembered so that later rounds do not read them again."""
+UNREADABLE_RETRY_SECONDS = 3600.0
+"""How long such an entry is left alone (it may be stored again, with the same bytes, meanwhile)."""
 
 
 @dataclass
@@ -50,7 +61,7 @@ class PackingResult:
     packs_written: int = 0
     pack_bytes_written: int = 0
     unreadable: int = 0
-    done: bool = False  # every loose entry was looked at (this process will not pack the ones left)
+    done: bool = False  # the pass reached the last loose entry (the next round starts over)
 
     def add(self, other: PackingResult) -> None:
         self.entries_checked += other.entries_checked
@@ -64,45 +75,71 @@ class PackingResult:
 class LoosePacker:
     """Gives the small entries stored without a copy in a pack one, a page of entries per :meth:`round`.
 
-    Rounds go on from where the last one stopped and start over from the first namespace after the last
-    page; ``store`` must keep packs (:class:`StoresPacks`). Not for use from two threads at once.
+    ``store`` must keep packs (:class:`StoresPacks`). One thread at a time (the caller takes turns);
+    :meth:`stop` may come from any thread and ends the round in progress after its current pack.
     """
 
-    def __init__(self, repository: AdminRepository, store: BlobStore, *, page: int = PAGE_ENTRIES) -> None:
+    def __init__(
+        self,
+        repository: AdminRepository,
+        store: BlobStore,
+        *,
+        page: int = PAGE_ENTRIES,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not isinstance(store, StoresPacks):
             raise TypeError(f"{type(store).__name__} keeps no packs")
         self._repository = repository
         self._store: StoresPacks = store
         self._blobs: BlobStore = store
         self._page = page
+        self._monotonic = monotonic
         self._after: tuple[str, str] | None = None
-        self._unreadable: set[tuple[str, str, str]] = set()
+        self._unreadable: dict[tuple[str, str, str], float] = {}  # (namespace, key, digest) -> when
+        self._stopping = threading.Event()
 
-    def run(self, max_entries: int) -> PackingResult:
-        """Rounds from the first loose entry until every one was looked at or ``max_entries`` were."""
-        self._after = None
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self, max_entries: int, max_seconds: float = float("inf")) -> PackingResult:
+        """Rounds until the pass reaches the last loose entry, ``max_entries`` were looked at, or
+        ``max_seconds`` went by (checked after each round)."""
         total = PackingResult()
-        while total.entries_checked < max_entries:
+        started = self._monotonic()
+        while total.entries_checked < max_entries and not self._stopping.is_set():
             total.add(self.round(min(self._page, max_entries - total.entries_checked)))
-            if total.done:
+            if total.done or self._monotonic() - started >= max_seconds:
                 break
         return total
 
     def round(self, limit: int | None = None) -> PackingResult:
         """Look at the next page of loose entries and pack what can be packed."""
+        limit = limit or self._page
         result = PackingResult()
-        page = self._repository.loose_entries(
-            max_size=PACK_MEMBER_BYTES, after=self._after, limit=limit or self._page
-        )
+        page = self._repository.loose_entries(max_size=PACK_MEMBER_BYTES, after=self._after, limit=limit)
+        result.done = len(page) < limit
+        if not result.done and page[0].namespace != page[-1].namespace:
+            # A full page: its last namespace may go on in the next page; pack its entries together there.
+            last = page[-1].namespace
+            page = [entry for entry in page if entry.namespace != last]
         result.entries_checked = len(page)
-        result.done = len(page) < (limit or self._page)
-        self._after = None if result.done else (page[-1].namespace, page[-1].key)
-        todo = [e for e in page if (e.namespace, e.key, e.sha256) not in self._unreadable]
-        for _, entries in groupby(todo, key=lambda entry: entry.namespace):
-            group = list(entries)
-            if len(group) >= PACK_MIN_MEMBERS:
+        now = self._monotonic()
+        for _, entries in groupby(page, key=lambda entry: entry.namespace):
+            group = [entry for entry in entries if not self._left_alone(entry, now)]
+            if len(group) >= PACK_MIN_MEMBERS and not self._stopping.is_set():
                 self._pack(group, result)
+        # Only now: a round the store broke (it raised) is tried again from the same place.
+        self._after = None if result.done else (page[-1].namespace, page[-1].key)
         return result
+
+    def _left_alone(self, entry: EntryInfo, now: float) -> bool:
+        since = self._unreadable.get((entry.namespace, entry.key, entry.sha256))
+        return since is not None and now - since < UNREADABLE_RETRY_SECONDS
+
+    def _remember_unreadable(self, entry: EntryInfo) -> None:
+        if len(self._unreadable) >= UNREADABLE_MEMORY:
+            del self._unreadable[next(iter(self._unreadable))]  # the oldest
+        self._unreadable[(entry.namespace, entry.key, entry.sha256)] = self._monotonic()
 
     def _pack(self, entries: Sequence[EntryInfo], result: PackingResult) -> None:
         """Pack the entries of one namespace, a pack at a time."""
@@ -113,6 +150,8 @@ class LoosePacker:
             if copies and size + entry.size > PACK_BYTES:
                 self._write(pieces, copies, result)
                 pieces, copies, size = [], [], 0
+                if self._stopping.is_set():
+                    return
             copies.append((entry, size))
             pieces.append(content)
             size += entry.size
@@ -129,8 +168,7 @@ class LoosePacker:
                     content = _checked(entry, reader.chunks())
             if content is None:
                 result.unreadable += 1
-                if len(self._unreadable) < UNREADABLE_MEMORY:
-                    self._unreadable.add((entry.namespace, entry.key, entry.sha256))
+                self._remember_unreadable(entry)
                 log.warning("not packing %s/%s: its blob is gone or damaged", entry.namespace, entry.key)
                 continue
             yield entry, content

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -74,7 +75,12 @@ class AdminService:
         packs = packing_store(store, settings.packs)
         self._packer = None if packs is None else LoosePacker(repository, store)
         self._packing = Periodic(
-            "xla-cache-pack", "packing loose entries", settings.pack_interval_seconds, self._pack_round
+            "xla-cache-pack",
+            "packing loose entries",
+            settings.pack_interval_seconds,
+            self._pack_round,
+            # the workers of one server, started together, should not read the same entries together
+            first_delay=random.uniform(0, settings.pack_interval_seconds),
         )
         self._packing_lock = threading.Lock()  # the background rounds and POST /admin/pack take turns
 
@@ -88,6 +94,8 @@ class AdminService:
             self._packing.start()
 
     def stop(self) -> None:
+        if self._packer is not None:
+            self._packer.stop()  # ends a round (or POST /admin/pack) after its current pack
         self._packing.stop()
         self._budgets.stop()
         self._graphs.stop()
@@ -121,13 +129,14 @@ class AdminService:
         if result.packs_written:
             log.info("packed %d loose entries into %d packs", result.entries_packed, result.packs_written)
 
-    def pack_loose(self, max_entries: int) -> PackingResult | None:
+    def pack_loose(self, max_entries: int, max_seconds: float) -> PackingResult | None:
         """Give the small entries stored without a copy in a pack one now, looking at up to ``max_entries``
-        of them (:mod:`cache_server.admin.packing`); None where this server writes no packs."""
+        of them for about ``max_seconds`` at most (:mod:`cache_server.admin.packing`); None where this
+        server writes no packs."""
         if self._packer is None:
             return None
         with self._packing_lock:
-            return self._packer.run(max_entries)
+            return self._packer.run(max_entries, max_seconds)
 
     # -- graphs -----------------------------------------------------------------------------------------
     def entry_stored(self, namespace: str, key: str) -> None:

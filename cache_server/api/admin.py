@@ -70,7 +70,7 @@ def pack(admin: AdminDep, body: PackIn | None = None) -> PackOut:
     reindexed ones) copies in new packs now, so that bundles from a remote store read them a pack at a
     time; the server also does this in the background. 501 where it writes no packs."""
     body = body or PackIn()
-    result = admin.pack_loose(body.max_entries)
+    result = admin.pack_loose(body.max_entries, body.max_seconds)
     if result is None:
         raise PacksOff(
             "This server writes no packs: its store keeps none, or XLA_CACHE_PACKS is false (a local "

@@ -232,6 +232,13 @@ class PackIn(BaseModel):
         le=10_000_000,
         description="Loose entries (stored without a copy in a pack) to look at, at most, in this call.",
     )
+    max_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="Stop after the page of entries in progress once this long has gone by.",
+    )
 
 
 class PackOut(BaseModel):
@@ -240,7 +247,9 @@ class PackOut(BaseModel):
     packs_written: int
     pack_bytes_written: int
     unreadable: int = Field(description="Entries left loose: their blob was gone, damaged or unreadable.")
-    done: bool = Field(description="Every loose entry was looked at (false: call again to go on).")
+    done: bool = Field(
+        description="The pass reached the last loose entry (false: call again to go on where it stopped)."
+    )
 
     @classmethod
     def of(cls, result: PackingResult) -> PackOut:

@@ -414,7 +414,9 @@ class EntryRepository:
             # Two executemany UPDATEs (hits alone, hits and access time), not one statement per entry.
             touched: list[dict[str, Any]] = []
             counted: list[dict[str, Any]] = []
-            for (namespace, key), delta in hits.items():
+            # In key order, as packing later updates rows: two transactions that lock rows in one order
+            # do not deadlock (PostgreSQL would abort one; these counts would only wait for the next flush).
+            for (namespace, key), delta in sorted(hits.items()):
                 params = {"b_namespace": namespace, "b_key": key, "b_hits": delta.hits}
                 if delta.last_access is not None:
                     touched.append({**params, "b_last": delta.last_access})

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_server.admin.packing import LoosePacker
+from cache_server.admin.packing import UNREADABLE_RETRY_SECONDS, LoosePacker
 from cache_server.app import create_app
+from cache_server.errors import StorageUnavailable
 from cache_server.migrate import upgrade
 from cache_server.packs import PACK_BYTES, PACK_MIN_MEMBERS
 from cache_server.settings import Settings
@@ -126,8 +127,29 @@ def test_a_missing_or_damaged_blob_is_left_loose_and_not_read_again(
         return original(self, name, limit)  # type: ignore[arg-type]
 
     monkeypatch.setattr(type(store), "read_whole", counted)
+    more = entries(4, tag="more")
+    more = {f"m{key}": value for key, value in more.items()}
+    put_each(client, more)
     again = pack_now(client)
-    assert (again["entries_checked"], again["unreadable"], reads) == (2, 0, [])
+    assert (again["entries_checked"], again["entries_packed"], again["unreadable"]) == (6, 4, 0)
+    assert sorted(reads) == sorted(blob_name(NS, key) for key in more)  # not the two bad ones again
+
+
+def test_an_unreadable_blob_is_tried_again_after_a_while(client: TestClient) -> None:
+    """It may have been stored again with the same bytes meanwhile (a delete, then the same upload)."""
+    data = entries(4)
+    put_each(client, data)
+    services = services_of(client)
+    assert services.store.delete(blob_name(NS, "k0003"))
+    now = [0.0]
+    packer = LoosePacker(services.admin._repository, services.store, monotonic=lambda: now[0])
+    assert (packer.round().unreadable, locations(client, list(data))) == (1, {})  # 3 good: too few
+    assert client.delete(f"{URL}/entries/k0003").status_code == 204
+    put_each(client, {"k0003": data["k0003"]})
+    now[0] = UNREADABLE_RETRY_SECONDS - 1
+    assert packer.round().entries_packed == 0  # still left alone
+    now[0] = UNREADABLE_RETRY_SECONDS + 1
+    assert packer.round().entries_packed == 4
 
 
 def test_entries_removed_while_their_pack_is_written_are_not_pointed_into(
@@ -181,6 +203,51 @@ def test_max_entries_bounds_one_call_and_the_next_goes_on(client: TestClient) ->
         assert client.post("/admin/pack", json=bad).status_code == 400
 
 
+def test_calls_go_on_past_namespaces_too_small_to_pack(client: TestClient) -> None:
+    """Each call goes on where the last one stopped: loose entries that stay loose (a namespace with
+    fewer than a pack's minimum) do not hold the next ones back."""
+    for namespace in ("a", "b", "c", "d"):
+        put_each(client, entries(PACK_MIN_MEMBERS - 1, tag=namespace), url=f"/v1/namespaces/{namespace}")
+    data = entries(8, tag="zz")
+    put_each(client, data, url="/v1/namespaces/zz")
+    packed, calls = 0, 0
+    while packed == 0 and calls < 5:
+        packed += pack_now(client, max_entries=12)["entries_packed"]
+        calls += 1
+    assert (packed, calls) == (8, 2)
+
+
+def test_a_full_page_leaves_its_last_namespace_to_the_next(client: TestClient) -> None:
+    """Namespaces a and b with 6 loose entries each and pages of 8: the first page packs a's 6 and leaves
+    b's first 2 for the next, which packs b's 6 together (not 2, too few, and then 4)."""
+    for namespace in ("a", "b"):
+        put_each(client, entries(6, tag=namespace), url=f"/v1/namespaces/{namespace}")
+    services = services_of(client)
+    packer = LoosePacker(services.admin._repository, services.store, page=8)
+    first = packer.round()
+    assert (first.entries_checked, first.entries_packed, first.done) == (6, 6, False)
+    second = packer.round()
+    assert (second.entries_checked, second.entries_packed, second.done) == (6, 6, True)
+
+
+def test_a_store_failure_ends_the_call_and_the_next_goes_on_from_the_same_page(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = entries(6)
+    put_each(client, data)
+    store = services_of(client).store
+
+    def unreachable(pack_id: str, pieces: list[bytes]) -> None:
+        raise StorageUnavailable("the bucket cannot be reached")
+
+    monkeypatch.setattr(store, "put_pack", unreachable)
+    response = client.post("/admin/pack", json={})
+    assert response.status_code == 503 and response.json()["error"] == "storage_unavailable"
+    assert locations(client, list(data)) == {}
+    monkeypatch.undo()
+    assert pack_now(client)["entries_packed"] == 6
+
+
 def test_rounds_go_on_page_by_page_and_start_over(client: TestClient) -> None:
     data = entries(2 * PACK_MIN_MEMBERS)
     put_each(client, data)
@@ -195,9 +262,10 @@ def test_rounds_go_on_page_by_page_and_start_over(client: TestClient) -> None:
 
 
 def test_the_server_packs_loose_entries_in_the_background(tmp_path: Path) -> None:
-    with client_for(tmp_path, packs=True, pack_interval_seconds=0.2) as client:
-        data = entries(6)
+    data = entries(6)
+    with client_for(tmp_path, packs=True, pack_interval_seconds=3600) as client:
         put_each(client, data)
+    with client_for(tmp_path, packs=True, pack_interval_seconds=0.2) as client:  # the same data, restarted
         deadline = time.monotonic() + 10
         while len(locations(client, list(data))) < len(data) and time.monotonic() < deadline:
             time.sleep(0.05)

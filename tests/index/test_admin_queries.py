@@ -103,6 +103,8 @@ def test_loose_entries_page_in_key_order_and_placing_copies_is_conditional(servi
     put(services, "a", "big", b"x" * 2000)
     first = repository.loose_entries(max_size=1000, after=None, limit=4)
     assert [(e.namespace, e.key) for e in first] == [("a", "k0"), ("a", "k1"), ("a", "k2"), ("b", "k0")]
+    across = repository.loose_entries(max_size=1000, after=("a", "k2"), limit=2)
+    assert [(e.namespace, e.key) for e in across] == [("b", "k0"), ("b", "k1")]  # (namespace, key) order
     rest = repository.loose_entries(max_size=1000, after=("b", "k0"), limit=4)
     assert [(e.namespace, e.key) for e in rest] == [("b", "k1"), ("b", "k2")]
 
