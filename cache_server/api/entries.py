@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import anyio.from_thread
@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER
 from cache_protocol.tar import BadTar, TarReader
 from cache_server.api.auth import principal
-from cache_server.api.deps import ServiceDep, get_settings
+from cache_server.api.deps import ServiceDep, get_service, get_settings
 from cache_server.api.schemas import (
     BulkOut,
     KeysRequest,
@@ -344,31 +344,67 @@ def _bulk_body(namespace: str, result: BulkResult) -> bytes:
     return _json_body(out)
 
 
+# GET and HEAD are the routes a fleet calls most, one request per entry: they read their parameters off
+# the request themselves (FastAPI's per-request parameter solving cost more than the rest of a GET answered
+# from memory) and describe them to the OpenAPI document here.
+_ENTRY_PATH_PARAMETERS: list[dict[str, Any]] = [
+    {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string", "title": "Namespace"}},
+    {"name": "key", "in": "path", "required": True, "schema": {"type": "string", "title": "Key"}},
+]
+_REDIRECT_HELP = "Prefer a 307 to a short-lived signed URL when the server hands them out."
+_LIVE_HELP = "1: a job following the namespace fetches it (counted as live)"
+_GET_PARAMETERS: list[dict[str, Any]] = [
+    *_ENTRY_PATH_PARAMETERS,
+    {
+        "name": "redirect",
+        "in": "query",
+        "required": False,
+        "description": _REDIRECT_HELP,
+        "schema": {"type": "boolean", "default": False, "title": "Redirect", "description": _REDIRECT_HELP},
+    },
+    {"name": "if-none-match", "in": "header", "required": False, "schema": {"type": "string"}},
+    {
+        "name": "x-live-delivery",
+        "in": "header",
+        "required": False,
+        "description": _LIVE_HELP,
+        "schema": {"type": "string", "description": _LIVE_HELP},
+    },
+]
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def _flag(request: Request, name: str) -> bool:
+    """A boolean query parameter, spelled as FastAPI's own accept them; absent is false."""
+    value = request.query_params.get(name)
+    if value is None:
+        return False
+    spelled = value.strip().lower()
+    if spelled in _TRUE or spelled in _FALSE:
+        return spelled in _TRUE
+    raise BadRequest(f"The query parameter {name!r} must be true or false (1 or 0), not {value!r}.")
+
+
 @router.get(
     "/entries/{key:path}",
     response_class=StreamingResponse,
     responses={307: {"description": "With ?redirect=1 on a server that signs URLs: download from Location"}},
+    openapi_extra={"parameters": _GET_PARAMETERS},
 )
-async def get_entry(
-    namespace: str,
-    key: str,
-    service: ServiceDep,
-    if_none_match: Annotated[str | None, Header()] = None,
-    x_live_delivery: Annotated[
-        str | None, Header(description="1: a job following the namespace fetches it (counted as live)")
-    ] = None,
-    redirect: Annotated[
-        bool, Query(description="Prefer a 307 to a short-lived signed URL when the server hands them out.")
-    ] = False,
-) -> Response:
+async def get_entry(request: Request) -> Response:
     """Download an entry's bytes with ``ETag`` and ``X-Content-SHA256``; 404 on a miss (counted).
 
     With ``?redirect=1`` a server that hands out signed URLs answers 307 to one instead (same headers,
     plus ``X-Content-Length``); any other server streams the bytes as usual.
     """
+    namespace, key = request.path_params["namespace"], request.path_params["key"]
+    service = get_service(request)
+    headers = request.headers
+    etag, live = headers.get("if-none-match") or None, headers.get("x-live-delivery") == "1"
+    redirect = _flag(request, "redirect")
     # An entry read a moment ago is answered from memory, here on the event loop (cache_server.hot); else
     # one hop to a worker thread does the lookup and, for a small entry, reads and verifies it whole.
-    etag, live = if_none_match or None, x_live_delivery == "1"
     read = service.read_hot(namespace, key, if_none_match=etag, redirect=redirect, live=live)
     if read is None:
         read = await anyio.to_thread.run_sync(
@@ -387,9 +423,11 @@ async def get_entry(
     return redirect_to(read)
 
 
-@router.head("/entries/{key:path}")
-async def head_entry(namespace: str, key: str, service: ServiceDep) -> Response:
+@router.head("/entries/{key:path}", openapi_extra={"parameters": _ENTRY_PATH_PARAMETERS})
+async def head_entry(request: Request) -> Response:
     """Whether an entry exists, with its size and digest headers (not counted as a hit)."""
+    namespace, key = request.path_params["namespace"], request.path_params["key"]
+    service = get_service(request)
     entry = service.head_hot(namespace, key)
     if entry is None:
         entry = await anyio.to_thread.run_sync(service.head_entry, namespace, key)

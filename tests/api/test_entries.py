@@ -189,6 +189,36 @@ def test_get_head_delete(client: TestClient, settings_dir: Path) -> None:
     assert stored_files(settings_dir) == []
 
 
+def test_get_parameters_are_read_and_documented(client: TestClient, services: Services) -> None:
+    """GET and HEAD read their parameters off the request themselves (cache_server/api/entries.py): the
+    flag takes FastAPI's spellings, anything else is a 400 naming it, and the OpenAPI document still
+    describes every parameter."""
+    data = b"flagged"
+    assert client.put(f"{URL}/f", content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    for spelled in ("1", "true", "Yes", "on", "0", "false", "off"):  # no signed URLs here: bytes either way
+        assert client.get(f"{URL}/f?redirect={spelled}").content == data, spelled
+    bad = client.get(f"{URL}/f?redirect=maybe")
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "bad_request" and "'redirect'" in bad.json()["detail"]
+    live = client.get(f"{URL}/f", headers={"X-Live-Delivery": "1"})
+    assert live.status_code == 200
+    services.access.flush()
+    assert services.cache.get_namespace(NS).counters.live_deliveries == 1
+    document = client.get("/openapi.json").json()["paths"]["/v1/namespaces/{namespace}/entries/{key}"]
+    described = {(p["in"], p["name"]) for p in document["get"]["parameters"]}
+    assert described == {
+        ("path", "namespace"),
+        ("path", "key"),
+        ("query", "redirect"),
+        ("header", "if-none-match"),
+        ("header", "x-live-delivery"),
+    }
+    assert {(p["in"], p["name"]) for p in document["head"]["parameters"]} == {
+        ("path", "namespace"),
+        ("path", "key"),
+    }
+
+
 def test_miss_is_json_404_and_counted(client: TestClient, services: Services) -> None:
     client.put(f"/v1/namespaces/{NS}", json={"fingerprint": {"a": 1}})
     response = client.get(f"{URL}/absent")
