@@ -15,7 +15,16 @@ from bench import clientops
 from bench.cases.transfer import timed_tar_copy
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
-from bench.launch import Process, children_of, create_bucket, own_cpu, process_cpu, run_fake_gcs, run_server
+from bench.launch import (
+    Process,
+    children_of,
+    create_bucket,
+    own_cpu,
+    process_cpu,
+    run_fake_gcs,
+    run_server,
+    wait_quiet,
+)
 from bench.proxy import latency_proxy_process
 
 DELAY = 0.030
@@ -161,6 +170,10 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                     }
                     return series
 
+                # Each warm once the servers are quiet: a server parses the graphs of what was just pushed
+                # (reading each blob from the bucket, through the proxy) for a while after the push.
+                for pushed_server in pushed_to:
+                    wait_quiet(pushed_server.pid)
                 warm_series = warms_from("warm()", server, warms, fresh_with_floor)
                 result.add(floor)
                 bad = [o for o in warms if o.downloaded != count]
@@ -175,6 +188,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                 plain = start_server(packs=False)
                 pushed = clientops.push(plain.url, source, timeout=timeout)
                 if pushed.uploaded == count:
+                    wait_quiet(plain.pid)
                     warms_from("warm() without packs", plain, [])
                     # Those entries packed later (as the entries of single PUTs and of the in-job
                     # uploader's small passes are), by a server with packs on over the same bucket and index.
@@ -185,6 +199,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                     result.figures["packing later: seconds"] = seconds
                     result.figures["packing later: entries packed"] = packed["entries_packed"]
                     result.figures["packing later: packs written"] = packed["packs_written"]
+                    wait_quiet(later.pid)
                     warms_from("warm() after packing later", later, [])
     if timed_out:
         push_series.note = f"timed out after {timeout:g} s"
