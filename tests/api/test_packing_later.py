@@ -22,7 +22,18 @@ from cache_server.storage.base import blob_name
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import build_services
 from tests.api.test_compression import client_for
-from tests.api.test_packs import NS, URL, bundle, drop_own_blobs, entries, locations, packs, push, services_of
+from tests.api.test_packs import (
+    NS,
+    URL,
+    bundle,
+    count_gcs_reads,
+    drop_own_blobs,
+    entries,
+    locations,
+    packs,
+    push,
+    services_of,
+)
 from tests.conftest import sha
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 
@@ -292,16 +303,6 @@ def test_on_gcs_entries_put_one_at_a_time_come_back_in_one_ranged_read(
         data = entries(20)
         put_each(client, data)
         assert pack_now(client)["entries_packed"] == 20
-        calls = {"read_pack": 0, "read_whole": 0, "open": 0}
-        for name in calls:
-            original = getattr(GcsBlobStore, name)
-
-            def counted(
-                self: GcsBlobStore, *args: object, _name: str = name, _original: Any = original
-            ) -> object:
-                calls[_name] += 1
-                return _original(self, *args)
-
-            monkeypatch.setattr(GcsBlobStore, name, counted)
+        calls = count_gcs_reads(monkeypatch)
         assert bundle(client, list(data)) == data
     assert calls == {"read_pack": 1, "read_whole": 0, "open": 0}

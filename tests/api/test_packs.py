@@ -191,12 +191,8 @@ def test_packs_are_off_by_default_on_the_local_store(tmp_path: Path) -> None:
         assert bundle(client, list(data)) == data
 
 
-def test_a_gcs_bundle_reads_a_pack_in_one_request_not_one_per_entry(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On GCS packs are on by default: 40 entries pushed in one bulk upload come back from one ranged GET."""
-    endpoint: str = request.getfixturevalue("fake_gcs_endpoint")
-    bucket: str = request.getfixturevalue("gcs_bucket")
+def count_gcs_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """From now on, how often the GCS store reads a pack range, a whole blob, or opens one."""
     calls: dict[str, int] = {"read_pack": 0, "read_whole": 0, "open": 0}
     for name in calls:
         original = getattr(GcsBlobStore, name)
@@ -208,6 +204,16 @@ def test_a_gcs_bundle_reads_a_pack_in_one_request_not_one_per_entry(
             return _original(self, *args)
 
         monkeypatch.setattr(GcsBlobStore, name, counted)
+    return calls
+
+
+def test_a_gcs_bundle_reads_a_pack_in_one_request_not_one_per_entry(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On GCS packs are on by default: 40 entries pushed in one bulk upload come back from one ranged GET."""
+    endpoint: str = request.getfixturevalue("fake_gcs_endpoint")
+    bucket: str = request.getfixturevalue("gcs_bucket")
+    calls = count_gcs_reads(monkeypatch)
     settings = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0)
     upgrade(settings)
     store = GcsBlobStore(bucket, "cache", endpoint=endpoint, retries=2, backoff=0.05)

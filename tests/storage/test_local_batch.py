@@ -19,6 +19,19 @@ def files_under(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
 
 
+def gate_writes(store: LocalBlobStore, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Every temp file write of ``store`` waits (at most 10 s) until the returned event is set."""
+    original = store._write_temp
+    gate = threading.Event()
+
+    def held(*args: object, **kwargs: object) -> str:
+        gate.wait(10)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_write_temp", held)
+    return gate
+
+
 def test_a_write_failing_on_a_writer_thread_fails_the_commit_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -49,14 +62,7 @@ def test_an_abort_with_writes_in_flight_leaves_no_temp_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = LocalBlobStore(tmp_path / "blobs")
-    original = store._write_temp
-    gate = threading.Event()
-
-    def slow(*args: object, **kwargs: object) -> str:
-        gate.wait(10)
-        return original(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(store, "_write_temp", slow)
+    gate = gate_writes(store, monkeypatch)
     batch = store.batch()
     with batch:
         for i in range(6):
@@ -68,14 +74,7 @@ def test_an_abort_with_writes_in_flight_leaves_no_temp_file(
 
 def test_the_writes_waiting_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = LocalBlobStore(tmp_path / "blobs")
-    original = store._write_temp
-    gate = threading.Event()
-
-    def held(*args: object, **kwargs: object) -> str:
-        gate.wait(10)
-        return original(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(store, "_write_temp", held)
+    gate = gate_writes(store, monkeypatch)
     monkeypatch.setattr(LocalBatch, "WRITES_AHEAD", 3)
     puts_done: list[int] = []
     with store.batch() as batch:
