@@ -21,9 +21,7 @@ import itertools
 import json
 import os
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -411,99 +409,33 @@ class LocalBatch:
     final name (create-only, as ``put``), fsyncs each directory that got a name once, and removes the temp
     files. A crash before the sync leaves only temp files (swept later); after it, every name that exists
     has its whole bytes.
-
-    A blob of at most :data:`THREADED_BYTES` is taken whole on the caller's thread (its checks run there,
-    and raise there) and its temp file is written on one of :data:`WRITERS` threads while the caller reads
-    the next: creating, writing and closing a file is kernel time, which releases the GIL, and a bulk
-    upload's one storing thread spent half of its time on it. At most :data:`WRITES_AHEAD` such writes wait
-    or run at once (what they hold is bounded); commit waits for them first.
     """
-
-    THREADED_BYTES = 1024 * 1024
-    WRITERS = 2
-    WRITES_AHEAD = 32
 
     def __init__(self, store: LocalBlobStore) -> None:
         self._store = store
-        self._pending: dict[str, str | Future[str | None]] = {}
+        self._pending: dict[str, str] = {}
         self._present: set[str] = set()
-        self._writing: deque[Future[str | None]] = deque()
-        self._pool: ThreadPoolExecutor | None = None
 
     def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
-        if name in self._pending or name in self._present:
+        if name in self._pending or name in self._present or os.path.exists(self._store._file(name)):
             for _ in chunks:
                 pass
-            return
-        pieces = iter(chunks)
-        held: list[bytes] = []
-        size = 0
-        for chunk in pieces:  # the checks run as the chunks are taken: a refused blob raises here
-            held.append(chunk)
-            size += len(chunk)
-            if size > self.THREADED_BYTES:
-                self._put_here(name, itertools.chain(held, pieces), metadata)
-                return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.WRITERS, thread_name_prefix="xla-cache-blob-write")
-        while len(self._writing) >= self.WRITES_AHEAD:
-            self._writing.popleft().exception()  # wait; its outcome is read at commit
-        future = self._pool.submit(self._write_small, name, b"".join(held), dict(metadata))
-        self._writing.append(future)
-        self._pending[name] = future
-
-    def _put_here(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
-        if os.path.exists(self._store._file(name)):
-            for _ in chunks:
-                pass
-            self._present.add(name)
+            if name not in self._pending:
+                self._present.add(name)
             return
         with _storage_errors():
             self._pending[name] = self._store._write_temp(name, chunks, metadata, sync=False)
 
-    def _write_small(self, name: str, data: bytes, metadata: Mapping[str, str]) -> str | None:
-        """On a writer thread: the temp file of a blob taken whole, or None if the name is stored already."""
-        if os.path.exists(self._store._file(name)):
-            return None
-        return self._store._write_temp(name, (data,), metadata, sync=False)
-
-    def _written(self, pending: dict[str, str | Future[str | None]]) -> tuple[dict[str, str], set[str]]:
-        """Wait for the writes: the temp file of each name written, and the names found stored already.
-        A write that failed raises (after the others ended; their temp files are removed then)."""
-        files: dict[str, str] = {}
-        present: set[str] = set()
-        failure: BaseException | None = None
-        for name, item in pending.items():
-            if isinstance(item, str):
-                files[name] = item
-                continue
-            try:
-                tmp = item.result()
-            except BaseException as exc:  # kept, and raised once every write has ended
-                failure = failure or exc
-                continue
-            if tmp is None:
-                present.add(name)
-            else:
-                files[name] = tmp
-        if failure is not None:
-            for tmp in files.values():
-                _unlink(tmp)
-            raise failure
-        return files, present
-
     def commit(self) -> dict[str, bool]:
         pending, present = self._pending, self._present
-        self._pending, self._present, self._writing = {}, set(), deque()
-        with _storage_errors():
-            files, found = self._written(pending)
-        done = dict.fromkeys(present | found, False)
+        self._pending, self._present = {}, set()
+        done = dict.fromkeys(present, False)
         try:
             with _storage_errors():
-                if files:
-                    _sync_filesystem(self._store._tmp, list(files.values()))
+                if pending:
+                    _sync_filesystem(self._store._tmp, list(pending.values()))
                 directories: set[str] = set()
-                for name, tmp in files.items():
+                for name, tmp in pending.items():
                     final = self._store._file(name)
                     done[name] = self._store._link(tmp, final)
                     if done[name]:
@@ -511,33 +443,20 @@ class LocalBatch:
                 for directory in directories:
                     _fsync_dir(directory)
         finally:
-            for tmp in files.values():
+            for tmp in pending.values():
                 _unlink(tmp)
         return done
 
     def abort(self) -> None:
-        pending = self._pending
-        self._pending, self._present, self._writing = {}, set(), deque()
-        for item in pending.values():
-            if isinstance(item, str):
-                _unlink(item)
-            else:
-                item.cancel()
-                try:
-                    tmp = item.result()
-                except BaseException:  # nothing of a failed (or cancelled) write is left to remove
-                    continue
-                if tmp is not None:
-                    _unlink(tmp)
+        for tmp in self._pending.values():
+            _unlink(tmp)
+        self._pending, self._present = {}, set()
 
     def __enter__(self) -> LocalBatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.abort()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
