@@ -31,8 +31,10 @@ __all__ = [
     "EVICTED_BYTES",
     "EVICTIONS",
     "HITS",
+    "MEMORY_ANSWERS",
     "MISSES",
     "MULTIPROC_ENV",
+    "PACKED_LATER",
     "REQUESTS",
     "REQUEST_SECONDS",
     "StoredCollector",
@@ -63,6 +65,16 @@ HITS = Counter(
 MISSES = Counter("xla_cache_misses", "Entries asked for and not stored, by namespace.", ["namespace"])
 EVICTIONS = Counter("xla_cache_evictions", "Entries evicted, by namespace.", ["namespace"])
 EVICTED_BYTES = Counter("xla_cache_evicted_bytes", "Bytes freed by eviction, by namespace.", ["namespace"])
+MEMORY_ANSWERS = Counter(
+    "xla_cache_memory_answers",
+    "Single reads answered from memory copies of entries read a moment ago (cache_server.hot), without "
+    "the index or the store, by answer: get, head, not_modified.",
+    ["answer"],
+)
+PACKED_LATER = Counter(
+    "xla_cache_packed_later_entries",
+    "Entries stored without a copy in a pack that packing later gave one (cache_server.admin.packing).",
+)
 
 
 MAX_NAMESPACE_LABELS = 1000

@@ -29,6 +29,7 @@ from cache_protocol import (
     UPLOADER_MAX_LENGTH,
 )
 from cache_protocol.tar import BLOCK, END, TarMember, member_header, padding
+from cache_server import metrics
 from cache_server.access import AccessRecorder
 from cache_server.bulk import BulkResult, put_members
 from cache_server.domain import Clock, EntryInfo, NamespaceInfo, utcnow
@@ -72,6 +73,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# the children of the memory-answer counter, looked up once (answering from memory is the fastest path)
+_MEMORY_GET = metrics.MEMORY_ANSWERS.labels("get")
+_MEMORY_HEAD = metrics.MEMORY_ANSWERS.labels("head")
+_MEMORY_NOT_MODIFIED = metrics.MEMORY_ANSWERS.labels("not_modified")
 WHOLE_READ_BYTES = 1024 * 1024
 """Entries up to this size are read whole and checked before the first byte is sent (one piece, no
 stream): a blob found corrupt then costs its reader a miss, not a broken transfer. Checked: hashed, or only
@@ -443,7 +448,10 @@ class CacheService:
         Never waits on the index or the store: safe to call on the event loop.
         """
         item = self.hot.get(namespace, key)
-        return item.entry if item is not None else None
+        if item is None:
+            return None
+        _MEMORY_HEAD.inc()
+        return item.entry
 
     def read_hot(
         self,
@@ -466,10 +474,12 @@ class CacheService:
             return None
         entry = item.entry
         if _reader_has(entry, if_none_match):
+            _MEMORY_NOT_MODIFIED.inc()
             return NotModified(entry)
         if item.content is None:
             return None
         self._access.hit(namespace, key, entry.size, live=live)
+        _MEMORY_GET.inc()
         return OpenedEntry(entry=entry, body=iter((item.content,)), content=item.content)
 
     def read_entry(

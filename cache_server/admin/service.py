@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from cache_server import metrics
 from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
@@ -126,6 +127,7 @@ class AdminService:
         assert self._packer is not None
         with self._packing_lock:
             result = self._packer.round()
+        metrics.PACKED_LATER.inc(result.entries_packed)
         if result.packs_written:
             log.info("packed %d loose entries into %d packs", result.entries_packed, result.packs_written)
 
@@ -136,7 +138,9 @@ class AdminService:
         if self._packer is None:
             return None
         with self._packing_lock:
-            return self._packer.run(max_entries, max_seconds)
+            result = self._packer.run(max_entries, max_seconds)
+        metrics.PACKED_LATER.inc(result.entries_packed)
+        return result
 
     # -- graphs -----------------------------------------------------------------------------------------
     def entry_stored(self, namespace: str, key: str) -> None:

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from cache_server.api.telemetry import ACCESS_LOGGER
 from tests.admin.conftest import Samples, metric_samples, upload
+from tests.api.test_compression import client_for
 from tests.conftest import sha
 from tests.support.server import run_server
 from tests.support.wait import wait_until
@@ -189,3 +190,26 @@ def test_made_up_namespaces_do_not_grow_the_scrape(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(metrics, "MAX_NAMESPACE_LABELS", 3)
     assert [metrics.namespace_label(f"ns{i}") for i in range(5)] == ["ns0", "ns1", "ns2", "_other", "_other"]
     assert metrics.namespace_label("ns1") == "ns1"  # names seen before keep their own label
+
+
+def test_memory_answers_and_packing_later_are_counted(tmp_path: Path) -> None:
+    """What operators tune the memory copies (XLA_CACHE_HOT_CACHE_*) and packing by: the single reads
+    answered from memory, by answer, and the entries packed later."""
+    with client_for(tmp_path, hot_cache_seconds=60, packs=True, pack_interval_seconds=3600) as client:
+        before = scrape(client.get)
+        for key in ("a", "b", "c", "d"):
+            upload(client, "mem", key, key.encode() * 1000)
+        url = "/v1/namespaces/mem/entries/a"
+        assert client.get(url).status_code == 200  # the first read: index and store, then kept
+        assert client.get(url).status_code == 200
+        assert client.get(url).status_code == 200
+        assert client.head(url).status_code == 200
+        assert client.get(url, headers={"If-None-Match": f'"{sha(b"a" * 1000)}"'}).status_code == 304
+        assert client.head("/v1/namespaces/mem/entries/b").status_code == 200  # not read before
+        assert client.post("/admin/pack", json={}).json()["entries_packed"] == 4
+        after = scrape(client.get)
+    answers = "xla_cache_memory_answers_total"
+    assert delta(after, before, answers, answer="get") == 2
+    assert delta(after, before, answers, answer="head") == 1
+    assert delta(after, before, answers, answer="not_modified") == 1
+    assert delta(after, before, "xla_cache_packed_later_entries_total") == 4
