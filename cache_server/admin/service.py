@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from cache_server import metrics
 from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
@@ -81,7 +80,7 @@ class AdminService:
             settings.pack_interval_seconds,
             self._pack_round,
             # the workers of one server, started together, should not read the same entries together
-            first_delay=random.uniform(0, settings.pack_interval_seconds),
+            first_delay=random.uniform(0.5, 1.5) * settings.pack_interval_seconds,
         )
         self._packing_lock = threading.Lock()  # the background rounds and POST /admin/pack take turns
 
@@ -127,7 +126,6 @@ class AdminService:
         assert self._packer is not None
         with self._packing_lock:
             result = self._packer.round()
-        metrics.PACKED_LATER.inc(result.entries_packed)
         if result.packs_written:
             log.info("packed %d loose entries into %d packs", result.entries_packed, result.packs_written)
 
@@ -138,9 +136,7 @@ class AdminService:
         if self._packer is None:
             return None
         with self._packing_lock:
-            result = self._packer.run(max_entries, max_seconds)
-        metrics.PACKED_LATER.inc(result.entries_packed)
-        return result
+            return self._packer.run(max_entries, max_seconds)
 
     # -- graphs -----------------------------------------------------------------------------------------
     def entry_stored(self, namespace: str, key: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -380,7 +381,7 @@ def _flag(request: Request, name: str) -> bool:
     value = request.query_params.get(name)
     if value is None:
         return False
-    spelled = value.strip().lower()
+    spelled = value.lower()
     if spelled in _TRUE or spelled in _FALSE:
         return spelled in _TRUE
     raise BadRequest(f"The query parameter {name!r} must be true or false (1 or 0), not {value!r}.")
@@ -390,7 +391,7 @@ def _flag(request: Request, name: str) -> bool:
     "/entries/{key:path}",
     response_class=StreamingResponse,
     responses={307: {"description": "With ?redirect=1 on a server that signs URLs: download from Location"}},
-    openapi_extra={"parameters": _GET_PARAMETERS},
+    openapi_extra={"parameters": copy.deepcopy(_GET_PARAMETERS)},  # FastAPI keeps what it is given
 )
 async def get_entry(request: Request) -> Response:
     """Download an entry's bytes with ``ETag`` and ``X-Content-SHA256``; 404 on a miss (counted).
@@ -423,7 +424,7 @@ async def get_entry(request: Request) -> Response:
     return redirect_to(read)
 
 
-@router.head("/entries/{key:path}", openapi_extra={"parameters": _ENTRY_PATH_PARAMETERS})
+@router.head("/entries/{key:path}", openapi_extra={"parameters": copy.deepcopy(_ENTRY_PATH_PARAMETERS)})
 async def head_entry(request: Request) -> Response:
     """Whether an entry exists, with its size and digest headers (not counted as a hit)."""
     namespace, key = request.path_params["namespace"], request.path_params["key"]

@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.requests import Request
 
+from cache_server.api.entries import _flag
 from cache_server.api.schemas import ManifestEntry, ManifestOut
+from cache_server.errors import BadRequest
 from cache_server.service import CorruptBlob
 from cache_server.settings import Settings
 from cache_server.wiring import Services
@@ -416,3 +419,30 @@ def test_dropping_a_corrupt_read_spares_the_key_stored_again_since(
     stale = dataclasses.replace(services.cache.head_entry(NS, "k"), sha256=sha(b"old bytes"))
     services.cache._drop_corrupt(stale)
     assert client.get(f"{URL}/k").content == b"new bytes"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        (b"", False),
+        (b"redirect=1", True),
+        (b"redirect=true", True),
+        (b"redirect=On", True),
+        (b"redirect=yes", True),
+        (b"redirect=0", False),
+        (b"redirect=false", False),
+        (b"redirect=off", False),
+        (b"redirect=n", False),
+        (b"redirect=0&redirect=1", True),  # the last one, as FastAPI took it
+        (b"redirect=", None),
+        (b"redirect=%201", None),
+        (b"redirect=maybe", None),
+    ],
+)
+def test_the_redirect_flag_reads_as_fastapi_read_it(query: bytes, expected: bool | None) -> None:
+    request = Request({"type": "http", "query_string": query, "headers": []})
+    if expected is None:
+        with pytest.raises(BadRequest, match="'redirect'"):
+            _flag(request, "redirect")
+    else:
+        assert _flag(request, "redirect") is expected
