@@ -135,9 +135,14 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                 # tar's copy of the same entries, timed just before each warm, tells what the disk allowed.
                 floor_target = ctx.tmpdir("gcs-floor")
 
-                def fresh_with_floor(source: CacheDir = source) -> None:
-                    floor.seconds.append(timed_tar_copy(source.directory, floor_target))
-                    fresh(destination)
+                def with_floor(into: Series, source: CacheDir = source) -> Callable[[], None]:
+                    """A warm's setup that times tar's copy of the same entries into ``into`` first."""
+
+                    def setup() -> None:
+                        into.seconds.append(timed_tar_copy(source.directory, floor_target))
+                        fresh(destination)
+
+                    return setup
 
                 def warms_from(
                     label: str,
@@ -174,7 +179,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                 # (reading each blob from the bucket, through the proxy) for a while after the push.
                 for pushed_server in pushed_to:
                     wait_quiet(pushed_server.pid)
-                warm_series = warms_from("warm()", server, warms, fresh_with_floor)
+                warm_series = warms_from("warm()", server, warms, with_floor(floor))
                 result.add(floor)
                 bad = [o for o in warms if o.downloaded != count]
                 if bad:
@@ -200,7 +205,12 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
                     result.figures["packing later: entries packed"] = packed["entries_packed"]
                     result.figures["packing later: packs written"] = packed["packs_written"]
                     wait_quiet(later.pid)
-                    warms_from("warm() after packing later", later, [])
+                    later_floor = Series(
+                        "tar c | tar x of the same entries, before each warm() after packing later",
+                        work={"entries": count},
+                    )
+                    warms_from("warm() after packing later", later, [], with_floor(later_floor))
+                    result.add(later_floor)
     if timed_out:
         push_series.note = f"timed out after {timeout:g} s"
     floor_median = floor.median if floor.seconds else float("nan")
