@@ -46,6 +46,7 @@ __all__ = [
     "RUN_BYTES",
     "RUN_GAP",
     "PackWriter",
+    "holds_entry",
     "packing_store",
     "read_copies",
 ]
@@ -68,6 +69,12 @@ RUN_BYTES = 8 * MIB
 """The most bytes one ranged read of a pack asks for (a single larger copy is still read, alone)."""
 RUN_WORKERS = 4
 """Ranged reads of one bundle in flight at once (so at most this many times RUN_BYTES held)."""
+
+
+def holds_entry(data: bytes, entry: EntryInfo) -> bool:
+    """Whether ``data`` is exactly the entry's bytes (its size and SHA-256): checked before a copy goes
+    into a pack and before one is sent."""
+    return len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256
 
 
 def packing_store(store: object, enabled: bool | None) -> StoresPacks | None:
@@ -227,9 +234,7 @@ def read_copies(
             for entry, offset in run.members:
                 at = offset - run.start
                 copy = None if data is None else data[at : at + entry.size]
-                if copy is not None and (
-                    len(copy) != entry.size or hashlib.sha256(copy).hexdigest() != entry.sha256
-                ):
+                if copy is not None and not holds_entry(copy, entry):
                     copy = None
                 if copy is None and run.pack not in skipped:
                     skipped.add(run.pack)

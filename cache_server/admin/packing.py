@@ -19,15 +19,14 @@ small to pack.
 
 The server does this in the background (every ``XLA_CACHE_PACK_INTERVAL_SECONDS``, a page per round, the
 first round after a random 0.5 to 1.5 times the interval, so that the workers of one server do not go in
-step) on
-a store that packs, and ``POST /admin/pack`` does it now. An entry whose blob is missing or damaged is
-left as it is and not read again by this process for :data:`UNREADABLE_RETRY_SECONDS` (the read paths
-deal with it). A store that fails (unreachable) ends the round; its page is tried again the next round.
+step) on a store that packs, and ``POST /admin/pack`` does it now. An entry whose blob is missing or
+damaged is left as it is and not read again by this process for :data:`UNREADABLE_RETRY_SECONDS` (the
+read paths deal with it). A store that fails (unreachable) ends the round; its page is tried again the
+next round.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -39,7 +38,7 @@ from itertools import groupby
 from cache_server import metrics
 from cache_server.domain import EntryInfo
 from cache_server.index.admin import AdminRepository
-from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
+from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS, holds_entry
 from cache_server.storage.base import BlobStore, StoresPacks, blob_name, open_many
 
 __all__ = ["PAGE_ENTRIES", "UNREADABLE_RETRY_SECONDS", "LoosePacker", "PackingResult"]
@@ -200,6 +199,4 @@ def _checked(entry: EntryInfo, chunks: Iterator[bytes]) -> bytes | None:
             return None
         held.append(chunk)
     content = b"".join(held)
-    if size != entry.size or hashlib.sha256(content).hexdigest() != entry.sha256:
-        return None
-    return content
+    return content if holds_entry(content, entry) else None
