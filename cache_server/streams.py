@@ -11,6 +11,7 @@ import zstandard
 __all__ = [
     "PIECE",
     "ZSTD_LEVEL",
+    "ZSTD_PIECE",
     "Coalescer",
     "NotZstd",
     "accepts_zstd",
@@ -23,6 +24,9 @@ ZSTD_LEVEL = 3  # about 48x on executables of one graph at many shapes, at hundr
 
 PIECE = 1024 * 1024
 """The size pieces are joined up to: large enough that a write or a thread hop costs little per byte."""
+ZSTD_PIECE = 64 * 1024
+"""... and compressed pieces: executables of one graph shrink 10-50 times in a zstd stream, so a MiB of
+them could be a whole upload, and the server would store nothing until all of it had arrived."""
 
 
 class Coalescer:

@@ -34,7 +34,15 @@ from cache_server.domain import EntryInfo
 from cache_server.errors import BadRequest, BodyTimeout, ClientAborted, UnsupportedEncoding, UploadsBusy
 from cache_server.names import check_key, check_namespace, check_sha256
 from cache_server.service import NotModified, OpenedEntry
-from cache_server.streams import Coalescer, NotZstd, accepts_zstd, zstd_compressed, zstd_decompressed
+from cache_server.streams import (
+    PIECE,
+    ZSTD_PIECE,
+    Coalescer,
+    NotZstd,
+    accepts_zstd,
+    zstd_compressed,
+    zstd_decompressed,
+)
 
 __all__ = ["UploadSlots", "router", "upload_slots"]
 
@@ -109,7 +117,9 @@ def upload_slots(request: Request) -> UploadSlots:
 
 
 class _UploadBody:
-    """The request body in pieces of about a MiB (each crosses to the worker thread in one hop).
+    """The request body in pieces of about ``piece`` bytes (each crosses to the worker thread in one hop): a
+    MiB, or :data:`~cache_server.streams.ZSTD_PIECE` of a compressed body, so that the server stores a
+    compressed push as it arrives rather than after its last MiB.
 
     A pause of more than ``idle_timeout`` seconds between two pieces off the network ends the upload with
     :class:`BodyTimeout`, and so does a body that trickles: after its first ``idle_timeout`` seconds an
@@ -117,8 +127,9 @@ class _UploadBody:
     few seconds would otherwise hold an upload slot for hours). ``received`` counts the bytes that arrived.
     """
 
-    def __init__(self, request: Request, idle_timeout: float, min_rate: int) -> None:
+    def __init__(self, request: Request, idle_timeout: float, min_rate: int, piece: int = PIECE) -> None:
         self._request = request
+        self._piece = piece
         self._idle_timeout = idle_timeout
         self._min_rate = min_rate
         self.received = 0
@@ -132,7 +143,7 @@ class _UploadBody:
         return (budget, True) if budget < self._idle_timeout else (self._idle_timeout, False)
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        joiner = Coalescer()
+        joiner = Coalescer(self._piece)
         stream = self._request.stream().__aiter__()
         started = last = time.monotonic()
         while True:
@@ -294,14 +305,18 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     who = principal(request)
     stored_by = who.token_id if who is not None else None
     settings = get_settings(request)
-    upload = _UploadBody(request, settings.body_timeout_seconds, settings.min_upload_bytes_per_second)
-    slots = upload_slots(request)
-
     encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
     if encoding not in ("identity", "zstd"):
         raise UnsupportedEncoding(
             f"Content-Encoding {encoding!r} is not taken here: send the tar stream as it is, or zstd."
         )
+    upload = _UploadBody(
+        request,
+        settings.body_timeout_seconds,
+        settings.min_upload_bytes_per_second,
+        piece=ZSTD_PIECE if encoding == "zstd" else PIECE,
+    )
+    slots = upload_slots(request)
 
     def store_all() -> bytes:
         pieces: Iterator[bytes] = _blocking_body(upload.pieces().__aiter__())

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import io
+import random
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import zstandard
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
+from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.api.test_bulk_upload import member, tar_of
 from tests.conftest import sha
+from tests.support.threaded_server import serve_in_thread
+from tests.support.wait import wait_until
 
 NS = "/v1/namespaces/ns"
 # Executables of one graph at many shapes are nearly alike: so are these.
@@ -101,3 +106,43 @@ def test_a_zstd_bomb_is_bounded_by_the_entry_limit(tmp_path: Path) -> None:
         response = client.post(f"{NS}/entries", content=compressed, headers={"Content-Encoding": "zstd"})
         assert response.status_code == 200
         assert [(r["key"], r["status"]) for r in response.json()["results"]] == [("bomb", 413)]
+
+
+def test_a_compressed_bulk_upload_is_stored_as_it_arrives(tmp_path: Path) -> None:
+    """Executables of one graph shrink tens of times in a zstd stream: the server must not wait for a MiB of
+    compressed bytes (a whole push, often) before it stores anything. The client holds back the end of its
+    stream until it sees the first group of members stored."""
+    settings = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0)
+    upgrade(settings)
+    rng = random.Random(7)
+    first = [member(f"k{i}", rng.randbytes(300)) for i in range(GROUP_ENTRIES)]
+    filler = member("filler", rng.randbytes(200_000))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in [*first, filler]:
+            tar.addfile(info, io.BytesIO(data))
+        held_at = out.tell()
+    stream = out.getvalue()
+    last_key = first[-1][0].name
+
+    with serve_in_thread(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as looker:
+
+        def body() -> Iterator[bytes]:
+            compressor = zstandard.ZstdCompressor(level=3).compressobj()
+            head = compressor.compress(stream[:held_at]) + compressor.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+            assert len(head) < 1024 * 1024  # under a MiB: the whole upload, had the server waited for one
+            yield head
+            wait_until(
+                lambda: looker.get(f"{NS}/entries/{last_key}").status_code == 200,
+                timeout=10.0,
+                message="the first group was not stored while the rest of the stream was held back",
+            )
+            yield compressor.compress(stream[held_at:]) + compressor.flush()
+
+        response = httpx.post(
+            f"{url}{NS}/entries",
+            content=body(),
+            headers={"Content-Type": "application/x-tar", "Content-Encoding": "zstd"},
+            timeout=60,
+        )
+    assert response.status_code == 200 and response.json()["stored"] == GROUP_ENTRIES + 1
