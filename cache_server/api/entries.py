@@ -37,6 +37,7 @@ from cache_server.service import NotModified, OpenedEntry
 from cache_server.streams import (
     PIECE,
     ZSTD_PIECE,
+    ZSTD_UPLOAD_WINDOW,
     Coalescer,
     NotZstd,
     accepts_zstd,
@@ -117,9 +118,9 @@ def upload_slots(request: Request) -> UploadSlots:
 
 
 class _UploadBody:
-    """The request body in pieces of about ``piece`` bytes (each crosses to the worker thread in one hop): a
-    MiB, or :data:`~cache_server.streams.ZSTD_PIECE` of a compressed body, so that the server stores a
-    compressed push as it arrives rather than after its last MiB.
+    """The request body in pieces of at least ``piece`` bytes, but the last (each crosses to the worker thread
+    in one hop): a MiB, or :data:`~cache_server.streams.ZSTD_PIECE` of a compressed body, so that the server
+    stores a compressed push as it arrives rather than after its last MiB.
 
     A pause of more than ``idle_timeout`` seconds between two pieces off the network ends the upload with
     :class:`BodyTimeout`, and so does a body that trickles: after its first ``idle_timeout`` seconds an
@@ -321,7 +322,7 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     def store_all() -> bytes:
         pieces: Iterator[bytes] = _blocking_body(upload.pieces().__aiter__())
         if encoding == "zstd":
-            pieces = zstd_decompressed(pieces)
+            pieces = zstd_decompressed(pieces, max_window=ZSTD_UPLOAD_WINDOW)
         reader = TarReader(lambda _size: next(pieces, b""), max_members=settings.max_keys_per_request)
         try:
             result = service.put_entries(namespace, reader.members(), stored_by=stored_by)
