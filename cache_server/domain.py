@@ -13,13 +13,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "COUNTERS",
     "Clock",
     "Counters",
     "EntryInfo",
+    "EntryRef",
     "NamespaceInfo",
     "TokenInfo",
     "counter_description",
@@ -102,6 +103,20 @@ class EntryInfo:
     stored_by: str | None = None  # the id of the token that stored it (None with auth off)
     pack: str | None = None  # the pack holding a copy of its bytes, if one does (cache_server.packs)
     pack_offset: int | None = None  # where in that pack
+
+
+class EntryRef(NamedTuple):
+    """An entry as a manifest and a bundle need it: what its bytes are, when it was stored, and its copy in a
+    pack. A lean row: of 2,000 rows on SQLite these take a third of the time of :class:`EntryInfo`'s
+    (no access times, counters or labels to convert), and a warm waits for two such lookups."""
+
+    namespace: str
+    key: str
+    size: int
+    sha256: str
+    created_at: dt.datetime
+    pack: str | None = None
+    pack_offset: int | None = None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Se
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from cache_server.domain import EntryInfo
+from cache_server.domain import EntryInfo, EntryRef
 from cache_server.storage.base import MIB, StoresPacks
 
 __all__ = [
@@ -71,7 +71,7 @@ RUN_WORKERS = 4
 """Ranged reads of one bundle in flight at once (so at most this many times RUN_BYTES held)."""
 
 
-def holds_entry(data: bytes, entry: EntryInfo) -> bool:
+def holds_entry(data: bytes, entry: EntryInfo | EntryRef) -> bool:
     """Whether ``data`` is exactly the entry's bytes (its size and SHA-256): checked before a copy goes
     into a pack and before one is sent."""
     return len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256
@@ -182,10 +182,10 @@ class _Run:
     pack: str
     start: int
     end: int
-    members: list[tuple[EntryInfo, int]] = field(default_factory=list)  # entry, offset in the pack
+    members: list[tuple[EntryRef, int]] = field(default_factory=list)  # entry, offset in the pack
 
 
-def _plan(by_pack: Mapping[str, list[tuple[int, EntryInfo]]]) -> list[_Run]:
+def _plan(by_pack: Mapping[str, list[tuple[int, EntryRef]]]) -> list[_Run]:
     """The ranged reads of the copies, given by pack as (offset, entry)."""
     runs: list[_Run] = []
     for pack, members in by_pack.items():
@@ -201,13 +201,13 @@ def _plan(by_pack: Mapping[str, list[tuple[int, EntryInfo]]]) -> list[_Run]:
 
 
 def read_copies(
-    store: StoresPacks, entries: Sequence[EntryInfo], forget: Callable[[Sequence[str]], object]
-) -> Iterator[tuple[EntryInfo, bytes | None]]:
+    store: StoresPacks, entries: Sequence[EntryRef], forget: Callable[[Sequence[str]], object]
+) -> Iterator[tuple[EntryRef, bytes | None]]:
     """Each of ``entries`` with its copy's checked bytes, or None where it has no usable copy (then read the
     entry's own blob): first those without a copy, in the order given, then the others in pack order. A
     pack found gone or damaged is given to ``forget`` (which lets no row point into it) and then deleted;
     one that could not be read (the store unreachable) is only skipped."""
-    by_pack: dict[str, list[tuple[int, EntryInfo]]] = defaultdict(list)
+    by_pack: dict[str, list[tuple[int, EntryRef]]] = defaultdict(list)
     for entry in entries:
         if entry.pack is None or entry.pack_offset is None:
             yield entry, None

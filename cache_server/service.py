@@ -32,7 +32,7 @@ from cache_protocol.tar import BLOCK, END, TarMember, member_header, padding
 from cache_server import metrics
 from cache_server.access import AccessRecorder
 from cache_server.bulk import BulkResult, put_members
-from cache_server.domain import Clock, EntryInfo, NamespaceInfo, utcnow
+from cache_server.domain import Clock, EntryInfo, EntryRef, NamespaceInfo, utcnow
 from cache_server.errors import (
     BadRequest,
     DigestConflict,
@@ -223,7 +223,7 @@ class _Signer:
             return None
         return SignedEntry(key=entry.key, url=url, size=entry.size, sha256=entry.sha256)
 
-    def sign_all(self, entries: Sequence[EntryInfo]) -> list[SignedEntry] | None:
+    def sign_all(self, entries: Sequence[EntryRef]) -> list[SignedEntry] | None:
         """URLs for all of ``entries`` (signed together), or None when the store's credentials cannot sign."""
         names = [blob_name(entry.namespace, entry.key) for entry in entries]
         urls = self._store.signed_urls(names, self.seconds) if names else {}
@@ -532,7 +532,7 @@ class CacheService:
         self.hot.put(entry, content, stamp)
         return OpenedEntry(entry=entry, body=iter((content,)), content=content)
 
-    def _drop_corrupt(self, entry: EntryInfo) -> None:
+    def _drop_corrupt(self, entry: EntryInfo | EntryRef) -> None:
         """Remove an entry whose stored bytes no longer match its digest (row first, then blob), so that the
         next upload of it stores it afresh instead of finding the bad blob "already stored".
 
@@ -553,7 +553,7 @@ class CacheService:
         except Exception:  # the read already failed; a failed clean-up must not hide that
             log.exception("could not drop corrupt entry %s/%s", entry.namespace, entry.key)
 
-    def _verified(self, entry: EntryInfo, reader: BlobReader) -> Iterator[bytes]:
+    def _verified(self, entry: EntryInfo | EntryRef, reader: BlobReader) -> Iterator[bytes]:
         """Stream the blob, holding back its last chunk until the whole digest has been checked.
 
         A blob whose bytes no longer match the index therefore never reaches a reader complete: the
@@ -590,7 +590,7 @@ class CacheService:
         if held is not None:
             yield held
 
-    def _length_checked(self, entry: EntryInfo, reader: BlobReader) -> Iterator[bytes]:
+    def _length_checked(self, entry: EntryInfo | EntryRef, reader: BlobReader) -> Iterator[bytes]:
         size = 0
         try:
             for chunk in reader.chunks():
@@ -603,7 +603,7 @@ class CacheService:
         if size != entry.size:
             self._corrupt(entry)
 
-    def _corrupt(self, entry: EntryInfo) -> None:
+    def _corrupt(self, entry: EntryInfo | EntryRef) -> None:
         log.error("corrupt blob %s/%s: stored bytes do not match the index", entry.namespace, entry.key)
         self._drop_corrupt(entry)
         raise CorruptBlob(f"stored bytes of {entry.namespace}/{entry.key} do not match the index")
@@ -634,7 +634,7 @@ class CacheService:
 
     def manifest(
         self, namespace: str, *, max_bytes: int | None = None, max_entries: int | None = None
-    ) -> list[EntryInfo]:
+    ) -> list[EntryRef]:
         """The entries worth warming, most useful first, within the bounds."""
         return self._entries.manifest(
             check_namespace(namespace), max_bytes=max_bytes, max_entries=max_entries
@@ -653,7 +653,7 @@ class CacheService:
             self._access.miss(namespace, missing)
         return coalesce(self._tar_stream(namespace, [rows[key] for key in wanted if key in rows]))
 
-    def _tar_stream(self, namespace: str, entries: list[EntryInfo]) -> Iterator[bytes]:
+    def _tar_stream(self, namespace: str, entries: list[EntryRef]) -> Iterator[bytes]:
         """The members: first those with a usable copy in a pack (:mod:`cache_server.packs`), in pack order,
         then the others in order, the next small ones read meanwhile on a remote store. Each member sent is
         a hit, counted when the stream ends or breaks."""
@@ -663,9 +663,9 @@ class CacheService:
         finally:
             self._access.hits(namespace, served)
 
-    def _members(self, entries: list[EntryInfo], served: list[tuple[str, int]]) -> Iterator[bytes]:
+    def _members(self, entries: list[EntryRef], served: list[tuple[str, int]]) -> Iterator[bytes]:
         if self._packs is not None:
-            rest: list[EntryInfo] = []
+            rest: list[EntryRef] = []
             for entry, copy in read_copies(self._packs, entries, self._entries.forget_packs):
                 if copy is None:
                     rest.append(entry)
@@ -686,7 +686,7 @@ class CacheService:
         yield END
 
     @staticmethod
-    def _member(entry: EntryInfo, body: Iterable[bytes], served: list[tuple[str, int]]) -> Iterator[bytes]:
+    def _member(entry: EntryRef, body: Iterable[bytes], served: list[tuple[str, int]]) -> Iterator[bytes]:
         """One member of a bundle (added to ``served``): tar header, SHA-256 as a PAX record, its bytes."""
         served.append((entry.key, entry.size))
         yield member_header(

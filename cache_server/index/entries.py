@@ -14,7 +14,7 @@ from typing import Any, cast
 from sqlalchemy import Select, Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
+from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, NamespaceInfo
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
 from cache_server.index.models import Entry, EntryFeed, EntryTotals, Namespace
@@ -88,6 +88,7 @@ def entry_info(row: Entry) -> EntryInfo:
 
 
 _ENTRY_COLUMNS = select(*(getattr(Entry, field.name) for field in fields(EntryInfo)))  # as EntryInfo(*row)
+_REF_COLUMNS = [getattr(Entry, name) for name in EntryRef._fields]  # as EntryRef(*row)
 _ONE_ENTRY = _ENTRY_COLUMNS.where(Entry.namespace == bindparam("namespace"), Entry.key == bindparam("key"))
 _ENTRIES = cast(Table, Entry.__table__)
 _FEED = cast(Table, EntryFeed.__table__)
@@ -191,13 +192,13 @@ class EntryRepository:
             row = connection.execute(_ONE_ENTRY, {"namespace": namespace, "key": key}).first()
             return EntryInfo(*row) if row is not None else None
 
-    def get_entries(self, namespace: str, keys: Sequence[str]) -> dict[str, EntryInfo]:
-        """The stored entries among ``keys``, by key."""
-        found: dict[str, EntryInfo] = {}
+    def get_entries(self, namespace: str, keys: Sequence[str]) -> dict[str, EntryRef]:
+        """The stored entries among ``keys``, by key (lean rows: a bundle's lookup of thousands)."""
+        found: dict[str, EntryRef] = {}
         with self._db.reading() as connection:
             for part in chunked(list(dict.fromkeys(keys))):
-                query = _ENTRY_COLUMNS.where(Entry.namespace == namespace, Entry.key.in_(part))
-                found.update((row.key, EntryInfo(*row)) for row in connection.execute(query))
+                query = select(*_REF_COLUMNS).where(Entry.namespace == namespace, Entry.key.in_(part))
+                found.update((row.key, EntryRef(*row)) for row in connection.execute(query))
         return found
 
     def forget_packs(self, pack_ids: Sequence[str]) -> int:
@@ -346,27 +347,27 @@ class EntryRepository:
             session.delete(row)
             return entry_info(row)
 
-    def manifest(self, namespace: str, *, max_bytes: int | None, max_entries: int | None) -> list[EntryInfo]:
+    def manifest(self, namespace: str, *, max_bytes: int | None, max_entries: int | None) -> list[EntryRef]:
         """The most useful entries first (most hits, then most recently used), within the bounds.
 
         An entry that does not fit in what is left of ``max_bytes`` is skipped and smaller ones after it
         may still be taken.
         """
-        chosen: list[EntryInfo] = []
+        chosen: list[EntryRef] = []
         budget = max_bytes
-        columns = [getattr(Entry, field.name) for field in fields(EntryInfo)]
         query = (
-            select(*columns)
+            select(*_REF_COLUMNS)
             .where(Entry.namespace == namespace)
             .order_by(Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key)  # ix_entries_manifest_order
         )
         if budget is None and max_entries is not None:
             query = query.limit(max_entries)  # nothing is skipped: the first rows are the answer
-        # Core rows (no ORM objects), streamed: with a byte budget the walk may go far. yield_per is a
-        # server-side cursor on PostgreSQL: close it even when the loop stops early.
+        # Core rows on a Core connection (an ORM session costs half again), streamed: with a byte budget
+        # the walk may go far. yield_per is a server-side cursor on PostgreSQL: close it even when the loop
+        # stops early.
         with (
-            self._db.transaction() as session,
-            session.execute(query.execution_options(yield_per=1000)) as rows,
+            self._db.reading() as connection,
+            connection.execute(query.execution_options(yield_per=1000)) as rows,
         ):
             for row in rows:
                 if max_entries is not None and len(chosen) >= max_entries:
@@ -375,7 +376,7 @@ class EntryRepository:
                     if row.size > budget:
                         continue
                     budget -= row.size
-                chosen.append(EntryInfo(*row))
+                chosen.append(EntryRef(*row))
         return chosen
 
     # -- access accounting ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import (
@@ -68,6 +69,28 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=dt.timezone.utc)
         return value.astimezone(dt.timezone.utc)
+
+    def result_processor(
+        self, dialect: Dialect, coltype: object
+    ) -> Callable[[Any], dt.datetime | None] | None:
+        """On SQLite, one function from the stored text to the aware time: the layered default (the
+        dialect's parser, then :meth:`process_result_value`) was most of the time of reading a manifest's
+        rows. Text it cannot parse goes the default way."""
+        layered = super().result_processor(dialect, coltype)
+        if dialect.name != "sqlite" or layered is None:
+            return layered
+        parse, utc = dt.datetime.fromisoformat, dt.timezone.utc
+
+        def process(value: Any) -> dt.datetime | None:
+            if isinstance(value, str):
+                try:
+                    parsed = parse(value)
+                except ValueError:
+                    return layered(value)
+                return parsed.replace(tzinfo=utc) if parsed.tzinfo is None else parsed.astimezone(utc)
+            return layered(value)
+
+        return process
 
 
 class Base(DeclarativeBase):

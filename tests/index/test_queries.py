@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from cache_server.domain import utcnow
 from cache_server.index.database import IN_CHUNK
 from cache_server.index.entries import AccessDelta, EntryRecord, EntryRepository
@@ -84,3 +86,23 @@ def test_timestamps_come_back_as_the_same_instant_in_utc(repo: EntryRepository) 
     assert entry.created_at == elsewhere
     assert entry.created_at.utcoffset() == dt.timedelta(0)
     assert entry.created_at.isoformat() == "2024-03-06T06:30:15.123456+00:00"
+    # the lean rows a manifest and a bundle read carry the same instant
+    [listed] = repo.manifest("ns", max_bytes=None, max_entries=None)
+    assert listed.created_at == repo.get_entries("ns", ["k"])["k"].created_at == entry.created_at
+    assert listed.created_at.utcoffset() == dt.timedelta(0)
+
+
+def test_timestamps_written_as_other_text_still_read_as_utc(repo: EntryRepository) -> None:
+    put(repo, "k", 1, at=utcnow())
+    database = repo._db
+    if database.engine.dialect.name != "sqlite":
+        pytest.skip("only SQLite keeps timestamps as text (written by another tool, or CURRENT_TIMESTAMP)")
+    for text, expected in [
+        ("2024-03-06 06:30:15", "2024-03-06T06:30:15+00:00"),
+        ("2024-03-06T06:30:15.500000+02:00", "2024-03-06T04:30:15.500000+00:00"),
+    ]:
+        with database.engine.begin() as connection:
+            connection.exec_driver_sql("UPDATE entries SET created_at = ?", (text,))
+        entry = repo.get_entry("ns", "k")
+        assert entry is not None and entry.created_at.isoformat() == expected
+        assert repo.get_entries("ns", ["k"])["k"].created_at.isoformat() == expected
