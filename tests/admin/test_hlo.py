@@ -99,3 +99,18 @@ def test_jax_layout_parses_compressed_with_zlib_or_zstandard() -> None:
         pieces = [compressed[i : i + 100] for i in range(0, len(compressed), 100)]
         assert parse_entry(pieces) == expected, key
     assert parse_entry([b"\x28\xb5\x2f\xfd" + b"not really zstd"]) is None
+
+
+def test_a_zstd_entry_that_asks_for_a_huge_window_is_not_parsed() -> None:
+    """The window is memory the parser holds while decoding: ``zstd --long`` asks for 128 MiB, which no
+    entry JAX writes needs. Such an entry is left unparsed; a window of up to 8 MiB is read as usual."""
+    key, data = next(iter(real_entries().items()))
+    plain = (1234).to_bytes(4, "big") + b"\x06\x0a\x04ifrt" + data
+
+    def frame(window_log: int) -> bytes:
+        params = zstandard.ZstdCompressionParameters.from_level(3, window_log=window_log)
+        compressor = zstandard.ZstdCompressor(compression_params=params).compressobj()  # no size in the frame
+        return compressor.compress(plain) + compressor.flush()
+
+    assert parse_entry([frame(23)]) == parse_entry([data]) is not None, key
+    assert parse_entry([frame(27)]) is None
