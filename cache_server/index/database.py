@@ -205,8 +205,9 @@ class Database:
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
-        """A Core connection for one short read (no ORM session: a point lookup costs half as much), bounded
-        by the statement timeout; what it began is rolled back at the end."""
+        """A Core connection for reads (no ORM session: a point lookup costs half as much), bounded by the
+        statement timeout as a whole (a manifest with a byte budget may walk a namespace in it); what it
+        began is rolled back at the end."""
         with self._mapped_errors(), self.engine.connect() as connection:
             if self._watchdog is None:
                 yield connection

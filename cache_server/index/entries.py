@@ -89,6 +89,7 @@ def entry_info(row: Entry) -> EntryInfo:
 
 _ENTRY_COLUMNS = select(*(getattr(Entry, field.name) for field in fields(EntryInfo)))  # as EntryInfo(*row)
 _REF_COLUMNS = [getattr(Entry, name) for name in EntryRef._fields]  # as EntryRef(*row)
+_REFS = select(*_REF_COLUMNS)
 _ONE_ENTRY = _ENTRY_COLUMNS.where(Entry.namespace == bindparam("namespace"), Entry.key == bindparam("key"))
 _ENTRIES = cast(Table, Entry.__table__)
 _FEED = cast(Table, EntryFeed.__table__)
@@ -197,7 +198,7 @@ class EntryRepository:
         found: dict[str, EntryRef] = {}
         with self._db.reading() as connection:
             for part in chunked(list(dict.fromkeys(keys))):
-                query = select(*_REF_COLUMNS).where(Entry.namespace == namespace, Entry.key.in_(part))
+                query = _REFS.where(Entry.namespace == namespace, Entry.key.in_(part))
                 found.update((row.key, EntryRef(*row)) for row in connection.execute(query))
         return found
 
@@ -355,10 +356,8 @@ class EntryRepository:
         """
         chosen: list[EntryRef] = []
         budget = max_bytes
-        query = (
-            select(*_REF_COLUMNS)
-            .where(Entry.namespace == namespace)
-            .order_by(Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key)  # ix_entries_manifest_order
+        query = _REFS.where(Entry.namespace == namespace).order_by(  # ix_entries_manifest_order
+            Entry.hits.desc(), Entry.last_access_at.desc(), Entry.key
         )
         if budget is None and max_entries is not None:
             query = query.limit(max_entries)  # nothing is skipped: the first rows are the answer

@@ -75,7 +75,8 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
     ) -> Callable[[Any], dt.datetime | None] | None:
         """On SQLite, one function from the stored text to the aware time: the layered default (the
         dialect's parser, then :meth:`process_result_value`) was most of the time of reading a manifest's
-        rows. Text it cannot parse goes the default way."""
+        rows. Text :func:`datetime.fromisoformat` refuses goes the layered way (whose own parser then
+        decides: on Python 3.10 it may know more formats)."""
         layered = super().result_processor(dialect, coltype)
         if dialect.name != "sqlite" or layered is None:
             return layered

@@ -93,10 +93,10 @@ def test_timestamps_come_back_as_the_same_instant_in_utc(repo: EntryRepository) 
 
 
 def test_timestamps_written_as_other_text_still_read_as_utc(repo: EntryRepository) -> None:
-    put(repo, "k", 1, at=utcnow())
     database = repo._db
     if database.engine.dialect.name != "sqlite":
         pytest.skip("only SQLite keeps timestamps as text (written by another tool, or CURRENT_TIMESTAMP)")
+    put(repo, "k", 1, at=utcnow())
     for text, expected in [
         ("2024-03-06 06:30:15", "2024-03-06T06:30:15+00:00"),
         ("2024-03-06T06:30:15.500000+02:00", "2024-03-06T04:30:15.500000+00:00"),
