@@ -15,7 +15,11 @@ server (one worker, SQLite, local blobs), and prints medians of:
 - a warm (after the server is quiet): wall time, this process's CPU, the server's CPU, and when each step
   of the conversation first ended, counted from the start: registering the namespace, the manifest, the
   bundle's answer (its headers), its first byte and its last byte (of the last bundle, when several
-  stream at once).
+  stream at once); and the client's waits for the bundle's pieces: how many it read, their sum, and the
+  sum and count of those over 2 ms (the rest is the client's own receiving, not the server falling
+  behind);
+- the same bundle read by a bare client that keeps nothing: wall time, its CPU and the server's (the
+  server's pace alone).
 
 Like ``python -m bench``, it times nothing of its setup, and it prints figures, not verdicts.
 """
@@ -37,6 +41,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import httpx
+
 from bench import clientops
 from bench.cases.transfer import tar_copy
 from bench.core import Context, fresh
@@ -44,13 +50,19 @@ from bench.data import CacheDir
 from bench.launch import children_of, own_cpu, process_cpu, wait_quiet
 from cache_protocol.tar import BLOCK, END, TarReader, member_header, padding
 
+LONG_WAIT = 0.002
+"""A wait for the next piece of a bundle longer than this is counted apart: the server behind, not the
+client's own receiving (about 60 us a piece of 64 KiB on the recorded machine)."""
+
 
 class Phases:
-    """Seconds from the start of a warm at which its server steps ended, from wrapped ``CacheApi`` calls."""
+    """Seconds from the start of a warm at which its server steps ended, from wrapped ``CacheApi`` calls,
+    and the client's waits for the pieces of its bundles."""
 
     def __init__(self) -> None:
         self.started = 0.0
         self.marks: dict[str, float] = {}
+        self.waits: list[float] = []
 
     def mark(self, name: str, *, last: bool = False) -> None:
         seconds = time.perf_counter() - self.started
@@ -80,7 +92,12 @@ class Phases:
                 self.mark("bundle answered")
 
                 def counted() -> Iterator[bytes]:
-                    for chunk in chunks:  # the reader stops at the tar's end, before the stream's
+                    while True:  # the reader stops at the tar's end, before the stream's
+                        asked = time.perf_counter()
+                        chunk = next(chunks, None)
+                        self.waits.append(time.perf_counter() - asked)
+                        if chunk is None:
+                            return
                         self.mark("bundle first byte")
                         self.mark("bundle last byte", last=True)
                         yield chunk
@@ -178,11 +195,12 @@ def measure(ctx: Context, reps: int) -> dict[str, Any]:
     destination = ctx.tmpdir("warm-into")
     warm_runs: dict[str, list[float]] = {"wall": [], "client CPU": [], "server CPU": []}
     marks: dict[str, list[float]] = {}
+    waits: dict[str, list[float]] = {}
     phases = Phases()
     for _ in range(reps):
         fresh(destination)
         os.sync()
-        phases.marks = {}
+        phases.marks, phases.waits = {}, []
         with phases.watching():
             cpu, server_cpu = own_cpu(), process_cpu(server.pid)
             phases.started = time.perf_counter()
@@ -194,18 +212,57 @@ def measure(ctx: Context, reps: int) -> dict[str, Any]:
             raise SystemExit(f"warm placed {warmed.downloaded} of {len(data.keys)}: {warmed.errors[:3]}")
         for name, seconds in phases.marks.items():
             marks.setdefault(name, []).append(seconds)
+        long_waits = [seconds for seconds in phases.waits if seconds > LONG_WAIT]
+        for name, value in (
+            ("pieces read", len(phases.waits)),
+            ("all waits", sum(phases.waits)),
+            ("waits over 2 ms", sum(long_waits)),
+            ("how many over 2 ms", len(long_waits)),
+        ):
+            waits.setdefault(name, []).append(value)
     figures["warm"] = {name: median(runs) for name, runs in warm_runs.items()}
     figures["warm steps ended at"] = {name: median(runs) for name, runs in marks.items()}
+    figures["warm's waits for bundle pieces"] = {name: median(runs) for name, runs in waits.items()}
+    figures["bundle to a bare reader"] = bare_reader(server.url, data, reps, server.pid)
     return figures
+
+
+def bare_reader(url: str, data: CacheDir, reps: int, server_pid: int) -> dict[str, float]:
+    """The namespace's bundle read by a client that keeps nothing: the server's pace alone (medians)."""
+    runs: dict[str, list[float]] = {"wall": [], "client CPU": [], "server CPU": []}
+    with httpx.Client(base_url=url, timeout=600) as http:
+        path = f"/v1/namespaces/{data.namespace}"
+        keys = [entry["key"] for entry in http.get(f"{path}/manifest").raise_for_status().json()["entries"]]
+        for _ in range(reps):
+            cpu, server_cpu, started = own_cpu(), process_cpu(server_pid), time.perf_counter()
+            headers = {"Accept-Encoding": "identity"}
+            with http.stream("POST", f"{path}/bundle", json={"keys": keys}, headers=headers) as response:
+                response.raise_for_status()
+                for _ in response.iter_bytes():
+                    pass
+            runs["wall"].append(time.perf_counter() - started)
+            runs["client CPU"].append(own_cpu() - cpu)
+            runs["server CPU"].append(process_cpu(server_pid) - server_cpu)
+    return {name: median(values) for name, values in runs.items()}
 
 
 def print_figures(figures: dict[str, Any]) -> None:
     print(f"{figures['data']}; scratch {figures['scratch']}")
     print(f"tar c | tar x: {figures['tar c | tar x'] * 1000:.0f} ms")
-    for title in ("client parts alone", "push", "warm", "warm steps ended at"):
+    for title in (
+        "client parts alone",
+        "push",
+        "warm",
+        "warm steps ended at",
+        "warm's waits for bundle pieces",
+        "bundle to a bare reader",
+    ):
         print(f"{title}:")
-        for name, seconds in figures[title].items():
-            print(f"  {name:<40} {seconds * 1000:8.0f} ms")
+        for name, value in figures[title].items():
+            if name in ("pieces read", "how many over 2 ms"):
+                print(f"  {name:<40} {value:8.0f}")
+            else:
+                print(f"  {name:<40} {value * 1000:8.0f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,4 +63,10 @@ def test_the_breakdown_runs_a_push_and_a_warm_and_times_their_parts(tmp_path: Pa
         "bundle first byte",
         "bundle last byte",
     ]
-    assert "warm steps ended at" in done.stdout
+    waits = figures["warm's waits for bundle pieces"]
+    assert waits["pieces read"] >= 1 and waits["all waits"] > 0
+    assert 0 <= waits["waits over 2 ms"] <= waits["all waits"]
+    assert 0 <= waits["how many over 2 ms"] <= waits["pieces read"]
+    bare = figures["bundle to a bare reader"]
+    assert bare["wall"] > 0 and bare["server CPU"] > 0
+    assert "warm steps ended at" in done.stdout and "bundle to a bare reader" in done.stdout
