@@ -11,8 +11,8 @@ import zstandard
 __all__ = [
     "PIECE",
     "ZSTD_LEVEL",
+    "ZSTD_MAX_WINDOW",
     "ZSTD_PIECE",
-    "ZSTD_UPLOAD_WINDOW",
     "Coalescer",
     "NotZstd",
     "accepts_zstd",
@@ -25,10 +25,10 @@ ZSTD_LEVEL = 3  # about 48x on executables of one graph at many shapes, at hundr
 
 PIECE = 1024 * 1024
 """The size pieces are joined up to: large enough that a write or a thread hop costs little per byte."""
-ZSTD_UPLOAD_WINDOW = 8 * 1024 * 1024
-"""The largest zstd window an upload may need: zstd's levels up to 19 stay within it (the client's level 3
-needs 2 MiB); ``--long`` and ``--ultra`` frames need up to 128 MiB of the server's memory each, and are
-refused."""
+ZSTD_MAX_WINDOW = 8 * 1024 * 1024
+"""The largest zstd window the server decodes, for an upload or a stored JAX entry: zstd's levels up to 19
+stay within it (the client's and JAX's level 3 need 2 MiB); ``--long`` and ``--ultra`` frames need up to
+128 MiB of the server's memory each, and are refused."""
 ZSTD_PIECE = 64 * 1024
 """... and compressed pieces: executables of one graph shrink 10-50 times in a zstd stream, so a MiB of
 them could be a whole upload, and the server would store nothing until all of it had arrived."""
@@ -114,19 +114,18 @@ class _PieceReader:
         return out
 
 
-def zstd_decompressed(pieces: Iterable[bytes], *, chunk: int = PIECE, max_window: int = 0) -> Iterator[bytes]:
+def zstd_decompressed(pieces: Iterable[bytes], *, chunk: int = PIECE) -> Iterator[bytes]:
     """The bytes of the zstd frames in ``pieces``, at most ``chunk`` at a time: a small input that expands
     hugely is released piece by piece, never held whole. :class:`NotZstd` for bytes that are not zstd, and
-    for a frame whose window (the memory its decoding holds) is over ``max_window`` bytes (0: libzstd's own
-    limit, 128 MiB)."""
-    decompressor = zstandard.ZstdDecompressor(max_window_size=max_window)
+    for a frame whose window (the memory its decoding holds) is over :data:`ZSTD_MAX_WINDOW`."""
+    decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     try:
         source = cast(IO[bytes], _PieceReader(pieces))  # read_to_iter needs only read(size)
         yield from decompressor.read_to_iter(source, read_size=PIECE, write_size=chunk)
     except zstandard.ZstdError as exc:
-        if max_window and "too much memory" in str(exc):
+        if "too much memory" in str(exc):
             raise NotZstd(
-                f"a zstd frame of the body needs a window over {max_window >> 20} MiB of memory to decode "
-                "(compress at level 19 or lower, without --long or --ultra)"
+                f"a zstd frame of the body needs a window over {ZSTD_MAX_WINDOW >> 20} MiB of memory to "
+                "decode (compress at level 19 or lower, without --long or --ultra)"
             ) from None
         raise NotZstd(f"the body is not valid zstd ({exc})") from None

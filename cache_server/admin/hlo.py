@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from cache_server.streams import ZSTD_UPLOAD_WINDOW, NotZstd, zstd_decompressed
+from cache_server.streams import NotZstd, zstd_decompressed
 
 __all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_executable", "parse_entry"]
 
@@ -316,12 +316,12 @@ def _is_zstd(head: bytes) -> bool:
 def _zstd_inflated(first: bytes, rest: Iterator[bytes], limit: int) -> Iterator[bytes]:
     """The decompressed bytes of a zstd stream, a MiB at a time, only as asked for (up to ``limit``).
 
-    A frame whose window is over :data:`~cache_server.streams.ZSTD_UPLOAD_WINDOW` is not one JAX wrote (its
+    A frame whose window is over :data:`~cache_server.streams.ZSTD_MAX_WINDOW` is not one JAX wrote (its
     level-3 frames need 2 MiB at most): it is not parsed, rather than let an entry make the parser hold
     libzstd's own limit, 128 MiB."""
     produced = 0
     try:
-        for piece in zstd_decompressed(itertools.chain([first], rest), max_window=ZSTD_UPLOAD_WINDOW):
+        for piece in zstd_decompressed(itertools.chain([first], rest)):
             produced += len(piece)
             yield piece
             if produced >= limit:

@@ -37,7 +37,6 @@ from cache_server.service import NotModified, OpenedEntry
 from cache_server.streams import (
     PIECE,
     ZSTD_PIECE,
-    ZSTD_UPLOAD_WINDOW,
     Coalescer,
     NotZstd,
     accepts_zstd,
@@ -322,7 +321,7 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     def store_all() -> bytes:
         pieces: Iterator[bytes] = _blocking_body(upload.pieces().__aiter__())
         if encoding == "zstd":
-            pieces = zstd_decompressed(pieces, max_window=ZSTD_UPLOAD_WINDOW)
+            pieces = zstd_decompressed(pieces)
         reader = TarReader(lambda _size: next(pieces, b""), max_members=settings.max_keys_per_request)
         try:
             result = service.put_entries(namespace, reader.members(), stored_by=stored_by)
