@@ -8,8 +8,9 @@ import datetime as dt
 import pytest
 
 from cache_server.domain import utcnow
-from cache_server.index.database import IN_CHUNK
+from cache_server.index.database import IN_CHUNK, Database
 from cache_server.index.entries import AccessDelta, EntryRecord, EntryRepository
+from cache_server.settings import Settings
 
 
 def put(
@@ -92,8 +93,10 @@ def test_timestamps_come_back_as_the_same_instant_in_utc(repo: EntryRepository) 
     assert listed.created_at.utcoffset() == dt.timedelta(0)
 
 
-def test_timestamps_written_as_other_text_still_read_as_utc(repo: EntryRepository) -> None:
-    database = repo._db
+def test_timestamps_written_as_other_text_still_read_as_utc(
+    repo: EntryRepository, db_settings: Settings
+) -> None:
+    database = Database.from_settings(db_settings)  # another connection to the repository's database
     if database.engine.dialect.name != "sqlite":
         pytest.skip("only SQLite keeps timestamps as text (written by another tool, or CURRENT_TIMESTAMP)")
     put(repo, "k", 1, at=utcnow())
@@ -106,3 +109,4 @@ def test_timestamps_written_as_other_text_still_read_as_utc(repo: EntryRepositor
         entry = repo.get_entry("ns", "k")
         assert entry is not None and entry.created_at.isoformat() == expected
         assert repo.get_entries("ns", ["k"])["k"].created_at.isoformat() == expected
+    database.dispose()
