@@ -3,7 +3,7 @@ zstd compression of bundles both ways (content negotiation is the HTTP layer's).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, cast
 
 import zstandard
@@ -15,6 +15,7 @@ __all__ = [
     "ZSTD_PIECE",
     "Coalescer",
     "NotZstd",
+    "ZstdFrames",
     "accepts_zstd",
     "coalesce",
     "zstd_compressed",
@@ -97,10 +98,12 @@ class NotZstd(ValueError):
 
 
 class _PieceReader:
-    """``read(n)`` over an iterator of pieces (what the zstd stream reader pulls from)."""
+    """``read(n)`` over an iterator of pieces (what the zstd stream reader pulls from); each piece is shown
+    to ``seen`` as it is handed out."""
 
-    def __init__(self, pieces: Iterable[bytes]) -> None:
+    def __init__(self, pieces: Iterable[bytes], seen: Callable[[bytes], None] | None = None) -> None:
         self._pieces = iter(pieces)
+        self._seen = seen
         self._current = b""
 
     def read(self, size: int = -1) -> bytes:
@@ -108,20 +111,100 @@ class _PieceReader:
             piece = next(self._pieces, None)
             if piece is None:
                 return b""
+            if self._seen is not None:
+                self._seen(piece)
             self._current = piece
         size = len(self._current) if size < 0 else size
         out, self._current = self._current[:size], self._current[size:]
         return out
 
 
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MAGIC = 0x184D2A50  # ... to 0x184D2A5F: a frame of bytes the decoder skips
+_DICT_ID_BYTES = (0, 1, 2, 4)
+_CONTENT_SIZE_BYTES = (0, 2, 4, 8)
+
+
+class ZstdFrames:
+    """Follows the frames of a zstd stream (RFC 8878, section 3.1) from their headers alone, without decoding
+    them: so that a stream that ends inside a frame is told from one that ends after its last frame (the
+    decoder ends quietly either way). Costs a few steps per block (128 KiB of output at most)."""
+
+    def __init__(self) -> None:
+        self._head = b""  # the bytes of the header being read: a magic number, a frame or a block header
+        self._want = 4
+        self._skip = 0  # bytes to pass over: a frame header's rest, a block's content, a checksum
+        self._state = "magic"
+        self._checksum = False
+        self.frames = 0
+
+    @property
+    def at_frame_end(self) -> bool:
+        """Whether the bytes seen so far end where a frame ends (or are none)."""
+        return self._state == "magic" and not self._head and not self._skip
+
+    def feed(self, data: bytes) -> None:
+        """See the next bytes of the stream; :class:`NotZstd` where they cannot start a frame."""
+        position = 0
+        while position < len(data):
+            if self._skip:
+                step = min(self._skip, len(data) - position)
+                self._skip -= step
+                position += step
+                continue
+            take = data[position : position + self._want - len(self._head)]
+            self._head += take
+            position += len(take)
+            if len(self._head) == self._want:
+                head, self._head = self._head, b""
+                self._parsed(head)
+
+    def _parsed(self, head: bytes) -> None:
+        if self._state == "magic":
+            magic = int.from_bytes(head, "little")
+            if magic == _ZSTD_MAGIC:
+                self._state, self._want = "frame", 1
+            elif magic & 0xFFFFFFF0 == _SKIPPABLE_MAGIC:
+                self._state, self._want = "skippable", 4
+            else:
+                raise NotZstd("the body is not valid zstd (data that is not a zstd frame follows a frame)")
+        elif self._state == "skippable":
+            self._skip = int.from_bytes(head, "little")
+            self._state, self._want = "magic", 4
+            self.frames += 1
+        elif self._state == "frame":
+            descriptor = head[0]
+            single_segment = bool(descriptor & 0x20)
+            size_flag = descriptor >> 6
+            content_size = _CONTENT_SIZE_BYTES[size_flag] or (1 if single_segment else 0)
+            self._checksum = bool(descriptor & 0x04)
+            self._skip = (0 if single_segment else 1) + _DICT_ID_BYTES[descriptor & 0x03] + content_size
+            self._state, self._want = "block", 3
+        else:  # a block header: last-block bit, type (raw, RLE, compressed, reserved), size
+            header = int.from_bytes(head, "little")
+            kind, size = (header >> 1) & 0x03, header >> 3
+            if kind == 3:
+                raise NotZstd("the body is not valid zstd (a block of the reserved type)")
+            self._skip = 1 if kind == 1 else size
+            if header & 1:
+                self._skip += 4 if self._checksum else 0
+                self._state, self._want = "magic", 4
+                self.frames += 1
+
+
 def zstd_decompressed(pieces: Iterable[bytes], *, chunk: int = PIECE) -> Iterator[bytes]:
-    """The bytes of the zstd frames in ``pieces``, at most ``chunk`` at a time: a small input that expands
-    hugely is released piece by piece, never held whole. :class:`NotZstd` for bytes that are not zstd, and
-    for a frame whose window (the memory its decoding holds) is over :data:`ZSTD_MAX_WINDOW`."""
+    """The bytes of every zstd frame in ``pieces`` (RFC 8878: a stream may hold several, as ``pzstd`` or
+    ``cat a.zst b.zst`` make), at most ``chunk`` at a time: a small input that expands hugely is released
+    piece by piece, never held whole. :class:`NotZstd` for bytes that are not zstd (garbage after a frame
+    included), for a stream that ends inside a frame, and for a frame whose window (the memory its decoding
+    holds) is over :data:`ZSTD_MAX_WINDOW`."""
     decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    frames = ZstdFrames()
     try:
-        source = cast(IO[bytes], _PieceReader(pieces))  # read_to_iter needs only read(size)
-        yield from decompressor.read_to_iter(source, read_size=PIECE, write_size=chunk)
+        source = cast(IO[bytes], _PieceReader(pieces, frames.feed))  # the reader needs only read(size)
+        reader = decompressor.stream_reader(source, read_size=PIECE, read_across_frames=True, closefd=False)
+        while piece := reader.read(chunk):
+            yield piece
     except zstandard.ZstdError as exc:
         if "too much memory" in str(exc):
             raise NotZstd(
@@ -129,3 +212,5 @@ def zstd_decompressed(pieces: Iterable[bytes], *, chunk: int = PIECE) -> Iterato
                 "decode (compress at level 19 or lower, without --long or --ultra)"
             ) from None
         raise NotZstd(f"the body is not valid zstd ({exc})") from None
+    if not frames.at_frame_end:
+        raise NotZstd("the body ends inside a zstd frame (cut short)")
