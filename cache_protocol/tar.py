@@ -9,7 +9,11 @@ reader takes only what a bundle needs and bounds everything:
   are read (bounded) and ignored;
 - anything else (links, directories, devices, GNU long names, sparse files) is :class:`BadTar`;
 - every header's checksum is checked; the stream ends at a zero block (or at its end, after a complete
-  member).
+  member), and only zero bytes may follow that block (the second one, a record's padding as GNU tar
+  writes): anything else after the end (garbage, a second archive) is :class:`BadTar`, never dropped;
+- the header bytes between two members (PAX headers, global ones included) are at most
+  :data:`MAX_HEADER_BYTES`, and a reader given ``max_bytes`` refuses a stream longer than that
+  (:class:`TarTooLarge`), at once for a member whose declared size alone would take it past.
 
 Members are read in order, without seeking: :meth:`TarReader.members` yields a :class:`TarMember` whose
 :meth:`~TarMember.chunks` must be consumed (or left: the reader skips what is left) before the next.
@@ -26,10 +30,24 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["BLOCK", "END", "MAX_PAX_BYTES", "BadTar", "TarMember", "TarReader", "member_header", "padding"]
+__all__ = [
+    "BLOCK",
+    "END",
+    "MAX_HEADER_BYTES",
+    "MAX_PAX_BYTES",
+    "BadTar",
+    "TarMember",
+    "TarReader",
+    "TarTooLarge",
+    "member_header",
+    "padding",
+]
 
 BLOCK = 512
 MAX_PAX_BYTES = 64 * 1024
+MAX_HEADER_BYTES = 1024 * 1024
+"""The most header bytes (header blocks, PAX headers and their padding) between two members: sixteen PAX
+headers of the largest size; a member's own headers take one or two KiB."""
 _CHUNK = 1024 * 1024
 _REGULAR = (b"0", b"\0")
 
@@ -120,6 +138,11 @@ class BadTar(ValueError):
     """The stream is not a tar stream this reader accepts; the message says why."""
 
 
+class TarTooLarge(BadTar):
+    """The stream is longer than the reader's ``max_bytes``, or its headers between two members are more
+    than its ``max_header_bytes``."""
+
+
 @dataclass
 class TarMember:
     """One regular file of the stream: its name, size, PAX records, and its bytes (read once, in order)."""
@@ -202,14 +225,47 @@ class TarReader:
     returns beyond ``n`` is kept for the next, so ``read`` may hand back whole pieces of a stream as they come
     (the server's bulk upload and the client's bundle reader do)."""
 
-    def __init__(self, read: Callable[[int], bytes], *, max_members: int | None = None) -> None:
-        self._read = read
+    def __init__(
+        self,
+        read: Callable[[int], bytes],
+        *,
+        max_members: int | None = None,
+        max_bytes: int | None = None,
+        max_header_bytes: int = MAX_HEADER_BYTES,
+    ) -> None:
+        self._source = read
         # the last piece read, and how much of it is used: a member's bytes are sliced out of the pieces
         # they came in (one copy; a bytearray to append to and cut from cost three)
         self._buffer = b""
         self._used = 0
         self._max_members = max_members
+        self._max_bytes = max_bytes
+        self._max_header_bytes = max_header_bytes
         self.members_read = 0
+        self.received = 0  # bytes read from ``read``
+
+    def _read(self, size: int) -> bytes:
+        piece = self._source(size)
+        self.received += len(piece)
+        if self._max_bytes is not None and self.received > self._max_bytes:
+            raise TarTooLarge(f"the stream is longer than the limit of {self._max_bytes} bytes")
+        return piece
+
+    @property
+    def position(self) -> int:
+        """How many bytes of the stream have been consumed."""
+        return self.received - (len(self._buffer) - self._used)
+
+    def _only_zeros_left(self) -> bool:
+        """Whether nothing but zero bytes follows (read to the end of the stream)."""
+        rest = self._buffer[self._used :]
+        self._used = len(self._buffer)
+        while True:
+            if rest.count(0) != len(rest):
+                return False
+            rest = bytes(self._read(_CHUNK))
+            if not rest:
+                return True
 
     def exact(self, size: int) -> bytes:
         """Exactly ``size`` bytes of the stream; :class:`BadTar` if it ends first."""
@@ -241,6 +297,8 @@ class TarReader:
             self._buffer, self._used = piece, 0
         block = self.exact(BLOCK)
         if block == _ZERO_BLOCK:
+            if not self._only_zeros_left():
+                raise BadTar("there is data after the end of the tar stream (its zero blocks)")
             return None
         if not _checksum_ok(block):
             raise BadTar("a header's checksum is wrong (not a tar stream, or a damaged one)")
@@ -254,6 +312,7 @@ class TarReader:
         """Each regular file in order. What the caller leaves unread of a member is skipped."""
         pax: dict[str, str] = {}
         previous: TarMember | None = None
+        headers_start = self.position
         while True:
             if previous is not None:
                 previous.skip()
@@ -268,6 +327,7 @@ class TarReader:
             size = _number(header[124:136], "size")
             if size < 0:
                 raise BadTar("a header's size is negative")
+            self._check_headers(headers_start, size if kind in (b"x", b"g") else 0)
             if kind in (b"x", b"g"):
                 if size > MAX_PAX_BYTES:
                     raise BadTar(f"a PAX header of {size} bytes is over the limit of {MAX_PAX_BYTES}")
@@ -296,6 +356,21 @@ class TarReader:
             self.members_read += 1
             if self._max_members is not None and self.members_read > self._max_members:
                 raise BadTar(f"the stream has more than {self._max_members} members")
+            if self._max_bytes is not None and self.position + size > self._max_bytes:
+                raise TarTooLarge(
+                    f"the member {name[:300]!r} declares {size} bytes, which would take the stream past the "
+                    f"limit of {self._max_bytes} bytes"
+                )
             previous = TarMember(name=name, size=size, pax=pax, _reader=self, _left=size)
             pax = {}
             yield previous
+            headers_start = self.position + previous._left + (-size % BLOCK)
+
+    def _check_headers(self, start: int, pax_size: int) -> None:
+        """:class:`TarTooLarge` when the headers since the last member, with a PAX header of ``pax_size``
+        bytes about to be read, pass the limit."""
+        if self.position + pax_size - start > self._max_header_bytes:
+            raise TarTooLarge(
+                f"more than {self._max_header_bytes} bytes of headers come between two members "
+                "(PAX headers without a member)"
+            )

@@ -200,3 +200,9 @@ class TokenManager:
                 return
             self._touched[token_id] = now
         self._repository.touch_token(token_id, now)
+
+    def is_active(self, token_id: str) -> bool:
+        """Whether the token with this id exists and is not revoked (one read of its row): what an upload in
+        flight asks (:mod:`cache_server.revocation`)."""
+        found = self._repository.get_token(token_id)
+        return found is not None and found[0].revoked_at is None

@@ -30,6 +30,7 @@ from cache_server.errors import CacheError, DigestMismatch, EntryTooLarge, Inval
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key
 from cache_server.packs import PACK_WRITERS, PackWriter
+from cache_server.revocation import StillAllowed, check_still_allowed, undo_if_revoked
 from cache_server.storage.base import MIB, BlobBatch, BlobStore, StoresPacks, blob_name, open_batch
 
 __all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "MemberResult", "put_members"]
@@ -118,12 +119,15 @@ def put_members(
     stored_by: str | None = None,
     on_stored: Callable[[str, str], None] | None = None,
     packs: StoresPacks | None = None,
+    still_allowed: StillAllowed | None = None,
 ) -> BulkResult:
     """Store the members of one stream into ``namespace`` (already checked); see the module docstring.
 
     ``checked`` wraps a member's chunks with the digest and size checks of a single upload; ``metadata``
     gives a blob's metadata from its key, digest and compile time. ``packs``: the store to write packs to,
-    if any (the same store).
+    if any (the same store). ``still_allowed``: whether the stream's token is still active, asked before
+    and after each group's commit (:mod:`cache_server.revocation`): once it is not, the stream ends with
+    :class:`~cache_server.errors.TokenRevoked` and its group is not stored.
     """
     results: list[MemberResult] = []
     group: list[_Pending] = []
@@ -136,7 +140,10 @@ def put_members(
         writer = PackWriter(packs, pool) if packs is not None else None
 
         def commit() -> None:
-            _commit(namespace, group, batch, writer, entries, store, clock, stored_by, on_stored)
+            check_still_allowed(still_allowed)  # a revoked token commits nothing more
+            _commit(
+                namespace, group, batch, writer, entries, store, clock, stored_by, on_stored, still_allowed
+            )
 
         try:
             for member in members:
@@ -181,6 +188,7 @@ def _commit(
     clock: Clock,
     stored_by: str | None,
     on_stored: Callable[[str, str], None] | None,
+    still_allowed: StillAllowed | None = None,
 ) -> None:
     """Make the group's blobs (and its pack) durable, then write their rows; fill in each member's result."""
     if writer is not None:
@@ -243,6 +251,7 @@ def _commit(
     entries.record_new_entries(new)
     if found:
         entries.add_missing_entries(found)  # a blob whose row was lost: the row comes back, uncounted
+    undo_if_revoked(still_allowed, new, entries=entries, store=store)  # before the feed hears of them
     if on_stored is not None:
         for record in new:
             on_stored(record.namespace, record.key)

@@ -23,9 +23,11 @@ __all__ = [
     "SignedUrlsUnavailable",
     "StorageUnavailable",
     "TokenNotFound",
+    "TokenRevoked",
     "TooManyKeys",
     "Unauthorized",
     "UnsupportedEncoding",
+    "UploadTooLarge",
     "UploadsBusy",
 ]
 
@@ -165,3 +167,17 @@ class Forbidden(CacheError):
     """A valid token whose role is too weak for what was asked."""
 
     code = "forbidden"
+
+
+class TokenRevoked(Unauthorized):
+    """The token an upload was sent with was revoked while the upload was in flight: the upload stopped,
+    and what it stored after the revoke was removed (see the README's trust model)."""
+
+    code = "token_revoked"
+
+
+class UploadTooLarge(CacheError):
+    """A bulk upload longer than ``XLA_CACHE_MAX_BULK_BYTES``, or with more than
+    ``XLA_CACHE_MAX_BULK_HEADER_BYTES`` of headers between two members; it ends there."""
+
+    code = "upload_too_large"

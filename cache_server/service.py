@@ -48,6 +48,7 @@ from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
 from cache_server.packs import packing_store, read_copies
+from cache_server.revocation import StillAllowed, undo_if_revoked
 from cache_server.settings import Settings
 from cache_server.storage.base import (
     BlobReader,
@@ -320,11 +321,13 @@ class CacheService:
         compile_time_ms: int | None = None,
         uploader: str | None = None,
         stored_by: str | None = None,
+        still_allowed: StillAllowed | None = None,
     ) -> PutResult:
         """Store an entry: blob first (create-only), then its row. See DESIGN.md for the status rules.
 
         ``stored_by`` is the id of the token that sent it, kept with the entry (and in the blob's metadata,
-        for reindex) so that everything one token stored can be found and removed.
+        for reindex) so that everything one token stored can be found and removed. ``still_allowed``: whether
+        that token is still active, asked once the row is written (:mod:`cache_server.revocation`).
         """
         check_namespace(namespace)
         check_key(key)
@@ -366,15 +369,22 @@ class CacheService:
             stored_by=stored_by if created else info.metadata.get("stored_by") or None,
         )
         self._entries.record_entry(record, replace=created)
+        undo_if_revoked(still_allowed, [record] if created else [], entries=self._entries, store=self._store)
         if created:
             self._stored(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
 
     def put_entries(
-        self, namespace: str, members: Iterator[TarMember], *, stored_by: str | None = None
+        self,
+        namespace: str,
+        members: Iterator[TarMember],
+        *,
+        stored_by: str | None = None,
+        still_allowed: StillAllowed | None = None,
     ) -> BulkResult:
         """Store the members of one uploaded tar stream (see :mod:`cache_server.bulk`): each gets the
-        status a ``PUT`` of it would have; a broken stream keeps what was committed before it."""
+        status a ``PUT`` of it would have; a broken stream keeps what was committed before it. A revoked
+        token (``still_allowed``) ends it as :mod:`cache_server.revocation` says."""
         check_namespace(namespace)
 
         def metadata(key: str, sha256: str, compile_ms: int | None) -> dict[str, str]:
@@ -402,6 +412,7 @@ class CacheService:
             stored_by=stored_by,
             on_stored=self._stored,
             packs=self._packs,
+            still_allowed=still_allowed,
         )
 
     def _stored(self, namespace: str, key: str) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cache_protocol.tar import BLOCK, MAX_HEADER_BYTES
+
 __all__ = ["DEFAULT_DATA_DIR", "Settings"]
 
 DEFAULT_DATA_DIR = Path("xla-cache-data")
@@ -137,6 +139,30 @@ class Settings(BaseSettings):
         description="GCS: hand out signed URLs valid this long, so hosts download from the bucket (0: off).",
     )
     log_level: str = Field(default="info", description="Logging level.")
+    max_bulk_bytes: int = Field(
+        default=2 * GIB,  # 28 times the largest push the client sends (64 MiB of entries, one of 8 MiB)
+        gt=0,
+        description=(
+            "Longest bulk upload (POST .../entries): its tar stream, and its body as sent, in bytes; it ends "
+            "with 413 there (at once for a member whose declared size alone passes it)."
+        ),
+    )
+    max_bulk_header_bytes: int = Field(
+        default=MAX_HEADER_BYTES,
+        ge=BLOCK,
+        description=(
+            "Most header bytes (PAX headers, global ones included) between two members of a bulk upload; "
+            "more ends it with 413."
+        ),
+    )
+    max_bulk_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        description=(
+            "Longest a bulk upload's body may take to arrive; it ends with 408 there (the client sends "
+            "at most 72 MiB in one)."
+        ),
+    )
 
     @field_validator("log_level")
     @classmethod

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
@@ -18,9 +19,9 @@ from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 
 from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER
-from cache_protocol.tar import BadTar, TarReader
+from cache_protocol.tar import BadTar, TarReader, TarTooLarge
 from cache_server.api.auth import principal
-from cache_server.api.deps import ServiceDep, get_service, get_settings
+from cache_server.api.deps import ServiceDep, get_service, get_settings, get_tokens
 from cache_server.api.schemas import (
     BulkOut,
     KeysRequest,
@@ -31,8 +32,16 @@ from cache_server.api.schemas import (
 from cache_server.api.signed_urls import redirect_to
 from cache_server.bulk import BulkResult
 from cache_server.domain import EntryInfo
-from cache_server.errors import BadRequest, BodyTimeout, ClientAborted, UnsupportedEncoding, UploadsBusy
+from cache_server.errors import (
+    BadRequest,
+    BodyTimeout,
+    ClientAborted,
+    UnsupportedEncoding,
+    UploadsBusy,
+    UploadTooLarge,
+)
 from cache_server.names import check_key, check_namespace, check_sha256
+from cache_server.revocation import StillAllowed
 from cache_server.service import NotModified, OpenedEntry
 from cache_server.streams import (
     PIECE,
@@ -116,6 +125,15 @@ def upload_slots(request: Request) -> UploadSlots:
     return slots
 
 
+@dataclass(frozen=True)
+class _BulkLimits:
+    """What bounds a bulk upload besides the pause and rate of every upload (see :class:`_UploadBody`)."""
+
+    bytes: int
+    seconds: float
+    header_bytes: int
+
+
 class _UploadBody:
     """The request body in pieces of at least ``piece`` bytes, but the last (each crosses to the worker thread
     in one hop): a MiB, or :data:`~cache_server.streams.ZSTD_PIECE` of a compressed body, so that the server
@@ -125,22 +143,48 @@ class _UploadBody:
     :class:`BodyTimeout`, and so does a body that trickles: after its first ``idle_timeout`` seconds an
     upload must have averaged ``min_rate`` bytes a second since it began (a client sending a byte every
     few seconds would otherwise hold an upload slot for hours). ``received`` counts the bytes that arrived.
+    ``limits`` (a bulk upload's) also end it after ``seconds`` (:class:`BodyTimeout`) or ``bytes``
+    (:class:`UploadTooLarge`).
     """
 
-    def __init__(self, request: Request, idle_timeout: float, min_rate: int, piece: int = PIECE) -> None:
+    def __init__(
+        self,
+        request: Request,
+        idle_timeout: float,
+        min_rate: int,
+        piece: int = PIECE,
+        limits: _BulkLimits | None = None,
+    ) -> None:
         self._request = request
         self._piece = piece
         self._idle_timeout = idle_timeout
         self._min_rate = min_rate
+        self._limits = limits
         self.received = 0
         self.ended_by = ""  # why a BodyTimeout was raised, for the log line
 
     def _wait_limit(self, started: float) -> tuple[float, bool]:
-        """How long the next piece may take, and whether that limit is the rate's (not the pause's)."""
-        if not self._min_rate:
-            return self._idle_timeout, False
-        budget = started + self._idle_timeout + self.received / self._min_rate - time.monotonic()
-        return (budget, True) if budget < self._idle_timeout else (self._idle_timeout, False)
+        """How long the next piece may take, and whether that limit is the rate's (not the pause's or the
+        longest duration's)."""
+        self._check_duration(started)
+        now = time.monotonic()
+        limit, by_rate = self._idle_timeout, False
+        if self._min_rate:
+            budget = started + self._idle_timeout + self.received / self._min_rate - now
+            if budget < limit:
+                limit, by_rate = budget, True
+        if self._limits is not None and started + self._limits.seconds - now < limit:
+            limit, by_rate = started + self._limits.seconds - now, False
+        return limit, by_rate
+
+    def _check_duration(self, started: float) -> None:
+        """:class:`BodyTimeout` once a body with ``limits`` has taken their ``seconds``."""
+        if self._limits is not None and time.monotonic() - started >= self._limits.seconds:
+            self.ended_by = "took too long"
+            raise BodyTimeout(
+                f"The upload took longer than {self._limits.seconds:g} s (XLA_CACHE_MAX_BULK_SECONDS), "
+                f"{self.received} bytes; nothing more was stored: split it into several requests."
+            )
 
     async def pieces(self) -> AsyncIterator[bytes]:
         joiner = Coalescer(self._piece)
@@ -151,6 +195,7 @@ class _UploadBody:
             with anyio.move_on_after(max(limit, 0.0)) as waited:
                 chunk = await anext(stream, None)
             if waited.cancelled_caught:
+                self._check_duration(started)
                 now = time.monotonic()
                 if by_rate and now - last < 0.99 * self._idle_timeout:
                     self.ended_by = "arrived too slowly"
@@ -168,6 +213,11 @@ class _UploadBody:
                 break
             last = time.monotonic()
             self.received += len(chunk)
+            if self._limits is not None and self.received > self._limits.bytes:
+                raise UploadTooLarge(
+                    f"The upload is longer than {self._limits.bytes} bytes (XLA_CACHE_MAX_BULK_BYTES); "
+                    "nothing more was stored: split it into several requests."
+                )
             if (joined := joiner.push(chunk)) is not None:
                 yield joined
         if (joined := joiner.rest()) is not None:
@@ -185,6 +235,16 @@ def _blocking_body(stream: AsyncIterator[bytes]) -> Iterator[bytes]:
 
     while (piece := anyio.from_thread.run(next_piece)) is not None:
         yield piece
+
+
+def _still_allowed(request: Request) -> StillAllowed | None:
+    """Whether the token the request was allowed with is still active, for an upload to ask as it goes
+    (:mod:`cache_server.revocation`); None with auth off."""
+    who = principal(request)
+    if who is None:
+        return None
+    tokens = get_tokens(request)
+    return lambda: tokens.is_active(who.token_id)
 
 
 def _entry_headers(entry: EntryInfo) -> dict[str, str]:
@@ -240,6 +300,7 @@ async def put_entry(
     service.check_upload_size(declared)
     who = principal(request)
     stored_by = who.token_id if who is not None else None
+    still_allowed = _still_allowed(request)
     settings = get_settings(request)
     upload = _UploadBody(request, settings.body_timeout_seconds, settings.min_upload_bytes_per_second)
     slots = upload_slots(request)
@@ -256,6 +317,7 @@ async def put_entry(
                     compile_time_ms=compile_ms,
                     uploader=x_uploader,
                     stored_by=stored_by,
+                    still_allowed=still_allowed,
                 ),
                 limiter=slots.threads,
             )
@@ -298,23 +360,40 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     200 with every member's result: the status a ``PUT`` of it would have had (201 stored, 200 already
     stored with this digest, 409 stored with another, 400 bad name, digest record or bytes, 413 too large);
     a member's 201 or 200 means it survives a crash, as for a ``PUT``. 400 for a stream that is not a tar
-    stream this server accepts (only regular files; bounded PAX headers); what was committed before the
-    error stays. Timeouts, upload slots and aborted clients as for ``PUT``.
+    stream this server accepts (only regular files; bounded PAX headers; every zstd frame whole; nothing
+    but zero bytes after the tar stream's end); what was committed before the error stays.
+
+    Bounds: 413 ``upload_too_large`` once the stream (or the body as sent) passes
+    ``XLA_CACHE_MAX_BULK_BYTES`` (at once when a member's declared size would take it past) or more than
+    ``XLA_CACHE_MAX_BULK_HEADER_BYTES`` of headers come between two members; 408 once the body has taken
+    ``XLA_CACHE_MAX_BULK_SECONDS``. 401 ``token_revoked`` when the token is revoked while the stream is in
+    flight (nothing more is stored; see the README's trust model). Each of these ends the stream: the groups
+    committed before it stay (unless purged), nothing after it is stored. Pauses, rate, upload slots and
+    aborted clients as for ``PUT``.
     """
     check_namespace(namespace)
     who = principal(request)
     stored_by = who.token_id if who is not None else None
+    still_allowed = _still_allowed(request)
     settings = get_settings(request)
     encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
     if encoding not in ("identity", "zstd"):
         raise UnsupportedEncoding(
             f"Content-Encoding {encoding!r} is not taken here: send the tar stream as it is, or zstd."
         )
+    limits = _BulkLimits(settings.max_bulk_bytes, settings.max_bulk_seconds, settings.max_bulk_header_bytes)
+    declared = _optional_int("Content-Length", request.headers.get("content-length"))
+    if declared is not None and declared > limits.bytes:
+        raise UploadTooLarge(
+            f"The upload is {declared} bytes; the limit is {limits.bytes} bytes (XLA_CACHE_MAX_BULK_BYTES): "
+            "split it into several requests."
+        )
     upload = _UploadBody(
         request,
         settings.body_timeout_seconds,
         settings.min_upload_bytes_per_second,
         piece=ZSTD_PIECE if encoding == "zstd" else PIECE,
+        limits=limits,
     )
     slots = upload_slots(request)
 
@@ -322,9 +401,21 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
         pieces: Iterator[bytes] = _blocking_body(upload.pieces().__aiter__())
         if encoding == "zstd":
             pieces = zstd_decompressed(pieces)
-        reader = TarReader(lambda _size: next(pieces, b""), max_members=settings.max_keys_per_request)
+        reader = TarReader(
+            lambda _size: next(pieces, b""),
+            max_members=settings.max_keys_per_request,
+            max_bytes=limits.bytes,
+            max_header_bytes=limits.header_bytes,
+        )
         try:
-            result = service.put_entries(namespace, reader.members(), stored_by=stored_by)
+            result = service.put_entries(
+                namespace, reader.members(), stored_by=stored_by, still_allowed=still_allowed
+            )
+        except TarTooLarge as exc:
+            raise UploadTooLarge(
+                f"The upload is cut: {exc} (XLA_CACHE_MAX_BULK_BYTES, XLA_CACHE_MAX_BULK_HEADER_BYTES); "
+                "nothing from there on was stored."
+            ) from None
         except (BadTar, NotZstd) as exc:
             raise BadRequest(f"The upload is not a tar stream this server takes: {exc}.") from None
         return _bulk_body(namespace, result)
@@ -338,6 +429,9 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
                 f"The client went away after sending {upload.received} bytes; the groups of entries "
                 "committed before that are stored."
             ) from None
+        except (BodyTimeout, UploadTooLarge) as exc:
+            log.info("a bulk upload to %s was cut after %d bytes: %s", namespace, upload.received, exc.code)
+            raise
     return Response(result, media_type="application/json")
 
 

@@ -45,6 +45,8 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.Forbidden: 403,
     errors.SignedUrlsUnavailable: 501,
     errors.PacksOff: 501,
+    errors.TokenRevoked: 401,
+    errors.UploadTooLarge: 413,
 }
 
 HTTP_CODES = {
@@ -78,7 +80,7 @@ def cache_error_response(exc: errors.CacheError) -> JSONResponse:
         headers = {"Retry-After": "5"}
     elif status == 401:
         headers = {"WWW-Authenticate": 'Bearer realm="xla-cache"'}
-    elif status == 408:
+    elif status == 408 or isinstance(exc, errors.UploadTooLarge):
         headers = {"Connection": "close"}  # the rest of the body may still come: the connection is done
     return error_response(status, exc.code, exc.detail, headers)
 
