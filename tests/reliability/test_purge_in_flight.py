@@ -106,6 +106,8 @@ def test_a_purge_mid_stream_stops_the_upload_and_leaves_nothing_of_the_token(dep
             return len(http.get(f"{base}/manifest", headers=as_admin).json()["entries"])
 
         wait_until(lambda: committed() >= GROUP_ENTRIES, timeout=60, message=server.log)
+        blobs = deployment.data_dir / "blobs" / f"{NS}-bulk"
+        assert len(list(blobs.glob("k*"))) >= GROUP_ENTRIES
         purged = http.post("/admin/tokens/bulk/purge", headers=as_admin).json()
         resume.set()
         answer = upload.answer()
@@ -123,7 +125,7 @@ def test_a_purge_mid_stream_stops_the_upload_and_leaves_nothing_of_the_token(dep
             assert http.get(f"{base}/entries/k{index:05d}", headers=as_admin).status_code == 404
         feed = http.get(f"{base}/feed", params={"after": cursor, "wait": 0}, headers=as_admin).json()
         assert feed["entries"] == []
-        assert not list((deployment.data_dir / "blobs" / f"{NS}-bulk").glob("k*"))  # no blob left either
+        assert not list(blobs.glob("k*"))  # no blob left behind either
         assert http.post(f"{base}/entries", content=END, headers=writer).status_code == 401  # no new stream
 
 

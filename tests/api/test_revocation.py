@@ -1,0 +1,90 @@
+"""A token revoked between a group's commit and the check after it (cache_server.revocation): the upload
+takes back the rows and blobs it just wrote, announces none of them, and ends with ``token_revoked``. The
+purge-mid-stream case against a real server is tests/reliability/test_purge_in_flight.py; this is the
+narrower window, which only an injected answer to "still allowed?" hits every time."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import pytest
+
+from cache_protocol import BUNDLE_SHA256_PAX
+from cache_protocol.tar import END, TarReader, member_header, padding
+from cache_server.errors import TokenRevoked
+from cache_server.settings import Settings
+from cache_server.wiring import Services
+
+NS = "team-a"
+
+
+def answers(*allowed: bool) -> tuple[Callable[[], bool], list[bool]]:
+    """A "still allowed?" that gives these answers in turn (then the last again), and the answers given."""
+    given: list[bool] = []
+
+    def still_allowed() -> bool:
+        given.append(allowed[min(len(given), len(allowed) - 1)])
+        return given[-1]
+
+    return still_allowed, given
+
+
+def stream(count: int) -> TarReader:
+    parts = []
+    for index in range(count):
+        data = b"entry %d" % index
+        parts += [
+            member_header(
+                f"k{index}", len(data), records={BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
+            )
+        ]
+        parts += [data, padding(len(data))]
+    pieces = iter([b"".join(parts) + END])
+    return TarReader(lambda _size: next(pieces, b""))
+
+
+def blob_files(settings: Settings) -> list[str]:
+    return sorted(p.name for p in (settings.data_dir / "blobs" / NS).glob("k*"))
+
+
+def test_a_bulk_group_written_after_the_revoke_is_taken_back_unannounced(
+    services: Services, settings: Settings
+) -> None:
+    cache = services.cache
+    cursor = cache.feed_head()
+    still_allowed, given = answers(True, False)  # active before the commit, revoked right after it
+    with pytest.raises(TokenRevoked) as raised:
+        cache.put_entries(NS, stream(5).members(), stored_by="tok", still_allowed=still_allowed)
+    assert given == [True, False]
+    assert "revoked while the upload was in flight" in raised.value.detail
+    assert cache.manifest(NS) == [] and blob_files(settings) == []
+    assert cache.feed(NS, cursor, 100) == []  # never announced to followers
+
+
+def test_a_put_whose_row_is_written_after_the_revoke_is_taken_back(
+    services: Services, settings: Settings
+) -> None:
+    data = b"late entry"
+    still_allowed, given = answers(False)
+    with pytest.raises(TokenRevoked):
+        services.cache.put_entry(
+            NS,
+            "k1",
+            [data],
+            sha256=hashlib.sha256(data).hexdigest(),
+            stored_by="tok",
+            still_allowed=still_allowed,
+        )
+    assert given == [False]
+    assert services.cache.manifest(NS) == [] and blob_files(settings) == []
+
+
+def test_an_active_token_is_asked_twice_per_group_and_stores_everything(
+    services: Services, settings: Settings
+) -> None:
+    still_allowed, given = answers(True)
+    result = services.cache.put_entries(NS, stream(5).members(), stored_by="tok", still_allowed=still_allowed)
+    assert result.count(201) == 5 and len(services.cache.manifest(NS)) == 5
+    assert len(blob_files(settings)) == 5  # where the other tests find none
+    assert given == [True, True]  # before and after the one group's commit: not a read per member
