@@ -45,8 +45,9 @@ _AUTH = {
 }
 _BODY = {
     "408": "The body stopped arriving, or came too slowly: XLA_CACHE_BODY_TIMEOUT_SECONDS and "
-    "XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND",
-    "413": "The body is over its limit (XLA_CACHE_MAX_JSON_BYTES; entries: XLA_CACHE_MAX_ENTRY_BYTES)",
+    "XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND (a bulk upload also XLA_CACHE_MAX_BULK_SECONDS)",
+    "413": "The body is over its limit (XLA_CACHE_MAX_JSON_BYTES; entries: XLA_CACHE_MAX_ENTRY_BYTES; "
+    "bulk uploads: XLA_CACHE_MAX_BULK_BYTES, XLA_CACHE_MAX_BULK_HEADER_BYTES)",
 }
 _UNAVAILABLE = "The index or the blob store is unreachable, or every upload slot stayed busy; see Retry-After"
 # The entry upload reads its body as a stream, which FastAPI cannot see: it declares none.
