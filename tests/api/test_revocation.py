@@ -88,3 +88,14 @@ def test_an_active_token_is_asked_twice_per_group_and_stores_everything(
     assert result.count(201) == 5 and len(services.cache.manifest(NS)) == 5
     assert len(blob_files(settings)) == 5  # where the other tests find none
     assert given == [True, True]  # before and after the one group's commit: not a read per member
+
+
+def test_a_token_revoked_before_a_group_commits_stores_nothing_of_it(
+    services: Services, settings: Settings
+) -> None:
+    still_allowed, given = answers(False)
+    with pytest.raises(TokenRevoked):
+        services.cache.put_entries(NS, stream(5).members(), stored_by="tok", still_allowed=still_allowed)
+    assert given == [False]  # asked before the commit; nothing was written to take back
+    assert services.cache.manifest(NS) == [] and blob_files(settings) == []
+    assert list((settings.data_dir / "blobs" / ".tmp").iterdir()) == []  # the group's temp files are gone too
