@@ -9,7 +9,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 
 from cache_server.api.deps import ServiceDep
-from cache_server.api.schemas import FeedEntryOut, FeedOut
+from cache_server.api.schemas import INDEX_INT_MAX, FeedEntryOut, FeedOut
 from cache_server.feed import LOOKBACK, FeedWatcher
 from cache_server.names import check_namespace
 
@@ -36,7 +36,8 @@ async def feed(
     request: Request,
     service: ServiceDep,
     after: Annotated[
-        int | None, Query(ge=0, le=2**63 - 1, description="The cursor of the last answer; none: start now.")
+        int | None,
+        Query(ge=0, le=INDEX_INT_MAX, description="The cursor of the last answer; none: start now."),
     ] = None,
     wait: Annotated[
         float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a new entry.")
