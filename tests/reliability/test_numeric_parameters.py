@@ -9,6 +9,7 @@ index cannot hold reached it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ class Probe:
     maximum: float | None
     integer: bool
     body_schema: str | None  # the component schema of the body, when ``where`` is "body"
+    required: tuple[tuple[str, Any], ...] = ()  # the body's other required fields, with a plain value
 
     @property
     def label(self) -> str:
@@ -52,6 +54,14 @@ def _numeric(schema: dict[str, Any]) -> dict[str, Any] | None:
         if branch.get("type") in ("integer", "number"):
             return branch
     return None
+
+
+def _plain(schema: dict[str, Any]) -> Any:
+    """A harmless valid value for a required field beside the one probed."""
+    numeric = _numeric(schema)
+    if numeric is not None:
+        return numeric.get("minimum", 0)
+    return False if schema.get("type") == "boolean" else "probe"
 
 
 def _body_ref(operation: dict[str, Any]) -> str | None:
@@ -90,9 +100,11 @@ def probes(document: dict[str, Any]) -> list[Probe]:
             body = _body_ref(operation)
             if body is None:
                 continue
-            for name, schema in components[body].get("properties", {}).items():
+            properties = components[body].get("properties", {})
+            for name, schema in properties.items():
                 branch = _numeric(schema)
                 if branch is not None:
+                    others = [field for field in components[body].get("required", []) if field != name]
                     found.append(
                         Probe(
                             method,
@@ -102,24 +114,25 @@ def probes(document: dict[str, Any]) -> list[Probe]:
                             branch.get("maximum"),
                             branch["type"] == "integer",
                             body,
+                            tuple((field, _plain(properties[field])) for field in others),
                         )
                     )
     return found
 
 
 def send(api: httpx.Client, probe: Probe, value: float) -> httpx.Response:
-    url = probe.path.format(**PATH_VALUES)
+    url = re.sub(r"\{(\w+)[^}]*\}", lambda m: PATH_VALUES.get(m.group(1), "probe"), probe.path)
     query: dict[str, Any] = {}
     if probe.path.endswith("/feed"):
         query = {"after": 0, "wait": 0}  # a long poll answers at once
     if probe.where == "query":
         query[probe.name] = value
         return api.request(probe.method, url, params=query)
-    body: dict[str, Any] = {}
+    body: dict[str, Any] = dict(probe.required)
     if probe.path == "/admin/evict":  # a dry run that says what to evict: the probe stays harmless
-        body = {"dry_run": True, "older_than_seconds": 3600}
+        body.update(dry_run=True, older_than_seconds=3600)
     elif probe.path.endswith("/purge"):
-        body = {"dry_run": True}
+        body["dry_run"] = True
     body[probe.name] = value
     return api.request(probe.method, url, params=query, json=body)
 
