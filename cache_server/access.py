@@ -25,9 +25,17 @@ log = logging.getLogger(__name__)
 class AccessRecorder:
     """Collects hits and misses and writes them in batches."""
 
-    def __init__(self, repository: EntryRepository, interval: float, clock: Clock = utcnow) -> None:
+    def __init__(
+        self,
+        repository: EntryRepository,
+        interval: float,
+        clock: Clock = utcnow,
+        *,
+        labels: metrics.NamespaceLabels,
+    ) -> None:
         self._repository = repository
         self._clock = clock
+        self._labels = labels
         self._lock = threading.Lock()
         self._hits: dict[tuple[str, str], AccessDelta] = {}
         self._misses: dict[str, int] = {}
@@ -51,13 +59,13 @@ class AccessRecorder:
                 delta.live += int(live)
                 delta.bytes_served += bytes_served
                 delta.last_access = now
-        metrics.HITS.labels(metrics.namespace_label(namespace)).inc(len(served))
+        metrics.HITS.labels(self._labels.registered(namespace)).inc(len(served))  # a hit: it has entries
 
     def miss(self, namespace: str, count: int = 1) -> None:
         """Count ``count`` lookups of entries the namespace does not have."""
         with self._lock:
             self._misses[namespace] = self._misses.get(namespace, 0) + count
-        metrics.MISSES.labels(metrics.namespace_label(namespace)).inc(count)
+        metrics.MISSES.labels(self._labels.label(namespace)).inc(count)
 
     def flush(self) -> None:
         """Write what has been collected. On failure the counts are kept for the next try."""

@@ -90,7 +90,9 @@ def _member_fields(member: TarMember, limit: int) -> tuple[str, int | None]:
     compile_ms: int | None = None
     if BUNDLE_COMPILE_TIME_PAX in member.pax:
         text = member.pax[BUNDLE_COMPILE_TIME_PAX]
-        if not text.isdigit() or int(text) > MAX_COMPILE_TIME_MS:
+        # ASCII digits, few enough for int() (which refuses over 4,300 digits, and "²" at all)
+        whole = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_COMPILE_TIME_MS))
+        if not whole or int(text) > MAX_COMPILE_TIME_MS:
             raise InvalidName(
                 f"{BUNDLE_COMPILE_TIME_PAX} of {member.name!r} must be a whole number of milliseconds, "
                 f"0 to {MAX_COMPILE_TIME_MS}."

@@ -51,6 +51,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         from cache_server.migrate import upgrade
 
         upgrade(settings)
+    from cache_server.http_protocol import protocol_factory
     from cache_server.metrics import multiprocess_directory
 
     workers = settings.workers if args.workers is None else args.workers
@@ -69,6 +70,10 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             proxy_headers=True,
             timeout_graceful_shutdown=30,
             access_log=False,  # the app logs each request as JSON, without query strings (tokens)
+            # idle or trickling connections cannot pile up: README, "Running in production"
+            http=protocol_factory(settings.header_timeout_seconds),
+            limit_concurrency=settings.max_connections,
+            timeout_keep_alive=settings.keep_alive_seconds,
         )
     return 0
 

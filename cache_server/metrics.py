@@ -13,7 +13,8 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram
@@ -37,9 +38,10 @@ __all__ = [
     "PACKED_LATER",
     "REQUESTS",
     "REQUEST_SECONDS",
+    "UNKNOWN_NAMESPACE",
+    "NamespaceLabels",
     "StoredCollector",
     "multiprocess_directory",
-    "namespace_label",
     "render",
 ]
 
@@ -77,21 +79,74 @@ PACKED_LATER = Counter(
 )
 
 
-MAX_NAMESPACE_LABELS = 1000
-_labelled: set[str] = set()
-_labelled_lock = threading.Lock()
+UNKNOWN_NAMESPACE = "_unknown"
+"""The one label of every namespace the index has no row for (misses on made-up names)."""
+LABEL_REFRESH_SECONDS = 5.0
+"""At most one read of the registered names per this many seconds, however many unknown names come."""
 
 
-def namespace_label(namespace: str) -> str:
-    """The namespace as a label value, or ``"_other"`` once this process has seen 1,000 distinct ones.
+class NamespaceLabels:
+    """The ``namespace`` label values: a namespace's own name once it is registered (it has a row in the
+    index, made by ``PUT /v1/namespaces/{ns}`` or its first stored entry), else :data:`UNKNOWN_NAMESPACE`.
 
-    Misses are counted for any valid name a client asks for; made-up names must not grow every scrape.
+    Labels grow only with the registered namespaces (as ``xla_cache_stored_*`` do), never with the names
+    clients make up, and no cap ever hides a registered one. The registered names are read from the index,
+    so a namespace another worker or replica registered gets its own label here too: an unknown name
+    re-reads them, at most once per ``refresh_seconds`` (a flood of made-up names costs one query per
+    period), and a name counted by its hits (which only a stored entry has) is known at once.
     """
-    with _labelled_lock:
-        if namespace in _labelled or len(_labelled) < MAX_NAMESPACE_LABELS:
-            _labelled.add(namespace)
+
+    def __init__(
+        self,
+        registered_names: Callable[[], Iterable[str]],
+        *,
+        refresh_seconds: float = LABEL_REFRESH_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._registered_names = registered_names
+        self._refresh_seconds = refresh_seconds
+        self._monotonic = monotonic
+        self._known: frozenset[str] = frozenset()
+        self._learned: set[str] = set()
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+        self.reads = 0
+        """How many times the registered names were read (for tests and the curious)."""
+
+    def label(self, namespace: str) -> str:
+        """The label of ``namespace``: its name if it is registered, else ``_unknown``."""
+        if namespace in self._known or namespace in self._learned:
             return namespace
-    return "_other"
+        if self._refresh() and namespace in self._known:
+            return namespace
+        return UNKNOWN_NAMESPACE
+
+    def registered(self, namespace: str) -> str:
+        """The label of a namespace known to be registered (it has an entry): its own name, remembered."""
+        if namespace not in self._known:
+            self._learned.add(namespace)  # one bytecode under the GIL: no lock, never a wait on a refresh
+        return namespace
+
+    def _refresh(self) -> bool:
+        """Read the registered names again unless they were read less than ``refresh_seconds`` ago (or
+        another thread is reading them now). True if this call read them."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            now = self._monotonic()
+            if self._read_at is not None and now - self._read_at < self._refresh_seconds:
+                return False
+            self._read_at = now
+            try:
+                names = frozenset(self._registered_names())
+            except CacheError:  # the index is down: the names known so far stay, the rest are unknown
+                return False
+            self.reads += 1
+            self._known = names
+            self._learned = set()  # what the index says now wins (a deleted namespace loses its label)
+            return True
+        finally:
+            self._lock.release()
 
 
 class StoredCollector(Collector):

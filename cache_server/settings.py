@@ -163,6 +163,29 @@ class Settings(BaseSettings):
             "at most 72 MiB in one)."
         ),
     )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Seconds a connection may take to send a request's headers (from its opening, or from "
+        "the end of its previous answer): then it is closed. Slow or idle connections cannot pile up.",
+    )
+    max_connections: int = Field(
+        default=2048,
+        gt=0,
+        le=1_000_000,
+        description="Connections (or requests in progress) per worker process; a request beyond it is "
+        "answered 503 and its connection closed (uvicorn's limit_concurrency).",
+    )
+    keep_alive_seconds: int = Field(
+        default=5, ge=1, le=3600, description="Seconds an idle keep-alive connection stays open."
+    )
+    metrics_label_refresh_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="At most one read of the registered namespaces per this many seconds, to label metrics.",
+    )
 
     @field_validator("log_level")
     @classmethod

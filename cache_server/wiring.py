@@ -20,6 +20,7 @@ from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.metrics import NamespaceLabels
 from cache_server.reindex import Reindexer
 from cache_server.service import CacheService
 from cache_server.settings import Settings
@@ -78,7 +79,12 @@ def build_services(
             settings.resolved_storage_url, timeout=settings.storage_timeout, retries=settings.storage_retries
         )
     entries = EntryRepository(database)
-    access = AccessRecorder(entries, settings.access_flush_seconds, clock=clock)
+    labels = NamespaceLabels(
+        AdminRepository(database).namespace_names,
+        refresh_seconds=settings.metrics_label_refresh_seconds,
+        monotonic=monotonic,
+    )
+    access = AccessRecorder(entries, settings.access_flush_seconds, clock=clock, labels=labels)
     tokens = TokenManager(TokenRepository(database), clock=clock)
     activity = Activity()
     hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds, clock=monotonic)

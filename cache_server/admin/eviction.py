@@ -217,7 +217,7 @@ class Evictor:
                 counts[namespace] += 1
                 sizes[namespace] += size
             for namespace in counts:
-                label = metrics.namespace_label(namespace)
+                label = namespace  # rows were evicted from it: a registered namespace, its own label
                 metrics.EVICTIONS.labels(label).inc(counts[namespace])
                 metrics.EVICTED_BYTES.labels(label).inc(sizes[namespace])
         return removed

@@ -12,6 +12,7 @@ from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult
 from cache_server.admin.packing import PackingResult
 from cache_server.admin.provenance import PurgeResult, TokenUsage
 from cache_server.admin.stats import StatsReport
+from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.domain import COUNTERS, Counters, NamespaceInfo, TokenInfo, counter_description
 
 __all__ = [
@@ -140,7 +141,7 @@ class StatsOut(BaseModel):
         )
 
 
-MAX_BYTES = 2**63 - 1  # what the index's BIGINT columns hold
+MAX_BYTES = INDEX_INT_MAX  # what the index's BIGINT columns hold
 MAX_SECONDS = 100 * 366 * 24 * 3600  # a century: any longer period is a mistake, and overflows dates
 
 

@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from cache_protocol import KEY_MAX_LENGTH, KEY_PATTERN, NAMESPACE_MAX_LENGTH, NAMESPACE_PATTERN
 from cache_server.api.auth import OPEN_ROUTES
+from cache_server.api.schemas import INDEX_INT_MAX
 
 __all__ = ["describe", "router"]
 
@@ -84,6 +85,8 @@ def describe(document: dict[str, Any]) -> dict[str, Any]:
         "description": "Invalid input (names, digests, bodies, parameters)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
     }
+    for schema in components["schemas"].values():
+        _whole_bounds(schema)
     for path, operations in document.get("paths", {}).items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
@@ -102,6 +105,25 @@ def describe(document: dict[str, Any]) -> dict[str, Any]:
             # A HEAD answers the GET's status and headers, without a body (FastAPI would declare JSON).
             head["responses"]["200"] = copy.deepcopy(get["responses"]["200"])
     return document
+
+
+def _whole_bounds(schema: Any) -> None:
+    """Integer bounds as whole numbers: FastAPI's document model holds them as floats, where 2^63 - 1 (the
+    largest the index holds) would read 2^63, one more than the server takes."""
+    if isinstance(schema, list):
+        for item in schema:
+            _whole_bounds(item)
+        return
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "integer":
+        for bound in ("minimum", "maximum"):
+            value = schema.get(bound)
+            if isinstance(value, float) and value.is_integer():
+                schema[bound] = max(-INDEX_INT_MAX - 1, min(int(value), INDEX_INT_MAX))
+    for value in schema.values():
+        if isinstance(value, dict | list):
+            _whole_bounds(value)
 
 
 def _declare_answers(path: str, method: str, operation: dict[str, Any], responses: dict[str, Any]) -> None:

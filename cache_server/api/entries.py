@@ -23,6 +23,7 @@ from cache_protocol.tar import BadTar, TarReader, TarTooLarge
 from cache_server.api.auth import principal
 from cache_server.api.deps import ServiceDep, get_service, get_settings, get_tokens
 from cache_server.api.schemas import (
+    INDEX_INT_MAX,
     BulkOut,
     KeysRequest,
     ManifestOut,
@@ -562,8 +563,12 @@ def manifest(
     namespace: str,
     service: ServiceDep,
     request: Request,
-    max_bytes: Annotated[int | None, Query(ge=0)] = None,
-    max_entries: Annotated[int | None, Query(ge=0)] = None,
+    max_bytes: Annotated[
+        int | None, Query(ge=0, le=INDEX_INT_MAX, description="At most this many bytes of entries.")
+    ] = None,
+    max_entries: Annotated[
+        int | None, Query(ge=0, le=INDEX_INT_MAX, description="At most this many entries.")
+    ] = None,
 ) -> Response:
     """The entries worth warming, most useful first (hits, then recency), within the bounds, and how many
     bundles to stream from this server at once."""

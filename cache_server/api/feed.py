@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 
 from cache_server.api.deps import ServiceDep
-from cache_server.api.schemas import FeedEntryOut, FeedOut
+from cache_server.api.schemas import INDEX_INT_MAX, FeedEntryOut, FeedOut
+from cache_server.errors import ClientAborted
 from cache_server.feed import LOOKBACK, FeedWatcher
 from cache_server.names import check_namespace
 
@@ -30,13 +32,39 @@ def feed_watcher(request: Request) -> FeedWatcher:
     return watcher
 
 
+async def _wait_while_connected(
+    request: Request, watcher: FeedWatcher, namespace: str, seconds: float
+) -> bool:
+    """Wait as :meth:`FeedWatcher.wait` does, unless the client hangs up first: False then.
+
+    Without this, a poll whose client went away waited out its ``wait`` (up to a minute) with its request
+    state held; 2,000 hang-ups held 2,000 of them (RSS 96 -> 136 MB, and up while they arrived faster than
+    they expired). A GET has no body: the message after the first is the disconnect.
+    """
+    gone = False
+
+    async def listen() -> None:
+        nonlocal gone
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        group.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(listen)
+        await watcher.wait(namespace, seconds)
+        group.cancel_scope.cancel()
+    return not gone
+
+
 @router.get("/feed", response_model=FeedOut)
 async def feed(
     namespace: str,
     request: Request,
     service: ServiceDep,
     after: Annotated[
-        int | None, Query(ge=0, le=2**63 - 1, description="The cursor of the last answer; none: start now.")
+        int | None,
+        Query(ge=0, le=INDEX_INT_MAX, description="The cursor of the last answer; none: start now."),
     ] = None,
     wait: Annotated[
         float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for a new entry.")
@@ -65,4 +93,5 @@ async def feed(
                 cursor=max(after, newest),
                 entries=[FeedEntryOut(**vars(row)) for row in rows],
             )
-        await watcher.wait(namespace, left)
+        if not await _wait_while_connected(request, watcher, namespace, left):
+            raise ClientAborted("The follower hung up while its long poll waited.")

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 __all__ = [
+    "INDEX_INT_MAX",
     "BulkMemberOut",
     "BulkOut",
     "EntryOut",
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 
+INDEX_INT_MAX = 2**63 - 1
+"""The largest whole number the index holds (SQLite and PostgreSQL integers are 64-bit signed): the upper
+bound of every count, size and cursor a request may carry that has no smaller meaningful bound."""
 MAX_FINGERPRINT_DEPTH = 8
 MAX_FINGERPRINT_BYTES = 64 * 1024
 MAX_LABELS = 64

@@ -14,9 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_server.api.telemetry import ACCESS_LOGGER
+from cache_server.errors import IndexUnavailable
+from cache_server.metrics import UNKNOWN_NAMESPACE, NamespaceLabels
+from cache_server.settings import Settings
+from cache_server.wiring import build_services
 from tests.admin.conftest import Samples, metric_samples, upload
 from tests.api.test_compression import client_for
 from tests.conftest import sha
+from tests.support.clock import ManualMonotonic
 from tests.support.server import run_server
 from tests.support.wait import wait_until
 
@@ -183,13 +188,64 @@ def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> No
         assert after[("xla_cache_stored_bytes", (("namespace", "w2"),))] == 4096
 
 
-def test_made_up_namespaces_do_not_grow_the_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cache_server import metrics
+def test_made_up_namespaces_share_one_label_and_cost_one_read_per_period() -> None:
+    registered = ["real"]
+    index_down = False
 
-    monkeypatch.setattr(metrics, "_labelled", set())
-    monkeypatch.setattr(metrics, "MAX_NAMESPACE_LABELS", 3)
-    assert [metrics.namespace_label(f"ns{i}") for i in range(5)] == ["ns0", "ns1", "ns2", "_other", "_other"]
-    assert metrics.namespace_label("ns1") == "ns1"  # names seen before keep their own label
+    def names() -> list[str]:
+        if index_down:
+            raise IndexUnavailable("the index is down")
+        return list(registered)
+
+    clock = ManualMonotonic()
+    labels = NamespaceLabels(names, refresh_seconds=5.0, monotonic=clock)
+    flood = {labels.label(f"made-up-{i}") for i in range(10_000)}
+    assert flood == {UNKNOWN_NAMESPACE}
+    assert labels.reads == 1  # 10,000 unknown names within one period: one read of the index
+    assert labels.label("real") == "real"
+    registered.append("elsewhere")  # registered by another worker or replica
+    assert labels.label("elsewhere") == UNKNOWN_NAMESPACE  # until the period is over
+    clock.advance(5.0)
+    assert labels.label("elsewhere") == "elsewhere"
+    assert labels.reads == 2
+    assert labels.registered("stored-here") == "stored-here"  # its hits: known at once, no read
+    assert labels.label("stored-here") == "stored-here" and labels.reads == 2
+    index_down = True
+    clock.advance(5.0)
+    assert labels.label("made-up") == UNKNOWN_NAMESPACE  # no error, and what was known stays known
+    assert labels.label("real") == "real"
+
+
+def test_a_flood_of_made_up_namespaces_leaves_a_registered_one_its_label(tmp_path: Path) -> None:
+    """Before: the first 1,000 names asked for took every label, so a real namespace asked for afterwards was
+    counted under ``_other`` until a restart. Now made-up names are ``_unknown`` and a namespace registered
+    by another process (here: the test's own, on the same index) gets its own label."""
+    data_dir = tmp_path / "data"
+    flood = 1200
+    env = {"XLA_CACHE_METRICS_LABEL_REFRESH_SECONDS": "0.5"}
+    with run_server(data_dir, env) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        before = scrape(http.get)
+        for i in range(flood):
+            assert http.get(f"/v1/namespaces/made-up-{i}/entries/k").status_code == 404
+        settings = Settings(data_dir=data_dir)
+        elsewhere = build_services(settings)
+        try:
+            elsewhere.cache.register_namespace("real", {"runtime": "x"}, {})
+        finally:
+            elsewhere.stop()
+
+        def counted_as_real() -> float:
+            assert http.get("/v1/namespaces/real/entries/k").status_code == 404
+            return delta(scrape(http.get), before, "xla_cache_misses_total", namespace="real")
+
+        wait_until(counted_as_real, timeout=20, message="misses of 'real' never got its label")
+        after = scrape(http.get)
+    misses = {dict(labels).get("namespace") for (name, labels) in after if name == "xla_cache_misses_total"}
+    assert misses == {"real", UNKNOWN_NAMESPACE}, sorted(m or "" for m in misses)[:10]
+    unknown = delta(after, before, "xla_cache_misses_total", namespace=UNKNOWN_NAMESPACE)
+    assert unknown >= flood
+    real = delta(after, before, "xla_cache_misses_total", namespace="real")
+    print(f"\n{flood} made-up namespaces: {unknown:.0f} misses as {UNKNOWN_NAMESPACE}; 'real': {real:.0f}")
 
 
 def test_memory_answers_and_packing_later_are_counted(tmp_path: Path) -> None:

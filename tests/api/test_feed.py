@@ -20,6 +20,8 @@ from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.conftest import sha
 from tests.support.server import run_server
+from tests.support.threaded_server import serve_in_thread
+from tests.support.wait import wait_until
 
 NS = "/v1/namespaces/ns"
 
@@ -154,3 +156,30 @@ def _read_some(sock: socket.socket) -> bytes:
             break
         data += piece
     return data
+
+
+def test_a_follower_that_hangs_up_stops_waiting_at_once(settings: Settings) -> None:
+    """Before: a long poll whose client went away waited out its ``wait`` (up to a minute), request state and
+    all: 2,000 hang-ups held 2,000 waiters and grew a server from 96 to 136 MB (rising). Now a hang-up ends
+    the poll (logged as 499), and its waiter is gone."""
+    hangups = 300
+    app = create_app(settings)
+    with serve_in_thread(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with httpx.Client(base_url=url, timeout=30) as http:
+            cursor = http.get(f"{NS}/feed").json()["cursor"]
+            watcher = app.state.feed_watcher
+            with ExitStack() as stack:
+                for _ in range(hangups):
+                    sock = stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+                    sock.sendall(f"GET {NS}/feed?after={cursor}&wait=60 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                wait_until(lambda: watcher.waiting == hangups, timeout=20, message="the polls never waited")
+                began = time.monotonic()
+            wait_until(
+                lambda: watcher.waiting == 0, timeout=10, message=lambda: f"{watcher.waiting} still wait"
+            )
+            ended = time.monotonic() - began
+            put(http, "after", b"still served")  # the feed still works for the next follower
+            answer = http.get(f"{NS}/feed", params={"after": cursor, "wait": 5}).json()
+    assert [entry["key"] for entry in answer["entries"]] == ["after"]
+    print(f"\n{hangups} followers waiting 60 s hung up: no waiter left after {ended:.2f} s")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
 from tests.conftest import sha
 
 URL = "/v1/namespaces/bounds/entries"
@@ -97,3 +100,22 @@ def test_the_openapi_document_says_what_the_server_does(client: TestClient) -> N
     assert not any(
         "422" in op.get("responses", {}) for ops in document["paths"].values() for op in ops.values()
     )
+
+
+@pytest.mark.parametrize(
+    "compile_ms", ["9" * 5000, "\u00b2", str(2**31)], ids=["5000-digits", "superscript", "2^31"]
+)
+def test_a_bulk_members_compile_time_beyond_what_int_reads_is_refused(
+    client: TestClient, compile_ms: str
+) -> None:
+    """A PAX compile time of 5,000 digits, or a digit int() does not read ("²"), answered 500 (ValueError)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        info = tarfile.TarInfo("k")
+        info.size = 1
+        info.pax_headers = {BUNDLE_SHA256_PAX: sha(b"x"), BUNDLE_COMPILE_TIME_PAX: compile_ms}
+        archive.addfile(info, io.BytesIO(b"x"))
+    response = client.post(URL, content=out.getvalue(), headers={"Content-Type": "application/x-tar"})
+    assert response.status_code == 200, response.text
+    assert [(m["key"], m["status"]) for m in response.json()["results"]] == [("k", 400)]
+    assert client.get(f"{URL}/k").status_code == 404

@@ -1,0 +1,85 @@
+"""uvicorn's HTTP protocol with a header read timeout, so that idle or trickling connections cannot pile up.
+
+uvicorn bounds only the idle time between requests of a keep-alive connection (``timeout_keep_alive``,
+stopped by the first byte that arrives): a connection that never sends a request, or sends its headers a
+byte now and then (slowloris), is kept open for ever. Here a connection must complete a request's headers
+within ``XLA_CACHE_HEADER_TIMEOUT_SECONDS`` of opening, and, on a kept-alive connection, of the first byte
+of each further request; otherwise it is closed, without an answer. The idle time between requests stays
+uvicorn's keep-alive timeout (``XLA_CACHE_KEEP_ALIVE_SECONDS``), so a load balancer's pooled connections
+last as long as that says. A request whose headers arrived is not timed here: its body has the app's own
+bounds (``XLA_CACHE_BODY_TIMEOUT_SECONDS``), and a long poll may wait as long as it asked.
+
+``xla-cache-server serve`` hands uvicorn :func:`protocol_factory` (a picklable partial, so that every worker
+process gets the same timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any, cast
+
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+__all__ = ["HeaderTimeoutProtocol", "protocol_factory"]
+
+
+class HeaderTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol (what it runs by default; httptools comes with ``uvicorn[standard]``),
+    closing a connection that has not completed a request's headers ``header_timeout`` seconds after it
+    opened, or after the first byte of a further request arrived."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        header_timeout: float,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._header_timeout = header_timeout
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        """Wait at most the timeout for the headers of the request that begins now."""
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self._header_timeout, self._headers_overdue)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_overdue(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()  # its headers are incomplete: no request of it has begun
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()  # a connection that never sends a byte is timed too
+
+    def data_received(self, data: bytes) -> None:
+        if self.cycle is None or self.cycle.response_complete:
+            self._arm()  # the first bytes of a request (bytes of a body in progress arm nothing)
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def protocol_factory(header_timeout: float) -> type[asyncio.Protocol]:
+    """What to pass as uvicorn's ``http``: :class:`HeaderTimeoutProtocol` with this timeout, as a partial
+    that pickles (each worker process gets its own copy)."""
+    return cast(
+        "type[asyncio.Protocol]", functools.partial(HeaderTimeoutProtocol, header_timeout=header_timeout)
+    )
