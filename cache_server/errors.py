@@ -20,6 +20,7 @@ __all__ = [
     "IndexUnavailable",
     "InvalidName",
     "NamespaceNotFound",
+    "QuotaExceeded",
     "SignedUrlsUnavailable",
     "StorageUnavailable",
     "TokenNotFound",
@@ -165,3 +166,10 @@ class Forbidden(CacheError):
     """A valid token whose role is too weak for what was asked."""
 
     code = "forbidden"
+
+
+class QuotaExceeded(CacheError):
+    """An upload would take a namespace or a token past its quota (entries or bytes), or a token past the
+    namespaces it may create; nothing of it is stored."""
+
+    code = "quota_exceeded"

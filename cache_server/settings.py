@@ -137,6 +137,22 @@ class Settings(BaseSettings):
         description="GCS: hand out signed URLs valid this long, so hosts download from the bucket (0: off).",
     )
     log_level: str = Field(default="info", description="Logging level.")
+    max_namespaces_per_token: int = Field(
+        default=1000,
+        ge=0,
+        description=(
+            "How many namespaces one token may create (register, or store the first entry of); more are "
+            "refused with 507 (0: no limit; auth off: not counted)."
+        ),
+    )
+    stats_page_namespaces: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description=(
+            "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
+        ),
+    )
 
     @field_validator("log_level")
     @classmethod

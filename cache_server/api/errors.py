@@ -45,6 +45,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.Forbidden: 403,
     errors.SignedUrlsUnavailable: 501,
     errors.PacksOff: 501,
+    errors.QuotaExceeded: 507,
 }
 
 HTTP_CODES = {
