@@ -1,0 +1,184 @@
+"""Quotas against a real ``xla-cache-server``: a namespace's and a token's entry and byte quotas refuse an
+upload past them with 507 before anything of it is stored (single PUT, with and without Content-Length, and
+bulk members), deletes free them, and one token creates at most XLA_CACHE_MAX_NAMESPACES_PER_TOKEN
+namespaces."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
+from cache_protocol.tar import BLOCK, END, member_header, padding
+from cache_server.auth import Role, TokenManager
+from cache_server.index import Database, TokenRepository
+from cache_server.migrate import upgrade
+from cache_server.settings import Settings
+from cache_server.storage.base import blob_name
+from cache_server.storage.local import LocalBlobStore
+from tests.support.server import LiveServer, run_server
+
+
+def _body(tag: str, size: int) -> bytes:
+    return (tag.encode() * size)[:size]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    out = b""
+    for key, data in members:
+        out += member_header(key, len(data), records={BUNDLE_SHA256_PAX: _sha(data)}) + data
+        if len(data) % BLOCK:
+            out += padding(len(data))
+    return out + END
+
+
+class Cache:
+    """A client of the live server with one token, and a look at its blob directory."""
+
+    def __init__(self, server: LiveServer, token: str, data_dir: Path) -> None:
+        self.http = httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        self._blobs = LocalBlobStore(data_dir / "blobs")
+
+    def put(self, namespace: str, key: str, data: bytes, *, chunked: bool = False) -> httpx.Response:
+        content: bytes | Iterator[bytes] = iter([data[:7], data[7:]]) if chunked else data
+        return self.http.put(
+            f"/v1/namespaces/{namespace}/entries/{key}", content=content, headers={SHA256_HEADER: _sha(data)}
+        )
+
+    def bulk(self, namespace: str, members: list[tuple[str, bytes]]) -> httpx.Response:
+        return self.http.post(
+            f"/v1/namespaces/{namespace}/entries",
+            content=_tar(members),
+            headers={"Content-Type": "application/x-tar"},
+        )
+
+    def stored(self, namespace: str, key: str) -> bool:
+        """Whether a GET serves the entry; asserts that nothing of it lies in the store when it does not."""
+        found = self.http.get(f"/v1/namespaces/{namespace}/entries/{key}").status_code == 200
+        if not found:
+            assert self._blobs.stat(blob_name(namespace, key)) is None, (
+                f"a blob of {namespace}/{key} was left"
+            )
+        return found
+
+
+Connect = Callable[[str], Cache]
+
+
+@pytest.fixture
+def connect(tmp_path: Path, server_env: dict[str, str]) -> Iterator[Connect]:
+    """A server with auth on and a namespace cap of 3 per token; a client of it by token name (admin, ci,
+    other, maker), closed afterwards."""
+    settings = Settings(data_dir=tmp_path, auth=True)
+    upgrade(settings)
+    database = Database.from_settings(settings)
+    manager = TokenManager(TokenRepository(database))
+    tokens = {"admin": manager.create("ops", Role.ADMIN)[0]}
+    tokens.update({name: manager.create(name, Role.WRITE)[0] for name in ("ci", "other", "maker")})
+    database.dispose()
+    env = {**server_env, "XLA_CACHE_AUTH": "on", "XLA_CACHE_MAX_NAMESPACES_PER_TOKEN": "3"}
+    clients: list[Cache] = []
+
+    def client(name: str) -> Cache:
+        clients.append(Cache(server, tokens[name], tmp_path))
+        return clients[-1]
+
+    with run_server(tmp_path, env) as server:
+        yield client
+        for opened in clients:
+            opened.http.close()
+
+
+def test_namespace_quotas_refuse_before_storing_and_free_after_a_delete(connect: Connect) -> None:
+    admin, ci = connect("admin"), connect("ci")
+
+    # two entries at most: the third PUT is refused (507), nothing of it stored; the same bytes again fit
+    quota = admin.http.put("/admin/quotas/namespace/two", json={"max_entries": 2})
+    assert quota.status_code == 200 and quota.json()["entries"] == 0
+    assert [ci.put("two", f"k{i}", _body(f"e{i}", 100)).status_code for i in range(2)] == [201, 201]
+    refused = ci.put("two", "k2", _body("e2", 100))
+    assert (refused.status_code, refused.json()["error"]) == (507, "quota_exceeded")
+    assert "quota is 2 entries" in refused.json()["detail"]
+    assert not ci.stored("two", "k2")
+    assert ci.put("two", "k0", _body("e0", 100)).status_code == 200  # already stored: adds nothing
+    # a bulk upload into the full namespace is refused whole, at once
+    full = ci.bulk("two", [("b0", _body("b0", 10))])
+    assert (full.status_code, full.json()["error"]) == (507, "quota_exceeded")
+    assert not ci.stored("two", "b0")
+    # a delete frees the quota
+    assert admin.http.delete("/v1/namespaces/two/entries/k1").status_code == 204
+    assert ci.put("two", "k2", _body("e2", 100)).status_code == 201
+    print(
+        f"\nentry quota 2: third PUT {refused.status_code}, bulk into full {full.status_code}, after delete 201"
+    )
+
+    # bulk members past the quota are refused one by one with 507; those before and after that fit are kept
+    assert admin.http.put("/admin/quotas/namespace/bulk", json={"max_entries": 2}).status_code == 200
+    answer = ci.bulk("bulk", [(f"m{i}", _body(f"m{i}", 600)) for i in range(4)])
+    assert answer.status_code == 200
+    statuses = [(r["key"], r["status"]) for r in answer.json()["results"]]
+    assert statuses == [("m0", 201), ("m1", 201), ("m2", 507), ("m3", 507)]
+    assert [ci.stored("bulk", f"m{i}") for i in range(4)] == [True, True, False, False]
+    print(f"bulk of 4 into entry quota 2: {[status for _, status in statuses]}")
+
+    # bytes: a declared length past the quota is refused before the body; without one, once measured
+    assert admin.http.put("/admin/quotas/namespace/bytes", json={"max_bytes": 1000}).status_code == 200
+    assert ci.put("bytes", "a", _body("a", 600)).status_code == 201
+    assert ci.put("bytes", "b", _body("b", 600)).status_code == 507
+    assert ci.put("bytes", "c", _body("c", 600), chunked=True).status_code == 507
+    assert not ci.stored("bytes", "b") and not ci.stored("bytes", "c")
+    assert ci.put("bytes", "d", _body("d", 400), chunked=True).status_code == 201  # exactly the quota
+    bulk_bytes = ci.bulk("bytes", [("e", _body("e", 1))])
+    assert bulk_bytes.status_code == 507  # full
+    assert admin.http.put("/admin/quotas/namespace/bytes", json={"max_bytes": 1500}).status_code == 200
+    mixed = ci.bulk("bytes", [("f", _body("f", 300)), ("g", _body("g", 300)), ("h", _body("h", 200))])
+    assert [r["status"] for r in mixed.json()["results"]] == [201, 507, 201]
+    assert [ci.stored("bytes", key) for key in "fgh"] == [True, False, True]
+    listed = {(q["kind"], q["subject"]): q for q in admin.http.get("/admin/quotas").json()["quotas"]}
+    assert (listed[("namespace", "bytes")]["bytes"], listed[("namespace", "bytes")]["entries"]) == (1500, 4)
+    print(
+        "byte quota 1000: 600+600 PUT 507, chunked 507, 400 fits; bulk 300/300/200 into 500 left: 201/507/201"
+    )
+
+
+def test_token_quota_spans_namespaces_and_the_namespace_cap(connect: Connect) -> None:
+    admin, other, ci = connect("admin"), connect("other"), connect("ci")
+
+    set_quota = admin.http.put("/admin/quotas/token/other", json={"max_entries": 2, "max_bytes": 10_000})
+    assert set_quota.status_code == 200 and len(set_quota.json()["quotas"]) == 1
+    assert admin.http.put("/admin/quotas/token/nobody", json={"max_entries": 1}).status_code == 404
+    assert other.put("t1", "a", _body("a", 50)).status_code == 201
+    assert other.put("t2", "a", _body("a", 50)).status_code == 201  # another namespace, the same token
+    refused = other.put("t1", "b", _body("b", 50))
+    assert refused.status_code == 507 and "token" in refused.json()["detail"]
+    bulk = other.bulk("t2", [("c", _body("c", 5))])
+    assert bulk.status_code == 507
+    assert not other.stored("t1", "b") and not other.stored("t2", "c")
+    assert ci.put("t1", "b", _body("b", 50)).status_code == 201  # another token: the namespace has room
+    # an eviction (here: the namespace deleted) frees the token's quota
+    assert admin.http.delete("/admin/namespaces/t2").status_code == 200
+    assert other.put("t1", "c", _body("c", 50)).status_code == 201
+    print(f"\ntoken quota 2 entries over two namespaces: third {refused.status_code}; after delete 201")
+
+    # one token creates at most 3 namespaces (XLA_CACHE_MAX_NAMESPACES_PER_TOKEN), by registering or storing
+    maker = connect("maker")
+    created = [maker.http.put(f"/v1/namespaces/made{i}", json={}).status_code for i in range(3)]
+    assert created == [201, 201, 201]
+    fourth = maker.http.put("/v1/namespaces/made3", json={})
+    assert (fourth.status_code, fourth.json()["error"]) == (507, "quota_exceeded")
+    assert maker.put("made4", "k", _body("k", 10)).status_code == 507
+    assert maker.bulk("made5", [("k", _body("k", 10))]).status_code == 507
+    assert maker.http.get("/v1/namespaces/made3").status_code == 404
+    assert maker.http.put("/v1/namespaces/made0", json={"labels": {"a": "b"}}).status_code == 200
+    assert maker.put("made1", "k", _body("k", 10)).status_code == 201  # its own namespaces still take entries
+    print(f"namespaces per token capped at 3: fourth registration {fourth.status_code}")
