@@ -118,9 +118,7 @@ def test_namespace_quotas_refuse_before_storing_and_free_after_a_delete(connect:
     # a delete frees the quota
     assert admin.http.delete("/v1/namespaces/two/entries/k1").status_code == 204
     assert ci.put("two", "k2", _body("e2", 100)).status_code == 201
-    print(
-        f"\nentry quota 2: third PUT {refused.status_code}, bulk into full {full.status_code}, after delete 201"
-    )
+    print(f"\nentry quota 2: third PUT {refused.status_code}, bulk into full {full.status_code}; freed: 201")
 
     # bulk members past the quota are refused one by one with 507; those before and after that fit are kept
     assert admin.http.put("/admin/quotas/namespace/bulk", json={"max_entries": 2}).status_code == 200
