@@ -180,3 +180,43 @@ def test_token_quota_spans_namespaces_and_the_namespace_cap(connect: Connect) ->
     assert maker.http.put("/v1/namespaces/made0", json={"labels": {"a": "b"}}).status_code == 200
     assert maker.put("made1", "k", _body("k", 10)).status_code == 201  # its own namespaces still take entries
     print(f"namespaces per token capped at 3: fourth registration {fourth.status_code}")
+
+
+def test_stats_page_through_hundreds_of_namespaces(tmp_path: Path, server_env: dict[str, str]) -> None:
+    """/admin/stats and /dashboard/data give every namespace once across small pages, largest first, with
+    totals over all of them; the default page is bounded (the probe's 10,000 namespaces made 3.0 MB)."""
+    with run_server(tmp_path, server_env) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for i in range(300):
+            assert http.put(f"/v1/namespaces/ns{i:03d}", json={}).status_code == 201
+        for i in (7, 8, 250):  # three with entries, of different sizes: they lead the order
+            data = _body(f"n{i}", 100 + i)
+            put = http.put(
+                f"/v1/namespaces/ns{i:03d}/entries/k", content=data, headers={SHA256_HEADER: _sha(data)}
+            )
+            assert put.status_code == 201
+        first = http.get("/admin/stats")
+        assert first.status_code == 200 and len(first.json()["namespaces"]) == 100  # the default page
+        everything = http.get("/admin/stats", params={"limit": 10_000})  # one page of all, as before paging
+        assert len(everything.json()["namespaces"]) == 300 and everything.json()["next_after"] is None
+        for path in ("/admin/stats", "/dashboard/data"):
+            seen: list[str] = []
+            after: str | None = None
+            pages = 0
+            while True:
+                params: dict[str, str | int] = {"limit": 37, **({"after": after} if after else {})}
+                body = http.get(path, params=params).json()
+                assert body["namespace_count"] == 300 and body["totals"]["entries"] == 3
+                seen += [ns["namespace"] for ns in body["namespaces"]]
+                pages += 1
+                after = body["next_after"]
+                if after is None:
+                    break
+            assert pages == 9 and len(seen) == len(set(seen)) == 300
+            assert seen[:3] == ["ns250", "ns008", "ns007"]  # most bytes first, then by name
+            assert seen[3:] == sorted(seen[3:])
+        assert http.get("/admin/stats", params={"after": "nonsense"}).status_code == 400
+        assert http.get("/admin/stats", params={"limit": 0}).status_code == 400
+        print(
+            f"\n300 namespaces: 9 pages of 37, none twice; default page (100): {len(first.content)} bytes, "
+            f"all 300 in one answer: {len(everything.content)} bytes"
+        )
