@@ -8,6 +8,7 @@ server's ``/admin/...`` answers into lines a person reads, and parses ``10GiB`` 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 __all__ = [
@@ -104,6 +105,12 @@ def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
             for n in namespaces
         ]
         lines += _table(rows, right={2, 3, 4, 5, 6, 7})
+        if stats.get("next_after") is not None:
+            count = stats.get("namespace_count", len(namespaces))
+            lines.append(
+                f"  ({len(namespaces):,} of {count:,} namespaces; the next page: "
+                f"xla-cache stats --all --after {shlex.quote(stats['next_after'])})"
+            )
     stored_by = [u for u in stats.get("stored_by", []) if u["entries"]]
     if stored_by and any(u["token_id"] is not None for u in stored_by):
         lines.append("stored by token (what is in the cache now)")

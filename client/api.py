@@ -388,10 +388,15 @@ class CacheApi:
         response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=plain)
         return dict(self._json(response, what))
 
-    def admin_stats(self, deadline: Deadline) -> dict[str, Any]:
-        """``GET /admin/stats`` (needs an admin token when auth is on)."""
+    def admin_stats(
+        self, deadline: Deadline, *, limit: int | None = None, after: str | None = None
+    ) -> dict[str, Any]:
+        """``GET /admin/stats`` (needs an admin token when auth is on): one page of namespaces, ``limit``
+        of them (the server's default page when None) after the cursor ``after`` (a page's
+        ``next_after``)."""
         what = "the admin stats request"
-        return dict(self._json(self._call("GET", "/admin/stats", what, deadline), what))
+        params = {name: value for name, value in (("limit", limit), ("after", after)) if value is not None}
+        return dict(self._json(self._call("GET", "/admin/stats", what, deadline, params=params), what))
 
     def admin_evict(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /admin/evict`` (needs an admin token when auth is on)."""

@@ -325,7 +325,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         totals: dict[str, Any] | None
         admin_error: str | None
         try:
-            totals = api.admin_stats(Deadline(args.timeout))
+            totals = api.admin_stats(Deadline(args.timeout), limit=args.limit, after=args.after)
         except ServerProblem as exc:
             totals = None
             admin_error = exc.reason
@@ -487,6 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
     _framework(stats)
     stats.add_argument("--spmd", action="store_true", help="fingerprint the torch_xla runtime with SPMD on")
     stats.add_argument("--all", action="store_true", help="only the server-wide stats (no namespace)")
+    stats.add_argument("--limit", type=int, help="namespaces listed (a page; default: the server's, 100)")
+    stats.add_argument("--after", metavar="CURSOR", help="the next page of namespaces (the page says)")
     stats.set_defaults(func=cmd_stats)
 
     evict = sub.add_parser(

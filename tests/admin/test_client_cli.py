@@ -84,6 +84,21 @@ def test_stats_is_readable_and_json(
     assert code == 0 and "namespace  small" in out and "entries      10" in out
 
 
+def test_stats_pages_through_namespaces(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    common = ["--server", srv.url, "--token", tokens["admin"]]
+    code, out, _ = run(["stats", "--all", "--limit", "1", *common], capsys)
+    assert code == 0 and "14 entries" in out  # the totals are every namespace's
+    assert "(1 of 2 namespaces; the next page: xla-cache stats --all --after " in out
+    cursor = out.split("--after ", 1)[1].split(")", 1)[0]
+    code, out, _ = run(["stats", "--all", "--limit", "1", "--after", cursor, "--json", *common], capsys)
+    page = json.loads(out)["admin"]
+    assert code == 0 and [n["namespace"] for n in page["namespaces"]] == ["small"]  # cpu-job came first
+    assert page["next_after"] is None and page["namespace_count"] == 2
+
+
 def test_stats_with_a_read_token_says_why_totals_are_missing(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
