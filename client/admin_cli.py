@@ -156,6 +156,20 @@ def token_lines(listing: dict[str, Any]) -> list[str]:
     return ["tokens and what each stored (in the cache now), most bytes first", *_table(rows, right={5, 6})]
 
 
+def quota_lines(quotas: list[dict[str, Any]]) -> list[str]:
+    """Quotas with what their namespace or token stores now (uploads past one are refused with 507)."""
+    if not quotas:
+        return ["no quotas (xla-cache quota --namespace NAME --max-entries N --max-bytes SIZE)"]
+    rows = [["kind", "namespace or token id", "entries", "max entries", "bytes", "max bytes"]]
+    for q in quotas:
+        most_entries = f"{q['max_entries']:,}" if q["max_entries"] is not None else "-"
+        most_bytes = format_bytes(q["max_bytes"]) if q["max_bytes"] is not None else "-"
+        rows.append(
+            [q["kind"], q["subject"], f"{q['entries']:,}", most_entries, format_bytes(q["bytes"]), most_bytes]
+        )
+    return ["quotas (uploads past one are refused with 507)", *_table(rows, right={2, 3, 4, 5})]
+
+
 def purge_lines(result: dict[str, Any], *, shown: int = 20) -> list[str]:
     """What a purge revoked and removed (or, on a dry run, would remove)."""
     names = ", ".join(f"{t['name']} ({t['id']})" for t in result["tokens"])

@@ -408,6 +408,20 @@ class CacheApi:
         what = "the token listing"
         return dict(self._json(self._call("GET", "/admin/tokens", what, deadline), what))
 
+    def admin_quotas(self, deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/quotas``: every quota with what its namespace or token stores now (admin token)."""
+        what = "the quota listing"
+        return dict(self._json(self._call("GET", "/admin/quotas", what, deadline), what))
+
+    def admin_set_quota(
+        self, kind: str, subject: str, body: dict[str, Any], deadline: Deadline
+    ) -> dict[str, Any]:
+        """``PUT /admin/quotas/{kind}/{subject}``: set (both limits null: remove) the quota of a namespace or
+        of the tokens with a name or id (admin token)."""
+        what = f"the quota of {kind} {subject!r}"
+        path = f"/admin/quotas/{_seg(kind)}/{_seg(subject)}"
+        return dict(self._json(self._call("PUT", path, what, deadline, json=body), what))
+
     def admin_purge_token(self, token: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /admin/tokens/{token}/purge``: revoke a token and remove what it stored (admin token)."""
         what = f"the purge of token {token!r}"
