@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import zstandard
 
 from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_protocol.tar import BLOCK, END, member_header, padding
@@ -21,6 +22,8 @@ from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.local import LocalBlobStore
 from tests.support.server import LiveServer, run_server
+
+MIB = 1024 * 1024
 
 
 def _body(tag: str, size: int) -> bytes:
@@ -77,7 +80,7 @@ Connect = Callable[[str], Cache]
 
 @pytest.fixture
 def connect(tmp_path: Path, server_env: dict[str, str]) -> Iterator[Connect]:
-    """A server with auth on and a namespace cap of 3 per token; a client of it by token name (admin, ci,
+    """A server with auth on and a namespace cap of 5 per token; a client of it by token name (admin, ci,
     other, maker), closed afterwards."""
     settings = Settings(data_dir=tmp_path, auth=True)
     upgrade(settings)
@@ -86,7 +89,7 @@ def connect(tmp_path: Path, server_env: dict[str, str]) -> Iterator[Connect]:
     tokens = {"admin": manager.create("ops", Role.ADMIN)[0]}
     tokens.update({name: manager.create(name, Role.WRITE)[0] for name in ("ci", "other", "maker")})
     database.dispose()
-    env = {**server_env, "XLA_CACHE_AUTH": "on", "XLA_CACHE_MAX_NAMESPACES_PER_TOKEN": "3"}
+    env = {**server_env, "XLA_CACHE_AUTH": "on", "XLA_CACHE_MAX_NAMESPACES_PER_TOKEN": "5"}
     clients: list[Cache] = []
 
     def client(name: str) -> Cache:
@@ -99,7 +102,9 @@ def connect(tmp_path: Path, server_env: dict[str, str]) -> Iterator[Connect]:
             opened.http.close()
 
 
-def test_namespace_quotas_refuse_before_storing_and_free_after_a_delete(connect: Connect) -> None:
+def test_namespace_quotas_refuse_before_storing_and_free_after_a_delete(
+    connect: Connect, tmp_path: Path
+) -> None:
     admin, ci = connect("admin"), connect("ci")
 
     # two entries at most: the third PUT is refused (507), nothing of it stored; the same bytes again fit
@@ -142,6 +147,21 @@ def test_namespace_quotas_refuse_before_storing_and_free_after_a_delete(connect:
     mixed = ci.bulk("bytes", [("f", _body("f", 300)), ("g", _body("g", 300)), ("h", _body("h", 200))])
     assert [r["status"] for r in mixed.json()["results"]] == [201, 507, 201]
     assert [ci.stored("bytes", key) for key in "fgh"] == [True, False, True]
+    # the probe's case: a small zstd body of many large, all-zero members; the byte quota stops it
+    assert admin.http.put("/admin/quotas/namespace/bomb", json={"max_bytes": 4 * MIB}).status_code == 200
+    members = [(f"z{i:02d}", bytes(MIB)) for i in range(40)]
+    body = zstandard.ZstdCompressor().compress(_tar(members))
+    bomb = ci.http.post(
+        "/v1/namespaces/bomb/entries",
+        content=body,
+        headers={"Content-Type": "application/x-tar", "Content-Encoding": "zstd"},
+    )
+    assert bomb.status_code == 200, bomb.text
+    results = [r["status"] for r in bomb.json()["results"]]
+    assert bomb.status_code == 200 and results == [201] * 4 + [507] * 36
+    on_disk = sum(f.stat().st_size for f in (tmp_path / "blobs" / "bomb").rglob("*") if f.is_file())
+    assert on_disk <= 4 * MIB + 64 * 1024  # the entries, and their metadata
+    print(f"zstd body of {len(body):,} bytes, 40 members of 1 MiB, quota 4 MiB: {on_disk:,} bytes on disk")
     listed = {(q["kind"], q["subject"]): q for q in admin.http.get("/admin/quotas").json()["quotas"]}
     assert (listed[("namespace", "bytes")]["bytes"], listed[("namespace", "bytes")]["entries"]) == (1500, 4)
     print(
@@ -168,18 +188,18 @@ def test_token_quota_spans_namespaces_and_the_namespace_cap(connect: Connect) ->
     assert other.put("t1", "c", _body("c", 50)).status_code == 201
     print(f"\ntoken quota 2 entries over two namespaces: third {refused.status_code}; after delete 201")
 
-    # one token creates at most 3 namespaces (XLA_CACHE_MAX_NAMESPACES_PER_TOKEN), by registering or storing
+    # one token creates at most 5 namespaces (XLA_CACHE_MAX_NAMESPACES_PER_TOKEN), by registering or storing
     maker = connect("maker")
-    created = [maker.http.put(f"/v1/namespaces/made{i}", json={}).status_code for i in range(3)]
-    assert created == [201, 201, 201]
-    fourth = maker.http.put("/v1/namespaces/made3", json={})
-    assert (fourth.status_code, fourth.json()["error"]) == (507, "quota_exceeded")
-    assert maker.put("made4", "k", _body("k", 10)).status_code == 507
-    assert maker.bulk("made5", [("k", _body("k", 10))]).status_code == 507
-    assert maker.http.get("/v1/namespaces/made3").status_code == 404
+    created = [maker.http.put(f"/v1/namespaces/made{i}", json={}).status_code for i in range(4)]
+    assert created == [201] * 4 and maker.put("made4", "k", _body("k", 10)).status_code == 201
+    sixth = maker.http.put("/v1/namespaces/made5", json={})
+    assert (sixth.status_code, sixth.json()["error"]) == (507, "quota_exceeded")
+    assert maker.put("made6", "k", _body("k", 10)).status_code == 507
+    assert maker.bulk("made7", [("k", _body("k", 10))]).status_code == 507
+    assert maker.http.get("/v1/namespaces/made5").status_code == 404
     assert maker.http.put("/v1/namespaces/made0", json={"labels": {"a": "b"}}).status_code == 200
     assert maker.put("made1", "k", _body("k", 10)).status_code == 201  # its own namespaces still take entries
-    print(f"namespaces per token capped at 3: fourth registration {fourth.status_code}")
+    print(f"namespaces per token capped at 5: the sixth's registration {sixth.status_code}")
 
 
 def test_stats_page_through_hundreds_of_namespaces(tmp_path: Path, server_env: dict[str, str]) -> None:
