@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import bindparam, delete, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from cache_server.index.database import Database
@@ -42,6 +42,19 @@ class UploadUsage:
     quotas: tuple[QuotaRow, ...]
     namespace_exists: bool
     namespaces_created: int
+
+
+_QUOTAS = select(Quota.kind, Quota.subject, Quota.max_entries, Quota.max_bytes)
+_USAGE = select(
+    func.coalesce(func.sum(EntryTotals.entries), 0), func.coalesce(func.sum(EntryTotals.bytes), 0)
+)
+_NAMESPACE_USAGE = _USAGE.where(EntryTotals.namespace == bindparam("subject"))
+_TOKEN_USAGE = _USAGE.where(EntryTotals.stored_by == bindparam("subject"))  # ix_entry_totals_stored_by
+_EXISTS = select(Namespace.name).where(Namespace.name == bindparam("name"))
+_APPLYING = _QUOTAS.where(
+    ((Quota.kind == NAMESPACE) & (Quota.subject == bindparam("name")))
+    | ((Quota.kind == TOKEN) & (Quota.subject == bindparam("token")))
+)
 
 
 def _usage(session: Session, kind: str, subject: str) -> tuple[int, int]:
@@ -106,31 +119,23 @@ class QuotaRepository:
 
     def upload_usage(self, namespace: str, token: str | None, *, count_created: bool) -> UploadUsage:
         """What limits an upload into ``namespace`` by ``token`` (None: auth off): the quotas of both, with
-        usage, in one transaction; with ``count_created``, the namespaces the token created (read only when
-        the namespace does not exist yet)."""
-        subjects = [(NAMESPACE, namespace)] + ([(TOKEN, token)] if token else [])
-        with self._db.transaction() as session:
-            rows = session.scalars(select(Quota).where(tuple_(Quota.kind, Quota.subject).in_(subjects))).all()
-            quotas = tuple(
-                QuotaRow(
-                    row.kind,
-                    row.subject,
-                    row.max_entries,
-                    row.max_bytes,
-                    *_usage(session, row.kind, row.subject),
-                )
-                for row in rows
-            )
-            exists = session.get(Namespace, namespace) is not None
+        usage; with ``count_created``, the namespaces the token created (read only when the namespace does
+        not exist yet). The lookup of every upload: Core statements on one connection, the usage read only
+        for a quota that is set."""
+        with self._db.reading() as connection:
+            # no token: "" matches no token quota (a quota is set on a real token's id)
+            rows = connection.execute(_APPLYING, {"name": namespace, "token": token or ""}).all()
+            quotas = []
+            for kind, subject, max_entries, max_bytes in rows:
+                usage = _NAMESPACE_USAGE if kind == NAMESPACE else _TOKEN_USAGE
+                entries, size = connection.execute(usage, {"subject": subject}).one()
+                quotas.append(QuotaRow(kind, subject, max_entries, max_bytes, int(entries), int(size)))
+            exists = connection.execute(_EXISTS, {"name": namespace}).first() is not None
             created = 0
             if count_created and token and not exists:
-                created = int(
-                    session.scalar(
-                        select(func.count()).select_from(Namespace).where(Namespace.created_by == token)
-                    )
-                    or 0
-                )
-        return UploadUsage(quotas, exists, created)
+                stmt = select(func.count()).select_from(Namespace).where(Namespace.created_by == token)
+                created = int(connection.execute(stmt).scalar() or 0)
+        return UploadUsage(tuple(quotas), exists, created)
 
     def namespaces_created_by(self, token: str) -> int:
         """How many namespaces this token created."""
