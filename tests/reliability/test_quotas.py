@@ -132,7 +132,12 @@ def test_namespace_quotas_refuse_before_storing_and_free_after_a_delete(
     statuses = [(r["key"], r["status"]) for r in answer.json()["results"]]
     assert statuses == [("m0", 201), ("m1", 201), ("m2", 507), ("m3", 507)]
     assert [ci.stored("bulk", f"m{i}") for i in range(4)] == [True, True, False, False]
-    print(f"bulk of 4 into entry quota 2: {[status for _, status in statuses]}")
+    # eviction frees it too
+    evicted = admin.http.post("/admin/evict", json={"namespace": "bulk", "max_total_bytes": 0})
+    assert evicted.status_code == 200 and evicted.json()["evicted"] == 2
+    again = ci.bulk("bulk", [(f"m{i}", _body(f"m{i}", 600)) for i in (2, 3)])
+    assert [r["status"] for r in again.json()["results"]] == [201, 201]
+    print(f"bulk of 4 into entry quota 2: {[status for _, status in statuses]}; after eviction: 201, 201")
 
     # bytes: a declared length past the quota is refused before the body; without one, once measured
     assert admin.http.put("/admin/quotas/namespace/bytes", json={"max_bytes": 1000}).status_code == 200
