@@ -46,6 +46,9 @@ class StatsReport:
     next_after: str | None = None  # the cursor of the next page of namespaces; None on the last
 
 
+_MAX_BYTES = 2**63 - 1  # what the index's BIGINT columns hold
+
+
 def page_cursor(ns: NamespaceInfo) -> str:
     """The cursor after this namespace: its stored bytes and its name (the order of the pages)."""
     return f"{ns.bytes}:{ns.name}"
@@ -54,7 +57,7 @@ def page_cursor(ns: NamespaceInfo) -> str:
 def parse_cursor(text: str) -> tuple[int, str]:
     """(bytes, name) from :func:`page_cursor`'s text; :class:`BadRequest` for anything else."""
     size, sep, name = text.partition(":")
-    if not sep or not size.isdigit() or not name or len(size) > 19:
+    if not sep or not size.isascii() or not size.isdigit() or not name or int(size[:20]) > _MAX_BYTES:
         raise BadRequest(f"after={text!r} is not a cursor this server gave (next_after of the page before).")
     return int(size), name
 

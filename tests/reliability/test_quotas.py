@@ -239,7 +239,8 @@ def test_stats_page_through_hundreds_of_namespaces(tmp_path: Path, server_env: d
             assert pages == 9 and len(seen) == len(set(seen)) == 300
             assert seen[:3] == ["ns250", "ns008", "ns007"]  # most bytes first, then by name
             assert seen[3:] == sorted(seen[3:])
-        assert http.get("/admin/stats", params={"after": "nonsense"}).status_code == 400
+        for cursor in ("nonsense", "9223372036854775808:ns001", "-1:ns001", "12:", "\u0661:ns001"):
+            assert http.get("/admin/stats", params={"after": cursor}).status_code == 400, cursor
         assert http.get("/admin/stats", params={"limit": 0}).status_code == 400
         print(
             f"\n300 namespaces: 9 pages of 37, none twice; default page (100): {len(first.content)} bytes, "
