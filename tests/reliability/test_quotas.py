@@ -180,6 +180,17 @@ def test_token_quota_spans_namespaces_and_the_namespace_cap(connect: Connect) ->
     set_quota = admin.http.put("/admin/quotas/token/other", json={"max_entries": 2, "max_bytes": 10_000})
     assert set_quota.status_code == 200 and len(set_quota.json()["quotas"]) == 1
     assert admin.http.put("/admin/quotas/token/nobody", json={"max_entries": 1}).status_code == 404
+    for bad in (
+        {"max_entries": -1},
+        {"max_entries": True},
+        {"max_bytes": "5"},
+        {"max_bytes": 2**63},
+        {"x": 1},
+    ):
+        assert admin.http.put("/admin/quotas/namespace/t1", json=bad).status_code == 400, bad
+    assert admin.http.put("/admin/quotas/namespace/a..b", json={"max_entries": 1}).status_code == 400
+    assert other.http.put("/admin/quotas/namespace/t1", json={"max_entries": 9}).status_code == 403
+    assert admin.http.get("/admin/quotas").json()["quotas"] == [set_quota.json()["quotas"][0]]
     assert other.put("t1", "a", _body("a", 50)).status_code == 201
     assert other.put("t2", "a", _body("a", 50)).status_code == 201  # another namespace, the same token
     refused = other.put("t1", "b", _body("b", 50))
