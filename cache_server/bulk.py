@@ -22,14 +22,16 @@ import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, MAX_COMPILE_TIME_MS, SHA256_PATTERN
 from cache_protocol.tar import TarMember
 from cache_server.domain import Clock
-from cache_server.errors import CacheError, DigestMismatch, EntryTooLarge, InvalidName
+from cache_server.errors import CacheError, DigestMismatch, EntryTooLarge, InvalidName, QuotaExceeded
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key
 from cache_server.packs import PACK_WRITERS, PackWriter
+from cache_server.quotas import UploadAllowance
 from cache_server.revocation import StillAllowed, check_still_allowed, undo_if_revoked
 from cache_server.storage.base import MIB, BlobBatch, BlobStore, StoresPacks, blob_name, open_batch
 
@@ -43,7 +45,7 @@ GROUP_BYTES = 256 * MIB  # ... or fewer, when they are this large together
 
 @dataclass
 class MemberResult:
-    """One member's outcome, as the status a ``PUT`` of it would have got (201, 200, 400, 409, 413)."""
+    """One member's outcome, as the status a ``PUT`` of it would have got (201, 200, 400, 409, 413, 507)."""
 
     key: str
     status: int
@@ -105,7 +107,13 @@ def _member_fields(member: TarMember, limit: int) -> tuple[str, int | None]:
     return sha256, compile_ms
 
 
-_STATUS = {"invalid_name": 400, "digest_mismatch": 400, "entry_too_large": 413, "digest_conflict": 409}
+_STATUS = {
+    "invalid_name": 400,
+    "digest_mismatch": 400,
+    "entry_too_large": 413,
+    "digest_conflict": 409,
+    "quota_exceeded": 507,
+}
 
 
 def put_members(
@@ -122,6 +130,7 @@ def put_members(
     on_stored: Callable[[str, str], None] | None = None,
     packs: StoresPacks | None = None,
     still_allowed: StillAllowed | None = None,
+    quota: UploadAllowance | None = None,
 ) -> BulkResult:
     """Store the members of one stream into ``namespace`` (already checked); see the module docstring.
 
@@ -129,7 +138,9 @@ def put_members(
     gives a blob's metadata from its key, digest and compile time. ``packs``: the store to write packs to,
     if any (the same store). ``still_allowed``: whether the stream's token is still active, asked before
     and after each group's commit (:mod:`cache_server.revocation`): once it is not, the stream ends with
-    :class:`~cache_server.errors.TokenRevoked` and its group is not stored.
+    :class:`~cache_server.errors.TokenRevoked` and its group is not stored. ``quota``: what the upload
+    may store (:mod:`cache_server.quotas`); a member past it is refused (507) before any of its bytes are
+    stored, its bytes skipped.
     """
     results: list[MemberResult] = []
     group: list[_Pending] = []
@@ -146,6 +157,8 @@ def put_members(
             _commit(
                 namespace, group, batch, writer, entries, store, clock, stored_by, on_stored, still_allowed
             )
+            if quota is not None and group:
+                quota.committed()
 
         try:
             for member in members:
@@ -155,6 +168,10 @@ def put_members(
                     if key in seen:
                         raise InvalidName(f"The key {key!r} appears twice in this upload.")
                     seen.add(key)
+                    if quota is not None:
+                        quota.admit(
+                            member.size, stored=partial(_stored_same, entries, namespace, key, sha256)
+                        )
                     chunks = checked(member.chunks(), sha256, max_entry_bytes)
                     if writer is not None and writer.takes(member.size):
                         if writer.full():
@@ -162,7 +179,7 @@ def put_members(
                             group, group_bytes = [], 0
                         chunks = writer.copying(key, chunks)
                     batch.put(blob_name(namespace, key), chunks, metadata(key, sha256, compile_ms))
-                except (InvalidName, DigestMismatch, EntryTooLarge) as exc:
+                except (InvalidName, DigestMismatch, EntryTooLarge, QuotaExceeded) as exc:
                     results.append(_refused(key, _STATUS[exc.code], exc))
                     continue
                 result = MemberResult(key=key, status=0, size=member.size, sha256=sha256)
@@ -178,6 +195,12 @@ def put_members(
                 writer.abandon()
             raise
     return BulkResult(results)
+
+
+def _stored_same(entries: EntryRepository, namespace: str, key: str, sha256: str) -> bool:
+    """Whether the key is stored with this digest already (a member that adds nothing to a quota)."""
+    existing = entries.get_entry(namespace, key)
+    return existing is not None and existing.sha256 == sha256
 
 
 def _commit(

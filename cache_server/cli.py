@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from cache_server.cli_quotas import add_quota_commands
 from cache_server.cli_tokens import add_token_commands
 from cache_server.settings import Settings
 
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--dry-run", action="store_true", help="count what would be added, write nothing")
     reindex.set_defaults(func=_cmd_reindex)
     add_token_commands(sub)
+    add_quota_commands(sub)
     return parser
 
 

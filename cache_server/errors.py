@@ -20,6 +20,7 @@ __all__ = [
     "IndexUnavailable",
     "InvalidName",
     "NamespaceNotFound",
+    "QuotaExceeded",
     "SignedUrlsUnavailable",
     "StorageUnavailable",
     "TokenNotFound",
@@ -181,3 +182,10 @@ class UploadTooLarge(CacheError):
     ``XLA_CACHE_MAX_BULK_HEADER_BYTES`` of headers between two members; it ends there."""
 
     code = "upload_too_large"
+
+
+class QuotaExceeded(CacheError):
+    """An upload would take a namespace or a token past its quota (entries or bytes), or a token past the
+    namespaces it may create; nothing of it is stored."""
+
+    code = "quota_exceeded"

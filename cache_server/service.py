@@ -40,6 +40,7 @@ from cache_server.errors import (
     EntryNotFound,
     EntryTooLarge,
     NamespaceNotFound,
+    QuotaExceeded,
     SignedUrlsUnavailable,
     StorageUnavailable,
     TooManyKeys,
@@ -48,6 +49,7 @@ from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
 from cache_server.packs import packing_store, read_copies
+from cache_server.quotas import Quotas, UploadAllowance
 from cache_server.revocation import StillAllowed, undo_if_revoked
 from cache_server.settings import Settings
 from cache_server.storage.base import (
@@ -255,8 +257,10 @@ class CacheService:
         on_stored: StoredHook | None = None,
         clock: Clock = utcnow,
         hot: HotEntries | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self._settings = settings
+        self._quotas = quotas  # None: no quota is checked
         self._entries = entries
         self._store = store
         self._whole = store if isinstance(store, ReadsWhole) else None  # a single GET reads small blobs whole
@@ -279,12 +283,18 @@ class CacheService:
 
     # -- namespaces -------------------------------------------------------------------------------------
     def register_namespace(
-        self, namespace: str, fingerprint: Mapping[str, Any], labels: Mapping[str, str]
+        self,
+        namespace: str,
+        fingerprint: Mapping[str, Any],
+        labels: Mapping[str, str],
+        *,
+        created_by: str | None = None,
     ) -> tuple[NamespaceInfo, bool]:
         """Create the namespace or replace its fingerprint and labels; returns it and whether it is new.
 
         Registering it again as it is writes nothing (a fleet of jobs starting at once registers one
-        namespace many times over; its last use moves with its hits anyway).
+        namespace many times over; its last use moves with its hits anyway). ``created_by``: the id of the
+        token registering it, counted against ``XLA_CACHE_MAX_NAMESPACES_PER_TOKEN`` when it is new.
         """
         existing = self._entries.get_namespace(check_namespace(namespace))
         if (
@@ -293,7 +303,11 @@ class CacheService:
             and existing.labels == dict(labels)
         ):
             return existing, False
-        return self._entries.upsert_namespace(namespace, fingerprint, labels, now=self._clock())
+        if existing is None and self._quotas is not None:
+            self._quotas.check_new_namespace(namespace, created_by)
+        return self._entries.upsert_namespace(
+            namespace, fingerprint, labels, now=self._clock(), created_by=created_by
+        )
 
     def get_namespace(self, namespace: str) -> NamespaceInfo:
         info = self._entries.get_namespace(check_namespace(namespace))
@@ -339,6 +353,9 @@ class CacheService:
         existing = self._entries.get_entry(namespace, key)
         if existing is not None and existing.sha256 != sha256:
             raise self._conflict(namespace, key, existing.sha256)
+        allowance = self._quotas.allowance(namespace, stored_by) if self._quotas is not None else None
+        if allowance is not None:  # before any byte is read: the declared length, or 0 when unknown
+            allowance.admit(declared_size or 0, stored=lambda: existing is not None)
         created_at = self._clock()
         uploader = uploader[:UPLOADER_MAX_LENGTH] if uploader else None
         metadata = {"namespace": namespace, "key": key, "sha256": sha256, "created": created_at.isoformat()}
@@ -358,6 +375,8 @@ class CacheService:
         stored_sha = info.metadata.get("sha256", "")
         if not created and stored_sha != sha256:
             raise self._conflict(namespace, key, stored_sha)
+        if created and declared_size is None and allowance is not None:
+            self._over_quota_removed(allowance, name, info.size)
         record = EntryRecord(
             namespace=namespace,
             key=key,
@@ -374,6 +393,15 @@ class CacheService:
             self._stored(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
 
+    def _over_quota_removed(self, allowance: UploadAllowance, name: str, size: int) -> None:
+        """A ``PUT`` without Content-Length, measured once stored: over a quota, its blob is removed before
+        any row is written, and :class:`QuotaExceeded` raised."""
+        try:
+            allowance.grow(size)
+        except QuotaExceeded:
+            self._store.delete(name)
+            raise
+
     def put_entries(
         self,
         namespace: str,
@@ -384,8 +412,14 @@ class CacheService:
     ) -> BulkResult:
         """Store the members of one uploaded tar stream (see :mod:`cache_server.bulk`): each gets the
         status a ``PUT`` of it would have; a broken stream keeps what was committed before it. A revoked
-        token (``still_allowed``) ends it as :mod:`cache_server.revocation` says."""
+        token (``still_allowed``) ends it as :mod:`cache_server.revocation` says.
+
+        :class:`QuotaExceeded` at once when a quota of the namespace or the token is full; a member that
+        would pass one gets that status (507) and nothing of it is stored."""
         check_namespace(namespace)
+        allowance = self._quotas.allowance(namespace, stored_by) if self._quotas is not None else None
+        if allowance is not None and (full := allowance.full()) is not None:
+            raise full
 
         def metadata(key: str, sha256: str, compile_ms: int | None) -> dict[str, str]:
             meta = {
@@ -413,6 +447,7 @@ class CacheService:
             on_stored=self._stored,
             packs=self._packs,
             still_allowed=still_allowed,
+            quota=allowance,
         )
 
     def _stored(self, namespace: str, key: str) -> None:

@@ -186,6 +186,22 @@ class Settings(BaseSettings):
         le=3600,
         description="At most one read of the registered namespaces per this many seconds, to label metrics.",
     )
+    max_namespaces_per_token: int = Field(
+        default=1000,
+        ge=0,
+        description=(
+            "How many namespaces one token may create (register, or store the first entry of); more are "
+            "refused with 507 (0: no limit; auth off: not counted)."
+        ),
+    )
+    stats_page_namespaces: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description=(
+            "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
+        ),
+    )
 
     @field_validator("log_level")
     @classmethod

@@ -20,7 +20,9 @@ from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
+from cache_server.quotas import Quotas
 from cache_server.reindex import Reindexer
 from cache_server.service import CacheService
 from cache_server.settings import Settings
@@ -42,6 +44,7 @@ class Services:
     tokens: TokenManager
     reindexer: Reindexer
     activity: Activity
+    quotas: Quotas
 
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
@@ -99,7 +102,10 @@ def build_services(
         graph_parser=graph_parser,
         forget_entries=hot.forget,
     )
-    cache = CacheService(settings, entries, store, access, on_stored=admin.entry_stored, clock=clock, hot=hot)
+    quotas = Quotas(QuotaRepository(database), settings.max_namespaces_per_token, clock=clock)
+    cache = CacheService(
+        settings, entries, store, access, on_stored=admin.entry_stored, clock=clock, hot=hot, quotas=quotas
+    )
     return Services(
         settings=settings,
         database=database,
@@ -110,4 +116,5 @@ def build_services(
         tokens=tokens,
         reindexer=Reindexer(entries, store),
         activity=activity,
+        quotas=quotas,
     )

@@ -8,6 +8,7 @@ server's ``/admin/...`` answers into lines a person reads, and parses ``10GiB`` 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 __all__ = [
@@ -104,6 +105,12 @@ def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
             for n in namespaces
         ]
         lines += _table(rows, right={2, 3, 4, 5, 6, 7})
+        if stats.get("next_after") is not None:
+            count = stats.get("namespace_count", len(namespaces))
+            lines.append(
+                f"  ({len(namespaces):,} of {count:,} namespaces; the next page: "
+                f"xla-cache stats --all --after {shlex.quote(stats['next_after'])})"
+            )
     stored_by = [u for u in stats.get("stored_by", []) if u["entries"]]
     if stored_by and any(u["token_id"] is not None for u in stored_by):
         lines.append("stored by token (what is in the cache now)")
@@ -147,6 +154,20 @@ def token_lines(listing: dict[str, Any]) -> list[str]:
     if len(rows) == 1:
         return ["no tokens yet (xla-cache-server token create --name NAME --role read|write|admin)"]
     return ["tokens and what each stored (in the cache now), most bytes first", *_table(rows, right={5, 6})]
+
+
+def quota_lines(quotas: list[dict[str, Any]]) -> list[str]:
+    """Quotas with what their namespace or token stores now (uploads past one are refused with 507)."""
+    if not quotas:
+        return ["no quotas (xla-cache quota --namespace NAME --max-entries N --max-bytes SIZE)"]
+    rows = [["kind", "namespace or token id", "entries", "max entries", "bytes", "max bytes"]]
+    for q in quotas:
+        most_entries = f"{q['max_entries']:,}" if q["max_entries"] is not None else "-"
+        most_bytes = format_bytes(q["max_bytes"]) if q["max_bytes"] is not None else "-"
+        rows.append(
+            [q["kind"], q["subject"], f"{q['entries']:,}", most_entries, format_bytes(q["bytes"]), most_bytes]
+        )
+    return ["quotas (uploads past one are refused with 507)", *_table(rows, right={2, 3, 4, 5})]
 
 
 def purge_lines(result: dict[str, Any], *, shown: int = 20) -> list[str]:

@@ -388,10 +388,15 @@ class CacheApi:
         response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=plain)
         return dict(self._json(response, what))
 
-    def admin_stats(self, deadline: Deadline) -> dict[str, Any]:
-        """``GET /admin/stats`` (needs an admin token when auth is on)."""
+    def admin_stats(
+        self, deadline: Deadline, *, limit: int | None = None, after: str | None = None
+    ) -> dict[str, Any]:
+        """``GET /admin/stats`` (needs an admin token when auth is on): one page of namespaces, ``limit``
+        of them (the server's default page when None) after the cursor ``after`` (a page's
+        ``next_after``)."""
         what = "the admin stats request"
-        return dict(self._json(self._call("GET", "/admin/stats", what, deadline), what))
+        params = {name: value for name, value in (("limit", limit), ("after", after)) if value is not None}
+        return dict(self._json(self._call("GET", "/admin/stats", what, deadline, params=params), what))
 
     def admin_evict(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /admin/evict`` (needs an admin token when auth is on)."""
@@ -402,6 +407,20 @@ class CacheApi:
         """``GET /admin/tokens``: every token and what it stored (admin token)."""
         what = "the token listing"
         return dict(self._json(self._call("GET", "/admin/tokens", what, deadline), what))
+
+    def admin_quotas(self, deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/quotas``: every quota with what its namespace or token stores now (admin token)."""
+        what = "the quota listing"
+        return dict(self._json(self._call("GET", "/admin/quotas", what, deadline), what))
+
+    def admin_set_quota(
+        self, kind: str, subject: str, body: dict[str, Any], deadline: Deadline
+    ) -> dict[str, Any]:
+        """``PUT /admin/quotas/{kind}/{subject}``: set (both limits null: remove) the quota of a namespace or
+        of the tokens with a name or id (admin token)."""
+        what = f"the quota of {kind} {subject!r}"
+        path = f"/admin/quotas/{_seg(kind)}/{_seg(subject)}"
+        return dict(self._json(self._call("PUT", path, what, deadline, json=body), what))
 
     def admin_purge_token(self, token: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /admin/tokens/{token}/purge``: revoke a token and remove what it stored (admin token)."""

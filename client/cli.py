@@ -18,6 +18,7 @@ from client.admin_cli import (
     parse_duration,
     parse_size,
     purge_lines,
+    quota_lines,
     stats_lines,
     token_lines,
 )
@@ -325,7 +326,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         totals: dict[str, Any] | None
         admin_error: str | None
         try:
-            totals = api.admin_stats(Deadline(args.timeout))
+            totals = api.admin_stats(Deadline(args.timeout), limit=args.limit, after=args.after)
         except ServerProblem as exc:
             totals = None
             admin_error = exc.reason
@@ -375,6 +376,34 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     finally:
         api.close()
     _emit(args, listing, token_lines(listing))
+    return 0
+
+
+def cmd_quota(args: argparse.Namespace) -> int:
+    """List the quotas, or set (``--clear``: remove) a namespace's or a token's (admin token)."""
+    config = _config(args)
+    api = CacheApi(_server(config), config.token)
+    try:
+        if args.namespace is None and args.token_name is None:
+            result = api.admin_quotas(Deadline(args.timeout))
+        else:
+            body: dict[str, Any] = {"max_entries": None, "max_bytes": None}
+            if not args.clear:
+                if args.max_entries is None and args.max_bytes is None:
+                    print("xla-cache quota: give --max-entries, --max-bytes or --clear", file=sys.stderr)
+                    return 2
+                body["max_entries"] = args.max_entries
+                try:
+                    body["max_bytes"] = parse_size(args.max_bytes) if args.max_bytes is not None else None
+                except ValueError as exc:
+                    print(f"xla-cache quota: --max-bytes: {exc}", file=sys.stderr)
+                    return 2
+            kind, subject = ("namespace", args.namespace) if args.namespace else ("token", args.token_name)
+            answer = api.admin_set_quota(kind, subject, body, Deadline(args.timeout))
+            result = answer if "quotas" in answer else {"quotas": [answer]}
+    finally:
+        api.close()
+    _emit(args, result, quota_lines(result["quotas"]))
     return 0
 
 
@@ -487,6 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     _framework(stats)
     stats.add_argument("--spmd", action="store_true", help="fingerprint the torch_xla runtime with SPMD on")
     stats.add_argument("--all", action="store_true", help="only the server-wide stats (no namespace)")
+    stats.add_argument("--limit", type=int, help="namespaces listed (a page; default: the server's, 100)")
+    stats.add_argument("--after", metavar="CURSOR", help="the next page of namespaces (the page says)")
     stats.set_defaults(func=cmd_stats)
 
     evict = sub.add_parser(
@@ -517,6 +548,25 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("--dry-run", action="store_true", help="list what would go; revoke and remove nothing")
     purge.add_argument("--keep-token", action="store_true", help="remove its entries but do not revoke it")
     purge.set_defaults(func=cmd_purge_token)
+
+    quota = sub.add_parser(
+        "quota",
+        help="list quotas, or set a namespace's or a token's (admin token)",
+        description="Uploads past a quota are refused with 507 before anything of them is stored.",
+    )
+    _common(quota, timeout=30.0)
+    subject = quota.add_mutually_exclusive_group()
+    subject.add_argument("--namespace", help="set this namespace's quota (it need not exist yet)")
+    subject.add_argument(
+        "--for-token",
+        dest="token_name",
+        metavar="NAME_OR_ID",
+        help="set the quota of these tokens",
+    )
+    quota.add_argument("--max-entries", type=int, help="at most this many entries")
+    quota.add_argument("--max-bytes", metavar="SIZE", help="at most this much, e.g. 500G or 10GiB")
+    quota.add_argument("--clear", action="store_true", help="remove the quota")
+    quota.set_defaults(func=cmd_quota)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     _common(doctor, timeout=300.0)

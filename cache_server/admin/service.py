@@ -152,12 +152,30 @@ class AdminService:
         return self._graphs.wait_idle(timeout)
 
     # -- operations -------------------------------------------------------------------------------------
-    def stats(self, *, days: int = 30, top: int = 10, namespace: str | None = None) -> StatsReport:
-        """Totals, per namespace, per day and top graphs; this process's pending counts are written first."""
+    def stats(
+        self,
+        *,
+        days: int = 30,
+        top: int = 10,
+        namespace: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> StatsReport:
+        """Totals, per namespace (a page of ``limit`` after the cursor ``after``; see
+        :func:`~cache_server.admin.stats.build_report`), per day and top graphs; this process's pending
+        counts are written first."""
         if namespace is not None:
             check_namespace(namespace)
         self._flush_access()
-        return build_report(self._repository, now=self._clock(), days=days, top=top, namespace=namespace)
+        return build_report(
+            self._repository,
+            now=self._clock(),
+            days=days,
+            top=top,
+            namespace=namespace,
+            limit=limit,
+            after=after,
+        )
 
     def stored_by_namespace(self) -> dict[str, tuple[int, int]]:
         """Entries and bytes stored now, per namespace."""

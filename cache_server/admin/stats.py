@@ -10,9 +10,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 from cache_server.domain import Counters, NamespaceInfo
+from cache_server.errors import BadRequest
 from cache_server.index.admin import AdminRepository, GraphGroup
 
-__all__ = ["DayCounters", "StatsReport", "Totals", "build_report"]
+__all__ = ["DayCounters", "StatsReport", "Totals", "build_report", "page_cursor", "parse_cursor"]
 
 
 @dataclass
@@ -41,6 +42,24 @@ class StatsReport:
     namespaces: list[NamespaceInfo]
     daily: list[DayCounters]
     top_graphs: list[GraphGroup]
+    namespace_count: int = 0  # every namespace's, not only the page's
+    next_after: str | None = None  # the cursor of the next page of namespaces; None on the last
+
+
+_MAX_BYTES = 2**63 - 1  # what the index's BIGINT columns hold
+
+
+def page_cursor(ns: NamespaceInfo) -> str:
+    """The cursor after this namespace: its stored bytes and its name (the order of the pages)."""
+    return f"{ns.bytes}:{ns.name}"
+
+
+def parse_cursor(text: str) -> tuple[int, str]:
+    """(bytes, name) from :func:`page_cursor`'s text; :class:`BadRequest` for anything else."""
+    size, sep, name = text.partition(":")
+    if not sep or not size.isascii() or not size.isdigit() or not name or int(size[:20]) > _MAX_BYTES:
+        raise BadRequest(f"after={text!r} is not a cursor this server gave (next_after of the page before).")
+    return int(size), name
 
 
 def build_report(
@@ -50,15 +69,23 @@ def build_report(
     days: int = 30,
     top: int = 10,
     namespace: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
 ) -> StatsReport:
     """The report over every namespace (or one) made at ``now``, with ``days`` days of rollup (today's
-    included) and ``top`` graphs. The day is read once: a report made across midnight has exactly ``days``."""
-    rows = [row for row in repository.namespace_rows() if namespace in (None, row.name)]
-    totals = Totals(
-        entries=sum(r.entries for r in rows), bytes=sum(r.bytes for r in rows), counters=Counters()
-    )
-    for row in rows:
-        totals.counters.add(row.counters)
+    included) and ``top`` graphs. The day is read once: a report made across midnight has exactly ``days``.
+
+    Namespaces come a page at a time, largest first then by name: at most ``limit`` (None: all) after the
+    cursor ``after`` (the ``next_after`` of the page before). Totals are over every namespace. A namespace
+    whose stored bytes change between two pages' requests may be missed or shown twice (it moved in the
+    order); the totals and ``namespace_count`` say what is there."""
+    cursor = parse_cursor(after) if after is not None else None
+    count, entries, size, counters = repository.namespace_totals(namespace)
+    page_size = limit if limit is not None else max(count, 1)
+    rows = repository.namespace_page(after=cursor, limit=page_size + 1, namespace=namespace)
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    totals = Totals(entries=entries, bytes=size, counters=counters)
     today = now.date()
     since = today - dt.timedelta(days=max(days, 1) - 1)
     counted = repository.daily(since, namespace)
@@ -72,4 +99,6 @@ def build_report(
         namespaces=rows,
         daily=daily,
         top_graphs=repository.top_graphs(top, namespace) if top > 0 else [],
+        namespace_count=count,
+        next_after=page_cursor(rows[-1]) if more and rows else None,
     )

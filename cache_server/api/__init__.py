@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from cache_server.api import admin, dashboard, docs, entries, feed, health, metrics, namespaces, signed_urls
+from cache_server.api import (
+    admin,
+    dashboard,
+    docs,
+    entries,
+    feed,
+    health,
+    metrics,
+    namespaces,
+    quotas,
+    signed_urls,
+)
 
 __all__ = ["router"]
 
@@ -18,4 +29,5 @@ router.include_router(health.router)
 router.include_router(metrics.router)
 router.include_router(docs.router)
 router.include_router(admin.router)
+router.include_router(quotas.router)
 router.include_router(dashboard.router)

@@ -20,25 +20,40 @@ from cache_server.api.admin_schemas import (
     StatsOut,
     TokensOut,
 )
-from cache_server.api.deps import AdminDep
+from cache_server.api.deps import AdminDep, SettingsDep
 from cache_server.errors import PacksOff
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 
+PAGE_LIMIT = "Namespaces in this page (default XLA_CACHE_STATS_PAGE_NAMESPACES)."
+PAGE_AFTER = "The next_after of the page before (absent: the first page)."
+
 
 @router.get("/stats", response_model=StatsOut)
 def stats(
     admin: AdminDep,
+    settings: SettingsDep,
     days: Annotated[int, Query(ge=1, le=3660, description="Days of daily rollup, today included.")] = 30,
     top: Annotated[int, Query(ge=0, le=1000, description="How many graphs to list.")] = 10,
     namespace: Annotated[str | None, Query(description="Only this namespace.")] = None,
+    limit: Annotated[int | None, Query(ge=1, le=10_000, description=PAGE_LIMIT)] = None,
+    after: Annotated[str | None, Query(max_length=200, description=PAGE_AFTER)] = None,
 ) -> StatsOut:
     """Totals and per namespace (entries, bytes, hits, misses, hit rate, uploads, evictions, bytes served,
     compile time saved), a daily rollup, the graphs with the most shape variants, and what each token
-    stored (every namespace's, also with ``namespace``)."""
-    return StatsOut.of(admin.stats(days=days, top=top, namespace=namespace), admin.token_usage())
+    stored (every namespace's, also with ``namespace``). Namespaces come a page at a time, largest first:
+    ``limit`` of them (default ``XLA_CACHE_STATS_PAGE_NAMESPACES``) after the cursor ``after`` (the
+    ``next_after`` of the page before, null on the last page); totals and ``namespace_count`` cover all."""
+    report = admin.stats(
+        days=days,
+        top=top,
+        namespace=namespace,
+        limit=limit or settings.stats_page_namespaces,
+        after=after,
+    )
+    return StatsOut.of(report, admin.token_usage())
 
 
 @router.post("/evict", response_model=EvictOut)

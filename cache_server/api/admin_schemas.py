@@ -127,11 +127,18 @@ class StatsOut(BaseModel):
     stored_by: list[TokenUsageOut] = Field(
         default_factory=list, description="What each token stored (GET /admin/tokens), most bytes first."
     )
+    namespace_count: int = Field(default=0, description="How many namespaces there are (all pages).")
+    next_after: str | None = Field(
+        default=None,
+        description="Pass as after= for the next page of namespaces; null on the last page.",
+    )
 
     @classmethod
     def of(cls, report: StatsReport, usage: list[TokenUsage] | None = None) -> StatsOut:
         totals = report.totals
         return cls(
+            namespace_count=report.namespace_count,
+            next_after=report.next_after,
             generated_at=report.generated_at,
             totals=CountersOut(entries=totals.entries, bytes=totals.bytes, **counter_values(totals.counters)),
             namespaces=[namespace_stats_out(ns) for ns in report.namespaces],

@@ -55,6 +55,9 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("DELETE", "/admin/namespaces/{namespace}"): Role.ADMIN,
     ("GET", "/admin/tokens"): Role.ADMIN,
     ("POST", "/admin/tokens/{token}/purge"): Role.ADMIN,
+    ("GET", "/admin/quotas"): Role.ADMIN,
+    ("PUT", "/admin/quotas/namespace/{namespace}"): Role.ADMIN,
+    ("PUT", "/admin/quotas/token/{token}"): Role.ADMIN,
     ("GET", "/"): Role.READ,
     ("GET", "/dashboard/data"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace

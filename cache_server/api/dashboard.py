@@ -15,6 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from cache_server.api.admin import PAGE_AFTER, PAGE_LIMIT
 from cache_server.api.admin_schemas import StatsOut
 from cache_server.api.auth import COOKIE_NAME
 from cache_server.api.deps import AdminDep, SettingsDep
@@ -64,11 +65,16 @@ def dashboard(
 @router.get("/dashboard/data", response_model=StatsOut)
 def dashboard_data(
     admin: AdminDep,
+    settings: SettingsDep,
     days: Annotated[int, Query(ge=1, le=3660)] = 30,
     top: Annotated[int, Query(ge=0, le=100)] = 10,
+    limit: Annotated[int | None, Query(ge=1, le=10_000, description=PAGE_LIMIT)] = None,
+    after: Annotated[str | None, Query(max_length=200, description=PAGE_AFTER)] = None,
 ) -> StatsOut:
-    """The numbers the dashboard draws (the same as ``GET /admin/stats``)."""
-    return StatsOut.of(admin.stats(days=days, top=top))
+    """The numbers the dashboard draws (the same as ``GET /admin/stats``, a page of namespaces at a time:
+    ``limit`` and ``after`` as there)."""
+    limit = limit or settings.stats_page_namespaces
+    return StatsOut.of(admin.stats(days=days, top=top, limit=limit, after=after))
 
 
 @router.get("/static/{name}", response_class=Response, include_in_schema=False)

@@ -8,12 +8,14 @@ from fastapi import Depends, Request
 
 from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
+from cache_server.quotas import Quotas
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
+    "QuotasDep",
     "ServiceDep",
     "SettingsDep",
     "TokensDep",
@@ -41,6 +43,10 @@ def get_tokens(request: Request) -> TokenManager:
     return _services(request).tokens
 
 
+def get_quotas(request: Request) -> Quotas:
+    return _services(request).quotas
+
+
 def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
@@ -64,7 +70,12 @@ async def _settings(request: Request) -> Settings:
     return get_settings(request)
 
 
+async def _quotas(request: Request) -> Quotas:
+    return get_quotas(request)
+
+
 ServiceDep = Annotated[CacheService, Depends(_service)]
 AdminDep = Annotated[AdminService, Depends(_admin)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
+QuotasDep = Annotated[Quotas, Depends(_quotas)]

@@ -56,11 +56,14 @@ _ENTRY_BODY = {
     "required": True,
     "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
 }
+_QUOTA = "Past a quota of the namespace or token (GET /admin/quotas), or XLA_CACHE_MAX_NAMESPACES_PER_TOKEN"
 # What single routes answer besides 200, by method and path of the document.
 _ROUTE_ANSWERS: dict[tuple[str, str], dict[str, str]] = {
-    ("put", "/v1/namespaces/{namespace}"): {"201": "Registered: the namespace is new"},
+    ("put", "/v1/namespaces/{namespace}"): {"201": "Registered: the namespace is new", "507": _QUOTA},
     ("get", "/v1/namespaces/{namespace}"): {"404": "The namespace has never been registered"},
-    ("put", _ENTRY): {"409": "Stored with another digest; the first upload stays"},
+    ("put", _ENTRY): {"409": "Stored with another digest; the first upload stays", "507": _QUOTA},
+    ("post", "/v1/namespaces/{namespace}/entries"): {"507": _QUOTA},
+    ("put", "/admin/quotas/token/{token}"): {"404": "No token has this name or id"},
     ("get", _ENTRY): {"304": "If-None-Match names the entry's digest", "404": "No such entry (a miss)"},
     ("head", _ENTRY): {"404": "No such entry"},
     ("delete", _ENTRY): {"404": "No such entry"},

@@ -290,8 +290,11 @@ async def put_entry(
     400 the body does not match its digest; 413 larger than ``XLA_CACHE_MAX_ENTRY_BYTES``; 408 the body
     paused longer than ``XLA_CACHE_BODY_TIMEOUT_SECONDS``, or arrived slower than
     ``XLA_CACHE_MIN_UPLOAD_BYTES_PER_SECOND`` after those seconds; 503 (with ``Retry-After``) every upload
-    slot stayed busy for ``XLA_CACHE_UPLOAD_WAIT_SECONDS``. A client that disconnects mid-body is logged in
-    one line and counted as 499. Whatever ends an upload early, nothing of it is stored.
+    slot stayed busy for ``XLA_CACHE_UPLOAD_WAIT_SECONDS``; 507 the entry would take the namespace or the
+    token past its quota (``GET /admin/quotas``), or the namespace is new and the token has created
+    ``XLA_CACHE_MAX_NAMESPACES_PER_TOKEN`` already: refused by the declared Content-Length before the body
+    is read (without one, once measured: its blob is then removed). A client that disconnects mid-body is
+    logged in one line and counted as 499. Whatever ends an upload early, nothing of it is stored.
     """
     check_namespace(namespace)
     check_key(key)
@@ -359,10 +362,12 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     another encoding).
 
     200 with every member's result: the status a ``PUT`` of it would have had (201 stored, 200 already
-    stored with this digest, 409 stored with another, 400 bad name, digest record or bytes, 413 too large);
-    a member's 201 or 200 means it survives a crash, as for a ``PUT``. 400 for a stream that is not a tar
-    stream this server accepts (only regular files; bounded PAX headers; every zstd frame whole; nothing
-    but zero bytes after the tar stream's end); what was committed before the error stays.
+    stored with this digest, 409 stored with another, 400 bad name, digest record or bytes, 413 too large,
+    507 past a quota of the namespace or the token: nothing of it stored); a member's 201 or 200 means it
+    survives a crash, as for a ``PUT``. 507 for the whole request when a quota is full already. 400 for a
+    stream that is not a tar stream this server accepts (only regular files; bounded PAX headers; every zstd
+    frame whole; nothing but zero bytes after the tar stream's end); what was committed before the error
+    stays.
 
     Bounds: 413 ``upload_too_large`` once the stream (or the body as sent) passes
     ``XLA_CACHE_MAX_BULK_BYTES`` (at once when a member's declared size would take it past) or more than

@@ -47,6 +47,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.PacksOff: 501,
     errors.TokenRevoked: 401,
     errors.UploadTooLarge: 413,
+    errors.QuotaExceeded: 507,
 }
 
 HTTP_CODES = {

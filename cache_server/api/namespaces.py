@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 
+from cache_server.api.auth import principal
 from cache_server.api.deps import ServiceDep
 from cache_server.api.schemas import NamespaceIn, NamespaceOut
 from cache_server.domain import NamespaceInfo
@@ -29,9 +30,15 @@ def _out(ns: NamespaceInfo) -> NamespaceOut:
 
 
 @router.put("/{namespace}", response_model=NamespaceOut)
-def put_namespace(namespace: str, body: NamespaceIn, service: ServiceDep, response: Response) -> NamespaceOut:
-    """Register a namespace with its runtime fingerprint and labels, or update them. 201 when new."""
-    info, created = service.register_namespace(namespace, body.fingerprint, body.labels)
+def put_namespace(
+    namespace: str, body: NamespaceIn, service: ServiceDep, request: Request, response: Response
+) -> NamespaceOut:
+    """Register a namespace with its runtime fingerprint and labels, or update them. 201 when new; 507
+    when new and the token has created ``XLA_CACHE_MAX_NAMESPACES_PER_TOKEN`` namespaces already."""
+    who = principal(request)
+    info, created = service.register_namespace(
+        namespace, body.fingerprint, body.labels, created_by=who.token_id if who is not None else None
+    )
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
     return _out(info)
 

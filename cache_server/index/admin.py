@@ -86,6 +86,44 @@ class AdminRepository:
                 for row, entries, size in session.execute(stmt)
             ]
 
+    def namespace_page(
+        self, *, after: tuple[int, str] | None, limit: int, namespace: str | None = None
+    ) -> list[NamespaceInfo]:
+        """A page of :meth:`namespace_rows` (largest first, then by name): the ``limit`` namespaces after
+        the one with ``after`` = (its stored bytes, its name); only ``namespace`` if given."""
+        stored = stored_per_namespace().subquery()
+        size = func.coalesce(stored.c.bytes, 0)
+        stmt = (
+            select(Namespace, stored.c.entries, stored.c.bytes)
+            .outerjoin(stored, stored.c.namespace == Namespace.name)
+            .order_by(size.desc(), Namespace.name)
+            .limit(limit)
+        )
+        if namespace is not None:
+            stmt = stmt.where(Namespace.name == namespace)
+        if after is not None:
+            last_bytes, last_name = after
+            stmt = stmt.where((size < last_bytes) | ((size == last_bytes) & (Namespace.name > last_name)))
+        with self._db.transaction() as session:
+            return [
+                namespace_info(row, int(entries or 0), int(total or 0))
+                for row, entries, total in session.execute(stmt)
+            ]
+
+    def namespace_totals(self, namespace: str | None = None) -> tuple[int, int, int, Counters]:
+        """How many namespaces there are (1 or 0 with ``namespace``), the entries and bytes they store, and
+        their counters summed: a few aggregates, whatever the number of namespaces."""
+        counters = select(func.count(), *(func.sum(getattr(Namespace, name)) for name in COUNTERS))
+        stored = select(func.sum(EntryTotals.entries), func.sum(EntryTotals.bytes))
+        if namespace is not None:
+            counters = counters.where(Namespace.name == namespace)
+            stored = stored.where(EntryTotals.namespace == namespace)
+        with self._db.transaction() as session:
+            count, *sums = session.execute(counters).one()
+            entries, size = session.execute(stored).one()
+        summed = Counters.of({name: int(value or 0) for name, value in zip(COUNTERS, sums, strict=True)})
+        return int(count), int(entries or 0), int(size or 0), summed
+
     def namespace_exists(self, namespace: str) -> bool:
         with self._db.transaction() as session:
             return session.get(Namespace, namespace) is not None

@@ -127,12 +127,22 @@ class EntryRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def _add_namespaces(self, session: Session, first_seen: Mapping[str, dt.datetime]) -> None:
-        """Insert an empty row for each namespace that has none, first seen at the given time."""
+    def _add_namespaces(
+        self, session: Session, first_seen: Mapping[str, dt.datetime], created_by: str | None = None
+    ) -> None:
+        """Insert an empty row for each namespace that has none, first seen at the given time (created by
+        the token with id ``created_by``, if any)."""
         if not first_seen:
             return
-        rows = [
-            {"name": name, "fingerprint": {}, "labels": {}, "created_at": at, "last_used_at": at}
+        rows: list[dict[str, Any]] = [
+            {
+                "name": name,
+                "fingerprint": {},
+                "labels": {},
+                "created_at": at,
+                "last_used_at": at,
+                "created_by": created_by,
+            }
             for name, at in first_seen.items()
         ]
         session.execute(
@@ -145,9 +155,16 @@ class EntryRepository:
 
     # -- namespaces -------------------------------------------------------------------------------------
     def upsert_namespace(
-        self, name: str, fingerprint: Mapping[str, Any], labels: Mapping[str, str], *, now: dt.datetime
+        self,
+        name: str,
+        fingerprint: Mapping[str, Any],
+        labels: Mapping[str, str],
+        *,
+        now: dt.datetime,
+        created_by: str | None = None,
     ) -> tuple[NamespaceInfo, bool]:
-        """Create the namespace or replace its fingerprint and labels. Returns it and whether it is new."""
+        """Create the namespace or replace its fingerprint and labels. Returns it and whether it is new.
+        ``created_by``: the id of the token creating it (kept only when it is new)."""
         with self._db.transaction() as session:
             stmt = self._db.insert(Namespace).values(
                 name=name,
@@ -155,6 +172,7 @@ class EntryRepository:
                 labels=dict(labels),
                 created_at=now,
                 last_used_at=now,
+                created_by=created_by,
             )
             inserted = stmt.on_conflict_do_nothing(index_elements=["name"]).returning(Namespace.name)
             created = session.execute(inserted).first() is not None
@@ -236,7 +254,7 @@ class EntryRepository:
         """
         values = record.row()
         with self._db.transaction() as session:
-            self._add_namespaces(session, {record.namespace: record.created_at})
+            self._add_namespaces(session, {record.namespace: record.created_at}, record.stored_by)
             stmt = self._db.insert(Entry).values(**values)
             if replace:
                 changing = {k: v for k, v in values.items() if k not in ("namespace", "key")}
@@ -266,7 +284,7 @@ class EntryRepository:
             namespace = part[0].namespace
             assert all(record.namespace == namespace for record in part), "one namespace per call"
             with self._db.transaction() as session:
-                self._add_namespaces(session, {namespace: min(r.created_at for r in part)})
+                self._add_namespaces(session, {namespace: min(r.created_at for r in part)}, part[0].stored_by)
                 # One statement, executed for many rows: compiled once and cached (a multi-row VALUES
                 # of 500 rows is compiled anew every time, a third of a bulk upload's index work). On
                 # the tables, not the ORM classes: the ORM's bulk path cost as much again as the rows.

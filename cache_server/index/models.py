@@ -36,6 +36,7 @@ __all__ = [
     "EntryGraph",
     "EntryTotals",
     "Namespace",
+    "Quota",
     "UtcDateTime",
 ]
 
@@ -120,6 +121,9 @@ class Namespace(Base):
     compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     live_deliveries: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     live_compile_ms_saved: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    # the id of the token that created it (registered it, or stored its first entry); None: auth off or
+    # before migration 0009. Counted against XLA_CACHE_MAX_NAMESPACES_PER_TOKEN.
+    created_by: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class Entry(Base):
@@ -192,6 +196,8 @@ class EntryTotals(Base):
     """
 
     __tablename__ = "entry_totals"
+    # a token's usage (its quota's check) sums its rows: one per namespace it stored into (migration 0009)
+    __table_args__ = (Index("ix_entry_totals_stored_by", "stored_by"),)
 
     namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
     stored_by: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -275,3 +281,21 @@ class ApiToken(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class Quota(Base):
+    """A limit on what a namespace, or the entries one token stored, may hold (migration 0009).
+
+    ``kind`` is ``namespace`` (``subject`` its name) or ``token`` (``subject`` the token's id); each limit is
+    None when unset. Compared with the ``entry_totals`` the triggers keep, before an upload stores anything
+    (:mod:`cache_server.quotas`). No foreign key: a quota may be set before its namespace exists, and stays
+    when it is deleted.
+    """
+
+    __tablename__ = "quotas"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(128), primary_key=True)
+    max_entries: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -209,15 +209,54 @@ function renderGraphs(graphs) {
       el("code", {}, g.examples.join("\n"))]));
 }
 
+// Namespaces come a page at a time (largest first): the first page, and more when asked for.
+const nsPages = { shown: [], next: null, count: 0, firstPage: 0 };
+const MAX_PAGE = 10000; // the most /dashboard/data gives in one page
+
+async function fetchData(params) {
+  const query = new URLSearchParams(params).toString();
+  const response = await fetch("/dashboard/data" + (query ? "?" + query : ""),
+    { credentials: "same-origin", cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+  return body;
+}
+
+function renderNamespacePages() {
+  renderNamespaces(nsPages.shown);
+  const note = document.getElementById("ns-count");
+  note.textContent = nsPages.count > nsPages.shown.length
+    ? `${fmtCount(nsPages.shown.length)} of ${fmtCount(nsPages.count)} namespaces shown.` : "";
+  document.getElementById("ns-more").hidden = nsPages.next === null;
+}
+
+async function loadMoreNamespaces() {
+  const error = document.getElementById("error");
+  try {
+    const body = await fetchData({ days: 1, top: 0, after: nsPages.next });
+    nsPages.shown = nsPages.shown.concat(body.namespaces);
+    nsPages.next = body.next_after;
+    nsPages.count = body.namespace_count;
+    renderNamespacePages();
+  } catch (exc) {
+    error.textContent = `Could not load more namespaces: ${exc.message}`;
+    error.hidden = false;
+  }
+}
+
 async function load() {
   const error = document.getElementById("error");
   try {
-    const response = await fetch("/dashboard/data", { credentials: "same-origin", cache: "no-store" });
-    const body = await response.json();
-    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+    // a refresh keeps as many namespaces listed as the person asked for
+    const more = nsPages.shown.length > nsPages.firstPage;
+    const body = await fetchData(more ? { limit: Math.min(nsPages.shown.length, MAX_PAGE) } : {});
+    if (!more) nsPages.firstPage = body.namespaces.length;
+    nsPages.shown = body.namespaces;
+    nsPages.next = body.next_after;
+    nsPages.count = body.namespace_count;
     renderTotals(body.totals);
     renderHits(body.daily);
-    renderNamespaces(body.namespaces);
+    renderNamespacePages();
     renderGraphs(body.top_graphs);
     document.getElementById("updated").textContent = `Updated ${fmtWhen(body.generated_at)}; refreshes every 30 s.`;
     error.hidden = true;
@@ -229,6 +268,7 @@ async function load() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("ns-more").addEventListener("click", loadMoreNamespaces);
   load();
   setInterval(load, REFRESH_MS);
 });

@@ -84,6 +84,43 @@ def test_stats_is_readable_and_json(
     assert code == 0 and "namespace  small" in out and "entries      10" in out
 
 
+def test_stats_pages_through_namespaces(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    common = ["--server", srv.url, "--token", tokens["admin"]]
+    code, out, _ = run(["stats", "--all", "--limit", "1", *common], capsys)
+    assert code == 0 and "14 entries" in out  # the totals are every namespace's
+    assert "(1 of 2 namespaces; the next page: xla-cache stats --all --after " in out
+    cursor = out.split("--after ", 1)[1].split(")", 1)[0]
+    code, out, _ = run(["stats", "--all", "--limit", "1", "--after", cursor, "--json", *common], capsys)
+    page = json.loads(out)["admin"]
+    assert code == 0 and [n["namespace"] for n in page["namespaces"]] == ["small"]  # cpu-job came first
+    assert page["next_after"] is None and page["namespace_count"] == 2
+
+
+def test_quotas_are_set_and_listed(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    common = ["--server", srv.url, "--token", tokens["admin"]]
+    code, out, _ = run(
+        ["quota", "--namespace", "small", "--max-entries", "10", "--max-bytes", "1M", *common], capsys
+    )
+    assert code == 0 and "namespace  small" in out and out.rstrip().endswith("10.0 KiB    1.0 MiB")
+    code, out, _ = run(["quota", "--for-token", "cli-write", "--max-entries", "5", "--json", *common], capsys)
+    assert code == 0 and json.loads(out)["quotas"][0]["max_entries"] == 5
+    code, out, _ = run(["quota", "--json", *common], capsys)
+    listed = {(q["kind"], q["subject"]): (q["entries"], q["max_entries"]) for q in json.loads(out)["quotas"]}
+    assert listed[("namespace", "small")] == (10, 10)  # it holds 10 entries: full
+    code, _, err = run(["quota", "--for-token", "nobody", "--max-entries", "1", *common], capsys)
+    assert code != 0 and "nobody" in err
+    for subject in (["--namespace", "small"], ["--for-token", "cli-write"]):
+        assert run(["quota", *subject, "--clear", *common], capsys)[0] == 0
+    code, out, _ = run(["quota", *common], capsys)
+    assert code == 0 and "no quotas" in out
+
+
 def test_stats_with_a_read_token_says_why_totals_are_missing(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:

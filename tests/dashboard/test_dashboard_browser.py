@@ -83,7 +83,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
     clear_of_utc_midnight(120)  # the history, today's traffic and the page's 21 days: one UTC day
     data_dir = tmp_path_factory.mktemp("dashboard")
     tokens = {role: make_token(data_dir, f"dash-{role}", role) for role in ("read", "write", "admin")}
-    with run_server(data_dir, {"XLA_CACHE_AUTH": "on"}) as srv:
+    # a page of one namespace: the page lists the first and loads the other when asked
+    with run_server(data_dir, {"XLA_CACHE_AUTH": "on", "XLA_CACHE_STATS_PAGE_NAMESPACES": "1"}) as srv:
         write = {"Authorization": f"Bearer {tokens['write']}"}
         with httpx.Client(base_url=srv.url, headers=write, timeout=30) as http:
             labels = {"team": "vision"}
@@ -147,6 +148,13 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
             # A selector, not a function: the page's CSP forbids the eval a string predicate would need.
             tab.wait_for_selector("body[data-loaded='true']", state="attached")
             assert tab.url == f"{srv.url}/"  # the token left the address bar
+            first_page = tab.evaluate(
+                """(() => [document.querySelectorAll("#ns-table tbody tr").length,
+                           document.getElementById("ns-count").textContent])()"""
+            )
+            tab.click("#ns-more")
+            tab.wait_for_selector("#ns-table tbody tr:nth-child(2)", state="attached")
+            more_hidden = tab.evaluate("""document.getElementById("ns-more").hidden""")
             page: dict[str, Any] = tab.evaluate(
                 """(() => {
                   const count = (sel) => document.querySelectorAll(sel).length;
@@ -185,6 +193,7 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert page["graphBars"] == 2
     assert page["graphRows"][0] == ["SyncTensorsGraph.15", "vision-tpu-v5e", "3"]
     assert page["nsRows"] == ["text-gpu", "vision-tpu-v5e"]  # largest first
+    assert first_page == [1, "1 of 2 namespaces shown."] and more_hidden is True
     assert page["error"] is True  # the error box stayed hidden
     assert errors == []
     assert SCREENSHOT.stat().st_size > 20_000
