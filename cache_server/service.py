@@ -12,6 +12,8 @@ The service owns what it is given: nothing else touches its repository or its st
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import hashlib
 import logging
 import threading
@@ -44,6 +46,7 @@ from cache_server.errors import (
     StorageUnavailable,
     TooManyKeys,
 )
+from cache_server.existing import TakenName
 from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
@@ -337,6 +340,7 @@ class CacheService:
         if existing is not None and existing.sha256 != sha256:
             raise self._conflict(namespace, key, existing.sha256)
         created_at = self._clock()
+        taken = self._taken(namespace, key, sha256, began=created_at, row=existing, row_known=True)
         uploader = uploader[:UPLOADER_MAX_LENGTH] if uploader else None
         metadata = {"namespace": namespace, "key": key, "sha256": sha256, "created": created_at.isoformat()}
         if compile_time_ms is not None:
@@ -347,14 +351,15 @@ class CacheService:
             metadata["stored_by"] = stored_by
         name = blob_name(namespace, key)
         created = self._store.put(
-            name, _checked_upload(chunks, sha256, self._settings.max_entry_bytes), metadata
+            name,
+            _checked_upload(chunks, sha256, self._settings.max_entry_bytes),
+            metadata,
+            replace=taken.judge,
         )
-        info = self._store.stat(name)
+        info = self._store.stat(name) if created else taken.outcome().info
         if info is None:
             raise StorageUnavailable("The blob store lost an entry right after writing it; please retry.")
         stored_sha = info.metadata.get("sha256", "")
-        if not created and stored_sha != sha256:
-            raise self._conflict(namespace, key, stored_sha)
         record = EntryRecord(
             namespace=namespace,
             key=key,
@@ -369,6 +374,30 @@ class CacheService:
         if created:
             self._stored(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
+
+    def _taken(
+        self,
+        namespace: str,
+        key: str,
+        sha256: str,
+        *,
+        began: dt.datetime,
+        row: EntryInfo | None = None,
+        row_known: bool = False,
+    ) -> TakenName:
+        """The rules of one upload for a blob already stored under its key (:mod:`cache_server.existing`)."""
+        return TakenName(
+            self._entries,
+            self._store,
+            namespace,
+            key,
+            sha256,
+            began=began,
+            grace_seconds=self._settings.orphan_grace_seconds,
+            clock=self._clock,
+            row=row,
+            row_known=row_known,
+        )
 
     def put_entries(
         self, namespace: str, members: Iterator[TarMember], *, stored_by: str | None = None
@@ -402,6 +431,7 @@ class CacheService:
             stored_by=stored_by,
             on_stored=self._stored,
             packs=self._packs,
+            taken=functools.partial(self._taken, namespace, began=self._clock()),
         )
 
     def _stored(self, namespace: str, key: str) -> None:
