@@ -154,11 +154,15 @@ def _drop_lost_rows(
     while page := repository.keys_page(namespace, after=after, limit=CHECK_BATCH):
         after = page[-1][0]
         result.rows_checked += len(page)
-        lost = [
-            key
-            for key, created in page
-            if key not in listed and created < started and store.stat(blob_name(namespace, key)) is None
-        ]
+        lost: list[str] = []
+        for key, created in page:
+            if key in listed or created >= started:
+                continue
+            info = store.stat(blob_name(namespace, key))
+            if info is None:
+                lost.append(key)
+            elif unreadable(info) is not None:  # not listed as a blob (a directory in its place): damaged
+                _set_aside_damaged(repository, store, info, result, forget)
         if result.dry_run:
             result.rows_dropped += len(lost)
         elif lost:

@@ -1,0 +1,198 @@
+"""Damaged blobs and orphan blobs against a real ``xla-cache-server serve`` (issue 25, items 3 and 4).
+
+Before (7499194): one damaged byte in a blob's header made ``/admin/gc`` (and its dry run) answer 500, a PUT
+of that key 500, and ``reindex`` (plain, ``--verify``, ``--dry-run``) exit 1 having recovered 0 of 5
+entries; a directory in place of a blob made GET answer 500. An orphan blob (no index row) with other bytes
+made every PUT of its key answer 409 while GET answered 404, until an admin ran gc past its one-hour grace.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
+from cache_protocol.tar import END, member_header, padding
+from cache_server.migrate import downgrade
+from cache_server.storage.local import LocalBlobStore
+from tests.production.conftest import Deployment
+from tests.support.server import SERVER_BIN, run_server
+from tests.support.wait import wait_until
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def put(client: httpx.Client, namespace: str, key: str, data: bytes) -> httpx.Response:
+    return client.put(
+        f"/v1/namespaces/{namespace}/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
+    )
+
+
+def bulk(client: httpx.Client, namespace: str, members: dict[str, bytes]) -> dict[str, dict[str, object]]:
+    body = b"".join(
+        member_header(key, len(data), records={BUNDLE_SHA256_PAX: sha(data)}) + data + padding(len(data))
+        for key, data in members.items()
+    )
+    response = client.post(
+        f"/v1/namespaces/{namespace}/entries",
+        content=body + END,
+        headers={"Content-Type": "application/x-tar"},
+    )
+    assert response.status_code == 200, response.text
+    return {result["key"]: result for result in response.json()["results"]}
+
+
+def reindex(deployment: Deployment, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    env.update(deployment.env(XLA_CACHE_DATA_DIR=str(data_dir)))
+    return subprocess.run(
+        [str(SERVER_BIN), "reindex", *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def damage_header(path: Path) -> None:
+    """Flip one byte of a local blob's 4 KiB header (the opening brace of its JSON metadata)."""
+    with open(path, "r+b") as handle:
+        handle.seek(10)
+        byte = handle.read(1)
+        handle.seek(10)
+        handle.write(bytes([byte[0] ^ 0x5A]))
+
+
+@pytest.mark.parametrize("deployment", ["sqlite-local"], indirect=True)
+def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
+    deployment: Deployment, tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    data_dir = tmp_path / "data"
+    blobs = Path(deployment.storage_url.removeprefix("file://"))
+    entries = {f"k{n}": os.urandom(2000 + n) for n in range(5)}
+    env = deployment.env(**server_env)
+    with run_server(data_dir, env) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        for key, data in entries.items():
+            assert put(client, "vision", key, data).status_code == 201
+        assert put(client, "other", "d", b"to be a directory").status_code == 201
+        damage_header(blobs / "vision" / "k2")
+        (blobs / "other" / "d").unlink()
+        (blobs / "other" / "d").mkdir()  # a directory where a blob should be (its row still there)
+
+        got = client.get("/v1/namespaces/other/entries/d")
+        print(f"GET of a directory in place of a blob: {got.status_code}")
+        assert got.status_code == 404
+        dry = client.post("/admin/gc", json={"dry_run": True})
+        print(f"gc dry run: {dry.status_code}, damaged_blobs={dry.json().get('damaged_blobs')}")
+        assert dry.status_code == 200 and dry.json()["damaged_blobs"] == 2
+        assert (blobs / "vision" / "k2").is_file() and (blobs / "other" / "d").is_dir()  # left on a dry run
+
+    # The index is lost: reindex recovers every readable entry and reports the damaged one, in each mode.
+    settings = deployment.settings(data_dir)
+    for mode in (["--dry-run"], [], ["--verify"]):
+        downgrade(settings, "base")
+        done = reindex(deployment, data_dir, *mode)
+        print(f"reindex {' '.join(mode) or '(plain)'}: exit {done.returncode}: {done.stdout.strip()}")
+        assert done.returncode == 0, done.stderr
+        assert "5 blobs in 1 namespaces" in done.stdout
+        assert "4 rows added" in done.stdout and "1 skipped (1 damaged)" in done.stdout
+        assert "skipped vision/k2: damaged: its header cannot be read" in done.stdout
+
+    with run_server(data_dir, env) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        for key in ("k0", "k1", "k3", "k4"):
+            assert client.get(f"/v1/namespaces/vision/entries/{key}").content == entries[key]
+        new = b"a fresh build of k2"
+        replaced = put(client, "vision", "k2", new)
+        print(f"PUT over a damaged blob: {replaced.status_code}")
+        assert replaced.status_code == 201, replaced.text
+        assert client.get("/v1/namespaces/vision/entries/k2").content == new
+
+        damage_header(blobs / "vision" / "k3")  # served until now; its row came back from reindex
+        done = client.post("/admin/gc", json={})
+        print(f"gc: {done.status_code}, damaged_blobs={done.json().get('damaged_blobs')}")
+        assert done.status_code == 200 and done.json()["damaged_blobs"] == 1
+        assert not (blobs / "vision" / "k3").exists()
+        assert [p.name.split(".")[0] for p in (blobs / ".damaged" / "vision").iterdir()] == ["k3"]
+        assert client.get("/v1/namespaces/vision/entries/k3").status_code == 404
+        assert client.head("/v1/namespaces/vision/entries/k3").status_code == 404  # its row dropped
+        again = client.post("/admin/gc", json={}).json()
+        assert again["damaged_blobs"] == 0
+        assert put(client, "vision", "k3", entries["k3"]).status_code == 201  # stored afresh
+        assert client.get("/v1/namespaces/vision/entries/k3").content == entries["k3"]
+        assert server.log().count("damaged blob vision/k3") == 1  # one line for it
+
+
+def orphan(blobs: Path, namespace: str, key: str, data: bytes, claimed: str | None = None) -> None:
+    """A blob written as a crashed upload leaves it: complete, with its metadata, and no index row."""
+    metadata = {"namespace": namespace, "key": key, "sha256": claimed or sha(data), "created": "2026-01-01"}
+    assert LocalBlobStore(blobs).put(f"{namespace}/{key}", [data], metadata) is True
+
+
+@pytest.mark.parametrize("deployment", ["sqlite-local"], indirect=True)
+def test_an_orphan_blob_never_blocks_a_put(
+    deployment: Deployment, tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    blobs = Path(deployment.storage_url.removeprefix("file://"))
+    env = deployment.env(XLA_CACHE_ORPHAN_GRACE_SECONDS="1", **server_env)
+    with (
+        run_server(tmp_path / "data", env) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        # Other bytes: a young orphan may be an upload in flight (503, retry); past the grace it is replaced.
+        orphan(blobs, "ns", "other", b"an older build")
+        young = put(client, "ns", "other", b"this build")
+        print(f"PUT over a young orphan with other bytes: {young.status_code} {young.json()['error']}")
+        assert young.status_code == 503 and young.headers["Retry-After"]
+        assert young.json()["error"] == "entry_in_flight"
+        stored = wait_until(
+            lambda: (r := put(client, "ns", "other", b"this build")).status_code == 201 and r,
+            timeout=10,
+            message="the orphan was never replaced",
+        )
+        print(f"PUT over the orphan past its grace: {stored.status_code}")
+        assert client.get("/v1/namespaces/ns/entries/other").content == b"this build"
+        assert put(client, "ns", "other", b"yet another build").status_code == 409  # now the index holds it
+
+        # The same bytes: adopted at once, whatever its age (its bytes hashed first).
+        orphan(blobs, "ns", "same", b"one build")
+        adopted = put(client, "ns", "same", b"one build")
+        print(f"PUT over an orphan with the same bytes: {adopted.status_code}")
+        assert adopted.status_code == 200
+        assert client.get("/v1/namespaces/ns/entries/same").content == b"one build"
+
+        # Metadata that claims the upload's digest over other bytes: not adopted; replaced past the grace.
+        orphan(blobs, "ns", "liar", b"rotten bytes", claimed=sha(b"good bytes"))
+        wait_until(lambda: put(client, "ns", "liar", b"good bytes").status_code == 201, timeout=10)
+        assert client.get("/v1/namespaces/ns/entries/liar").content == b"good bytes"
+
+        # A bulk upload follows the same rules, member by member.
+        orphan(blobs, "ns", "b-other", b"old")
+        orphan(blobs, "ns", "b-same", b"same")
+        first = bulk(client, "ns", {"b-other": b"new", "b-same": b"same", "b-new": b"fresh"})
+        print("bulk over orphans:", {key: result["status"] for key, result in first.items()})
+        assert {key: result["status"] for key, result in first.items()} == {
+            "b-other": 503,
+            "b-same": 200,
+            "b-new": 201,
+        }
+        wait_until(lambda: bulk(client, "ns", {"b-other": b"new"})["b-other"]["status"] == 201, timeout=10)
+        assert client.get("/v1/namespaces/ns/entries/b-other").content == b"new"
+
+        # Eight hosts replace one old orphan at once, each with its own bytes: one row, one blob, agreeing.
+        orphan(blobs, "ns", "raced", b"orphaned")
+        written = LocalBlobStore(blobs).stat("ns/raced")
+        assert written is not None
+        wait_until(lambda: dt.datetime.now(dt.timezone.utc) - written.created > dt.timedelta(seconds=1.2))
+        builds = [f"build {n}".encode() for n in range(8)]
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda data: put(client, "ns", "raced", data).status_code, builds))
+        print(f"8 racing PUTs over one orphan: {sorted(statuses)}")
+        assert statuses.count(201) == 1 and set(statuses) <= {201, 409, 503}
+        served = client.get("/v1/namespaces/ns/entries/raced")
+        assert served.content == builds[statuses.index(201)]
+        assert served.headers["ETag"].strip('"') == sha(served.content)
