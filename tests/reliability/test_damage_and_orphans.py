@@ -20,8 +20,9 @@ import pytest
 
 from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_protocol.tar import END, member_header, padding
-from cache_server.migrate import downgrade
+from cache_server.migrate import downgrade, upgrade
 from cache_server.storage.local import LocalBlobStore
+from cache_server.wiring import build_services
 from tests.production.conftest import Deployment
 from tests.support.server import SERVER_BIN, run_server
 from tests.support.wait import wait_until
@@ -75,56 +76,69 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
     data_dir = tmp_path / "data"
     blobs = Path(deployment.storage_url.removeprefix("file://"))
     entries = {f"k{n}": os.urandom(2000 + n) for n in range(5)}
-    env = deployment.env(**server_env)
-    with run_server(data_dir, env) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+    with (
+        run_server(data_dir, deployment.env(**server_env)) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
         for key, data in entries.items():
             assert put(client, "vision", key, data).status_code == 201
         assert put(client, "other", "d", b"to be a directory").status_code == 201
         damage_header(blobs / "vision" / "k2")
         (blobs / "other" / "d").unlink()
         (blobs / "other" / "d").mkdir()  # a directory where a blob should be (its row still there)
+        orphan(blobs, "other", "lost", b"a crashed upload's blob")
+        damage_header(blobs / "other" / "lost")  # damaged, and no row
 
         got = client.get("/v1/namespaces/other/entries/d")
         print(f"GET of a directory in place of a blob: {got.status_code}")
         assert got.status_code == 404
         dry = client.post("/admin/gc", json={"dry_run": True})
         print(f"gc dry run: {dry.status_code}, damaged_blobs={dry.json().get('damaged_blobs')}")
-        assert dry.status_code == 200 and dry.json()["damaged_blobs"] == 2
+        assert dry.status_code == 200 and dry.json()["damaged_blobs"] == 3
         assert (blobs / "vision" / "k2").is_file() and (blobs / "other" / "d").is_dir()  # left on a dry run
 
-    # The index is lost: reindex recovers every readable entry and reports the damaged one, in each mode.
-    settings = deployment.settings(data_dir)
-    for mode in (["--dry-run"], [], ["--verify"]):
-        downgrade(settings, "base")
-        done = reindex(deployment, data_dir, *mode)
-        print(f"reindex {' '.join(mode) or '(plain)'}: exit {done.returncode}: {done.stdout.strip()}")
-        assert done.returncode == 0, done.stderr
-        assert "5 blobs in 1 namespaces" in done.stdout
-        assert "4 rows added" in done.stdout and "1 skipped (1 damaged)" in done.stdout
-        assert "skipped vision/k2: damaged: its header cannot be read" in done.stdout
+        # A PUT replaces a damaged blob: with new bytes where no row holds the key, with the entry's own
+        # bytes where one does (another digest there is a 409, as for any stored entry).
+        fresh = put(client, "other", "lost", b"a new build")
+        restored = put(client, "vision", "k2", entries["k2"])
+        print(f"PUT over a damaged blob: {fresh.status_code} (no row), {restored.status_code} (its row)")
+        assert (fresh.status_code, restored.status_code) == (201, 201)
+        assert client.get("/v1/namespaces/other/entries/lost").content == b"a new build"
+        assert client.get("/v1/namespaces/vision/entries/k2").content == entries["k2"]
+        assert put(client, "vision", "k2", b"other bytes").status_code == 409
 
-    with run_server(data_dir, env) as server, httpx.Client(base_url=server.url, timeout=30) as client:
-        for key in ("k0", "k1", "k3", "k4"):
-            assert client.get(f"/v1/namespaces/vision/entries/{key}").content == entries[key]
-        new = b"a fresh build of k2"
-        replaced = put(client, "vision", "k2", new)
-        print(f"PUT over a damaged blob: {replaced.status_code}")
-        assert replaced.status_code == 201, replaced.text
-        assert client.get("/v1/namespaces/vision/entries/k2").content == new
-
-        damage_header(blobs / "vision" / "k3")  # served until now; its row came back from reindex
+        damage_header(blobs / "vision" / "k2")
         done = client.post("/admin/gc", json={})
         print(f"gc: {done.status_code}, damaged_blobs={done.json().get('damaged_blobs')}")
-        assert done.status_code == 200 and done.json()["damaged_blobs"] == 1
-        assert not (blobs / "vision" / "k3").exists()
-        assert [p.name.split(".")[0] for p in (blobs / ".damaged" / "vision").iterdir()] == ["k3"]
-        assert client.get("/v1/namespaces/vision/entries/k3").status_code == 404
-        assert client.head("/v1/namespaces/vision/entries/k3").status_code == 404  # its row dropped
-        again = client.post("/admin/gc", json={}).json()
-        assert again["damaged_blobs"] == 0
-        assert put(client, "vision", "k3", entries["k3"]).status_code == 201  # stored afresh
-        assert client.get("/v1/namespaces/vision/entries/k3").content == entries["k3"]
-        assert server.log().count("damaged blob vision/k3") == 1  # one line for it
+        assert done.status_code == 200 and done.json()["damaged_blobs"] == 2
+        assert not (blobs / "vision" / "k2").exists() and not (blobs / "other" / "d").exists()
+        assert sorted(p.name.split(".")[0] for p in (blobs / ".damaged").glob("*/*")) == ["d", "k2"]
+        assert client.get("/v1/namespaces/vision/entries/k2").status_code == 404
+        assert client.head("/v1/namespaces/other/entries/d").status_code == 404  # its row dropped
+        assert client.post("/admin/gc", json={}).json()["damaged_blobs"] == 0
+        assert put(client, "vision", "k2", b"k2, built again").status_code == 201  # stored afresh
+        assert server.log().count("damaged blob vision/k2") == 2  # one line per gc that found it
+
+    # The index is lost and one blob is damaged: reindex recovers every readable entry and reports that one.
+    damage_header(blobs / "vision" / "k3")
+    settings = deployment.settings(data_dir)
+    downgrade(settings, "base")
+    done = reindex(deployment, data_dir)
+    print(f"reindex: exit {done.returncode}: {done.stdout.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert "6 blobs in 2 namespaces" in done.stdout
+    assert "5 rows added, 0 already indexed, 1 skipped (1 damaged)" in done.stdout
+    assert "skipped vision/k3: damaged: its header cannot be read" in done.stdout
+    for verify, dry_run in ((True, False), (False, True)):  # --verify, --dry-run (what the CLI runs)
+        downgrade(settings, "base")
+        upgrade(settings)
+        services = build_services(settings)
+        try:
+            report = services.reindexer.run(verify=verify, dry_run=dry_run)
+        finally:
+            services.stop()
+        print(f"reindex verify={verify} dry_run={dry_run}: {report.summary()}")
+        assert (report.added, report.damaged, list(report.skipped)) == (5, 1, ["vision/k3"])
 
 
 def orphan(blobs: Path, namespace: str, key: str, data: bytes, claimed: str | None = None) -> None:
