@@ -157,36 +157,21 @@ def test_an_orphan_blob_never_blocks_a_put(
         run_server(tmp_path / "data", env) as server,
         httpx.Client(base_url=server.url, timeout=30) as client,
     ):
-        # Other bytes: a young orphan may be an upload in flight (503, retry); past the grace it is replaced.
         orphan(blobs, "ns", "other", b"an older build")
+        orphan(blobs, "ns", "same", b"one build")
+        orphan(blobs, "ns", "liar", b"rotten bytes", claimed=sha(b"good bytes"))
+        orphan(blobs, "ns", "b-other", b"old")
+        orphan(blobs, "ns", "b-same", b"same")
+        orphan(blobs, "ns", "raced", b"orphaned")
+
+        # Other bytes: a young orphan may be an upload in flight (503, retry later), for a PUT and in bulk.
         young = put(client, "ns", "other", b"this build")
         print(f"PUT over a young orphan with other bytes: {young.status_code} {young.json()['error']}")
         assert young.status_code == 503 and young.headers["Retry-After"]
         assert young.json()["error"] == "entry_in_flight"
-        stored = wait_until(
-            lambda: (r := put(client, "ns", "other", b"this build")).status_code == 201 and r,
-            timeout=10,
-            message="the orphan was never replaced",
-        )
-        print(f"PUT over the orphan past its grace: {stored.status_code}")
-        assert client.get("/v1/namespaces/ns/entries/other").content == b"this build"
-        assert put(client, "ns", "other", b"yet another build").status_code == 409  # now the index holds it
-
-        # The same bytes: adopted at once, whatever its age (its bytes hashed first).
-        orphan(blobs, "ns", "same", b"one build")
-        adopted = put(client, "ns", "same", b"one build")
-        print(f"PUT over an orphan with the same bytes: {adopted.status_code}")
-        assert adopted.status_code == 200
-        assert client.get("/v1/namespaces/ns/entries/same").content == b"one build"
-
-        # Metadata that claims the upload's digest over other bytes: not adopted; replaced past the grace.
-        orphan(blobs, "ns", "liar", b"rotten bytes", claimed=sha(b"good bytes"))
-        wait_until(lambda: put(client, "ns", "liar", b"good bytes").status_code == 201, timeout=10)
+        # Metadata that claims the upload's digest over other bytes: corrupt (no upload leaves that), replaced.
+        assert put(client, "ns", "liar", b"good bytes").status_code == 201
         assert client.get("/v1/namespaces/ns/entries/liar").content == b"good bytes"
-
-        # A bulk upload follows the same rules, member by member.
-        orphan(blobs, "ns", "b-other", b"old")
-        orphan(blobs, "ns", "b-same", b"same")
         first = bulk(client, "ns", {"b-other": b"new", "b-same": b"same", "b-new": b"fresh"})
         print("bulk over orphans:", {key: result["status"] for key, result in first.items()})
         assert {key: result["status"] for key, result in first.items()} == {
@@ -194,14 +179,26 @@ def test_an_orphan_blob_never_blocks_a_put(
             "b-same": 200,
             "b-new": 201,
         }
-        wait_until(lambda: bulk(client, "ns", {"b-other": b"new"})["b-other"]["status"] == 201, timeout=10)
-        assert client.get("/v1/namespaces/ns/entries/b-other").content == b"new"
+        # The same bytes: adopted at once, whatever its age (its bytes hashed first).
+        adopted = put(client, "ns", "same", b"one build")
+        print(f"PUT over an orphan with the same bytes: {adopted.status_code}")
+        assert adopted.status_code == 200
+        assert client.get("/v1/namespaces/ns/entries/same").content == b"one build"
+        assert client.get("/v1/namespaces/ns/entries/b-same").content == b"same"
 
-        # Eight hosts replace one old orphan at once, each with its own bytes: one row, one blob, agreeing.
-        orphan(blobs, "ns", "raced", b"orphaned")
+        # Past the grace period an orphan with other bytes is replaced.
         written = LocalBlobStore(blobs).stat("ns/raced")
         assert written is not None
         wait_until(lambda: dt.datetime.now(dt.timezone.utc) - written.created > dt.timedelta(seconds=1.2))
+        stored = put(client, "ns", "other", b"this build")
+        print(f"PUT over the orphan past its grace: {stored.status_code}")
+        assert stored.status_code == 201
+        assert client.get("/v1/namespaces/ns/entries/other").content == b"this build"
+        assert put(client, "ns", "other", b"yet another build").status_code == 409  # the index holds it now
+        assert bulk(client, "ns", {"b-other": b"new"})["b-other"]["status"] == 201
+        assert client.get("/v1/namespaces/ns/entries/b-other").content == b"new"
+
+        # Eight hosts replace one old orphan at once, each with its own bytes: one row, one blob, agreeing.
         builds = [f"build {n}".encode() for n in range(8)]
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda data: put(client, "ns", "raced", data).status_code, builds))
@@ -210,3 +207,26 @@ def test_an_orphan_blob_never_blocks_a_put(
         served = client.get("/v1/namespaces/ns/entries/raced")
         assert served.content == builds[statuses.index(201)]
         assert served.headers["ETag"].strip('"') == sha(served.content)
+
+
+@pytest.mark.parametrize("deployment", ["sqlite-local"], indirect=True)
+def test_background_gc_removes_an_old_orphan_by_itself(
+    deployment: Deployment, tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    blobs = Path(deployment.storage_url.removeprefix("file://"))
+    env = deployment.env(
+        XLA_CACHE_ORPHAN_GRACE_SECONDS="0.5", XLA_CACHE_GC_INTERVAL_SECONDS="0.5", **server_env
+    )
+    with (
+        run_server(tmp_path / "data", env) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        assert put(client, "ns", "kept", b"an entry").status_code == 201
+        orphan(blobs, "ns", "crashed", b"a crashed upload's blob")
+        wait_until(
+            lambda: not (blobs / "ns" / "crashed").exists(),
+            timeout=20,
+            message=lambda: f"background gc never removed the orphan:\n{server.log()}",
+        )
+        print("background gc: " + next(line for line in server.log().splitlines() if "background gc" in line))
+        assert client.get("/v1/namespaces/ns/entries/kept").content == b"an entry"
