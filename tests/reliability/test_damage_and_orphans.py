@@ -21,6 +21,7 @@ import pytest
 from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_protocol.tar import END, member_header, padding
 from cache_server.migrate import downgrade, upgrade
+from cache_server.storage import BlobStore, open_store
 from cache_server.storage.local import LocalBlobStore
 from cache_server.wiring import build_services
 from tests.production.conftest import Deployment
@@ -141,17 +142,21 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
         assert (report.added, report.damaged, list(report.skipped)) == (5, 1, ["vision/k3"])
 
 
-def orphan(blobs: Path, namespace: str, key: str, data: bytes, claimed: str | None = None) -> None:
+def orphan(
+    store: Path | BlobStore, namespace: str, key: str, data: bytes, claimed: str | None = None
+) -> None:
     """A blob written as a crashed upload leaves it: complete, with its metadata, and no index row."""
     metadata = {"namespace": namespace, "key": key, "sha256": claimed or sha(data), "created": "2026-01-01"}
-    assert LocalBlobStore(blobs).put(f"{namespace}/{key}", [data], metadata) is True
+    store = LocalBlobStore(store) if isinstance(store, Path) else store
+    assert store.put(f"{namespace}/{key}", [data], metadata) is True
 
 
-@pytest.mark.parametrize("deployment", ["sqlite-local"], indirect=True)
+@pytest.mark.parametrize("deployment", ["sqlite-local", "postgresql-gcs"], indirect=True)
 def test_an_orphan_blob_never_blocks_a_put(
     deployment: Deployment, tmp_path: Path, server_env: dict[str, str]
 ) -> None:
-    blobs = Path(deployment.storage_url.removeprefix("file://"))
+    blobs = open_store(deployment.storage_url)
+    upgrade(deployment.settings(tmp_path / "data"))  # serve migrates only its embedded SQLite itself
     env = deployment.env(XLA_CACHE_ORPHAN_GRACE_SECONDS="1", **server_env)
     with (
         run_server(tmp_path / "data", env) as server,
@@ -166,14 +171,19 @@ def test_an_orphan_blob_never_blocks_a_put(
 
         # Other bytes: a young orphan may be an upload in flight (503, retry later), for a PUT and in bulk.
         young = put(client, "ns", "other", b"this build")
-        print(f"PUT over a young orphan with other bytes: {young.status_code} {young.json()['error']}")
+        print(
+            f"{deployment.storage}: PUT over a young orphan with other bytes: {young.status_code} {young.json()['error']}"
+        )
         assert young.status_code == 503 and young.headers["Retry-After"]
         assert young.json()["error"] == "entry_in_flight"
-        # Metadata that claims the upload's digest over other bytes: corrupt (no upload leaves that), replaced.
+        # Metadata claiming the upload's digest over other bytes: corrupt (no upload leaves that), replaced.
         assert put(client, "ns", "liar", b"good bytes").status_code == 201
         assert client.get("/v1/namespaces/ns/entries/liar").content == b"good bytes"
         first = bulk(client, "ns", {"b-other": b"new", "b-same": b"same", "b-new": b"fresh"})
-        print("bulk over orphans:", {key: result["status"] for key, result in first.items()})
+        print(
+            f"{deployment.storage}: bulk over orphans:",
+            {key: result["status"] for key, result in first.items()},
+        )
         assert {key: result["status"] for key, result in first.items()} == {
             "b-other": 503,
             "b-same": 200,
@@ -181,17 +191,17 @@ def test_an_orphan_blob_never_blocks_a_put(
         }
         # The same bytes: adopted at once, whatever its age (its bytes hashed first).
         adopted = put(client, "ns", "same", b"one build")
-        print(f"PUT over an orphan with the same bytes: {adopted.status_code}")
+        print(f"{deployment.storage}: PUT over an orphan with the same bytes: {adopted.status_code}")
         assert adopted.status_code == 200
         assert client.get("/v1/namespaces/ns/entries/same").content == b"one build"
         assert client.get("/v1/namespaces/ns/entries/b-same").content == b"same"
 
         # Past the grace period an orphan with other bytes is replaced.
-        written = LocalBlobStore(blobs).stat("ns/raced")
+        written = blobs.stat("ns/raced")
         assert written is not None
         wait_until(lambda: dt.datetime.now(dt.timezone.utc) - written.created > dt.timedelta(seconds=1.2))
         stored = put(client, "ns", "other", b"this build")
-        print(f"PUT over the orphan past its grace: {stored.status_code}")
+        print(f"{deployment.storage}: PUT over the orphan past its grace: {stored.status_code}")
         assert stored.status_code == 201
         assert client.get("/v1/namespaces/ns/entries/other").content == b"this build"
         assert put(client, "ns", "other", b"yet another build").status_code == 409  # the index holds it now
@@ -202,7 +212,7 @@ def test_an_orphan_blob_never_blocks_a_put(
         builds = [f"build {n}".encode() for n in range(8)]
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda data: put(client, "ns", "raced", data).status_code, builds))
-        print(f"8 racing PUTs over one orphan: {sorted(statuses)}")
+        print(f"{deployment.storage}: 8 racing PUTs over one orphan: {sorted(statuses)}")
         assert statuses.count(201) == 1 and set(statuses) <= {201, 409, 503}
         served = client.get("/v1/namespaces/ns/entries/raced")
         assert served.content == builds[statuses.index(201)]
