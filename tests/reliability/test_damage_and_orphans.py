@@ -172,7 +172,7 @@ def test_an_orphan_blob_never_blocks_a_put(
         # Other bytes: a young orphan may be an upload in flight (503, retry later), for a PUT and in bulk.
         young = put(client, "ns", "other", b"this build")
         where = deployment.storage
-        print(f"{where}: PUT over a young orphan with other bytes: {young.status_code} {young.json()['error']}")
+        print(f"{where}: PUT over a young orphan, other bytes: {young.status_code} {young.json()['error']}")
         assert young.status_code == 503 and young.headers["Retry-After"]
         assert young.json()["error"] == "entry_in_flight"
         # Metadata claiming the upload's digest over other bytes: corrupt (no upload leaves that), replaced.
