@@ -83,8 +83,10 @@ class TakenName:
         self._row_known = row_known
 
     def _index_row(self) -> EntryInfo | None:
+        """The key's row, looked up once (the judge and the outcome of one upload come moments apart)."""
         if not self._row_known:
-            return self._entries.get_entry(self._namespace, self._key)
+            self._row = self._entries.get_entry(self._namespace, self._key)
+            self._row_known = True
         return self._row
 
     def judge(self, info: BlobInfo) -> bool:

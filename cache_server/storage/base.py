@@ -16,8 +16,9 @@ the bytes. The contract, which ``tests/storage`` checks against every backend un
 * **Damage is reported, never raised.** A blob whose stored record cannot be read (a damaged byte in a
   local blob's header, a foreign file or a directory at a blob's name) is still listed by :meth:`list` and
   given by :meth:`stat`, with :attr:`BlobInfo.damaged` saying why (its size and time as far as they are
-  known, no metadata); :meth:`open` and a whole read treat it as a miss (``None``). ``put`` with a
-  ``replace`` judge may replace it; :meth:`BlobStore.set_aside` moves it out of the way.
+  known, no metadata); :meth:`open` treats it as a miss (``None``), and a whole read gives a miss or,
+  where only the metadata is unreadable, the bytes (whose caller checks them against the index). ``put``
+  with a ``replace`` judge may replace it; :meth:`BlobStore.set_aside` moves it out of the way.
 * **Replacing is a compare-and-swap.** ``put(..., replace=judge)`` on a taken name calls ``judge`` with the
   stored blob's info (``damaged`` set if unreadable) and, if it answers True, swaps the new blob in for
   exactly the blob judged: of several replacers of one blob exactly one succeeds; the others get ``False``
