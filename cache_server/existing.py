@@ -54,7 +54,8 @@ class TakenName:
     """One upload's rules for a blob already stored under its key; see the module docstring.
 
     ``row``: the index row the caller already looked up, if it did (a PUT does; a bulk member asks only when
-    its name turns out to be taken). ``began``: when this upload began (the store's clock, UTC).
+    its name turns out to be taken). ``began``: when this upload began, and ``clock`` the time now, both as
+    the store tells a blob's creation time (real UTC).
     """
 
     def __init__(

@@ -340,7 +340,7 @@ class CacheService:
         if existing is not None and existing.sha256 != sha256:
             raise self._conflict(namespace, key, existing.sha256)
         created_at = self._clock()
-        taken = self._taken(namespace, key, sha256, began=created_at, row=existing, row_known=True)
+        taken = self._taken(namespace, key, sha256, began=utcnow(), row=existing, row_known=True)
         uploader = uploader[:UPLOADER_MAX_LENGTH] if uploader else None
         metadata = {"namespace": namespace, "key": key, "sha256": sha256, "created": created_at.isoformat()}
         if compile_time_ms is not None:
@@ -385,7 +385,8 @@ class CacheService:
         row: EntryInfo | None = None,
         row_known: bool = False,
     ) -> TakenName:
-        """The rules of one upload for a blob already stored under its key (:mod:`cache_server.existing`)."""
+        """The rules of one upload for a blob already stored under its key (:mod:`cache_server.existing`).
+        Times are the store's (real UTC), which a blob's creation time is in, not this service's clock."""
         return TakenName(
             self._entries,
             self._store,
@@ -394,7 +395,7 @@ class CacheService:
             sha256,
             began=began,
             grace_seconds=self._settings.orphan_grace_seconds,
-            clock=self._clock,
+            clock=utcnow,
             row=row,
             row_known=row_known,
         )
@@ -431,7 +432,7 @@ class CacheService:
             stored_by=stored_by,
             on_stored=self._stored,
             packs=self._packs,
-            taken=functools.partial(self._taken, namespace, began=self._clock()),
+            taken=functools.partial(self._taken, namespace, began=utcnow()),
         )
 
     def _stored(self, namespace: str, key: str) -> None:
