@@ -218,8 +218,13 @@ class LocalBlobStore:
         if replace is None:
             return False
         try:
-            fd = os.open(final, os.O_RDONLY | os.O_NONBLOCK)
-        except FileNotFoundError:  # removed meanwhile: the name is free again
+            fd = _open_blob(final)
+        except _NotAFile as exc:  # a symbolic link or a socket: nothing to lock; a create-only link decides
+            if not replace(_damaged(name, exc.reason, None)):
+                return False
+            self._move_aside(name, final)
+            return self._link(tmp, final)
+        if fd is None:  # removed meanwhile: the name is free again
             return self._link(tmp, final)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -357,7 +362,10 @@ class LocalBlobStore:
         :class:`~cache_server.storage.base.ReadsWhole`): no buffered reads, no 8 MiB read buffer per blob,
         which a bundle of small blobs paid thousands of times. A blob over ``limit`` is opened instead.
         The header is parsed only if the reader's ``info`` is asked for (a bundle never does)."""
-        fd = _open_blob(self._file(name))
+        try:
+            fd = _open_blob(self._file(name))
+        except _NotAFile:
+            return None
         if fd is None:
             return None
         try:
@@ -375,7 +383,10 @@ class LocalBlobStore:
 
     def open(self, name: str) -> _LocalReader | None:
         """The blob opened for reading; None on a miss, and for a damaged blob (see ``stat``)."""
-        fd = _open_blob(self._file(name))
+        try:
+            fd = _open_blob(self._file(name))
+        except _NotAFile:
+            return None
         if fd is None:
             return None
         try:
@@ -391,7 +402,11 @@ class LocalBlobStore:
     def stat(self, name: str) -> BlobInfo | None:
         """The blob's info; for a damaged one (a header that cannot be read, something other than a file)
         with ``damaged`` saying why."""
-        fd = _open_blob(self._file(name))
+        path = self._file(name)
+        try:
+            fd = _open_blob(path)
+        except _NotAFile as exc:
+            return _damaged(name, exc.reason, None)
         if fd is None:
             return None
         try:
@@ -569,13 +584,28 @@ def _unlink(path: str | Path) -> bool:
     return True
 
 
+class _NotAFile(Exception):
+    """Something at a blob's name that cannot even be opened as a file (a symbolic link, a socket)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _open_blob(path: str) -> int | None:
-    """A read-only descriptor of ``path`` (non-blocking: a FIFO planted there must not hang a read), or None
-    if nothing is there."""
+    """A read-only descriptor of ``path`` (non-blocking: a FIFO planted there must not hang a read; never
+    through a symbolic link: the store makes none), None if nothing is there, :class:`_NotAFile` if what is
+    there cannot be opened as a file."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a file where the namespace should be
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _NotAFile("it is a symbolic link, not a blob file") from exc
+        if exc.errno == errno.ENXIO:
+            raise _NotAFile("it is a socket, not a blob file") from exc
+        raise
 
 
 def _info_of(name: str, fd: int, stat: os.stat_result) -> BlobInfo:

@@ -88,27 +88,36 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
     ):
         for key, data in entries.items():
             assert put(client, "vision", key, data).status_code == 201
-        assert put(client, "other", "d", b"to be a directory").status_code == 201
+        for key in ("d", "fifo", "link"):
+            assert put(client, "other", key, b"to be replaced by something else").status_code == 201
+            (blobs / "other" / key).unlink()
         damage_header(blobs / "vision" / "k2")
-        (blobs / "other" / "d").unlink()
         (blobs / "other" / "d").mkdir()  # a directory where a blob should be (its row still there)
+        os.mkfifo(blobs / "other" / "fifo")  # a named pipe: a read of it must not hang
+        (blobs / "other" / "link").symlink_to(blobs / "vision" / "k0")  # the store never makes links
         orphan(blobs, "other", "lost", b"a crashed upload's blob")
         damage_header(blobs / "other" / "lost")  # damaged, and no row
 
-        got = client.get("/v1/namespaces/other/entries/d")
-        print(f"GET of a directory in place of a blob: {got.status_code}")
-        assert got.status_code == 404
+        odd = ("d", "fifo", "link")
+        got = {key: client.get(f"/v1/namespaces/other/entries/{key}").status_code for key in odd}
+        print(f"GET of a directory, a named pipe, a symbolic link in place of a blob: {got}")
+        assert got == {"d": 404, "fifo": 404, "link": 404}
         dry = client.post("/admin/gc", json={"dry_run": True})
         print(f"gc dry run: {dry.status_code}, damaged_blobs={dry.json().get('damaged_blobs')}")
-        assert dry.status_code == 200 and dry.json()["damaged_blobs"] == 3
+        assert dry.status_code == 200 and dry.json()["damaged_blobs"] == 5
         assert (blobs / "vision" / "k2").is_file() and (blobs / "other" / "d").is_dir()  # left on a dry run
 
         # A PUT replaces a damaged blob: with new bytes where no row holds the key, with the entry's own
         # bytes where one does (another digest there is a 409, as for any stored entry).
         fresh = put(client, "other", "lost", b"a new build")
         restored = put(client, "vision", "k2", entries["k2"])
-        print(f"PUT over a damaged blob: {fresh.status_code} (no row), {restored.status_code} (its row)")
-        assert (fresh.status_code, restored.status_code) == (201, 201)
+        relinked = put(client, "other", "link", b"to be replaced by something else")
+        print(
+            f"PUT over a damaged blob: {fresh.status_code} (no row), {restored.status_code} (its row), "
+            f"{relinked.status_code} (a symbolic link)"
+        )
+        assert (fresh.status_code, restored.status_code, relinked.status_code) == (201, 201, 201)
+        assert client.get("/v1/namespaces/other/entries/link").content == b"to be replaced by something else"
         assert client.get("/v1/namespaces/other/entries/lost").content == b"a new build"
         assert client.get("/v1/namespaces/vision/entries/k2").content == entries["k2"]
         assert put(client, "vision", "k2", b"other bytes").status_code == 409
@@ -116,9 +125,11 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
         damage_header(blobs / "vision" / "k2")
         done = client.post("/admin/gc", json={})
         print(f"gc: {done.status_code}, damaged_blobs={done.json().get('damaged_blobs')}")
-        assert done.status_code == 200 and done.json()["damaged_blobs"] == 2
+        assert done.status_code == 200 and done.json()["damaged_blobs"] == 3
         assert not (blobs / "vision" / "k2").exists() and not (blobs / "other" / "d").exists()
-        assert sorted(p.name.split(".")[0] for p in (blobs / ".damaged").glob("*/*")) == ["d", "k2"]
+        aside = sorted(p.name.split(".")[0] for p in (blobs / ".damaged").glob("*/*"))
+        assert aside == ["d", "fifo", "k2", "link"]
+        assert (blobs / "vision" / "k0").is_file()  # what the link pointed to stays
         assert client.get("/v1/namespaces/vision/entries/k2").status_code == 404
         assert client.head("/v1/namespaces/other/entries/d").status_code == 404  # its row dropped
         assert client.post("/admin/gc", json={}).json()["damaged_blobs"] == 0
@@ -133,8 +144,8 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
         status, out = reindex(deployment, data_dir, monkeypatch, *mode)
         print(f"reindex {' '.join(mode) or '(plain)'}: exit {status}: {out.strip()}")
         assert status == 0
-        assert "6 blobs in 2 namespaces" in out
-        assert "5 rows added, 0 already indexed, 1 skipped (1 damaged)" in out
+        assert "7 blobs in 2 namespaces" in out
+        assert "6 rows added, 0 already indexed, 1 skipped (1 damaged)" in out
         assert "skipped vision/k3: damaged: its header cannot be read" in out
 
 
