@@ -166,7 +166,8 @@ class BlobStore(Protocol):
         ...
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
-        """Every stored blob whose name starts with ``prefix``, in no particular order."""
+        """Every stored blob whose name starts with ``prefix``, in no particular order (a damaged one too,
+        with ``damaged`` set; what is not a blob at all, such as a directory, is left out)."""
         ...
 
     def check(self) -> None:

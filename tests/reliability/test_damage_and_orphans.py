@@ -95,8 +95,9 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
         (blobs / "other" / "d").mkdir()  # a directory where a blob should be (its row still there)
         os.mkfifo(blobs / "other" / "fifo")  # a named pipe: a read of it must not hang
         (blobs / "other" / "link").symlink_to(blobs / "vision" / "k0")  # the store never makes links
-        orphan(blobs, "other", "lost", b"a crashed upload's blob")
-        damage_header(blobs / "other" / "lost")  # damaged, and no row
+        for key in ("lost", "lost-in-bulk"):
+            orphan(blobs, "other", key, b"a crashed upload's blob")
+            damage_header(blobs / "other" / key)  # damaged, and no row
 
         odd = ("d", "fifo", "link")
         got = {key: client.get(f"/v1/namespaces/other/entries/{key}").status_code for key in odd}
@@ -104,7 +105,7 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
         assert got == {"d": 404, "fifo": 404, "link": 404}
         dry = client.post("/admin/gc", json={"dry_run": True})
         print(f"gc dry run: {dry.status_code}, damaged_blobs={dry.json().get('damaged_blobs')}")
-        assert dry.status_code == 200 and dry.json()["damaged_blobs"] == 5
+        assert dry.status_code == 200 and dry.json()["damaged_blobs"] == 6
         assert (blobs / "vision" / "k2").is_file() and (blobs / "other" / "d").is_dir()  # left on a dry run
 
         # A PUT replaces a damaged blob: with new bytes where no row holds the key, with the entry's own
@@ -112,11 +113,13 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
         fresh = put(client, "other", "lost", b"a new build")
         restored = put(client, "vision", "k2", entries["k2"])
         relinked = put(client, "other", "link", b"to be replaced by something else")
+        in_bulk = bulk(client, "other", {"lost-in-bulk": b"a new build, in bulk"})["lost-in-bulk"]["status"]
         print(
             f"PUT over a damaged blob: {fresh.status_code} (no row), {restored.status_code} (its row), "
-            f"{relinked.status_code} (a symbolic link)"
+            f"{relinked.status_code} (a symbolic link), {in_bulk} (a bulk member, no row)"
         )
-        assert (fresh.status_code, restored.status_code, relinked.status_code) == (201, 201, 201)
+        assert [fresh.status_code, restored.status_code, relinked.status_code, in_bulk] == [201] * 4
+        assert client.get("/v1/namespaces/other/entries/lost-in-bulk").content == b"a new build, in bulk"
         assert client.get("/v1/namespaces/other/entries/link").content == b"to be replaced by something else"
         assert client.get("/v1/namespaces/other/entries/lost").content == b"a new build"
         assert client.get("/v1/namespaces/vision/entries/k2").content == entries["k2"]
@@ -144,8 +147,8 @@ def test_a_damaged_blob_is_reported_by_gc_and_reindex_and_replaced_by_a_put(
         status, out = reindex(deployment, data_dir, monkeypatch, *mode)
         print(f"reindex {' '.join(mode) or '(plain)'}: exit {status}: {out.strip()}")
         assert status == 0
-        assert "7 blobs in 2 namespaces" in out
-        assert "6 rows added, 0 already indexed, 1 skipped (1 damaged)" in out
+        assert "8 blobs in 2 namespaces" in out
+        assert "7 rows added, 0 already indexed, 1 skipped (1 damaged)" in out
         assert "skipped vision/k3: damaged: its header cannot be read" in out
 
 
