@@ -132,7 +132,7 @@ class TakenName:
         row = self._entries.get_entry(self._namespace, self._key)  # asked afresh: it may be new
         if row is not None and row.sha256 != self._sha256:
             raise conflict(self._namespace, self._key, row.sha256)
-        grace = int(self._grace.total_seconds())
+        grace = f"{self._grace.total_seconds():g}"
         raise EntryInFlight(
             f"The key {self._key!r} in namespace {self._namespace!r} holds a blob with no index row yet "
             f"(an upload in flight, or one that died less than {grace} s ago); retry later."
