@@ -19,7 +19,7 @@ and written at :data:`~cache_server.packs.PACK_BYTES` as the stream goes on; a g
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -27,13 +27,30 @@ from functools import partial
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, MAX_COMPILE_TIME_MS, SHA256_PATTERN
 from cache_protocol.tar import TarMember
 from cache_server.domain import Clock
-from cache_server.errors import CacheError, DigestMismatch, EntryTooLarge, InvalidName, QuotaExceeded
+from cache_server.errors import (
+    CacheError,
+    DigestConflict,
+    DigestMismatch,
+    EntryInFlight,
+    EntryTooLarge,
+    InvalidName,
+    QuotaExceeded,
+)
+from cache_server.existing import TakenName
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key
 from cache_server.packs import PACK_WRITERS, PackWriter
 from cache_server.quotas import UploadAllowance
 from cache_server.revocation import StillAllowed, check_still_allowed, undo_if_revoked
-from cache_server.storage.base import MIB, BlobBatch, BlobStore, StoresPacks, blob_name, open_batch
+from cache_server.storage.base import (
+    MIB,
+    BlobBatch,
+    BlobInfo,
+    BlobStore,
+    StoresPacks,
+    blob_name,
+    open_batch,
+)
 
 __all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "MemberResult", "put_members"]
 
@@ -45,7 +62,8 @@ GROUP_BYTES = 256 * MIB  # ... or fewer, when they are this large together
 
 @dataclass
 class MemberResult:
-    """One member's outcome, as the status a ``PUT`` of it would have got (201, 200, 400, 409, 413, 507)."""
+    """One member's outcome, as the status a ``PUT`` of it would have got (201, 200, 400, 409, 413, 503,
+    507)."""
 
     key: str
     status: int
@@ -113,6 +131,7 @@ _STATUS = {
     "entry_too_large": 413,
     "digest_conflict": 409,
     "quota_exceeded": 507,
+    "entry_in_flight": 503,
 }
 
 
@@ -131,6 +150,7 @@ def put_members(
     packs: StoresPacks | None = None,
     still_allowed: StillAllowed | None = None,
     quota: UploadAllowance | None = None,
+    taken: Callable[[str, str], TakenName] | None = None,
 ) -> BulkResult:
     """Store the members of one stream into ``namespace`` (already checked); see the module docstring.
 
@@ -140,7 +160,8 @@ def put_members(
     and after each group's commit (:mod:`cache_server.revocation`): once it is not, the stream ends with
     :class:`~cache_server.errors.TokenRevoked` and its group is not stored. ``quota``: what the upload
     may store (:mod:`cache_server.quotas`); a member past it is refused (507) before any of its bytes are
-    stored, its bytes skipped.
+    stored, its bytes skipped. ``taken``: the rules for a blob already stored under a member's key, from
+    its key and digest (:mod:`cache_server.existing`; without it a taken name is only ever a 200 or a 409).
     """
     results: list[MemberResult] = []
     group: list[_Pending] = []
@@ -152,11 +173,24 @@ def put_members(
     ):
         writer = PackWriter(packs, pool) if packs is not None else None
 
+        rules: dict[str, TakenName] = {}
+
         def commit() -> None:
             check_still_allowed(still_allowed)  # a revoked token commits nothing more
             _commit(
-                namespace, group, batch, writer, entries, store, clock, stored_by, on_stored, still_allowed
+                namespace,
+                group,
+                batch,
+                writer,
+                entries,
+                store,
+                clock,
+                stored_by,
+                on_stored,
+                still_allowed,
+                rules,
             )
+            rules.clear()
             if quota is not None and group:
                 quota.committed()
 
@@ -178,7 +212,13 @@ def put_members(
                             commit()
                             group, group_bytes = [], 0
                         chunks = writer.copying(key, chunks)
-                    batch.put(blob_name(namespace, key), chunks, metadata(key, sha256, compile_ms))
+                    judge = None
+                    if taken is not None:
+                        rules[key] = taken(key, sha256)
+                        judge = rules[key].judge
+                    batch.put(
+                        blob_name(namespace, key), chunks, metadata(key, sha256, compile_ms), replace=judge
+                    )
                 except (InvalidName, DigestMismatch, EntryTooLarge, QuotaExceeded) as exc:
                     results.append(_refused(key, _STATUS[exc.code], exc))
                     continue
@@ -214,8 +254,10 @@ def _commit(
     stored_by: str | None,
     on_stored: Callable[[str, str], None] | None,
     still_allowed: StillAllowed | None = None,
+    rules: Mapping[str, TakenName] | None = None,
 ) -> None:
-    """Make the group's blobs (and its pack) durable, then write their rows; fill in each member's result."""
+    """Make the group's blobs (and its pack) durable, then write their rows; fill in each member's result.
+    ``rules``: per key, what a member whose name was taken gets (:meth:`TakenName.outcome`)."""
     if writer is not None:
         writer.start()
     try:
@@ -252,7 +294,17 @@ def _commit(
             new.append(record)
             pending.result.status = 201
             continue
-        info = store.stat(name)  # already stored: the same bytes (200), or others (409)
+        rule = rules.get(pending.key) if rules is not None else None
+        if rule is not None:  # already stored: adopted (200), another digest in the index (409), or 503
+            try:
+                info: BlobInfo | None = rule.outcome().info
+            except (DigestConflict, EntryInFlight) as exc:
+                pending.result.status = _STATUS[exc.code]
+                pending.result.error = exc.code
+                pending.result.detail = exc.detail
+                continue
+        else:
+            info = store.stat(name)  # already stored: the same bytes (200), or others (409)
         stored_sha = info.metadata.get("sha256", "") if info is not None else ""
         if info is None or stored_sha != pending.sha256:
             pending.result.status = 409

@@ -14,6 +14,7 @@ __all__ = [
     "ClientAborted",
     "DigestConflict",
     "DigestMismatch",
+    "EntryInFlight",
     "EntryNotFound",
     "EntryTooLarge",
     "Forbidden",
@@ -108,6 +109,13 @@ class UploadsBusy(CacheError):
     """Every upload slot (``XLA_CACHE_MAX_CONCURRENT_UPLOADS``) stayed taken; retrying later may work."""
 
     code = "uploads_busy"
+
+
+class EntryInFlight(CacheError):
+    """The key's blob is stored but has no index row yet: an upload in flight, or one that died a moment
+    ago (see :mod:`cache_server.existing`); retrying later may work."""
+
+    code = "entry_in_flight"
 
 
 class EntryNotFound(CacheError):

@@ -5,7 +5,9 @@ Every blob carries what its index row needs in its metadata (written by
 ``sha256``, ``created``, and optionally ``compile_time_ms``, ``uploader`` and ``stored_by``. The store knows
 each blob's size. So after the database is lost (or restored from an old backup) :meth:`Reindexer.run` lists
 the store and adds every row the index lacks. Rows already there win: reindexing a healthy index changes
-nothing, and it is safe while servers keep answering.
+nothing, and it is safe while servers keep answering. A damaged blob (its header or metadata unreadable) is
+left out with one log line and counted (``damaged``); reindex never changes the store (gc sets such blobs
+aside).
 
 What cannot come back: namespace fingerprints and labels (each client registers its namespace again when
 it warms), hit counters and access times (entries start cold, in creation order).
@@ -43,12 +45,14 @@ class ReindexReport:
     bytes: int = 0
     namespaces: set[str] = field(default_factory=set)
     skipped: dict[str, str] = field(default_factory=dict)  # blob name -> why it was left out
+    damaged: int = 0  # of the skipped: blobs whose header or metadata the store could not read
 
     def summary(self) -> str:
         """One line for people."""
         return (
             f"{self.blobs} blobs in {len(self.namespaces)} namespaces ({self.bytes} bytes): "
-            f"{self.added} rows added, {self.already_indexed} already indexed, {len(self.skipped)} skipped"
+            f"{self.added} rows added, {self.already_indexed} already indexed, {len(self.skipped)} skipped "
+            f"({self.damaged} damaged)"
         )
 
 
@@ -148,6 +152,11 @@ class Reindexer:
 
         for info in self._store.list():
             report.blobs += 1
+            if info.damaged is not None:  # never fatal: reported, left in place (gc sets it aside)
+                log.warning("reindex: leaving out damaged blob %s: %s", info.name, info.damaged)
+                report.skipped[info.name] = f"damaged: {info.damaged}"
+                report.damaged += 1
+                continue
             try:
                 record = record_of(info, self._store, verify=verify)
             except (CacheError, ValueError) as exc:

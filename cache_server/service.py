@@ -12,6 +12,8 @@ The service owns what it is given: nothing else touches its repository or its st
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import hashlib
 import logging
 import threading
@@ -45,6 +47,7 @@ from cache_server.errors import (
     StorageUnavailable,
     TooManyKeys,
 )
+from cache_server.existing import TakenName
 from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
@@ -357,6 +360,7 @@ class CacheService:
         if allowance is not None:  # before any byte is read: the declared length, or 0 when unknown
             allowance.admit(declared_size or 0, stored=lambda: existing is not None)
         created_at = self._clock()
+        taken = self._taken(namespace, key, sha256, began=utcnow(), row=existing, row_known=True)
         uploader = uploader[:UPLOADER_MAX_LENGTH] if uploader else None
         metadata = {"namespace": namespace, "key": key, "sha256": sha256, "created": created_at.isoformat()}
         if compile_time_ms is not None:
@@ -367,14 +371,15 @@ class CacheService:
             metadata["stored_by"] = stored_by
         name = blob_name(namespace, key)
         created = self._store.put(
-            name, _checked_upload(chunks, sha256, self._settings.max_entry_bytes), metadata
+            name,
+            _checked_upload(chunks, sha256, self._settings.max_entry_bytes),
+            metadata,
+            replace=taken.judge,
         )
-        info = self._store.stat(name)
+        info = self._store.stat(name) if created else taken.outcome().info
         if info is None:
             raise StorageUnavailable("The blob store lost an entry right after writing it; please retry.")
         stored_sha = info.metadata.get("sha256", "")
-        if not created and stored_sha != sha256:
-            raise self._conflict(namespace, key, stored_sha)
         if created and declared_size is None and allowance is not None:
             self._over_quota_removed(allowance, name, info.size)
         record = EntryRecord(
@@ -401,6 +406,31 @@ class CacheService:
         except QuotaExceeded:
             self._store.delete(name)
             raise
+
+    def _taken(
+        self,
+        namespace: str,
+        key: str,
+        sha256: str,
+        *,
+        began: dt.datetime,
+        row: EntryInfo | None = None,
+        row_known: bool = False,
+    ) -> TakenName:
+        """The rules of one upload for a blob already stored under its key (:mod:`cache_server.existing`).
+        Times are the store's (real UTC), which a blob's creation time is in, not this service's clock."""
+        return TakenName(
+            self._entries,
+            self._store,
+            namespace,
+            key,
+            sha256,
+            began=began,
+            grace_seconds=self._settings.orphan_grace_seconds,
+            clock=utcnow,
+            row=row,
+            row_known=row_known,
+        )
 
     def put_entries(
         self,
@@ -448,6 +478,7 @@ class CacheService:
             packs=self._packs,
             still_allowed=still_allowed,
             quota=allowance,
+            taken=functools.partial(self._taken, namespace, began=utcnow()),
         )
 
     def _stored(self, namespace: str, key: str) -> None:

@@ -202,6 +202,26 @@ class Settings(BaseSettings):
             "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
         ),
     )
+    orphan_grace_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description=(
+            "A blob with no index row older than this is an orphan: an upload of its key with other bytes "
+            "replaces it, and background gc removes it (younger: an upload may still be writing its row, "
+            "so such an upload answers 503). Keep it above the longest gap between a blob and its row: a "
+            "database call (XLA_CACHE_DB_POOL_TIMEOUT + XLA_CACHE_DB_STATEMENT_TIMEOUT) and, on GCS, a "
+            "bulk upload's group of up to 512 members or 256 MiB."
+        ),
+    )
+    gc_interval_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description=(
+            "How often each server process runs gc in the background (orphan blobs older than "
+            "XLA_CACHE_ORPHAN_GRACE_SECONDS, rows whose blob is gone, damaged blobs set aside; 0: only "
+            "when an admin asks, POST /admin/gc)."
+        ),
+    )
 
     @field_validator("log_level")
     @classmethod

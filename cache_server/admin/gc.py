@@ -9,6 +9,12 @@ it). gc must not mistake work in progress for either:
   the row, would have been listed) and the store confirms the blob is absent;
 * a pack (:mod:`cache_server.packs`) is deleted once no row points into it and it is older than the grace
   period (a pack is written before the rows that point into it).
+
+A damaged blob (:func:`cache_server.existing.unreadable`: its header or metadata cannot be read) is counted
+and logged in one line, never fatal: its row, if any, is dropped (the entry cannot be served) and the blob is
+set aside (:meth:`~cache_server.storage.base.BlobStore.set_aside`: a local store moves it into
+``<root>/.damaged/``, GCS deletes it), if it is still damaged when gc gets to it. No upload leaves a
+damaged blob, so there is no grace period for these; a dry run only counts them.
 """
 
 from __future__ import annotations
@@ -20,8 +26,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cache_server.domain import utcnow
+from cache_server.existing import unreadable
 from cache_server.index.admin import AdminRepository
-from cache_server.storage.base import BlobStore, StoresPacks, SweepsTempFiles, blob_name, split_blob_name
+from cache_server.storage.base import (
+    BlobInfo,
+    BlobStore,
+    StoresPacks,
+    SweepsTempFiles,
+    blob_name,
+    split_blob_name,
+)
 
 __all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage", "remove_unused_packs"]
 
@@ -47,6 +61,8 @@ class GcResult:
     packs_removed: int = 0
     pack_bytes_removed: int = 0
     dry_run: bool = False
+    damaged_blobs: int = 0
+    """Damaged blobs found (set aside, unless a dry run)."""
 
 
 def collect_garbage(
@@ -82,6 +98,9 @@ def collect_garbage(
         result.blobs_checked += 1
         namespace, key = split_blob_name(info.name)
         listed[namespace].add(key)
+        if unreadable(info) is not None:
+            _set_aside_damaged(repository, store, info, result, forget)
+            continue
         if info.created <= old_enough:
             candidates[namespace][key] = info.size
             if len(candidates[namespace]) >= CHECK_BATCH:
@@ -100,6 +119,28 @@ def collect_garbage(
     return result
 
 
+def _set_aside_damaged(
+    repository: AdminRepository,
+    store: BlobStore,
+    info: BlobInfo,
+    result: GcResult,
+    forget: Callable[[Sequence[tuple[str, str]]], None],
+) -> None:
+    """Count a damaged blob; unless a dry run, drop its row and set it aside if it is still damaged."""
+    result.damaged_blobs += 1
+    dry = " (dry run: left in place)" if result.dry_run else ""
+    log.warning("gc: damaged blob %s: %s%s", info.name, unreadable(info), dry)
+    if result.dry_run:
+        return
+    now = store.stat(info.name)  # an upload may have replaced it meanwhile
+    if now is None or unreadable(now) is None:
+        return
+    namespace, key = split_blob_name(info.name)
+    removed = repository.delete_entries([(namespace, key)])
+    forget([(ns, k) for ns, k, _ in removed])
+    store.set_aside(info.name)
+
+
 def _drop_lost_rows(
     repository: AdminRepository,
     store: BlobStore,
@@ -113,11 +154,15 @@ def _drop_lost_rows(
     while page := repository.keys_page(namespace, after=after, limit=CHECK_BATCH):
         after = page[-1][0]
         result.rows_checked += len(page)
-        lost = [
-            key
-            for key, created in page
-            if key not in listed and created < started and store.stat(blob_name(namespace, key)) is None
-        ]
+        lost: list[str] = []
+        for key, created in page:
+            if key in listed or created >= started:
+                continue
+            info = store.stat(blob_name(namespace, key))
+            if info is None:
+                lost.append(key)
+            elif unreadable(info) is not None:  # not listed as a blob (a directory in its place): damaged
+                _set_aside_damaged(repository, store, info, result, forget)
         if result.dry_run:
             result.rows_dropped += len(lost)
         elif lost:

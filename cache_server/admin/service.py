@@ -83,6 +83,14 @@ class AdminService:
             first_delay=random.uniform(0.5, 1.5) * settings.pack_interval_seconds,
         )
         self._packing_lock = threading.Lock()  # the background rounds and POST /admin/pack take turns
+        self._gc_rounds = Periodic(
+            "xla-cache-gc",
+            "background gc",
+            settings.gc_interval_seconds,
+            self._gc_round,
+            # the workers of one server (and the servers sharing one store) should not all list it at once
+            first_delay=random.uniform(0.5, 1.5) * settings.gc_interval_seconds,
+        )
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -92,8 +100,11 @@ class AdminService:
             self._budgets.start()
         if self._packer is not None:
             self._packing.start()
+        if self._settings.gc_interval_seconds > 0:
+            self._gc_rounds.start()
 
     def stop(self) -> None:
+        self._gc_rounds.stop()
         if self._packer is not None:
             self._packer.stop()  # ends a round (or POST /admin/pack) after its current pack
         self._packing.stop()
@@ -202,6 +213,17 @@ class AdminService:
             dry_run=dry_run,
             forget=self._forget_entries,
         )
+
+    def _gc_round(self) -> None:
+        """Background gc (``XLA_CACHE_GC_INTERVAL_SECONDS``): orphans older than the orphan grace period."""
+        result = self.gc(grace_seconds=self._settings.orphan_grace_seconds)
+        if result.orphan_blobs_removed or result.rows_dropped or result.damaged_blobs:
+            log.info(
+                "background gc: %d orphan blobs removed, %d rows dropped, %d damaged blobs set aside",
+                result.orphan_blobs_removed,
+                result.rows_dropped,
+                result.damaged_blobs,
+            )
 
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace with all its entries; :class:`NamespaceNotFound` if it does not exist."""

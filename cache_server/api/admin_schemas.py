@@ -225,6 +225,9 @@ class GcOut(BaseModel):
     packs_removed: int = Field(description="Packs no row pointed into any more.")
     pack_bytes_removed: int
     dry_run: bool
+    damaged_blobs: int = Field(
+        description="Blobs whose header or metadata could not be read: set aside (their rows dropped)."
+    )
 
     @classmethod
     def of(cls, result: GcResult) -> GcOut:

@@ -35,6 +35,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.BodyTimeout: 408,
     errors.ClientAborted: CLIENT_CLOSED_REQUEST,
     errors.UploadsBusy: 503,
+    errors.EntryInFlight: 503,
     errors.EntryNotFound: 404,
     errors.NamespaceNotFound: 404,
     errors.TokenNotFound: 404,

@@ -13,6 +13,16 @@ the bytes. The contract, which ``tests/storage`` checks against every backend un
 * **Streaming.** Neither ``put`` nor ``open`` holds a whole blob in memory.
 * **A miss is not an error.** ``open`` and ``stat`` return ``None`` for a name that is not stored;
   ``delete`` returns ``False``.
+* **Damage is reported, never raised.** A blob whose stored record cannot be read (a damaged byte in a
+  local blob's header, a foreign file or a directory at a blob's name) is still listed by :meth:`list` and
+  given by :meth:`stat`, with :attr:`BlobInfo.damaged` saying why (its size and time as far as they are
+  known, no metadata); :meth:`open` treats it as a miss (``None``), and a whole read gives a miss or,
+  where only the metadata is unreadable, the bytes (whose caller checks them against the index). ``put``
+  with a ``replace`` judge may replace it; :meth:`BlobStore.set_aside` moves it out of the way.
+* **Replacing is a compare-and-swap.** ``put(..., replace=judge)`` on a taken name calls ``judge`` with the
+  stored blob's info (``damaged`` set if unreadable) and, if it answers True, swaps the new blob in for
+  exactly the blob judged: of several replacers of one blob exactly one succeeds; the others get ``False``
+  (and see the winner's blob). Without ``replace`` a put is create-only as above.
 * **Plain errors.** Vendor errors are translated at the backend's edge: a backend that cannot reach its
   service (after retrying what is worth retrying) raises :class:`~cache_server.errors.StorageUnavailable`.
 
@@ -32,7 +42,7 @@ import itertools
 import re
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -42,6 +52,7 @@ from cache_server.errors import InvalidName
 from cache_server.names import check_key, check_namespace
 
 __all__ = [
+    "DAMAGED_DIR",
     "MIB",
     "PACK_DIR",
     "READ_CHUNK",
@@ -53,6 +64,7 @@ __all__ = [
     "HeldReader",
     "PutsInBatches",
     "ReadsWhole",
+    "ReplaceJudge",
     "SequentialBatch",
     "SignsUrls",
     "StoresPacks",
@@ -71,6 +83,8 @@ READ_CHUNK = MIB
 """The most bytes one piece yielded by :meth:`BlobReader.chunks` holds, in every backend here."""
 PACK_DIR = ".packs"
 """Where a store keeps its packs, beside the namespaces (no namespace starts with a dot)."""
+DAMAGED_DIR = ".damaged"
+"""Where a local store moves the blobs :meth:`BlobStore.set_aside` is asked to (kept for inspection)."""
 _PACK_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -89,6 +103,12 @@ class BlobInfo:
     size: int
     created: dt.datetime
     metadata: Mapping[str, str] = field(default_factory=dict)
+    damaged: str | None = None
+    """Why the blob's stored record (header, metadata) cannot be read; ``None`` for a sound blob."""
+
+
+ReplaceJudge = Callable[[BlobInfo], bool]
+"""Asked by ``put(..., replace=...)`` about the blob already stored under the name: True to replace it."""
 
 
 class BlobReader(AbstractContextManager["BlobReader"], Protocol):
@@ -112,11 +132,19 @@ class BlobReader(AbstractContextManager["BlobReader"], Protocol):
 class BlobStore(Protocol):
     """A place to keep immutable blobs. See the module docstring for the contract."""
 
-    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> bool:
+    def put(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        metadata: Mapping[str, str],
+        *,
+        replace: ReplaceJudge | None = None,
+    ) -> bool:
         """Store ``chunks`` under ``name`` unless it exists. True: created; False: it was already there.
 
         When the name already exists the chunks are still consumed (so a checking iterator can raise),
-        but nothing is written.
+        but nothing is written, unless ``replace`` judges the stored blob (see the module docstring) and
+        answers True: then the new blob takes its place, atomically, and put returns True.
         """
         ...
 
@@ -132,8 +160,14 @@ class BlobStore(Protocol):
         """Remove a blob. True if it was there."""
         ...
 
+    def set_aside(self, name: str) -> bool:
+        """Take a damaged blob out of the store's names: a local store moves it into :data:`DAMAGED_DIR`
+        (kept for inspection, never listed), GCS deletes the object. True if something was there."""
+        ...
+
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
-        """Every stored blob whose name starts with ``prefix``, in no particular order."""
+        """Every stored blob whose name starts with ``prefix``, in no particular order (a damaged one too,
+        with ``damaged`` set; what is not a blob at all, such as a directory, is left out)."""
         ...
 
     def check(self) -> None:
@@ -207,9 +241,17 @@ class BlobBatch(Protocol):
     Use it as a context manager: leaving the block without committing aborts what was put.
     """
 
-    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
+    def put(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        metadata: Mapping[str, str],
+        *,
+        replace: ReplaceJudge | None = None,
+    ) -> None:
         """Take a blob's bytes (all of them: a checking iterator may raise, and then nothing of this blob
-        is kept and the batch goes on). A name put twice in one batch keeps the first."""
+        is kept and the batch goes on). A name put twice in one batch keeps the first. ``replace``: as for
+        :meth:`BlobStore.put` (a replaced blob is reported as created)."""
         ...
 
     def commit(self) -> dict[str, bool]:
@@ -295,8 +337,15 @@ class SequentialBatch:
         self._store = store
         self._done: dict[str, bool] = {}
 
-    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
-        created = self._store.put(name, chunks, metadata)
+    def put(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        metadata: Mapping[str, str],
+        *,
+        replace: ReplaceJudge | None = None,
+    ) -> None:
+        created = self._store.put(name, chunks, metadata, replace=replace)
         self._done.setdefault(name, created)
 
     def commit(self) -> dict[str, bool]:
@@ -327,7 +376,14 @@ class ConcurrentBatch:
         self._pending: dict[str, Future[bool]] = {}
         self._done: dict[str, bool] = {}
 
-    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
+    def put(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        metadata: Mapping[str, str],
+        *,
+        replace: ReplaceJudge | None = None,
+    ) -> None:
         held: list[bytes] = []
         size = 0
         iterator = iter(chunks)
@@ -335,7 +391,7 @@ class ConcurrentBatch:
             held.append(chunk)
             size += len(chunk)
             if size > self._buffer_limit:  # large: stream it now, in this thread
-                created = self._store.put(name, itertools.chain(held, iterator), metadata)
+                created = self._store.put(name, itertools.chain(held, iterator), metadata, replace=replace)
                 self._done.setdefault(name, created)
                 return
         if name in self._pending or name in self._done:
@@ -343,9 +399,14 @@ class ConcurrentBatch:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="xla-cache-batch")
         self._slots.acquire()
-        future = self._pool.submit(self._store.put, name, held, dict(metadata))
+        future = self._pool.submit(self._put, name, held, dict(metadata), replace)
         future.add_done_callback(lambda _: self._slots.release())
         self._pending[name] = future
+
+    def _put(
+        self, name: str, held: list[bytes], metadata: dict[str, str], replace: ReplaceJudge | None
+    ) -> bool:
+        return self._store.put(name, held, metadata, replace=replace)
 
     def commit(self) -> dict[str, bool]:
         pending, done = self._pending, self._done

@@ -1,14 +1,17 @@
 """Local-directory blob store: the embedded default.
 
 Layout: ``<root>/<namespace>/<key>`` for blobs, ``<root>/.tmp/`` for uploads in progress, ``<root>/.packs/``
-for packs (plain files, written as blobs are: temp file, fsync, link). Each blob file
+for packs (plain files, written as blobs are: temp file, fsync, link), ``<root>/.damaged/`` for damaged
+blobs set aside (``<namespace>/<key>.<random>``, kept for inspection). Each blob file
 starts with a fixed-size header (magic line, then JSON metadata padded with spaces to
 :data:`HEADER_SIZE` bytes) followed by the raw bytes, so metadata and bytes appear together atomically.
 
 A put writes a private temp file, fsyncs it, then ``os.link``s it to its final name: link fails if the
 name exists, which makes create-only atomic across threads and processes; the directory is fsynced so the
 new name survives a crash. A batch (:class:`LocalBatch`) pays that once for many blobs. Names are validated
-before any path is built.
+before any path is built. A replacing put (``replace=``) judges the stored file while holding an exclusive
+``flock`` on it and renames its temp file over the name only if the name still points at that file (a
+directory in the way is moved aside first): of several replacers one wins.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import ctypes
 import ctypes.util
 import datetime as dt
 import errno
+import fcntl
 import itertools
 import json
 import os
+import stat as stat_mode
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,10 +36,12 @@ from urllib.parse import unquote, urlparse
 from cache_server.errors import InvalidName, StorageUnavailable
 from cache_server.names import check_key, check_namespace
 from cache_server.storage.base import (
+    DAMAGED_DIR,
     PACK_DIR,
     READ_CHUNK,
     BlobInfo,
     BlobReader,
+    ReplaceJudge,
     blob_name,
     check_pack_id,
     parse_blob_name,
@@ -116,9 +123,8 @@ class _HeldLocalBlob:
     @property
     def info(self) -> BlobInfo:
         if self._info is None:
-            info = _parse_header(self._name, self._header)
-            assert info is not None, "read_whole checked the header"
-            self._info = BlobInfo(self._name, self._size, info.created, info.metadata)
+            info = _parse_header(self._name, self._header, HEADER_SIZE + self._size)
+            self._info = BlobInfo(self._name, self._size, info.created, info.metadata, info.damaged)
         return self._info
 
     def chunks(self) -> Iterator[bytes]:
@@ -172,21 +178,86 @@ class LocalBlobStore:
         return os.path.join(self._root, namespace, key)
 
     # -- writing ----------------------------------------------------------------------------------------
-    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> bool:
+    def put(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        metadata: Mapping[str, str],
+        *,
+        replace: ReplaceJudge | None = None,
+    ) -> bool:
         final = self._file(name)
-        if os.path.exists(final):
+        if os.path.lexists(final) and not self._judged_replaceable(name, replace):
             for _ in chunks:  # let a checking iterator see every byte and raise if it must
                 pass
             return False
         with _storage_errors():
             tmp = self._write_temp(name, chunks, metadata, sync=True)
             try:
-                created = self._link(tmp, final)
+                created = self._claim(name, tmp, final, replace)
                 if created:
                     _fsync_dir(os.path.dirname(final))
                 return created
             finally:
                 _unlink(tmp)
+
+    def _judged_replaceable(self, name: str, replace: ReplaceJudge | None) -> bool:
+        """Whether a put should write its bytes although the name is taken: ``replace`` wants the blob
+        there now replaced (judged again, under a lock, before the swap), or it is gone meanwhile."""
+        if replace is None:
+            return False
+        info = self.stat(name)
+        return info is None or replace(info)
+
+    def _claim(self, name: str, tmp: str, final: str, replace: ReplaceJudge | None) -> bool:
+        """Give a durable temp file the name ``final``: created if free, else swapped in for the blob there
+        if ``replace`` still judges it replaceable under an exclusive lock on it (see the module docstring).
+        The directory is not fsynced here."""
+        if self._link(tmp, final):
+            return True
+        if replace is None:
+            return False
+        try:
+            fd = _open_blob(final)
+        except _NotAFile as exc:  # a symbolic link or a socket: nothing to lock; a create-only link decides
+            if not replace(_damaged(name, exc.reason, None)):
+                return False
+            self._move_aside(name, final)
+            return self._link(tmp, final)
+        if fd is None:  # removed meanwhile: the name is free again
+            return self._link(tmp, final)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(final)
+            except FileNotFoundError:
+                return self._link(tmp, final)
+            if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+                return False  # another replacer swapped it first: its blob is not the one judged
+            if not replace(_info_of(name, fd, held)):
+                return False
+            if stat_mode.S_ISREG(held.st_mode):
+                os.rename(tmp, final)
+                return True
+            self._move_aside(name, final)  # a directory (or another non-file) cannot be renamed over
+            return self._link(tmp, final)
+        finally:
+            os.close(fd)
+
+    def set_aside(self, name: str) -> bool:
+        """Move a damaged blob into ``<root>/.damaged/<namespace>/<key>.<random>``; True if it was there."""
+        return self._move_aside(name, self._file(name))
+
+    def _move_aside(self, name: str, path: str) -> bool:
+        namespace, key = parse_blob_name(name)
+        aside = os.path.join(self._root, DAMAGED_DIR, namespace)
+        os.makedirs(aside, exist_ok=True)
+        try:
+            os.rename(path, os.path.join(aside, f"{key}.{uuid.uuid4().hex[:8]}"))
+        except FileNotFoundError:
+            return False
+        return True
 
     def _temp_file(self) -> str:
         return os.path.join(self._tmp_dir, f"{os.getpid():x}-{self._tag}-{next(self._numbers):x}.part")
@@ -285,8 +356,6 @@ class LocalBlobStore:
             yield BlobInfo(name=path.name, size=stat.st_size, created=created)
 
     # -- reading ----------------------------------------------------------------------------------------
-    def _read_info(self, name: str, handle: BinaryIO) -> BlobInfo | None:
-        return _parse_header(name, handle.read(HEADER_SIZE))
 
     def read_whole(self, name: str, limit: int) -> BlobReader | None:
         """One ``pread`` of the whole file, of exactly its size (see
@@ -294,11 +363,15 @@ class LocalBlobStore:
         which a bundle of small blobs paid thousands of times. A blob over ``limit`` is opened instead.
         The header is parsed only if the reader's ``info`` is asked for (a bundle never does)."""
         try:
-            fd = os.open(self._file(name), os.O_RDONLY)
-        except FileNotFoundError:
+            fd = _open_blob(self._file(name))
+        except _NotAFile:
+            return None
+        if fd is None:
             return None
         try:
             stat = os.fstat(fd)
+            if not stat_mode.S_ISREG(stat.st_mode):
+                return None  # a directory where a blob should be: damaged, read as a miss
             if stat.st_size - HEADER_SIZE > limit:
                 return self.open(name)
             raw = os.pread(fd, stat.st_size, 0)
@@ -309,27 +382,44 @@ class LocalBlobStore:
         return _HeldLocalBlob(name, raw, _identity(stat))
 
     def open(self, name: str) -> _LocalReader | None:
-        path = self._path(name)
+        """The blob opened for reading; None on a miss, and for a damaged blob (see ``stat``)."""
         try:
-            handle = open(path, "rb")  # noqa: SIM115 - the reader owns it and closes it
-        except FileNotFoundError:
+            fd = _open_blob(self._file(name))
+        except _NotAFile:
             return None
-        info = self._read_info(name, handle)
-        if info is None:
-            handle.close()
+        if fd is None:
             return None
-        return _LocalReader(handle, info)
+        try:
+            info = _info_of(name, fd, os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        if info.damaged is not None:
+            os.close(fd)
+            return None
+        return _LocalReader(os.fdopen(fd, "rb"), info)
 
     def stat(self, name: str) -> BlobInfo | None:
-        path = self._path(name)
+        """The blob's info; for a damaged one (a header that cannot be read, something other than a file)
+        with ``damaged`` saying why."""
+        path = self._file(name)
         try:
-            with open(path, "rb") as handle:
-                return self._read_info(name, handle)
-        except FileNotFoundError:
+            fd = _open_blob(path)
+        except _NotAFile as exc:
+            return _damaged(name, exc.reason, None)
+        if fd is None:
             return None
+        try:
+            return _info_of(name, fd, os.fstat(fd))
+        finally:
+            os.close(fd)
 
     def delete(self, name: str) -> bool:
-        return _unlink(self._path(name))
+        path = self._file(name)
+        try:
+            return _unlink(path)
+        except IsADirectoryError:  # not a blob (damaged): moved aside, never removed with what it holds
+            return self._move_aside(name, path)
 
     def list(self, prefix: str = "") -> Iterator[BlobInfo]:
         if not self.root.exists():
@@ -415,9 +505,24 @@ class LocalBatch:
         self._store = store
         self._pending: dict[str, str] = {}
         self._present: set[str] = set()
+        self._replace: dict[str, ReplaceJudge] = {}
 
-    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> None:
-        if name in self._pending or name in self._present or os.path.exists(self._store._file(name)):
+    def put(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        metadata: Mapping[str, str],
+        *,
+        replace: ReplaceJudge | None = None,
+    ) -> None:
+        if (
+            name in self._pending
+            or name in self._present
+            or (
+                os.path.lexists(self._store._file(name))
+                and not self._store._judged_replaceable(name, replace)
+            )
+        ):
             for _ in chunks:
                 pass
             if name not in self._pending:
@@ -425,10 +530,12 @@ class LocalBatch:
             return
         with _storage_errors():
             self._pending[name] = self._store._write_temp(name, chunks, metadata, sync=False)
+        if replace is not None:
+            self._replace[name] = replace
 
     def commit(self) -> dict[str, bool]:
-        pending, present = self._pending, self._present
-        self._pending, self._present = {}, set()
+        pending, present, replace = self._pending, self._present, self._replace
+        self._pending, self._present, self._replace = {}, set(), {}
         done = dict.fromkeys(present, False)
         try:
             with _storage_errors():
@@ -437,7 +544,7 @@ class LocalBatch:
                 directories: set[str] = set()
                 for name, tmp in pending.items():
                     final = self._store._file(name)
-                    done[name] = self._store._link(tmp, final)
+                    done[name] = self._store._claim(name, tmp, final, replace.get(name))
                     if done[name]:
                         directories.add(os.path.dirname(final))
                 for directory in directories:
@@ -450,7 +557,7 @@ class LocalBatch:
     def abort(self) -> None:
         for tmp in self._pending.values():
             _unlink(tmp)
-        self._pending, self._present = {}, set()
+        self._pending, self._present, self._replace = {}, set(), {}
 
     def __enter__(self) -> LocalBatch:
         return self
@@ -477,16 +584,72 @@ def _unlink(path: str | Path) -> bool:
     return True
 
 
-def _parse_header(name: str, raw: bytes) -> BlobInfo | None:
-    """The info a blob file's header holds; None if it is not a whole header."""
-    if len(raw) < HEADER_SIZE or not raw.startswith(MAGIC):
+class _NotAFile(Exception):
+    """Something at a blob's name that cannot even be opened as a file (a symbolic link, a socket)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _open_blob(path: str) -> int | None:
+    """A read-only descriptor of ``path`` (non-blocking: a FIFO planted there must not hang a read; never
+    through a symbolic link: the store makes none), None if nothing is there, :class:`_NotAFile` if what is
+    there cannot be opened as a file."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a file where the namespace should be
         return None
-    header = json.loads(raw[len(MAGIC) :].rstrip(b" \0"))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _NotAFile("it is a symbolic link, not a blob file") from exc
+        if exc.errno == errno.ENXIO:
+            raise _NotAFile("it is a socket, not a blob file") from exc
+        raise
+
+
+def _info_of(name: str, fd: int, stat: os.stat_result) -> BlobInfo:
+    """The info of the blob open as ``fd``; damaged if it is not a regular file or its header is bad."""
+    if not stat_mode.S_ISREG(stat.st_mode):
+        kind = "a directory" if stat_mode.S_ISDIR(stat.st_mode) else "not a regular file"
+        return _damaged(name, f"it is {kind}, not a blob file", stat)
+    return _parse_header(name, os.pread(fd, HEADER_SIZE, 0), stat.st_size, stat)
+
+
+def _damaged(name: str, reason: str, stat: os.stat_result | None) -> BlobInfo:
+    size = max(stat.st_size - HEADER_SIZE, 0) if stat is not None and stat_mode.S_ISREG(stat.st_mode) else 0
+    created = (
+        dt.datetime.fromtimestamp(stat.st_mtime, dt.timezone.utc)
+        if stat is not None
+        else dt.datetime.now(dt.timezone.utc)
+    )
+    return BlobInfo(name=name, size=size, created=created, damaged=reason)
+
+
+def _parse_header(name: str, raw: bytes, file_size: int, stat: os.stat_result | None = None) -> BlobInfo:
+    """The info a blob file's header holds; damaged (saying why) if it cannot be read whole and right."""
+    if len(raw) < HEADER_SIZE:
+        return _damaged(name, f"its header is cut short ({len(raw)} of {HEADER_SIZE} bytes)", stat)
+    if not raw.startswith(MAGIC):
+        return _damaged(name, "its header does not start with the blob file's magic line", stat)
+    try:
+        header = json.loads(raw[len(MAGIC) :].rstrip(b" \0"))
+        size = int(header["size"])
+        created = dt.datetime.fromisoformat(header["created"])
+        metadata = header.get("metadata", {})
+        if not isinstance(metadata, dict):
+            raise TypeError("its metadata is not a map")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return _damaged(name, f"its header cannot be read ({type(exc).__name__}: {exc})", stat)
+    if size != file_size - HEADER_SIZE:
+        return _damaged(name, f"its header says {size} bytes, the file holds {file_size - HEADER_SIZE}", stat)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=dt.timezone.utc)
     return BlobInfo(
         name=name,
-        size=int(header["size"]),
-        created=dt.datetime.fromisoformat(header["created"]),
-        metadata={str(k): str(v) for k, v in header.get("metadata", {}).items()},
+        size=size,
+        created=created,
+        metadata={str(k): str(v) for k, v in metadata.items()},
     )
 
 

@@ -44,6 +44,7 @@ def test_orphans_removed_and_lost_rows_dropped(
         "packs_removed": 0,
         "pack_bytes_removed": 0,
         "dry_run": False,
+        "damaged_blobs": 0,
     }
     assert services.store.stat(blob_name("ns", "crashed")) is None
     assert services.store.stat(blob_name("never-registered", "o")) is None

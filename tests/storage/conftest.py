@@ -8,7 +8,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 
 from cache_server.storage.base import BlobStore
@@ -32,6 +34,9 @@ class Backend:
     plant: Callable[[str, bytes], None]  # a file or object that another program left under the store's root
     # For a store that keeps temp files: leave one as an upload that died that many seconds ago would.
     abandon_upload: Callable[[float], None] | None = None
+    # Damage a stored blob's record as a bad disk or another tool would (local: one byte of its header; GCS:
+    # its metadata garbled, the analogue: an object resource cannot be damaged otherwise).
+    damage: Callable[[str], None] | None = None
 
 
 def _local_files(root: Path) -> list[str]:
@@ -42,6 +47,20 @@ def _plant_file(root: Path, relative: str, data: bytes) -> None:
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
+
+
+def _damage_local_blob(root: Path, name: str) -> None:
+    """Flip one byte of the header: the opening brace of its JSON."""
+    with open(root / name, "r+b") as handle:
+        handle.seek(10)
+        byte = handle.read(1)
+        handle.seek(10)
+        handle.write(bytes([byte[0] ^ 0x5A]))
+
+
+def _damage_gcs_object(endpoint: str, bucket: str, name: str) -> None:
+    url = f"{endpoint}/storage/v1/b/{bucket}/o/{quote(f'cache/v1/{name}', safe='')}"
+    httpx.patch(url, json={"metadata": {"sha256": "not-a-digest"}}).raise_for_status()
 
 
 def _abandon_local_upload(root: Path, age_seconds: float) -> None:
@@ -62,6 +81,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
             lambda: _local_files(root),
             lambda rel, data: _plant_file(root, rel, data),
             lambda age: _abandon_local_upload(root, age),
+            lambda name: _damage_local_blob(root, name),
         )
         return
     endpoint: str = request.getfixturevalue("fake_gcs_endpoint")
@@ -72,6 +92,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         put_object(endpoint, bucket, f"cache/v1/{relative}", data)
 
     try:
-        yield Backend("gcs", store, lambda: object_names(endpoint, bucket), plant)
+        yield Backend(
+            "gcs",
+            store,
+            lambda: object_names(endpoint, bucket),
+            plant,
+            damage=lambda name: _damage_gcs_object(endpoint, bucket, name),
+        )
     finally:
         store.close()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 import pytest
 
 from cache_server.errors import InvalidName
+from cache_server.existing import unreadable
 from cache_server.storage.base import (
     BlobInfo,
     BlobStore,
@@ -521,3 +522,85 @@ def test_open_many_reads_ahead_on_threads() -> None:
     slow = Slow()
     assert list(open_many(slow, [(f"ns/k{i}", 10) for i in range(24)], read_ahead=8)) == [None] * 24  # type: ignore[arg-type]
     assert slow.most >= 4
+
+
+def _sha(data: bytes) -> dict[str, str]:
+    return {"sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_a_damaged_blob_is_reported_never_raised_and_can_be_replaced_or_set_aside(backend: Backend) -> None:
+    store = backend.store
+    assert backend.damage is not None
+    assert store.put("ns/good", [b"fine"], _sha(b"fine")) is True
+    assert store.put("ns/bad", [b"old bytes"], _sha(b"old bytes")) is True
+    backend.damage("ns/bad")
+
+    listed = {info.name: info for info in store.list()}
+    assert sorted(listed) == ["ns/bad", "ns/good"]
+    assert unreadable(listed["ns/good"]) is None
+    assert unreadable(listed["ns/bad"]) is not None
+    stat = store.stat("ns/bad")
+    assert stat is not None and unreadable(stat) is not None
+    reader = store.open("ns/bad")  # never raises: a miss, or (GCS: only the metadata is garbled) the bytes
+    if reader is not None:
+        reader.close()
+    if backend.kind == "local":
+        assert stat.damaged is not None and reader is None
+
+    assert store.put("ns/bad", [b"new"], _sha(b"new")) is False  # create-only: left as it is
+    damaged = lambda info: unreadable(info) is not None  # noqa: E731
+    assert store.put("ns/bad", [b"new"], _sha(b"new"), replace=damaged) is True
+    info, body, _ = read_all(store, "ns/bad")
+    assert (body, unreadable(info), info.metadata) == (b"new", None, _sha(b"new"))
+
+    backend.damage("ns/bad")
+    assert store.set_aside("ns/bad") is True
+    assert store.stat("ns/bad") is None
+    assert [info.name for info in store.list()] == ["ns/good"]
+    assert store.put("ns/bad", [b"again"], _sha(b"again")) is True
+
+
+def test_a_replacing_put_swaps_exactly_the_blob_it_judged(backend: Backend) -> None:
+    store = backend.store
+    assert store.put("ns/k", [b"A"], {"v": "A"}, replace=lambda info: True) is True  # a free name: created
+    assert store.put("ns/k", [b"B"], {"v": "B"}, replace=lambda info: False) is False
+    assert read_all(store, "ns/k")[1] == b"A"
+    seen: list[str] = []
+
+    def judge(info: BlobInfo) -> bool:
+        seen.append(info.metadata["v"])
+        return info.metadata["v"] == "A"
+
+    assert store.put("ns/k", [b"B"], {"v": "B"}, replace=judge) is True
+    assert read_all(store, "ns/k")[1] == b"B" and set(seen) == {"A"}
+
+    # Eight replacers of one blob at once: exactly one wins, and the store holds the winner's bytes.
+    start = threading.Barrier(8)
+    outcomes: dict[int, bool] = {}
+
+    def replace(n: int) -> None:
+        start.wait()
+        outcomes[n] = store.put(
+            "ns/k", [f"C{n}".encode()], {"v": f"C{n}"}, replace=lambda info: info.metadata["v"] == "B"
+        )
+
+    threads = [threading.Thread(target=replace, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [n for n, won in outcomes.items() if won]
+    assert len(winners) == 1, outcomes
+    assert read_all(store, "ns/k")[1] == f"C{winners[0]}".encode()
+
+
+def test_a_batch_replaces_what_its_judge_wants_replaced(backend: Backend) -> None:
+    store = backend.store
+    assert store.put("ns/stale", [b"old"], {"v": "old"}) is True
+    assert store.put("ns/kept", [b"old"], {"v": "old"}) is True
+    with open_batch(store) as batch:
+        batch.put("ns/stale", [b"new"], {"v": "new"}, replace=lambda info: True)
+        batch.put("ns/kept", [b"new"], {"v": "new"}, replace=lambda info: False)
+        batch.put("ns/fresh", [b"new"], {"v": "new"}, replace=lambda info: True)
+        assert batch.commit() == {"ns/stale": True, "ns/kept": False, "ns/fresh": True}
+    assert [read_all(store, f"ns/{k}")[1] for k in ("stale", "kept", "fresh")] == [b"new", b"old", b"new"]

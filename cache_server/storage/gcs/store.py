@@ -24,6 +24,7 @@ from cache_server.storage.base import (
     BlobReader,
     ConcurrentBatch,
     HeldReader,
+    ReplaceJudge,
     check_pack_id,
     parse_blob_name,
 )
@@ -166,21 +167,37 @@ class GcsBlobStore:
 
     @staticmethod
     def _info(name: str, resource: Mapping[str, Any]) -> BlobInfo:
-        """The blob's info from its object's JSON resource."""
-        created: dt.datetime = (
-            from_rfc3339(resource["timeCreated"])  # type: ignore[no-untyped-call]
-            if resource.get("timeCreated")
-            else dt.datetime.now(dt.timezone.utc)
-        )
-        metadata = resource.get("metadata") or {}
-        return BlobInfo(
-            name=name, size=int(resource.get("size", 0)), created=created, metadata=dict(metadata)
-        )
+        """The blob's info from its object's JSON resource (damaged if its size, time or metadata cannot be
+        read: GCS itself never writes such a resource, but a proxy or another tool might)."""
+        try:
+            created: dt.datetime = (
+                from_rfc3339(resource["timeCreated"])  # type: ignore[no-untyped-call]
+                if resource.get("timeCreated")
+                else dt.datetime.now(dt.timezone.utc)
+            )
+            size = int(resource.get("size", 0))
+            metadata = resource.get("metadata") or {}
+            if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+                raise TypeError("its metadata is not a map of strings")
+        except (ValueError, TypeError, KeyError) as exc:
+            reason = f"its object resource cannot be read ({type(exc).__name__}: {exc})"
+            return BlobInfo(name=name, size=0, created=dt.datetime.now(dt.timezone.utc), damaged=reason)
+        return BlobInfo(name=name, size=size, created=created, metadata=dict(metadata))
 
     # -- the BlobStore operations ------------------------------------------------------------------------
-    def put(self, name: str, chunks: Iterable[bytes], metadata: Mapping[str, str]) -> bool:
+    def put(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        metadata: Mapping[str, str],
+        *,
+        replace: ReplaceJudge | None = None,
+    ) -> bool:
         object_name = self._object_name(name)
-        return upload(self._transport, name, object_name, chunks, metadata, chunk_size=self._chunk_size)
+        judge = None if replace is None else (lambda resource: replace(self._info(name, resource)))
+        return upload(
+            self._transport, name, object_name, chunks, metadata, chunk_size=self._chunk_size, replace=judge
+        )
 
     def open(self, name: str) -> GcsReader | None:
         object_name = self._object_name(name)
@@ -244,6 +261,10 @@ class GcsBlobStore:
 
     def delete(self, name: str) -> bool:
         return self._delete_object(self._object_name(name), f"delete {name!r} from")
+
+    def set_aside(self, name: str) -> bool:
+        """A damaged object is deleted (a bucket keeps no quarantine; object versioning, if on, keeps it)."""
+        return self._delete_object(self._object_name(name), f"set aside damaged {name!r} in")
 
     def _delete_object(self, object_name: str, action: str) -> bool:
         url = self._transport.object_url(object_name)

@@ -11,7 +11,7 @@ import logging
 import re
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import google_crc32c
@@ -110,11 +110,14 @@ def upload(
     metadata: Mapping[str, str],
     *,
     chunk_size: int,
+    replace: Callable[[dict[str, Any]], bool] | None = None,
 ) -> bool:
     """Create the object ``object_name`` (blob ``name``, for messages) from ``chunks`` unless it exists.
 
     True: created; False: it existed, and the chunks were still consumed. If the iterator raises, nothing is
-    created and the error propagates.
+    created and the error propagates. ``replace``: asked about the object there (its JSON resource); if it
+    answers True, the upload replaces exactly that generation (``ifGenerationMatch``), so of several
+    replacers one wins.
     """
     resource = {"name": object_name, "contentType": CONTENT_TYPE, "metadata": dict(metadata)}
     pieces = iter(chunks)
@@ -122,11 +125,17 @@ def upload(
     for piece in pieces:
         pending.add(piece)
         if pending.size > MULTIPART_LIMIT:
-            return _upload_resumable(transport, name, resource, pending, pieces, chunk_size)
-    return _upload_multipart(transport, name, resource, pending)
+            return _upload_resumable(transport, name, resource, pending, pieces, chunk_size, replace)
+    return _upload_multipart(transport, name, resource, pending, replace)
 
 
-def _upload_multipart(transport: Transport, name: str, resource: dict[str, Any], pending: Pending) -> bool:
+def _upload_multipart(
+    transport: Transport,
+    name: str,
+    resource: dict[str, Any],
+    pending: Pending,
+    replace: Callable[[dict[str, Any]], bool] | None = None,
+) -> bool:
     resource = {**resource, "crc32c": pending.crc32c()}
     boundary = uuid.uuid4().hex
     head = (
@@ -140,18 +149,27 @@ def _upload_multipart(transport: Transport, name: str, resource: dict[str, Any],
             memoryview(f"\r\n--{boundary}--\r\n".encode()),
         ]
     )
-    response = transport.call_short(  # the short way: most uploads are of small blobs, and CPU counts
-        f"store {name!r} in",
-        "POST",
-        f"{transport.upload_url}?uploadType=multipart&ifGenerationMatch=0",
-        expect=(200, 201, 412),
-        body=body,
-        headers={
-            "Content-Type": f"multipart/related; boundary={boundary}",
-            "Content-Length": str(len(body)),
-        },
-    )
-    return response.status != 412
+    generation = "0"
+    while True:
+        response = transport.call_short(  # the short way: most uploads are of small blobs, and CPU counts
+            f"store {name!r} in",
+            "POST",
+            f"{transport.upload_url}?uploadType=multipart&ifGenerationMatch={generation}",
+            expect=(200, 201, 412),
+            body=body,
+            headers={
+                "Content-Type": f"multipart/related; boundary={boundary}",
+                "Content-Length": str(len(body)),
+            },
+        )
+        if response.status != 412:
+            return True
+        if replace is None or generation != "0":  # create-only, or another replacer won
+            return False
+        existing = transport.get_object(f"look up {name!r} in", resource["name"])
+        if existing is not None and not replace(existing):
+            return False
+        generation = "0" if existing is None else str(existing["generation"])  # the body is sent again
 
 
 def _upload_resumable(
@@ -161,12 +179,16 @@ def _upload_resumable(
     pending: Pending,
     pieces: Iterator[bytes],
     chunk_size: int,
+    replace: Callable[[dict[str, Any]], bool] | None = None,
 ) -> bool:
     action = f"store {name!r} in"
     # GCS would refuse the body at its end anyway; do not upload it for nothing.
     session = None
-    if transport.get_object(action, resource["name"]) is None:
+    existing = transport.get_object(action, resource["name"])
+    if existing is None:
         session = ResumableUpload.start(transport, action, resource)
+    elif replace is not None and replace(existing):
+        session = ResumableUpload.start(transport, action, resource, generation=str(existing["generation"]))
     if session is None:
         _drain(pieces)
         return False
@@ -205,14 +227,17 @@ class ResumableUpload:
         self.offset = 0
 
     @classmethod
-    def start(cls, transport: Transport, action: str, resource: dict[str, Any]) -> ResumableUpload | None:
-        """Open a session for the object ``resource`` describes; None if the object exists."""
+    def start(
+        cls, transport: Transport, action: str, resource: dict[str, Any], *, generation: str = "0"
+    ) -> ResumableUpload | None:
+        """Open a session for the object ``resource`` describes; None if the object exists (``generation``:
+        unless it is that generation, which the upload then replaces)."""
         response = transport.call(
             action,
             "POST",
             transport.upload_url,
             expect=(200, 201, 412),
-            params={"uploadType": "resumable", "ifGenerationMatch": "0"},
+            params={"uploadType": "resumable", "ifGenerationMatch": generation},
             json=resource,
             headers={"X-Upload-Content-Type": CONTENT_TYPE},
         )
