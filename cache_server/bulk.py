@@ -19,6 +19,7 @@ and written at :data:`~cache_server.packs.PACK_BYTES` as the stream goes on; a g
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -151,6 +152,7 @@ def put_members(
     still_allowed: StillAllowed | None = None,
     quota: UploadAllowance | None = None,
     taken: Callable[[str, str], TakenName] | None = None,
+    max_group_seconds: float = float("inf"),
 ) -> BulkResult:
     """Store the members of one stream into ``namespace`` (already checked); see the module docstring.
 
@@ -162,6 +164,8 @@ def put_members(
     may store (:mod:`cache_server.quotas`); a member past it is refused (507) before any of its bytes are
     stored, its bytes skipped. ``taken``: the rules for a blob already stored under a member's key, from
     its key and digest (:mod:`cache_server.existing`; without it a taken name is only ever a 200 or a 409).
+    ``max_group_seconds``: a group open this long is committed at the next member's start or end, whatever
+    its size (a slow stream's blobs must not wait past the orphan grace period for their rows).
     """
     results: list[MemberResult] = []
     group: list[_Pending] = []
@@ -174,6 +178,13 @@ def put_members(
         writer = PackWriter(packs, pool) if packs is not None else None
 
         rules: dict[str, TakenName] = {}
+        opened = [0.0]  # when the waiting group got its first member (time.monotonic)
+
+        def aged() -> bool:
+            """Whether the waiting group has been open ``max_group_seconds``: its blobs (visible at once on
+            GCS) and temp files must get their rows well within the orphan grace period, or gc and other
+            uploads would take them for the leftovers of a dead upload."""
+            return time.monotonic() - opened[0] >= max_group_seconds
 
         def commit() -> None:
             check_still_allowed(still_allowed)  # a revoked token commits nothing more
@@ -202,15 +213,16 @@ def put_members(
                     if key in seen:
                         raise InvalidName(f"The key {key!r} appears twice in this upload.")
                     seen.add(key)
+                    packed = writer is not None and writer.takes(member.size)
+                    if group and ((packed and writer is not None and writer.full()) or aged()):
+                        commit()  # before the member is admitted: a commit starts the quota's count anew
+                        group, group_bytes = [], 0
                     if quota is not None:
                         quota.admit(
                             member.size, stored=partial(_stored_same, entries, namespace, key, sha256)
                         )
                     chunks = checked(member.chunks(), sha256, max_entry_bytes)
-                    if writer is not None and writer.takes(member.size):
-                        if writer.full():
-                            commit()
-                            group, group_bytes = [], 0
+                    if packed and writer is not None:
                         chunks = writer.copying(key, chunks)
                     judge = None
                     if taken is not None:
@@ -224,9 +236,11 @@ def put_members(
                     continue
                 result = MemberResult(key=key, status=0, size=member.size, sha256=sha256)
                 results.append(result)
+                if not group:
+                    opened[0] = time.monotonic()
                 group.append(_Pending(key, member.size, sha256, compile_ms, result))
                 group_bytes += member.size
-                if len(group) >= GROUP_ENTRIES or group_bytes >= GROUP_BYTES:
+                if len(group) >= GROUP_ENTRIES or group_bytes >= GROUP_BYTES or aged():
                     commit()
                     group, group_bytes = [], 0
             commit()
@@ -328,7 +342,10 @@ def _commit(
     entries.record_new_entries(new)
     if found:
         entries.add_missing_entries(found)  # a blob whose row was lost: the row comes back, uncounted
-    undo_if_revoked(still_allowed, new, entries=entries, store=store)  # before the feed hears of them
+    # before the feed hears of them; with the rows adopted from orphans this token left (a purge that ran
+    # before they were written did not see them)
+    adopted = [r for r in found if stored_by is not None and r.stored_by == stored_by]
+    undo_if_revoked(still_allowed, new + adopted, entries=entries, store=store)
     if on_stored is not None:
         for record in new:
             on_stored(record.namespace, record.key)

@@ -90,6 +90,14 @@ class TakenName:
             self._row_known = True
         return self._row
 
+    def _fresh_row(self) -> EntryInfo | None:
+        """The key's row as the index holds it now: before a blob is replaced, a row written since this
+        upload began (another upload of the key finishing meanwhile) must be seen, or the replace would
+        overwrite an entry the index already holds with another digest."""
+        self._row = self._entries.get_entry(self._namespace, self._key)
+        self._row_known = True
+        return self._row
+
     def judge(self, info: BlobInfo) -> bool:
         """Whether the upload replaces ``info``, the blob stored under its name (a
         :data:`~cache_server.storage.base.ReplaceJudge`)."""
@@ -98,7 +106,7 @@ class TakenName:
             if self._index_row() is not None:
                 return False  # already stored: the common case of two hosts uploading one entry
             return not self._holds_upload(info)  # an orphan: adopted only if its bytes are right
-        row = self._index_row()
+        row = self._fresh_row()
         if row is not None:
             return row.sha256 == self._sha256  # the row is ours and its blob is wrong: restore it
         if not sound:

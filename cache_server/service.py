@@ -380,7 +380,7 @@ class CacheService:
         if info is None:
             raise StorageUnavailable("The blob store lost an entry right after writing it; please retry.")
         stored_sha = info.metadata.get("sha256", "")
-        if created and declared_size is None and allowance is not None:
+        if created and declared_size is None and allowance is not None and existing is None:
             self._over_quota_removed(allowance, name, info.size)
         record = EntryRecord(
             namespace=namespace,
@@ -393,7 +393,8 @@ class CacheService:
             stored_by=stored_by if created else info.metadata.get("stored_by") or None,
         )
         self._entries.record_entry(record, replace=created)
-        undo_if_revoked(still_allowed, [record] if created else [], entries=self._entries, store=self._store)
+        mine = created or (stored_by is not None and record.stored_by == stored_by)  # adopted: its own orphan
+        undo_if_revoked(still_allowed, [record] if mine else [], entries=self._entries, store=self._store)
         if created:
             self._stored(namespace, key)
         return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
@@ -479,6 +480,7 @@ class CacheService:
             still_allowed=still_allowed,
             quota=allowance,
             taken=functools.partial(self._taken, namespace, began=utcnow()),
+            max_group_seconds=self._settings.orphan_grace_seconds / 4,
         )
 
     def _stored(self, namespace: str, key: str) -> None:

@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         gt=0,
         le=3600,
         description="Seconds a connection may take to send a request's headers (from its opening, or from "
-        "the end of its previous answer): then it is closed. Slow or idle connections cannot pile up.",
+        "the first byte of a later request on a kept-alive connection): then it is closed. Slow or idle connections cannot pile up.",
     )
     max_connections: int = Field(
         default=2048,
@@ -209,8 +209,8 @@ class Settings(BaseSettings):
             "A blob with no index row older than this is an orphan: an upload of its key with other bytes "
             "replaces it, and background gc removes it (younger: an upload may still be writing its row, "
             "so such an upload answers 503). Keep it above the longest gap between a blob and its row: a "
-            "database call (XLA_CACHE_DB_POOL_TIMEOUT + XLA_CACHE_DB_STATEMENT_TIMEOUT) and, on GCS, a "
-            "bulk upload's group of up to 512 members or 256 MiB."
+            "database call (XLA_CACHE_DB_POOL_TIMEOUT + XLA_CACHE_DB_STATEMENT_TIMEOUT) and the arrival of "
+            "one bulk member (a bulk upload commits each group once it has been open a quarter of this)."
         ),
     )
     gc_interval_seconds: float = Field(

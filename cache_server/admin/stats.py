@@ -57,7 +57,14 @@ def page_cursor(ns: NamespaceInfo) -> str:
 def parse_cursor(text: str) -> tuple[int, str]:
     """(bytes, name) from :func:`page_cursor`'s text; :class:`BadRequest` for anything else."""
     size, sep, name = text.partition(":")
-    if not sep or not size.isascii() or not size.isdigit() or not name or int(size[:20]) > _MAX_BYTES:
+    if (
+        not sep
+        or not size.isascii()
+        or not size.isdigit()
+        or not name
+        or len(size.lstrip("0")) > 19  # int() of thousands of digits is refused, and costly
+        or int(size) > _MAX_BYTES
+    ):
         raise BadRequest(f"after={text!r} is not a cursor this server gave (next_after of the page before).")
     return int(size), name
 
