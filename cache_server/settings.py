@@ -168,7 +168,8 @@ class Settings(BaseSettings):
         gt=0,
         le=3600,
         description="Seconds a connection may take to send a request's headers (from its opening, or from "
-        "the first byte of a later request on a kept-alive connection): then it is closed. Slow or idle connections cannot pile up.",
+        "the first byte of a later request on a kept-alive connection): then it is closed. Slow or idle "
+        "connections cannot pile up.",
     )
     max_connections: int = Field(
         default=2048,
