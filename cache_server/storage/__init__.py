@@ -7,16 +7,17 @@ Adding a backend (S3, Azure, ...): one package or module beside ``local.py`` and
   ``replace`` judge picks, as a compare-and-swap), ``open``, ``stat``, ``delete``, ``set_aside``, ``list``,
   ``check`` and ``close``; ``open`` gives a :class:`~cache_server.storage.base.BlobReader`: ``info``,
   ``chunks``, ``close`` and ``identity`` (``None`` unless the backend can name the very stored bytes, as a
-  local file's inode and times do: then a blob the server has hashed once is streamed unhashed). Vendor
-  errors become :class:`~cache_server.errors.StorageUnavailable` at the backend's edge; a damaged blob is
-  reported in ``BlobInfo.damaged``, never raised. The module docstring of
+  local file's inode and times do: then a blob the server has hashed once is streamed unhashed). Names
+  are checked with :func:`~cache_server.storage.base.parse_blob_name` before a path or an object name is
+  built from them; vendor errors become :class:`~cache_server.errors.StorageUnavailable` at the backend's
+  edge; a damaged blob is reported in ``BlobInfo.damaged``, never raised. The module docstring of
   :mod:`cache_server.storage.base` is the contract.
 * **Optional** abilities, each a protocol in :mod:`cache_server.storage.base`, all listed in its
   ``ABILITIES``; implement one and the server uses it (callers ask ``isinstance``):
 
   - ``SignsUrls`` (``signed_url``, ``signed_urls``): clients download straight from the store, with
     ``XLA_CACHE_SIGNED_URL_SECONDS`` > 0.
-  - ``SweepsTempFiles`` (``remove_stale_temp_files``): gc removes what uploads that died left behind.
+  - ``SweepsTempFiles`` (``remove_stale_temp_files``): gc deletes the temp files of uploads that died.
   - ``PutsInBatches`` (``batch``): a bulk upload makes its blobs durable together (else one put each).
   - ``ReadsWhole`` (``read_whole``): a small blob in one round trip, not an open and a read.
   - ``ReadsAhead`` (``read_ahead``, ``read_ahead_bytes``): bundles and packing overlap the reads of small
