@@ -12,14 +12,14 @@ from collections.abc import Callable, Sequence
 from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
-from cache_server.admin.graphs import GraphIndexer
 from cache_server.admin.packing import LoosePacker, PackingResult
-from cache_server.admin.parsing import ParserProcess
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsReport, build_report
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
 from cache_server.errors import NamespaceNotFound
+from cache_server.graphs.indexing import GraphIndexer
+from cache_server.graphs.worker import ParserProcess
 from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
 from cache_server.packs import packing_store
