@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from cache_server.access import AccessRecorder
 from cache_server.activity import Activity
-from cache_server.admin.parsing import ParserProcess
 from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
+from cache_server.graphs.worker import ParserProcess
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
 from cache_server.index.quotas import QuotaRepository

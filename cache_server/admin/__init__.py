@@ -1,5 +1,5 @@
-"""The admin side: stats, eviction, garbage collection and entry parsing. Domain code, no HTTP.
+"""The admin side: stats, eviction, garbage collection and packing. Domain code, no HTTP.
 
-:class:`cache_server.admin.service.AdminService` is the door. Nothing is imported here, so that the graph
-parser's child process (:mod:`cache_server.admin.parsing`) loads the parser and not the whole server.
+:class:`cache_server.admin.service.AdminService` is the door; it runs the graph parser
+(:mod:`cache_server.graphs`) in the background for the stats' top graphs.
 """

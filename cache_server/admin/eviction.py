@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from cache_server import metrics
 from cache_server.domain import Clock, utcnow
 from cache_server.errors import BadRequest, CacheError
-from cache_server.index.admin import AdminRepository, EntryRef
+from cache_server.index.admin import AdminRepository, EvictionCandidate
 from cache_server.names import check_namespace
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobStore, blob_name
@@ -40,7 +40,7 @@ class EvictionResult:
     evicted: int = 0
     freed_bytes: int = 0
     dry_run: bool = False
-    entries: list[EntryRef] = field(default_factory=list)
+    entries: list[EvictionCandidate] = field(default_factory=list)
     listed_all: bool = True
 
 
@@ -158,7 +158,7 @@ class Evictor:
 
     def _victims(
         self, only: str | None, cutoff: dt.datetime | None, over: dict[str, int], excess: int
-    ) -> Iterator[EntryRef]:
+    ) -> Iterator[EvictionCandidate]:
         """One pass in least-recently-used order. An entry goes if its namespace is over its budget, or the
         store is over the total budget, or it is older than the cutoff. Equivalent to cutting each namespace
         first and then the store, from one snapshot of what is stored."""
@@ -176,10 +176,10 @@ class Evictor:
             yield ref
 
     def _run(
-        self, victims: Iterable[EntryRef], *, dry_run: bool, list_limit: int, evicted: bool = True
+        self, victims: Iterable[EvictionCandidate], *, dry_run: bool, list_limit: int, evicted: bool = True
     ) -> EvictionResult:
         result = EvictionResult(dry_run=dry_run)
-        batch: list[EntryRef] = []
+        batch: list[EvictionCandidate] = []
         with _BlobDeleter(self._store) as blobs:
 
             def flush() -> None:

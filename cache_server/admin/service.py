@@ -12,14 +12,14 @@ from collections.abc import Callable, Sequence
 from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
-from cache_server.admin.graphs import GraphIndexer
 from cache_server.admin.packing import LoosePacker, PackingResult
-from cache_server.admin.parsing import ParserProcess
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
-from cache_server.admin.stats import StatsReport, build_report
+from cache_server.admin.stats import StatsQuery, StatsReport, build_report
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
 from cache_server.errors import NamespaceNotFound
+from cache_server.graphs.indexing import GraphIndexer
+from cache_server.graphs.worker import ParserProcess
 from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
 from cache_server.packs import packing_store
@@ -163,30 +163,15 @@ class AdminService:
         return self._graphs.wait_idle(timeout)
 
     # -- operations -------------------------------------------------------------------------------------
-    def stats(
-        self,
-        *,
-        days: int = 30,
-        top: int = 10,
-        namespace: str | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-    ) -> StatsReport:
-        """Totals, per namespace (a page of ``limit`` after the cursor ``after``; see
-        :func:`~cache_server.admin.stats.build_report`), per day and top graphs; this process's pending
-        counts are written first."""
-        if namespace is not None:
-            check_namespace(namespace)
+    def stats(self, query: StatsQuery | None = None) -> StatsReport:
+        """Totals, per namespace (a page of them), per day and top graphs, as ``query`` asks (the defaults of
+        :class:`~cache_server.admin.stats.StatsQuery` without one); this process's pending counts are
+        written first."""
+        query = query or StatsQuery()
+        if query.namespace is not None:
+            check_namespace(query.namespace)
         self._flush_access()
-        return build_report(
-            self._repository,
-            now=self._clock(),
-            days=days,
-            top=top,
-            namespace=namespace,
-            limit=limit,
-            after=after,
-        )
+        return build_report(self._repository, query, now=self._clock())
 
     def stored_by_namespace(self) -> dict[str, tuple[int, int]]:
         """Entries and bytes stored now, per namespace."""

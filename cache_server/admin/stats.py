@@ -13,7 +13,28 @@ from cache_server.domain import Counters, NamespaceInfo
 from cache_server.errors import BadRequest
 from cache_server.index.admin import AdminRepository, GraphGroup
 
-__all__ = ["DayCounters", "StatsReport", "Totals", "build_report", "page_cursor", "parse_cursor"]
+__all__ = [
+    "DayCounters",
+    "StatsQuery",
+    "StatsReport",
+    "Totals",
+    "build_report",
+    "page_cursor",
+    "parse_cursor",
+]
+
+
+@dataclass(frozen=True)
+class StatsQuery:
+    """What a report covers: ``days`` days of rollup (today's included), the ``top`` graphs, every namespace
+    or only ``namespace``, and a page of at most ``limit`` namespaces (None: all) after the cursor ``after``
+    (the ``next_after`` of the page before)."""
+
+    days: int = 30
+    top: int = 10
+    namespace: str | None = None
+    limit: int | None = None
+    after: str | None = None
 
 
 @dataclass
@@ -69,24 +90,15 @@ def parse_cursor(text: str) -> tuple[int, str]:
     return int(size), name
 
 
-def build_report(
-    repository: AdminRepository,
-    *,
-    now: dt.datetime,
-    days: int = 30,
-    top: int = 10,
-    namespace: str | None = None,
-    limit: int | None = None,
-    after: str | None = None,
-) -> StatsReport:
-    """The report over every namespace (or one) made at ``now``, with ``days`` days of rollup (today's
-    included) and ``top`` graphs. The day is read once: a report made across midnight has exactly ``days``.
+def build_report(repository: AdminRepository, query: StatsQuery, *, now: dt.datetime) -> StatsReport:
+    """The report ``query`` asks for, made at ``now``. The day is read once: a report made across midnight
+    has exactly ``query.days``.
 
-    Namespaces come a page at a time, largest first then by name: at most ``limit`` (None: all) after the
-    cursor ``after`` (the ``next_after`` of the page before). Totals are over every namespace. A namespace
-    whose stored bytes change between two pages' requests may be missed or shown twice (it moved in the
-    order); the totals and ``namespace_count`` say what is there."""
-    cursor = parse_cursor(after) if after is not None else None
+    Namespaces come a page at a time, largest first then by name. Totals are over every namespace (or the
+    one asked for). A namespace whose stored bytes change between two pages' requests may be missed or
+    shown twice (it moved in the order); the totals and ``namespace_count`` say what is there."""
+    days, top, namespace, limit = query.days, query.top, query.namespace, query.limit
+    cursor = parse_cursor(query.after) if query.after is not None else None
     count, entries, size, counters = repository.namespace_totals(namespace)
     page_size = limit if limit is not None else max(count, 1)
     rows = repository.namespace_page(after=cursor, limit=page_size + 1, namespace=namespace)

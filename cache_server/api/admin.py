@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from cache_server.admin.stats import StatsQuery
 from cache_server.api.admin_schemas import (
     DeleteNamespaceOut,
     EvictIn,
@@ -46,13 +47,8 @@ def stats(
     stored (every namespace's, also with ``namespace``). Namespaces come a page at a time, largest first:
     ``limit`` of them (default ``XLA_CACHE_STATS_PAGE_NAMESPACES``) after the cursor ``after`` (the
     ``next_after`` of the page before, null on the last page); totals and ``namespace_count`` cover all."""
-    report = admin.stats(
-        days=days,
-        top=top,
-        namespace=namespace,
-        limit=limit or settings.stats_page_namespaces,
-        after=after,
-    )
+    limit = limit or settings.stats_page_namespaces
+    report = admin.stats(StatsQuery(days=days, top=top, namespace=namespace, limit=limit, after=after))
     return StatsOut.of(report, admin.token_usage())
 
 

@@ -15,6 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from cache_server.admin.stats import StatsQuery
 from cache_server.api.admin import PAGE_AFTER, PAGE_LIMIT
 from cache_server.api.admin_schemas import StatsOut
 from cache_server.api.auth import COOKIE_NAME
@@ -74,7 +75,7 @@ def dashboard_data(
     """The numbers the dashboard draws (the same as ``GET /admin/stats``, a page of namespaces at a time:
     ``limit`` and ``after`` as there)."""
     limit = limit or settings.stats_page_namespaces
-    return StatsOut.of(admin.stats(days=days, top=top, limit=limit, after=after))
+    return StatsOut.of(admin.stats(StatsQuery(days=days, top=top, limit=limit, after=after)))
 
 
 @router.get("/static/{name}", response_class=Response, include_in_schema=False)

@@ -6,27 +6,11 @@ from fastapi import APIRouter, Request, Response, status
 
 from cache_server.api.auth import principal
 from cache_server.api.deps import ServiceDep
-from cache_server.api.schemas import NamespaceIn, NamespaceOut
-from cache_server.domain import NamespaceInfo
+from cache_server.api.schemas import NamespaceIn, NamespaceOut, namespace_out
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/namespaces", tags=["namespaces"])
-
-
-def _out(ns: NamespaceInfo) -> NamespaceOut:
-    return NamespaceOut(
-        namespace=ns.name,
-        fingerprint=ns.fingerprint,
-        labels=ns.labels,
-        created_at=ns.created_at,
-        last_used_at=ns.last_used_at,
-        entries=ns.entries,
-        bytes=ns.bytes,
-        hits=ns.counters.hits,
-        misses=ns.counters.misses,
-        uploads=ns.counters.uploads,
-    )
 
 
 @router.put("/{namespace}", response_model=NamespaceOut)
@@ -40,10 +24,10 @@ def put_namespace(
         namespace, body.fingerprint, body.labels, created_by=who.token_id if who is not None else None
     )
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-    return _out(info)
+    return namespace_out(info)
 
 
 @router.get("/{namespace}", response_model=NamespaceOut)
 def get_namespace(namespace: str, service: ServiceDep) -> NamespaceOut:
     """A namespace, its fingerprint, its entry count and bytes, and its counters."""
-    return _out(service.get_namespace(namespace))
+    return namespace_out(service.get_namespace(namespace))

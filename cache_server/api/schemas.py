@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from typing import Any
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, get_type_hints
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, create_model, field_validator
+
+from cache_server.domain import NamespaceInfo
 
 __all__ = [
     "INDEX_INT_MAX",
@@ -24,6 +26,7 @@ __all__ = [
     "PutOut",
     "SignedUrlOut",
     "SignedUrlsOut",
+    "namespace_out",
 ]
 
 
@@ -79,17 +82,39 @@ class NamespaceIn(BaseModel):
         return value
 
 
-class NamespaceOut(BaseModel):
-    namespace: str
-    fingerprint: dict[str, Any]
-    labels: dict[str, str]
-    created_at: dt.datetime
-    last_used_at: dt.datetime
-    entries: int
-    bytes: int
-    hits: int
-    misses: int
-    uploads: int
+NAMESPACE_COUNTERS = ("hits", "misses", "uploads")
+"""The counters a namespace's body shows (``GET /admin/stats`` shows them all)."""
+
+
+def _namespace_fields() -> dict[str, tuple[Any, Any]]:
+    """The body's fields, made from :class:`~cache_server.domain.NamespaceInfo`'s in their order: ``name``
+    as ``namespace``, ``counters`` as the :data:`NAMESPACE_COUNTERS`, every other field as it is."""
+    types = get_type_hints(NamespaceInfo)
+    defined: dict[str, tuple[Any, Any]] = {}
+    for field in fields(NamespaceInfo):
+        if field.name == "name":
+            defined["namespace"] = (str, ...)
+        elif field.name == "counters":
+            defined.update((name, (int, ...)) for name in NAMESPACE_COUNTERS)
+        else:
+            defined[field.name] = (types[field.name], ...)
+    return defined
+
+
+# Its fields come from NamespaceInfo, so a field added there reaches the body by itself.
+if TYPE_CHECKING:
+    NamespaceOut = BaseModel
+else:
+    NamespaceOut = create_model("NamespaceOut", **_namespace_fields())
+
+
+def namespace_out(ns: NamespaceInfo) -> NamespaceOut:
+    """The body of a namespace, as :func:`_namespace_fields` made it."""
+    values = {field.name: getattr(ns, field.name) for field in fields(NamespaceInfo)}
+    values["namespace"] = values.pop("name")
+    counters = values.pop("counters")
+    values.update((name, getattr(counters, name)) for name in NAMESPACE_COUNTERS)
+    return NamespaceOut(**values)
 
 
 class PutOut(BaseModel):

@@ -21,7 +21,7 @@ from cache_server.index.database import Database, chunked
 from cache_server.index.entries import entry_info, namespace_info, stored_per_namespace
 from cache_server.index.models import NO_TOKEN, DailyStats, Entry, EntryGraph, EntryTotals, Namespace
 
-__all__ = ["AdminRepository", "EntryRef", "GraphGroup", "GraphRecord"]
+__all__ = ["AdminRepository", "EvictionCandidate", "GraphGroup", "GraphRecord"]
 
 
 _LRU = select(Entry.namespace, Entry.key, Entry.size, Entry.last_access_at).order_by(
@@ -30,8 +30,9 @@ _LRU = select(Entry.namespace, Entry.key, Entry.size, Entry.last_access_at).orde
 
 
 @dataclass(frozen=True)
-class EntryRef:
-    """An entry as eviction sees it."""
+class EvictionCandidate:
+    """An entry as eviction (and a token's purge) sees it: its size and when it was last used, streamed least
+    recently used first (unlike :class:`cache_server.domain.EntryRef`, the row manifests and bundles read)."""
 
     namespace: str
     key: str
@@ -263,7 +264,7 @@ class AdminRepository:
         return groups
 
     # -- eviction ---------------------------------------------------------------------------------------
-    def iter_lru(self, *, namespace: str | None = None) -> Iterator[EntryRef]:
+    def iter_lru(self, *, namespace: str | None = None) -> Iterator[EvictionCandidate]:
         """Entries least recently used first, streamed from one read transaction.
 
         The caller may delete what it has seen while it iterates (other transactions; WAL on SQLite).
@@ -274,11 +275,11 @@ class AdminRepository:
             stmt = stmt.where(Entry.namespace == namespace)
         return self._stream(stmt)
 
-    def iter_stored_by(self, token_ids: Sequence[str]) -> Iterator[EntryRef]:
+    def iter_stored_by(self, token_ids: Sequence[str]) -> Iterator[EvictionCandidate]:
         """The entries these tokens stored, least recently used first, streamed like :meth:`iter_lru`."""
         return self._stream(_LRU.where(Entry.stored_by.in_(list(token_ids))))
 
-    def _stream(self, stmt: Select[str, str, int, dt.datetime]) -> Iterator[EntryRef]:
+    def _stream(self, stmt: Select[str, str, int, dt.datetime]) -> Iterator[EvictionCandidate]:
         # Core rows straight off the cursor: this may stream millions of them. The cursor is a server-side
         # one on PostgreSQL: closed here when the caller stops early, too.
         with (
@@ -286,7 +287,7 @@ class AdminRepository:
             session.connection().execute(stmt.execution_options(yield_per=2000)) as result,
         ):
             for row in result:
-                yield EntryRef(*row)
+                yield EvictionCandidate(*row)
 
     def delete_entries(
         self, refs: Iterable[tuple[str, str]], *, evicted_on: dt.date | None = None

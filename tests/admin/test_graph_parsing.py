@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from cache_server.activity import Activity
-from cache_server.admin import graphs, parsing
-from cache_server.admin.graphs import GraphIndexer
-from cache_server.admin.parsing import ParserProcess, ParserResting, parse_blob
+from cache_server.graphs import indexing, worker
+from cache_server.graphs.indexing import GraphIndexer
+from cache_server.graphs.worker import ParserProcess, ParserResting, parse_blob
 from cache_server.index import AdminRepository, EntryRepository
 from cache_server.index.admin import GraphRecord
 from cache_server.service import CacheService
@@ -59,7 +59,7 @@ def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services
         activity.begin()  # a request is being served
         cache.put_entry("busy", "late", [data], sha256=sha(data))
         indexer.notify("busy", "late")
-        time.sleep(graphs.QUIET_SECONDS * 4)
+        time.sleep(indexing.QUIET_SECONDS * 4)
         assert _unparsed(services) == 1, "parsed while a request was in flight"
         activity.end()
         assert indexer.wait_idle(5), "not parsed once the process was quiet"
@@ -71,7 +71,7 @@ def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services
 def test_parsing_catches_up_when_overdue_however_busy(
     settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(graphs, "MAX_DELAY_SECONDS", 0.5)
+    monkeypatch.setattr(indexing, "MAX_DELAY_SECONDS", 0.5)
     activity = Activity()
     activity.begin()  # busy for the whole test: a request that never ends
     indexer = GraphIndexer(AdminRepository(services.database), services.store, activity=activity)
@@ -169,7 +169,7 @@ def test_a_failed_parser_process_rests_before_a_new_one_is_started(monkeypatch: 
         assert not isinstance(first.value, ParserResting)
         with pytest.raises(ParserResting):  # no new interpreter for every batch of a long catch-up
             broken.parse([("ns", "k")])
-        monkeypatch.setattr(parsing, "RETRY_SECONDS", 0.0)
+        monkeypatch.setattr(worker, "RETRY_SECONDS", 0.0)
         with pytest.raises(Exception) as again:  # rested: it tries a new child
             broken.parse([("ns", "k")])
         assert not isinstance(again.value, ParserResting)
@@ -188,7 +188,7 @@ def test_a_child_that_cannot_be_spawned_rests_too(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(multiprocessing.get_context("spawn").Process, "start", refuse)
     parser = ParserProcess((tmp_path / "blobs").as_uri())
     try:
-        with pytest.raises(parsing.ChildFailed, match="could not be started"):
+        with pytest.raises(worker.ChildFailed, match="could not be started"):
             parser.parse([("ns", "k")])
         with pytest.raises(ParserResting):
             parser.parse([("ns", "k")])
@@ -200,7 +200,7 @@ def test_a_child_that_cannot_be_spawned_rests_too(monkeypatch: pytest.MonkeyPatc
 def test_the_parser_child_exits_when_its_server_process_is_killed(tmp_path: Path) -> None:
     script = (
         "import os, sys\n"
-        "from cache_server.admin.parsing import ParserProcess\n"
+        "from cache_server.graphs.worker import ParserProcess\n"
         "parser = ParserProcess(sys.argv[1])\n"
         "parser.parse([])\n"
         "print(parser.child_pid(), flush=True)\n"
@@ -214,7 +214,7 @@ def test_the_parser_child_exits_when_its_server_process_is_killed(tmp_path: Path
         check=True,
     )
     child = int(done.stdout.strip())
-    assert _wait_for(lambda: not _pid_exists(child), parsing.PARENT_CHECK_SECONDS * 3 + 5)
+    assert _wait_for(lambda: not _pid_exists(child), worker.PARENT_CHECK_SECONDS * 3 + 5)
 
 
 def _pid_exists(pid: int) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from cache_server.admin.stats import StatsQuery
 from cache_server.auth import Role
 from cache_server.domain import utcnow
 from cache_server.errors import Unauthorized
@@ -48,7 +49,7 @@ def test_counters_rollup_and_graphs(services: Services) -> None:
         read(services, "cpu", first)
     services.access.miss("cpu", 3)
     assert services.admin.parse_unparsed() == 5
-    report = services.admin.stats(days=3, top=5)
+    report = services.admin.stats(StatsQuery(days=3, top=5))
     totals = report.totals.counters
     assert (report.totals.entries, totals.hits, totals.misses, totals.uploads) == (5, 2, 3, 5)
     assert totals.compile_ms_saved == 10_000

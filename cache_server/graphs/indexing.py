@@ -1,14 +1,14 @@
 """Parsing stored entries in the background, so the stats can list graphs and their shape variants.
 
 New entries are queued by the service right after they are stored; a background thread reads each one's
-first bytes, parses its HLO module (:mod:`cache_server.admin.hlo`) and records what it found. Entries stored
+first bytes, parses its HLO module (:mod:`cache_server.graphs.hlo`) and records what it found. Entries stored
 while no queue was listening (another process, a restart, an overflowing queue) are found by a catch-up
 scan at start. Nothing here runs on the download path.
 
 The thread stays out of the requests' way: parsing is Python work that holds the GIL, and a thread that
 holds it makes every request thread wait for it after each system call (a bulk upload of 2,000 entries
 took four times as long with the parser running beside it). So the server parses in a child process
-(:class:`~cache_server.admin.parsing.ParserProcess`, at a lower CPU priority; this thread only reads its
+(:class:`~cache_server.graphs.worker.ParserProcess`, at a lower CPU priority; this thread only reads its
 answers and records them), and the thread still waits until the process has served no request for
 :data:`QUIET_SECONDS` (:class:`~cache_server.activity.Activity`; at most :data:`MAX_DELAY_SECONDS` after
 the oldest entry waiting was stored), then parses what came, :data:`RECORD_BATCH` entries at a time (their
@@ -28,9 +28,9 @@ from collections import deque
 from collections.abc import Callable
 
 from cache_server.activity import Activity
-from cache_server.admin.hlo import GraphInfo
-from cache_server.admin.parsing import ParseOutcome, ParserProcess, ParserResting, parse_blob
 from cache_server.errors import CacheError
+from cache_server.graphs.hlo import GraphInfo
+from cache_server.graphs.worker import ParseOutcome, ParserProcess, ParserResting, parse_blob
 from cache_server.index.admin import AdminRepository, GraphRecord
 from cache_server.storage.base import BlobStore
 

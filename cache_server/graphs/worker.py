@@ -3,7 +3,7 @@
 Parsing an HLO module is Python work: about a millisecond and a half per entry, holding the GIL throughout.
 On a thread of the server that made every request thread wait for the GIL after each system call: after a
 push of 14,000 entries, the next 20 s of single GETs ran at half their speed. So the server's
-:class:`~cache_server.admin.graphs.GraphIndexer` hands the parsing to one child process (started when there
+:class:`~cache_server.graphs.indexing.GraphIndexer` hands the parsing to one child process (started when there
 is first something to parse, at nice +10 where the system allows it), which opens the blobs through its own
 handle on the same store (built from the same storage URL) and sends back only what it found; the indexer
 records it. If the child cannot be started, dies or takes too long, that batch is parsed on the indexer's
@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from cache_server.admin.hlo import GraphInfo, parse_entry
+from cache_server.graphs.hlo import GraphInfo, parse_entry
 from cache_server.storage import BlobStore, blob_name, open_store
 
 __all__ = [
