@@ -43,6 +43,7 @@ __all__ = [
     "BUNDLE_MIN_ENTRIES",
     "DOWNLOAD_WORKERS",
     "LARGE_ENTRY_BYTES",
+    "DownloadOptions",
     "DownloadResult",
     "FileChanged",
     "UploadResult",
@@ -84,13 +85,24 @@ def split_present(
 
 @dataclass
 class DownloadResult:
-    """What a download brought, and why anything failed; ``lock`` guards it while the download runs."""
+    """What a download brought, and why anything failed."""
 
     entries: int = 0
     bytes: int = 0
     errors: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DownloadOptions:
+    """How one download runs: by when, checked how, reported where; all but ``deadline`` have defaults."""
+
+    deadline: Deadline
+    check: EntryCheck | None = None  # the framework's: it must pass before an entry is placed
+    progress: Progress | None = None
+    cancel: threading.Event | None = None  # once set, nothing more is started or placed
+    on_placed: Callable[[RemoteEntry], None] | None = None  # each entry once it is in place (any thread)
+    bundle_streams: int | None = None  # bundles at once, as the manifest says (None: DOWNLOAD_WORKERS)
 
 
 def _plan(needed: list[RemoteEntry], large_entry_bytes: int, streams: int) -> list[list[RemoteEntry]]:
@@ -132,103 +144,100 @@ def _packs_together(entries: list[RemoteEntry]) -> list[RemoteEntry]:
 
 
 def download(
-    api: CacheApi,
-    namespace: str,
-    needed: list[RemoteEntry],
-    directory: Path,
-    deadline: Deadline,
-    *,
-    progress: Progress | None = None,
-    cancel: threading.Event | None = None,
-    workers: int = DOWNLOAD_WORKERS,
-    bundle_streams: int | None = None,
-    large_entry_bytes: int | None = None,
-    check: EntryCheck | None = None,
-    result: DownloadResult | None = None,
+    api: CacheApi, namespace: str, needed: list[RemoteEntry], directory: Path, options: DownloadOptions
 ) -> DownloadResult:
     """Fetch ``needed`` into ``directory``; never raises for server trouble (it lands in ``errors``).
 
-    Entries of at least ``large_entry_bytes`` (default :data:`LARGE_ENTRY_BYTES`) come by single GETs, the
-    rest in at most ``bundle_streams`` bundles (the server's manifest says how many; ``workers`` when it
-    does not); at most ``workers`` requests run at once. ``check`` (the framework's) must pass before an
-    entry is placed. ``result``, when given, is filled as entries are placed (under its ``lock``), so a
-    caller that stops waiting can still tell what was placed.
+    Entries of at least :data:`LARGE_ENTRY_BYTES` come by single GETs, the rest in at most
+    ``options.bundle_streams`` bundles; at most :data:`DOWNLOAD_WORKERS` requests run at once. Each job (a
+    GET or a bundle) returns what it placed; the result adds them up.
     """
-    large = LARGE_ENTRY_BYTES if large_entry_bytes is None else large_entry_bytes
-    progress = progress or NullProgress()
-    cancel = cancel or threading.Event()
-    result = result if result is not None else DownloadResult()
-    lock = result.lock
-    progress.start("download", len(needed), sum(entry.size for entry in needed))
-
-    def on_entry(entry: RemoteEntry) -> None:
-        with lock:
-            result.entries += 1
-            result.bytes += entry.size
-            result.keys.append(entry.key)
-        progress.advance(entries=1)
-
-    def on_bytes(count: int) -> None:
-        progress.advance(nbytes=count)
-
-    def stop() -> bool:
-        return cancel.is_set() or deadline.expired()
-
-    def fetch_one(entry: RemoteEntry) -> None:
-        with (
-            api.entry(namespace, entry.key, deadline) as (_, chunks),
-            VerifiedWriter(directory, entry.key, size=entry.size, sha256=entry.sha256, check=check) as writer,
-        ):
-            for chunk in chunks:
-                if cancel.is_set():
-                    return
-                writer.write(chunk)
-                on_bytes(len(chunk))
-            writer.commit()
-        on_entry(entry)
-
-    def fetch_bundle(entries: list[RemoteEntry]) -> list[str]:
-        wanted = {entry.key: entry for entry in entries}
-        with api.bundle(namespace, list(wanted), deadline) as (_, chunks):
-            outcome = extract_bundle(
-                chunks, wanted, directory, on_bytes=on_bytes, on_entry=on_entry, should_stop=stop, check=check
-            )
-        return outcome.errors
-
-    def run(job: list[RemoteEntry]) -> None:
-        if stop():
-            return
-        try:
-            if len(job) == 1 and job[0].size >= large:
-                fetch_one(job[0])
-                errors: list[str] = []
-            else:
-                errors = fetch_bundle(job)
-        except ServerProblem as exc:
-            errors = [exc.reason]
-            if isinstance(exc, ServerUnavailable):
-                cancel.set()  # the server is gone or too slow: the other jobs would only wait too
-        except OSError as exc:
-            errors = [f"cannot write into {directory} ({exc})"]
-            cancel.set()
-        if errors:
-            with lock:
-                result.errors.extend(errors)
-
+    workers = DOWNLOAD_WORKERS
+    fetch = _Fetch(api, namespace, directory, options)
+    fetch.progress.start("download", len(needed), sum(entry.size for entry in needed))
+    result = DownloadResult()
     try:
-        jobs = _plan(needed, large, min(workers, bundle_streams or workers))
+        jobs = _plan(needed, fetch.large, min(workers, options.bundle_streams or workers))
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
-            list(pool.map(run, jobs))
+            for placed, errors in pool.map(fetch.run, jobs):
+                result.entries += len(placed)
+                result.bytes += sum(entry.size for entry in placed)
+                result.keys += [entry.key for entry in placed]
+                result.errors += errors
         if result.entries:
             fsync_directory(directory)
     finally:
-        progress.close()
+        fetch.progress.close()
     return result
 
 
-def _file_chunks(path: Path, size: int, sha256: str, on_bytes: Progress) -> Iterator[bytes]:
-    import hashlib
+class _Fetch:
+    """One download's jobs: each fetches a single large entry or a bundle and returns the entries it placed
+    and its errors. Server trouble that would only make the other jobs wait sets ``cancel``."""
 
+    def __init__(self, api: CacheApi, namespace: str, directory: Path, options: DownloadOptions) -> None:
+        self.api, self.namespace, self.directory, self.options = api, namespace, directory, options
+        self.large = LARGE_ENTRY_BYTES  # read at each download (tests lower it)
+        self.progress: Progress = options.progress or NullProgress()
+        self.cancel = options.cancel or threading.Event()
+
+    def stopped(self) -> bool:
+        return self.cancel.is_set() or self.options.deadline.expired()
+
+    def run(self, job: list[RemoteEntry]) -> tuple[list[RemoteEntry], list[str]]:
+        """Fetch one job (a large entry alone by a GET, else a bundle): the entries placed, the errors."""
+        placed: list[RemoteEntry] = []  # filled as entries land, so a failure midway still counts them
+        if self.stopped():
+            return placed, []
+        try:
+            if len(job) == 1 and job[0].size >= self.large:
+                self._one(job[0], placed)
+                return placed, []
+            return placed, self._bundle(job, placed)
+        except ServerProblem as exc:
+            if isinstance(exc, ServerUnavailable):
+                self.cancel.set()  # the server is gone or too slow: the other jobs would only wait too
+            return placed, [exc.reason]
+        except OSError as exc:
+            self.cancel.set()
+            return placed, [f"cannot write into {self.directory} ({exc})"]
+
+    def _one(self, entry: RemoteEntry, placed: list[RemoteEntry]) -> None:
+        size, sha256, check = entry.size, entry.sha256, self.options.check
+        with (
+            self.api.entry(self.namespace, entry.key, self.options.deadline) as (_, chunks),
+            VerifiedWriter(self.directory, entry.key, size=size, sha256=sha256, check=check) as writer,
+        ):
+            for chunk in chunks:
+                if self.cancel.is_set():
+                    return
+                writer.write(chunk)
+                self.progress.advance(nbytes=len(chunk))
+            writer.commit()
+        self._placed(entry, placed)
+
+    def _bundle(self, entries: list[RemoteEntry], placed: list[RemoteEntry]) -> list[str]:
+        wanted = {entry.key: entry for entry in entries}
+        with self.api.bundle(self.namespace, list(wanted), self.options.deadline) as (_, chunks):
+            outcome = extract_bundle(
+                chunks,
+                wanted,
+                self.directory,
+                on_bytes=lambda count: self.progress.advance(nbytes=count),
+                on_entry=lambda entry: self._placed(entry, placed),
+                should_stop=self.stopped,
+                check=self.options.check,
+            )
+        return outcome.errors
+
+    def _placed(self, entry: RemoteEntry, placed: list[RemoteEntry]) -> None:
+        placed.append(entry)
+        if self.options.on_placed is not None:
+            self.options.on_placed(entry)  # first: a caller that stops waiting counts it
+        self.progress.advance(entries=1)
+
+
+def _file_chunks(path: Path, size: int, sha256: str, on_bytes: Progress) -> Iterator[bytes]:
     digest = hashlib.sha256()
     left = size
     with open(path, "rb") as handle:

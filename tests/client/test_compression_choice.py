@@ -14,7 +14,7 @@ import pytest
 from client.api import CacheApi, RemoteEntry
 from client.config import Compression, is_loopback, wants_compression
 from client.deadline import Deadline
-from client.transfer import download
+from client.transfer import DownloadOptions, download
 from tests.client.conftest import RealServer, tar_members
 from tests.client.fakes import sha
 from tests.client.test_uploader import make_uploader
@@ -69,7 +69,7 @@ def _round_trip(real_server: RealServer, tmp_path: Path, url: str) -> tuple[Reco
     assert make_uploader(api, source).flush().uploaded == len(data)
     upload = real_server.requests[-1]
     wanted = [RemoteEntry(key, len(value), sha(value)) for key, value in data.items()]
-    result = download(api, NS, wanted, target, Deadline(30))
+    result = download(api, NS, wanted, target, DownloadOptions(deadline=Deadline(30)))
     assert (result.entries, result.errors) == (len(data), [])
     for key, value in data.items():
         assert (target / key).read_bytes() == value

@@ -135,6 +135,17 @@ def test_token_is_sent(real_server: RealServer, fingerprint: dict[str, Any], tmp
     assert {r.headers.get("authorization") for r in real_server.requests} == {"Bearer s3cret"}
 
 
+def test_a_server_given_as_host_and_port_is_named_as_the_url_the_requests_went_to(
+    real_server: RealServer, fingerprint: dict[str, Any], namespace: str, tmp_path: Path
+) -> None:
+    """``host:port/`` (as XLA_CACHE_SERVER often is) is normalised once: the report names that URL."""
+    entries = seed(real_server, namespace, 2)
+    bare = " " + real_server.url.removeprefix("http://") + "/"
+    report = warm(bare, tmp_path, initialize=False, fingerprint=fingerprint, timeout=TIMEOUT)
+    assert (report.server, report.errors, report.downloaded_entries) == (real_server.url, [], len(entries))
+    assert real_server.paths()[0] == f"/v1/namespaces/{namespace}"
+
+
 def test_settings_come_from_the_environment(
     real_server: RealServer,
     fingerprint: dict[str, Any],
