@@ -13,9 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
+from cache_server.feed import FeedWatcher
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.conftest import sha
@@ -31,6 +33,14 @@ def put(client: TestClient | httpx.Client, key: str, data: bytes, compile_ms: in
     if compile_ms is not None:
         headers["X-Compile-Time-Ms"] = str(compile_ms)
     assert client.put(f"{NS}/entries/{key}", content=data, headers=headers).status_code == 201
+
+
+def watcher_of(client: TestClient) -> FeedWatcher:
+    """The feed watcher of the app behind ``client``: its ``waiting`` counts the long polls waiting now."""
+    app = client.app
+    assert isinstance(app, FastAPI)
+    watcher: FeedWatcher = app.state.feed_watcher
+    return watcher
 
 
 @pytest.fixture
@@ -71,13 +81,17 @@ def test_a_waiting_follower_is_answered_as_soon_as_an_entry_arrives(client: Test
     follower = threading.Thread(
         target=lambda: answers.append(client.get(f"{NS}/feed", params={"after": cursor, "wait": 20}).json())
     )
+    watcher = watcher_of(client)
     follower.start()
-    time.sleep(0.5)  # the follower is waiting by now (it would wait 20 s)
+    wait_until(lambda: watcher.waiting == 1, timeout=10, message="the follower never waited")
     put(client, "late", b"compiled elsewhere")
     stored = time.monotonic()
     follower.join(timeout=15)
     assert not follower.is_alive()
-    assert time.monotonic() - stored < 5  # woken, not timed out
+    woken = time.monotonic() - stored
+    assert woken < 5  # woken, not timed out
+    assert watcher.waiting == 0
+    print(f"\na waiting follower was answered {woken:.3f} s after the upload (it would have waited 20 s)")
     assert [e["key"] for e in answers[0]["entries"] if e["seq"] > cursor] == ["late"]
 
 
@@ -88,10 +102,13 @@ def test_replicas_on_one_database_wake_each_others_followers(settings: Settings)
         follower = threading.Thread(
             target=lambda: answers.append(b.get(f"{NS}/feed", params={"after": cursor, "wait": 20}).json())
         )
+        watcher = watcher_of(b)
         follower.start()
-        time.sleep(0.5)
+        wait_until(lambda: watcher.waiting == 1, timeout=10, message="the follower on b never waited")
         put(a, "from-a", b"stored through replica a")
         follower.join(timeout=15)
+        assert not follower.is_alive()
+        assert watcher.waiting == 0
         assert [e["key"] for e in answers[0]["entries"] if e["seq"] > cursor] == ["from-a"]
 
 
