@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cache_protocol import SHA256_HEADER
 from tests.support.server import run_server
 
 MIB = 1024 * 1024
@@ -40,7 +41,7 @@ def main() -> None:
             start = time.perf_counter()
             for key, data in blobs.items():
                 sha = hashlib.sha256(data).hexdigest()
-                client.put(f"{ns}/entries/{key}", content=data, headers={"X-Content-SHA256": sha})
+                client.put(f"{ns}/entries/{key}", content=data, headers={SHA256_HEADER: sha})
             put_s = time.perf_counter() - start
             total = args.small * args.small_size
 
@@ -85,7 +86,7 @@ def main() -> None:
             client.put(
                 f"{ns}/entries/large",
                 content=(block for _ in range(args.large_mib)),
-                headers={"X-Content-SHA256": digest.hexdigest(), "Content-Length": str(size)},
+                headers={SHA256_HEADER: digest.hexdigest(), "Content-Length": str(size)},
             ).raise_for_status()
             up_s = time.perf_counter() - start
             start = time.perf_counter()

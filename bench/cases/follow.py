@@ -17,6 +17,7 @@ import httpx
 
 from bench.core import CaseResult, Context, case
 from bench.launch import run_server
+from cache_protocol import SHA256_HEADER
 from client.api import CacheApi
 from client.follower import Follower
 
@@ -42,7 +43,7 @@ def follow(ctx: Context, result: CaseResult) -> None:
             for i in range(uploads):
                 data = os.urandom(20_000)
                 key = f"{10**20 + i}"
-                headers = {"X-Content-SHA256": hashlib.sha256(data).hexdigest()}
+                headers = {SHA256_HEADER: hashlib.sha256(data).hexdigest()}
                 response = http.put(f"/v1/namespaces/live/entries/{key}", content=data, headers=headers)
                 stored = time.perf_counter()  # the upload is acknowledged: it is in the cache
                 response.raise_for_status()

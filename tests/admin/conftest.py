@@ -9,12 +9,13 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.auth import Role
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.conftest import sha
+from tests.support.api import sha
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch_xla_2.7_cpu"
 
@@ -28,7 +29,7 @@ def upload(client: TestClient, namespace: str, key: str, data: bytes, **headers:
     response = client.put(
         f"/v1/namespaces/{namespace}/entries/{key}",
         content=data,
-        headers={"X-Content-SHA256": sha(data), **headers},
+        headers={SHA256_HEADER: sha(data), **headers},
     )
     assert response.status_code in (200, 201), response.text
     return response.status_code

@@ -10,7 +10,7 @@ from cache_server.errors import StorageUnavailable
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.admin.conftest import services_of, upload
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.clock import ShiftedClock
 from tests.support.wait import wait_until
 

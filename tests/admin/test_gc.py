@@ -11,7 +11,7 @@ from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.wiring import Services
 from tests.admin.conftest import upload
-from tests.conftest import sha
+from tests.support.api import sha
 
 
 def orphan(services: Services, namespace: str, key: str, data: bytes) -> None:

@@ -24,7 +24,7 @@ from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.admin.conftest import real_entries, services_of
-from tests.conftest import sha
+from tests.support.api import sha
 
 
 def _store_real_entries(settings: Settings, services: Services, namespace: str) -> list[str]:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.api.telemetry import ACCESS_LOGGER
 from cache_server.errors import IndexUnavailable
 from cache_server.metrics import UNKNOWN_NAMESPACE, NamespaceLabels
@@ -20,7 +21,7 @@ from cache_server.settings import Settings
 from cache_server.wiring import build_services
 from tests.admin.conftest import Samples, metric_samples, upload
 from tests.api.test_compression import client_for
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.clock import ManualMonotonic
 from tests.support.server import run_server
 from tests.support.wait import wait_until
@@ -88,7 +89,7 @@ def test_access_log_is_one_json_line_per_request_without_tokens(
     logging.getLogger(ACCESS_LOGGER).addHandler(keep)
     try:
         data = b"x" * 123
-        headers = {"X-Content-SHA256": sha(data), "Authorization": f"Bearer {tokens['write']}"}
+        headers = {SHA256_HEADER: sha(data), "Authorization": f"Bearer {tokens['write']}"}
         assert (
             auth_client.put("/v1/namespaces/logged/entries/k1", content=data, headers=headers).status_code
             == 201
@@ -139,7 +140,7 @@ def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> No
         data = os.urandom(4096)
         assert (
             http.put(
-                "/v1/namespaces/w2/entries/e", content=data, headers={"X-Content-SHA256": sha(data)}
+                "/v1/namespaces/w2/entries/e", content=data, headers={SHA256_HEADER: sha(data)}
             ).status_code
             == 201
         )

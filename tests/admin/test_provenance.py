@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.auth import Role
 from cache_server.errors import BadRequest
@@ -18,14 +19,14 @@ from cache_server.storage.base import blob_name
 from tests.admin.conftest import services_of
 from tests.admin.test_auth import bearer
 from tests.admin.test_serve_auth import server_cli
-from tests.conftest import sha
+from tests.support.api import sha
 
 
 def put(client: TestClient, token: str, namespace: str, key: str, data: bytes) -> int:
     response = client.put(
         f"/v1/namespaces/{namespace}/entries/{key}",
         content=data,
-        headers={"X-Content-SHA256": sha(data), "X-Uploader": "claims-to-be-ci", **bearer(token)},
+        headers={SHA256_HEADER: sha(data), "X-Uploader": "claims-to-be-ci", **bearer(token)},
     )
     return response.status_code
 

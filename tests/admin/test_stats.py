@@ -12,7 +12,7 @@ from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.admin.conftest import real_entries, services_of, upload
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.clock import clear_of_utc_midnight
 
 

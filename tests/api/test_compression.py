@@ -13,12 +13,13 @@ import pytest
 import zstandard
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.api.test_bulk_upload import member, tar_of
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
 
@@ -40,7 +41,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
     with client_for(tmp_path) as test_client:
         for key, data in ENTRIES.items():
             assert test_client.put(
-                f"{NS}/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)}
+                f"{NS}/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
             ).is_success
         yield test_client
 
@@ -72,7 +73,7 @@ def test_a_bundle_is_zstd_for_a_client_that_accepts_it(client: TestClient) -> No
 def test_bundle_compression_can_be_turned_off(tmp_path: Path) -> None:
     with client_for(tmp_path, bundle_compression=False) as client:
         data = ENTRIES["k1"]
-        client.put(f"{NS}/entries/k1", content=data, headers={"X-Content-SHA256": sha(data)})
+        client.put(f"{NS}/entries/k1", content=data, headers={SHA256_HEADER: sha(data)})
         response = client.post(f"{NS}/bundle", json={"keys": ["k1"]}, headers={"Accept-Encoding": "zstd"})
         assert "content-encoding" not in response.headers and members_of(response.content) == {"k1": data}
 

@@ -14,13 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.requests import Request
 
+from cache_protocol import SHA256_HEADER
 from cache_server.api.entries import _flag
 from cache_server.api.schemas import ManifestEntry, ManifestOut
 from cache_server.errors import BadRequest
 from cache_server.service import CorruptBlob
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.clock import ManualMonotonic
 
 NS = "ns-test"
@@ -28,7 +29,7 @@ URL = f"/v1/namespaces/{NS}/entries"
 
 
 def put(client: TestClient, key: str, data: bytes, digest: str | None = None, **headers: str) -> object:
-    hdrs = {"X-Content-SHA256": digest if digest is not None else sha(data), **headers}
+    hdrs = {SHA256_HEADER: digest if digest is not None else sha(data), **headers}
     return client.put(f"{URL}/{key}", content=data, headers=hdrs)
 
 
@@ -38,20 +39,17 @@ def stored_files(settings_dir: Path) -> list[Path]:
 
 
 def test_put_creates_then_same_digest_is_200(client: TestClient) -> None:
-    first = client.put(f"{URL}/1234", content=b"abc", headers={"X-Content-SHA256": sha(b"abc")})
+    first = client.put(f"{URL}/1234", content=b"abc", headers={SHA256_HEADER: sha(b"abc")})
     assert first.status_code == 201
     assert first.json() == {"namespace": NS, "key": "1234", "size": 3, "sha256": sha(b"abc"), "created": True}
-    again = client.put(f"{URL}/1234", content=b"abc", headers={"X-Content-SHA256": sha(b"abc")})
+    again = client.put(f"{URL}/1234", content=b"abc", headers={SHA256_HEADER: sha(b"abc")})
     assert again.status_code == 200
     assert again.json()["created"] is False
 
 
 def test_put_other_digest_is_409_and_first_stays(client: TestClient) -> None:
-    assert (
-        client.put(f"{URL}/k", content=b"first", headers={"X-Content-SHA256": sha(b"first")}).status_code
-        == 201
-    )
-    other = client.put(f"{URL}/k", content=b"second", headers={"X-Content-SHA256": sha(b"second")})
+    assert client.put(f"{URL}/k", content=b"first", headers={SHA256_HEADER: sha(b"first")}).status_code == 201
+    other = client.put(f"{URL}/k", content=b"second", headers={SHA256_HEADER: sha(b"second")})
     assert other.status_code == 409
     assert other.json()["error"] == "digest_conflict"
     assert "first upload stays" in other.json()["detail"]
@@ -59,7 +57,7 @@ def test_put_other_digest_is_409_and_first_stays(client: TestClient) -> None:
 
 
 def test_digest_mismatch_is_400_and_nothing_stored(client: TestClient, settings_dir: Path) -> None:
-    response = client.put(f"{URL}/k", content=b"body", headers={"X-Content-SHA256": sha(b"other")})
+    response = client.put(f"{URL}/k", content=b"body", headers={SHA256_HEADER: sha(b"other")})
     assert response.status_code == 400
     assert response.json()["error"] == "digest_mismatch"
     assert client.head(f"{URL}/k").status_code == 404
@@ -73,7 +71,7 @@ def test_digest_mismatch_is_400_and_nothing_stored(client: TestClient, settings_
 def test_missing_or_malformed_digest_is_400(
     client: TestClient, settings_dir: Path, header: str | None, fragment: str
 ) -> None:
-    headers = {} if header is None else {"X-Content-SHA256": header}
+    headers = {} if header is None else {SHA256_HEADER: header}
     response = client.put(f"{URL}/k", content=b"body", headers=headers)
     assert response.status_code == 400
     assert response.json()["error"] == "bad_request"
@@ -82,14 +80,14 @@ def test_missing_or_malformed_digest_is_400(
 
 
 def test_upper_case_digest_is_accepted(client: TestClient) -> None:
-    response = client.put(f"{URL}/k", content=b"x", headers={"X-Content-SHA256": sha(b"x").upper()})
+    response = client.put(f"{URL}/k", content=b"x", headers={SHA256_HEADER: sha(b"x").upper()})
     assert response.status_code == 201
     assert response.json()["sha256"] == sha(b"x")
 
 
 def test_too_large_declared_is_413(client: TestClient, settings: Settings, settings_dir: Path) -> None:
     settings.max_entry_bytes = 10
-    response = client.put(f"{URL}/k", content=b"x" * 11, headers={"X-Content-SHA256": sha(b"x" * 11)})
+    response = client.put(f"{URL}/k", content=b"x" * 11, headers={SHA256_HEADER: sha(b"x" * 11)})
     assert response.status_code == 413
     assert response.json()["error"] == "entry_too_large"
     assert "10 bytes" in response.json()["detail"]
@@ -104,7 +102,7 @@ def test_too_large_streamed_is_413(client: TestClient, settings: Settings, setti
         for _ in range(3):
             yield b"y" * 1024 * 1024
 
-    response = client.put(f"{URL}/k", content=body(), headers={"X-Content-SHA256": "0" * 64})
+    response = client.put(f"{URL}/k", content=body(), headers={SHA256_HEADER: "0" * 64})
     assert response.status_code == 413
     assert stored_files(settings_dir) == []
     assert not list((settings_dir / "blobs" / ".tmp").iterdir())
@@ -113,8 +111,7 @@ def test_too_large_streamed_is_413(client: TestClient, settings: Settings, setti
 def test_exactly_at_limit_is_accepted(client: TestClient, settings: Settings) -> None:
     settings.max_entry_bytes = 10
     assert (
-        client.put(f"{URL}/k", content=b"x" * 10, headers={"X-Content-SHA256": sha(b"x" * 10)}).status_code
-        == 201
+        client.put(f"{URL}/k", content=b"x" * 10, headers={SHA256_HEADER: sha(b"x" * 10)}).status_code == 201
     )
 
 
@@ -137,7 +134,7 @@ BAD_NAMES = [
 def test_bad_keys_are_400_and_nothing_stored(
     client: TestClient, settings_dir: Path, key: str, fragment: str
 ) -> None:
-    response = client.put(f"{URL}/{key}", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    response = client.put(f"{URL}/{key}", content=b"d", headers={SHA256_HEADER: sha(b"d")})
     assert response.status_code == 400, response.text
     assert response.json()["error"] == "invalid_name"
     assert fragment in response.json()["detail"]
@@ -146,7 +143,7 @@ def test_bad_keys_are_400_and_nothing_stored(
 
 
 def test_slash_in_key_is_400(client: TestClient, settings_dir: Path) -> None:
-    response = client.put(f"{URL}/a/b", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    response = client.put(f"{URL}/a/b", content=b"d", headers={SHA256_HEADER: sha(b"d")})
     assert response.status_code == 400
     assert "slash" in response.json()["detail"]
     assert stored_files(settings_dir) == []
@@ -159,7 +156,7 @@ def test_bad_namespaces_are_400(
     client: TestClient, settings_dir: Path, namespace: str, fragment: str
 ) -> None:
     response = client.put(
-        f"/v1/namespaces/{namespace}/entries/k", content=b"d", headers={"X-Content-SHA256": sha(b"d")}
+        f"/v1/namespaces/{namespace}/entries/k", content=b"d", headers={SHA256_HEADER: sha(b"d")}
     )
     assert response.status_code == 400
     assert fragment in response.json()["detail"]
@@ -168,18 +165,18 @@ def test_bad_namespaces_are_400(
 
 
 def test_empty_key_is_not_an_entry(client: TestClient) -> None:
-    response = client.put(f"{URL}/", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    response = client.put(f"{URL}/", content=b"d", headers={SHA256_HEADER: sha(b"d")})
     assert response.status_code in (400, 404, 405)
     assert set(response.json()) == {"error", "detail"}
 
 
 def test_get_head_delete(client: TestClient, settings_dir: Path) -> None:
     data = bytes(range(256)) * 1000
-    assert client.put(f"{URL}/9", content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    assert client.put(f"{URL}/9", content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     got = client.get(f"{URL}/9")
     assert got.status_code == 200
     assert got.content == data
-    assert got.headers["x-content-sha256"] == sha(data)
+    assert got.headers[SHA256_HEADER] == sha(data)
     assert got.headers["etag"] == f'"{sha(data)}"'
     head = client.head(f"{URL}/9")
     assert head.status_code == 200
@@ -197,7 +194,7 @@ def test_get_parameters_are_read_and_documented(client: TestClient, services: Se
     flag takes FastAPI's spellings, anything else is a 400 naming it, and the OpenAPI document still
     describes every parameter."""
     data = b"flagged"
-    assert client.put(f"{URL}/f", content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    assert client.put(f"{URL}/f", content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     for spelled in ("1", "true", "Yes", "on", "0", "false", "off"):  # no signed URLs here: bytes either way
         assert client.get(f"{URL}/f?redirect={spelled}").content == data, spelled
     bad = client.get(f"{URL}/f?redirect=maybe")

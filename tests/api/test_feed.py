@@ -16,11 +16,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.feed import FeedWatcher
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.server import run_server
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
@@ -29,7 +30,7 @@ NS = "/v1/namespaces/ns"
 
 
 def put(client: TestClient | httpx.Client, key: str, data: bytes, compile_ms: int | None = None) -> None:
-    headers = {"X-Content-SHA256": sha(data)}
+    headers = {SHA256_HEADER: sha(data)}
     if compile_ms is not None:
         headers["X-Compile-Time-Ms"] = str(compile_ms)
     assert client.put(f"{NS}/entries/{key}", content=data, headers=headers).status_code == 201

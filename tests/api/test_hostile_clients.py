@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import sha
+from cache_protocol import SHA256_HEADER
+from tests.support.api import sha
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -48,7 +49,7 @@ def connect(server: LiveServer, timeout: float = 10.0) -> socket.socket:
 def put_head(namespace: str, key: str, length: int) -> bytes:
     return (
         f"PUT /v1/namespaces/{namespace}/entries/{key} HTTP/1.1\r\nHost: x\r\n"
-        f"Content-Length: {length}\r\nX-Content-SHA256: {'0' * 64}\r\n\r\n"
+        f"Content-Length: {length}\r\n{SHA256_HEADER}: {'0' * 64}\r\n\r\n"
     ).encode()
 
 
@@ -111,7 +112,7 @@ def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -
     """60 uploads that declare 1,000 bytes and send 10: the rest of the server answers at once."""
     stored = b"stored before the stall"
     entry_url = f"{server.url}/v1/namespaces/ok/entries/1"
-    assert httpx.put(entry_url, content=stored, headers={"X-Content-SHA256": sha(stored)}).status_code == 201
+    assert httpx.put(entry_url, content=stored, headers={SHA256_HEADER: sha(stored)}).status_code == 201
     with ExitStack() as stack:
         stalled = [stack.enter_context(connect(server)) for _ in range(60)]
         started = time.monotonic()
@@ -148,7 +149,7 @@ def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -
     # The slots are free again: a real upload goes through.
     fresh = b"after the stall"
     response = httpx.put(
-        f"{server.url}/v1/namespaces/ok/entries/2", content=fresh, headers={"X-Content-SHA256": sha(fresh)}
+        f"{server.url}/v1/namespaces/ok/entries/2", content=fresh, headers={SHA256_HEADER: sha(fresh)}
     )
     assert response.status_code == 201, response.text
     log = server.log()
@@ -188,7 +189,7 @@ def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -
             response = httpx.put(
                 f"{srv.url}/v1/namespaces/busy/entries/other",
                 content=data,
-                headers={"X-Content-SHA256": sha(data)},
+                headers={SHA256_HEADER: sha(data)},
                 timeout=10,
             )
             waited = time.monotonic() - started
@@ -202,7 +203,7 @@ def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -
         response = httpx.put(
             f"{srv.url}/v1/namespaces/busy/entries/other",
             content=data,
-            headers={"X-Content-SHA256": sha(data)},
+            headers={SHA256_HEADER: sha(data)},
         )
         assert response.status_code == 201
 

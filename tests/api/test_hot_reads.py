@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.domain import EntryInfo, utcnow
 from cache_server.errors import IndexUnavailable, StorageUnavailable
@@ -16,7 +17,7 @@ from cache_server.hot import HotEntries, ReadStamp
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.clock import ManualMonotonic
 
 NS = "hot"
@@ -24,7 +25,7 @@ URL = f"/v1/namespaces/{NS}/entries"
 
 
 def put(client: TestClient, key: str, data: bytes) -> None:
-    response = client.put(f"{URL}/{key}", content=data, headers={"X-Content-SHA256": sha(data)})
+    response = client.put(f"{URL}/{key}", content=data, headers={SHA256_HEADER: sha(data)})
     assert response.status_code == 201, response.text
 
 
@@ -53,7 +54,7 @@ def test_a_read_again_within_the_moment_needs_neither_the_index_nor_the_store(
 
     again = client.get(f"{URL}/small")
     assert again.status_code == 200 and again.content == small
-    assert again.headers["x-content-sha256"] == sha(small) and again.headers["etag"] == f'"{sha(small)}"'
+    assert again.headers[SHA256_HEADER] == sha(small) and again.headers["etag"] == f'"{sha(small)}"'
     for key, data in (("small", small), ("large", large)):
         head = client.head(f"{URL}/{key}")
         assert head.status_code == 200 and head.headers["content-length"] == str(len(data))
@@ -156,7 +157,7 @@ def test_a_key_stored_anew_through_this_process_is_read_anew(
     assert b.delete(f"{URL}/k").status_code == 204
     put(a, "k", b"new" * 100)  # created again, with other bytes: a reads its own write
     again = a.get(f"{URL}/k")
-    assert again.content == b"new" * 100 and again.headers["x-content-sha256"] == sha(b"new" * 100)
+    assert again.content == b"new" * 100 and again.headers[SHA256_HEADER] == sha(b"new" * 100)
 
 
 def test_a_read_under_way_during_a_removal_keeps_nothing(client: TestClient, services: Services) -> None:

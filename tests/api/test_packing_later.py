@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.admin.packing import UNREADABLE_RETRY_SECONDS, LoosePacker
 from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
@@ -34,7 +35,7 @@ from tests.api.test_packs import (
     push,
     services_of,
 )
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 
 
@@ -46,7 +47,7 @@ def client(tmp_path: Path) -> Any:
 
 def put_each(client: TestClient, data: dict[str, bytes], url: str = URL) -> None:
     for key, value in data.items():
-        response = client.put(f"{url}/entries/{key}", content=value, headers={"X-Content-SHA256": sha(value)})
+        response = client.put(f"{url}/entries/{key}", content=value, headers={SHA256_HEADER: sha(value)})
         assert response.status_code == 201, response.text
 
 
@@ -180,7 +181,7 @@ def test_entries_removed_while_their_pack_is_written_are_not_pointed_into(
         assert client.delete(f"{URL}/entries/k0000").status_code == 204
         assert client.delete(f"{URL}/entries/k0001").status_code == 204
         assert client.put(
-            f"{URL}/entries/k0001", content=other, headers={"X-Content-SHA256": sha(other)}
+            f"{URL}/entries/k0001", content=other, headers={SHA256_HEADER: sha(other)}
         ).is_success
 
     monkeypatch.setattr(store, "put_pack", meanwhile)

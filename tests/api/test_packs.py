@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.migrate import upgrade
 from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
@@ -23,7 +24,7 @@ from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import Services, build_services
 from tests.api.test_bulk_upload import member, tar_of
 from tests.api.test_compression import client_for
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 
 NS = "ns"
@@ -159,9 +160,7 @@ def test_a_key_stored_again_by_a_put_loses_its_copy(client: TestClient) -> None:
     push(client, data)
     assert client.delete(f"{URL}/entries/k0001").status_code == 204
     other = b"other bytes"
-    assert client.put(
-        f"{URL}/entries/k0001", content=other, headers={"X-Content-SHA256": sha(other)}
-    ).is_success
+    assert client.put(f"{URL}/entries/k0001", content=other, headers={SHA256_HEADER: sha(other)}).is_success
     assert "k0001" not in locations(client, list(data))
     assert bundle(client, ["k0001", "k0002"]) == {"k0001": other, "k0002": data["k0002"]}
 

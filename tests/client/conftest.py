@@ -21,6 +21,7 @@ import pytest
 import zstandard
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
@@ -97,7 +98,7 @@ class RealServer:
     def put(self, namespace: str, key: str, data: bytes) -> None:
         """Store an entry, as another job would have uploaded it."""
         url = f"/v1/namespaces/{namespace}/entries/{key}"
-        response = self.http.put(url, content=data, headers={"X-Content-SHA256": sha(data)})
+        response = self.http.put(url, content=data, headers={SHA256_HEADER: sha(data)})
         assert response.status_code == 201, response.text
 
     def has(self, namespace: str, key: str) -> bool:

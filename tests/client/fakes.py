@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from cache_protocol import SHA256_HEADER
 from tests.support.http_stub import Recorded, Reply, StubHttpServer, json_reply
 
 __all__ = ["FakeCacheServer", "sha"]
@@ -118,9 +119,9 @@ class FakeCacheServer:
                 data = stored[key]
                 if self.corrupt_bundle:
                     data = _flip(data)
-                return Reply(200, {"X-Content-SHA256": sha(stored[key])}, data)
+                return Reply(200, {SHA256_HEADER: sha(stored[key])}, data)
             if request.method == "PUT":
-                digest = request.headers.get("x-content-sha256", "")
+                digest = request.headers.get(SHA256_HEADER, "")
                 if digest != sha(request.body):
                     return json_reply(400, {"error": "digest_mismatch", "detail": "body does not match"})
                 if key in stored:

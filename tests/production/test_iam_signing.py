@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from google.auth import compute_engine
 from google.auth.compute_engine import _metadata
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
 from cache_server.migrate import upgrade
@@ -27,7 +28,7 @@ from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore, signing
 from cache_server.storage.gcs.transport import SCOPES
 from cache_server.wiring import Services, build_services
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.gcs_keys import SIGNER, verify_v4
 from tests.support.iam_signer import FakeIamSigner, FakeMetadataServer, MetadataCredentials
 from tests.support.server import free_port
@@ -97,7 +98,7 @@ def serve(tmp_path: Path, gcs_bucket: str) -> Iterator[Serve]:
 
 def upload(client: TestClient, key: str, data: bytes) -> None:
     response = client.put(
-        f"/v1/namespaces/{NS}/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)}
+        f"/v1/namespaces/{NS}/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
     )
     assert response.status_code == 201, response.text
 

@@ -16,9 +16,10 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.conftest import sha
+from cache_protocol import SHA256_HEADER
 from tests.production.conftest import Deployment
 from tests.production.test_reindex import cli
+from tests.support.api import sha
 from tests.support.server import LiveServer, run_server
 from tests.support.tcp_proxy import TcpProxy, tcp_proxy
 from tests.support.wait import wait_until
@@ -33,7 +34,7 @@ OTHER = "/v1/namespaces/ns/entries/4321"
 
 def put_both(api: httpx.Client) -> None:
     for path in (ENTRY, OTHER):
-        assert api.put(path, content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code == 201
+        assert api.put(path, content=DATA, headers={SHA256_HEADER: sha(DATA)}).status_code == 201
 
 
 def assert_unavailable(response: httpx.Response, code: str) -> None:
@@ -56,7 +57,7 @@ def wait_ready(api: httpx.Client) -> None:
 
 def put_new(api: httpx.Client, key: str) -> httpx.Response:
     data = key.encode() * 1000
-    return api.put(f"/v1/namespaces/ns/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)})
+    return api.put(f"/v1/namespaces/ns/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)})
 
 
 @pytest.fixture

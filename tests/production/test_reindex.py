@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.index import Database, EntryRepository
 from cache_server.migrate import downgrade, upgrade
@@ -17,8 +18,8 @@ from cache_server.reindex import Reindexer
 from cache_server.settings import Settings
 from cache_server.storage.local import LocalBlobStore
 from cache_server.wiring import build_services
-from tests.conftest import sha
 from tests.production.conftest import Deployment
+from tests.support.api import sha
 from tests.support.server import SERVER_BIN
 
 DEPLOYMENTS = ["sqlite-local", "postgresql-local", "sqlite-gcs", "postgresql-gcs"]
@@ -48,7 +49,7 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
             put = client.put(
                 f"/v1/namespaces/{ns}/entries/{key}",
                 content=data,
-                headers={"X-Content-SHA256": sha(data), "X-Compile-Time-Ms": "4200", "X-Uploader": "host-7"},
+                headers={SHA256_HEADER: sha(data), "X-Compile-Time-Ms": "4200", "X-Uploader": "host-7"},
             )
             assert put.status_code == 201
         manifests = {ns: client.get(f"/v1/namespaces/{ns}/manifest").json() for ns in ("vision", "text")}
@@ -72,7 +73,7 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
         for (ns, key), data in ENTRIES.items():
             got = client.get(f"/v1/namespaces/{ns}/entries/{key}")
             assert got.status_code == 200
-            assert got.headers["X-Content-SHA256"] == sha(data) == sha(got.content)
+            assert got.headers[SHA256_HEADER] == sha(data) == sha(got.content)
         for ident, before_row in rows.items():
             row = services.cache.head_entry(*ident)
             assert (row.size, row.sha256, row.created_at, row.compile_time_ms, row.uploader) == (

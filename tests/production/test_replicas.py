@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from cache_server.storage import open_store
-from tests.conftest import sha
 from tests.production.conftest import Deployment
 from tests.production.test_reindex import cli
+from tests.support.api import sha
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -43,7 +44,7 @@ def replicas(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServe
 def put(server: LiveServer, key: str, data: bytes) -> int:
     with httpx.Client(timeout=60) as client:
         url = f"{server.url}/v1/namespaces/{NS}/entries/{key}"
-        return client.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code
+        return client.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code
 
 
 def namespace(server: LiveServer) -> dict[str, Any]:
@@ -82,7 +83,7 @@ def test_two_replicas_share_one_cache(
     assert put(a, "1000", first) == 201
     got = httpx.get(f"{b.url}/v1/namespaces/{NS}/entries/1000")
     assert got.status_code == 200 and got.content == first
-    assert got.headers["X-Content-SHA256"] == sha(first)
+    assert got.headers[SHA256_HEADER] == sha(first)
     manifest = httpx.get(f"{b.url}/v1/namespaces/{NS}/manifest").json()
     assert manifest["entries"] == [{"key": "1000", "size": len(first), "sha256": sha(first), "pack": None}]
 

@@ -16,12 +16,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 from google.oauth2 import service_account
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import Services, build_services
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.gcs_keys import key_info, verify_v4
 
 NS = "tpu-v5e-8"
@@ -63,7 +64,7 @@ def signing(
 
 def upload(client: TestClient, key: str, data: bytes) -> None:
     response = client.put(
-        f"/v1/namespaces/{NS}/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)}
+        f"/v1/namespaces/{NS}/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
     )
     assert response.status_code == 201
 
@@ -85,7 +86,7 @@ def test_entry_get_redirects_to_a_signed_url_on_request(
     assert redirected.status_code == 307
     location = redirected.headers["location"]
     assert location.startswith(f"{fake_gcs_endpoint}/{gcs_bucket}/cache/{NS}/4242?")
-    assert redirected.headers["x-content-sha256"] == sha(data)
+    assert redirected.headers[SHA256_HEADER] == sha(data)
     assert redirected.headers["x-content-length"] == str(len(data))
     assert redirected.headers["cache-control"] == "no-store"
     params = verify_v4(location, key)

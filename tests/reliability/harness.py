@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
 from tests.production.conftest import Deployment
 from tests.support.gcs_emulator import object_names
@@ -115,7 +116,7 @@ class IndexView:
                         return key, (response.status_code, None)
                     for chunk in response.iter_bytes():
                         digest.update(chunk)
-                    announced = response.headers["x-content-sha256"]
+                    announced = response.headers[SHA256_HEADER]
             except httpx.TransportError:  # a transfer the server broke off: its bytes never count as read
                 return key, (-1, None)
             assert announced == digest.hexdigest(), f"{key}: announced {announced}, sent other bytes"

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
 from cache_server.wiring import build_services
 from tests.production.conftest import Deployment
@@ -70,7 +71,7 @@ def upload_until_gone(url: str, namespace: str, prefix: str, seed: int, ledger: 
                 response = client.put(
                     f"/v1/namespaces/{namespace}/entries/{key}",
                     content=data,
-                    headers={"X-Content-SHA256": digest},
+                    headers={SHA256_HEADER: digest},
                 )
             except httpx.TransportError:
                 return  # killed: this upload was never acknowledged

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cache_protocol import FINGERPRINT_FILE
+from cache_protocol import FINGERPRINT_FILE, SHA256_HEADER
 from client import warm
 from client.cachedir import TEMP_SUFFIX, file_sha256
 from client.fingerprint import namespace_id
@@ -33,7 +33,7 @@ ENTRY = 600 * 1024
 
 def put(api: httpx.Client, key: str, data: bytes) -> httpx.Response:
     url = f"/v1/namespaces/full/entries/{key}"
-    return api.put(url, content=data, headers={"X-Content-SHA256": sha(data)})
+    return api.put(url, content=data, headers={SHA256_HEADER: sha(data)})
 
 
 def assert_refused(response: httpx.Response) -> None:
@@ -144,7 +144,7 @@ def seed_namespace(server: LiveServer, namespace: str, count: int, size: int) ->
     with httpx.Client(base_url=server.url, timeout=60) as api:
         for key, data in entries.items():
             url = f"/v1/namespaces/{namespace}/entries/{key}"
-            assert api.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+            assert api.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     return entries
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from tests.api.test_hostile_clients import (
     BODY_TIMEOUT,
     SHORT_TIMEOUTS,
@@ -26,7 +27,7 @@ from tests.api.test_hostile_clients import (
     read_response,
     timed_get,
 )
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -42,7 +43,7 @@ def both_workers_up(server: LiveServer) -> None:
 
 def upload(server: LiveServer, key: str, data: bytes) -> httpx.Response:
     url = f"{server.url}/v1/namespaces/ok/entries/{key}"
-    return httpx.put(url, content=data, headers={"X-Content-SHA256": sha(data)})
+    return httpx.put(url, content=data, headers={SHA256_HEADER: sha(data)})
 
 
 def counted(server: LiveServer, status: int, count: int) -> str | None:
