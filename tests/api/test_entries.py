@@ -21,16 +21,11 @@ from cache_server.errors import BadRequest
 from cache_server.service import CorruptBlob
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.support.api import sha
+from tests.support.api import put, sha
 from tests.support.clock import ManualMonotonic
 
 NS = "ns-test"
 URL = f"/v1/namespaces/{NS}/entries"
-
-
-def put(client: TestClient, key: str, data: bytes, digest: str | None = None, **headers: str) -> object:
-    hdrs = {SHA256_HEADER: digest if digest is not None else sha(data), **headers}
-    return client.put(f"{URL}/{key}", content=data, headers=hdrs)
 
 
 def stored_files(settings_dir: Path) -> list[Path]:
@@ -232,7 +227,7 @@ def test_miss_is_json_404_and_counted(client: TestClient, services: Services) ->
 
 
 def test_hits_are_batched_not_written_per_get(client: TestClient, services: Services) -> None:
-    put(client, "h", b"hit me")
+    put(client, NS, "h", b"hit me")
     for _ in range(5):
         assert client.get(f"{URL}/h").status_code == 200
     entry = services.cache.head_entry(NS, "h")
@@ -245,8 +240,8 @@ def test_hits_are_batched_not_written_per_get(client: TestClient, services: Serv
 
 
 def test_missing(client: TestClient) -> None:
-    put(client, "a", b"1")
-    put(client, "c", b"3")
+    put(client, NS, "a", b"1")
+    put(client, NS, "c", b"3")
     response = client.post(f"/v1/namespaces/{NS}/missing", json={"keys": ["a", "b", "c", "d", "b"]})
     assert response.status_code == 200
     assert response.json() == {"missing": ["b", "d"]}
@@ -281,7 +276,7 @@ def test_malformed_json_is_400(client: TestClient, path: str) -> None:
 
 def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services: Services) -> None:
     for key, size in [("small", 10), ("big", 1000), ("mid", 100), ("cold", 50)]:
-        put(client, key, b"z" * size)
+        put(client, NS, key, b"z" * size)
     for key, hits in [("big", 3), ("mid", 2), ("small", 1)]:
         for _ in range(hits):
             client.get(f"{URL}/{key}")
@@ -305,7 +300,7 @@ def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services
 def test_bundle_is_a_tar_of_the_present_keys(client: TestClient, services: Services) -> None:
     blobs = {"111": b"one" * 100, "222": b"", "333": bytes(range(256)) * 7}
     for key, data in blobs.items():
-        put(client, key, data)
+        put(client, NS, key, data)
     response = client.post(f"/v1/namespaces/{NS}/bundle", json={"keys": ["333", "absent", "111", "222"]})
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/x-tar"
@@ -342,11 +337,11 @@ def test_a_corrupt_small_entry_is_a_miss_and_its_next_upload_heals_it(
     client: TestClient, settings_dir: Path, services: Services
 ) -> None:
     data = b"A" * 5000
-    put(client, "c", data)
+    put(client, NS, "c", data)
     _flip_last_byte(settings_dir, "c")
     assert client.get(f"{URL}/c").status_code == 404  # checked whole before the first byte: a plain miss
     assert client.head(f"{URL}/c").status_code == 404  # the entry was dropped, row and blob
-    assert put(client, "c", data).status_code == 201  # so the next upload stores it again
+    assert put(client, NS, "c", data).status_code == 201  # so the next upload stores it again
     assert client.get(f"{URL}/c").content == data
     services.access.flush()
     assert client.get(f"/v1/namespaces/{NS}").json()["misses"] == 1
@@ -354,7 +349,7 @@ def test_a_corrupt_small_entry_is_a_miss_and_its_next_upload_heals_it(
 
 def test_a_corrupt_large_entry_is_never_served_whole(client: TestClient, settings_dir: Path) -> None:
     data = bytes(range(256)) * 8192  # 2 MiB: streamed, not read whole
-    put(client, "big", data)
+    put(client, NS, "big", data)
     assert client.get(f"{URL}/big").content == data  # hashed whole once, then trusted while unchanged
     _flip_last_byte(settings_dir, "big")  # the file changes, so it is hashed again
     with pytest.raises(CorruptBlob):  # the stream breaks instead of delivering bad bytes
@@ -371,7 +366,7 @@ def test_an_unchanged_file_is_hashed_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data = bytes(range(256)) * 8192
-    put(client, "big", data)
+    put(client, NS, "big", data)
     hashed: list[int] = []
     real = hashlib.sha256
 
@@ -385,7 +380,7 @@ def test_an_unchanged_file_is_hashed_once(
     for _ in range(3):
         assert client.get(f"{URL}/big").content == data
     assert len(hashed) == 1
-    put(client, "small", b"s" * 100)
+    put(client, NS, "small", b"s" * 100)
     for _ in range(3):
         assert client.get(f"{URL}/small").content == b"s" * 100
     assert len(hashed) == 1 + 1 + 1  # the small upload, and its first read (then its copy in memory)
@@ -412,7 +407,7 @@ def test_dropping_a_corrupt_read_spares_the_key_stored_again_since(
 ) -> None:
     """A bundle reads a row, the key is evicted and stored again with other bytes, and only then does the
     read find the old digest wrong: the new entry must stay."""
-    put(client, "k", b"new bytes")
+    put(client, NS, "k", b"new bytes")
     stale = dataclasses.replace(services.cache.head_entry(NS, "k"), sha256=sha(b"old bytes"))
     services.cache._drop_corrupt(stale)
     assert client.get(f"{URL}/k").content == b"new bytes"

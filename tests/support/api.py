@@ -1,6 +1,6 @@
 """Speaking the cache's v1 entry API in tests and bench: digests, upload headers, one PUT, a bulk upload.
 
-Every test that stores entries over HTTP goes through :func:`put` (or :func:`stored`, which also checks the
+Every test that stores entries over HTTP goes through :func:`put` (or :func:`put_ok`, which also checks the
 answer); the header names come from :mod:`cache_protocol`, their one home. ``http`` is any ``httpx.Client``
 (a FastAPI ``TestClient`` is one) whose base URL is the server, or whose paths start at its root.
 """
@@ -23,8 +23,8 @@ __all__ = [
     "member",
     "post_bulk",
     "put",
+    "put_ok",
     "sha",
-    "stored",
     "tar_of",
     "upload_headers",
 ]
@@ -74,7 +74,7 @@ def put(
     return http.put(entry_url(namespace, key), content=data, headers=headers)
 
 
-def stored(
+def put_ok(
     http: httpx.Client,
     namespace: str,
     key: str,
