@@ -13,14 +13,10 @@ from fastapi.testclient import TestClient
 from cache_protocol import SHA256_HEADER
 from cache_server.api.auth import OPEN_ROUTES, ROUTE_ROLES
 from cache_server.settings import Settings
-from tests.support.api import sha
+from tests.support.api import bearer, sha
 
 ORDER = ["read", "write", "admin"]
 ENTRY = b"compiled executable bytes"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 # (method, path, request kwargs, role needed, statuses that mean "done")

@@ -11,10 +11,9 @@ import pytest
 from cache_protocol import SHA256_HEADER
 from client.admin_cli import parse_duration, parse_size
 from client.cli import main as cli_main
-from tests.admin.conftest import real_entries
-from tests.admin.test_serve_auth import server_cli
 from tests.support.api import sha
-from tests.support.server import LiveServer, run_server
+from tests.support.real_entries import real_entries
+from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
 
 KIB = 1024

@@ -19,10 +19,10 @@ from cache_server.errors import IndexUnavailable
 from cache_server.metrics import UNKNOWN_NAMESPACE, NamespaceLabels
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
-from tests.admin.conftest import Samples, metric_samples, upload
-from tests.api.test_compression import client_for
-from tests.support.api import sha
+from tests.support.api import put_ok, sha
+from tests.support.apps import client_for
 from tests.support.clock import ManualMonotonic
+from tests.support.metrics import Samples, metric_samples
 from tests.support.server import run_server
 from tests.support.wait import wait_until
 
@@ -43,8 +43,8 @@ def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
 
 def test_metrics_after_known_traffic(client: TestClient) -> None:
     before = scrape(client.get)
-    upload(client, "m-ns", "a", b"a" * 1000)
-    upload(client, "m-ns", "b", b"b" * 2000)
+    put_ok(client, "m-ns", "a", b"a" * 1000)
+    put_ok(client, "m-ns", "b", b"b" * 2000)
     for _ in range(3):
         assert client.get("/v1/namespaces/m-ns/entries/a").status_code == 200
     assert client.get("/v1/namespaces/m-ns/entries/zzz").status_code == 404
@@ -255,7 +255,7 @@ def test_memory_answers_and_packing_later_are_counted(tmp_path: Path) -> None:
     with client_for(tmp_path, hot_cache_seconds=60, packs=True, pack_interval_seconds=3600) as client:
         before = scrape(client.get)
         for key in ("a", "b", "c", "d"):
-            upload(client, "mem", key, key.encode() * 1000)
+            put_ok(client, "mem", key, key.encode() * 1000)
         url = "/v1/namespaces/mem/entries/a"
         assert client.get(url).status_code == 200  # the first read: index and store, then kept
         assert client.get(url).status_code == 200

@@ -20,6 +20,7 @@ from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.api.test_bulk_upload import member, tar_of
 from tests.support.api import sha
+from tests.support.apps import client_for
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
 
@@ -28,12 +29,6 @@ NS = "/v1/namespaces/ns"
 ENTRIES = {
     f"k{i}": b"HloModule fused_step, shapes f32[%d,128] " % i + bytes(range(256)) * 40 for i in range(50)
 }
-
-
-def client_for(tmp_path: Path, **settings: object) -> TestClient:
-    config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, **settings)  # type: ignore[arg-type]
-    upgrade(config)
-    return TestClient(create_app(config))
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import build_services
-from tests.api.test_compression import client_for
 from tests.api.test_packs import (
     NS,
     URL,
@@ -36,6 +35,7 @@ from tests.api.test_packs import (
     services_of,
 )
 from tests.support.api import sha
+from tests.support.apps import client_for
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 
 

@@ -23,8 +23,8 @@ from cache_server.storage.base import PACK_DIR, blob_name
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import Services, build_services
 from tests.api.test_bulk_upload import member, tar_of
-from tests.api.test_compression import client_for
 from tests.support.api import sha
+from tests.support.apps import client_for
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 
 NS = "ns"

@@ -26,9 +26,9 @@ from cache_protocol import SHA256_HEADER
 from cache_server.index import Database
 from cache_server.index.models import DailyStats
 from cache_server.settings import Settings
-from tests.admin.conftest import real_entries
 from tests.support.api import sha
 from tests.support.clock import clear_of_utc_midnight
+from tests.support.real_entries import real_entries
 from tests.support.server import SERVER_BIN, LiveServer, run_server
 from tests.support.wait import wait_until
 

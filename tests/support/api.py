@@ -18,6 +18,7 @@ from cache_protocol import BUNDLE_SHA256_PAX, COMPILE_TIME_HEADER, SHA256_HEADER
 
 __all__ = [
     "Member",
+    "bearer",
     "entries_url",
     "entry_url",
     "member",
@@ -46,6 +47,11 @@ def entries_url(namespace: str) -> str:
 def entry_url(namespace: str, key: str) -> str:
     """The path of one entry."""
     return f"{entries_url(namespace)}/{key}"
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The header that presents ``token``."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 def upload_headers(

@@ -15,7 +15,7 @@ import httpx
 
 from tests.support.wait import wait_until
 
-__all__ = ["LiveServer", "free_port", "run_server", "stop_process"]
+__all__ = ["LiveServer", "free_port", "run_cli", "run_server", "server_cli", "stop_process"]
 
 SERVER_BIN = Path(sys.executable).with_name("xla-cache-server")
 
@@ -28,6 +28,25 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 20.0) -> Non
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def run_cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``xla-cache-server ARGS`` to its end with the ``XLA_CACHE_*`` variables of ``env`` (none of
+    the shell's), capturing its output."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    return subprocess.run(
+        [str(SERVER_BIN), *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def server_cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """:func:`run_cli` over the embedded index in ``data_dir``, with auth on."""
+    return run_cli({"XLA_CACHE_DATA_DIR": str(data_dir), "XLA_CACHE_AUTH": "on"}, *args)
 
 
 def free_port() -> int:
