@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,31 +9,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, SHA256_HEADER
+from cache_protocol import BUNDLE_COMPILE_TIME_PAX, SHA256_HEADER
 from cache_protocol.tar import END, _ustar
 from cache_server.api.schemas import BulkMemberOut, BulkOut
 from cache_server.app import create_app
 from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
-from tests.support.api import sha
+from tests.support.api import member, sha, tar_of
 
 URL = "/v1/namespaces/ns/entries"
-
-
-def member(name: str, data: bytes, *, digest: str | None = None, **pax: str) -> tuple[tarfile.TarInfo, bytes]:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.pax_headers = {BUNDLE_SHA256_PAX: sha(data) if digest is None else digest, **pax}
-    return info, data
-
-
-def tar_of(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for info, data in members:
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 @pytest.fixture

@@ -18,8 +18,7 @@ from cache_server.app import create_app
 from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
-from tests.api.test_bulk_upload import member, tar_of
-from tests.support.api import sha
+from tests.support.api import member, sha, tar_of
 from tests.support.apps import client_for
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
