@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import select
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -20,85 +19,29 @@ import pytest
 
 from cache_protocol import SHA256_HEADER
 from tests.support.api import sha
+from tests.support.hostile import (
+    BODY_TIMEOUT,
+    SHORT_TIMEOUTS,
+    SLOTS,
+    UPLOAD_ROUTE,
+    UPLOAD_WAIT,
+    connect,
+    is_closed,
+    nothing_stored,
+    put_head,
+    read_response,
+    timed_get,
+)
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
 MIB = 1024 * 1024
-BODY_TIMEOUT = 2.0
-UPLOAD_WAIT = 1.0
-SLOTS = 16
-SHORT_TIMEOUTS = {
-    "XLA_CACHE_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
-    "XLA_CACHE_UPLOAD_WAIT_SECONDS": str(UPLOAD_WAIT),
-    "XLA_CACHE_MAX_CONCURRENT_UPLOADS": str(SLOTS),
-}
-UPLOAD_ROUTE = "/v1/namespaces/{namespace}/entries/{key:path}"
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
     with run_server(tmp_path, SHORT_TIMEOUTS) as srv:
         yield srv
-
-
-def connect(server: LiveServer, timeout: float = 10.0) -> socket.socket:
-    host, port = server.url.removeprefix("http://").split(":")
-    return socket.create_connection((host, int(port)), timeout=timeout)
-
-
-def put_head(namespace: str, key: str, length: int) -> bytes:
-    return (
-        f"PUT /v1/namespaces/{namespace}/entries/{key} HTTP/1.1\r\nHost: x\r\n"
-        f"Content-Length: {length}\r\n{SHA256_HEADER}: {'0' * 64}\r\n\r\n"
-    ).encode()
-
-
-def read_response(sock: socket.socket, deadline: float) -> tuple[int | None, bytes]:
-    """The status and body of one response (``None`` when the server closed without one)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            piece = sock.recv(65536)
-        except ConnectionResetError:
-            piece = b""
-        if not piece:
-            return None, data
-        data += piece
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-    while length and len(body) < int(length.group(1)):
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        body += piece
-    return int(head.split(b" ", 2)[1]), body
-
-
-def is_closed(sock: socket.socket, deadline: float) -> bool:
-    """Whether the server closes the connection before ``deadline``."""
-    try:
-        while True:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            if not sock.recv(65536):
-                return True
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
-def timed_get(url: str) -> tuple[int, float]:
-    started = time.monotonic()
-    status = httpx.get(url, timeout=5.0).status_code
-    return status, time.monotonic() - started
-
-
-def nothing_stored(data_dir: Path, namespace: str) -> bool:
-    return (
-        not (data_dir / "blobs" / namespace).exists() and list((data_dir / "blobs" / ".tmp").iterdir()) == []
-    )
 
 
 def peak_rss_mib(pid: int) -> float:

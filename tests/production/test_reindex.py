@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +17,8 @@ from cache_server.reindex import Reindexer
 from cache_server.settings import Settings
 from cache_server.storage.local import LocalBlobStore
 from cache_server.wiring import build_services
-from tests.production.conftest import Deployment
 from tests.support.api import sha
-from tests.support.server import SERVER_BIN
+from tests.support.deployment import Deployment
 
 DEPLOYMENTS = ["sqlite-local", "postgresql-local", "sqlite-gcs", "postgresql-gcs"]
 
@@ -29,14 +27,6 @@ ENTRIES = {
     ("vision", "2222"): os.urandom(1536 * 1024),
     ("text", "3333"): b"",
 }
-
-
-def cli(deployment: Deployment, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
-    env.update(deployment.env(XLA_CACHE_DATA_DIR=str(data_dir)))
-    return subprocess.run(
-        [str(SERVER_BIN), *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, indirect=True)
@@ -56,7 +46,7 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
         rows = {ident: services.cache.head_entry(*ident) for ident in ENTRIES}
 
     downgrade(settings, "base")  # the index is lost: no tables, no rows
-    done = cli(deployment, tmp_path / "data", "reindex")
+    done = deployment.cli(tmp_path / "data", "reindex")
     assert done.returncode == 0, done.stderr
     assert "3 blobs in 2 namespaces" in done.stdout
     assert "3 rows added, 0 already indexed, 0 skipped" in done.stdout

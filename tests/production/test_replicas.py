@@ -16,9 +16,9 @@ import pytest
 
 from cache_protocol import SHA256_HEADER
 from cache_server.storage import open_store
-from tests.production.conftest import Deployment
-from tests.production.test_reindex import cli
+from tests.support import api
 from tests.support.api import sha
+from tests.support.deployment import Deployment
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -29,7 +29,7 @@ FINGERPRINT = {"framework": "torch_xla", "torch_xla": "2.7.0", "device_type": "T
 @pytest.fixture
 def replicas(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServer, LiveServer]]:
     # `serve` only migrates an embedded SQLite file; a shared database is migrated once, beforehand.
-    migrated = cli(deployment, tmp_path / "migrate", "migrate")
+    migrated = deployment.cli(tmp_path / "migrate", "migrate")
     assert migrated.returncode == 0, migrated.stderr
     with ExitStack() as stack:
         a, b = (
@@ -42,9 +42,8 @@ def replicas(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServe
 
 
 def put(server: LiveServer, key: str, data: bytes) -> int:
-    with httpx.Client(timeout=60) as client:
-        url = f"{server.url}/v1/namespaces/{NS}/entries/{key}"
-        return client.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        return api.put(client, NS, key, data).status_code
 
 
 def namespace(server: LiveServer) -> dict[str, Any]:

@@ -22,8 +22,9 @@ import pytest
 from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
 from cache_server.wiring import build_services
-from tests.production.conftest import Deployment
-from tests.reliability.harness import MIB, BlobView, Crashable, IndexView, sha
+from tests.support.api import sha
+from tests.support.deployment import Deployment
+from tests.support.harness import MIB, BlobView, Crashable, IndexView
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
 

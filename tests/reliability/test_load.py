@@ -25,8 +25,9 @@ import pytest
 
 from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
-from tests.production.conftest import Deployment
-from tests.reliability.harness import MIB, sha
+from tests.support.api import sha
+from tests.support.deployment import Deployment
+from tests.support.harness import MIB
 from tests.support.http1 import Http1Connection, Http1Error
 from tests.support.process_tree import rss_bytes, tree
 from tests.support.server import LiveServer, run_server

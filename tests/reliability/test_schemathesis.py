@@ -47,7 +47,7 @@ from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import build_services
-from tests.reliability.harness import sha
+from tests.support.api import sha
 from tests.support.gcs_keys import key_info
 from tests.support.threaded_server import serve_in_thread
 

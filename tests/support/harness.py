@@ -18,19 +18,15 @@ import httpx
 
 from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
-from tests.production.conftest import Deployment
+from tests.support.deployment import Deployment
 from tests.support.gcs_emulator import object_names
 from tests.support.process_tree import kill_tree
 from tests.support.server import LiveServer, run_server
 
-__all__ = ["BlobView", "Crashable", "IndexView", "sha"]
+__all__ = ["MIB", "BlobView", "Crashable", "IndexView"]
 
 MIB = 1024 * 1024
-GCS_PREFIX = "cache"  # the object prefix of the deployment's gs:// URL (tests/production/conftest.py)
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+GCS_PREFIX = "cache"  # the object prefix of the deployment's gs:// URL (tests/support/deployment.py)
 
 
 @dataclass
