@@ -11,8 +11,8 @@ import pytest
 
 from client.api import CacheApi
 from client.deadline import Deadline
-from tests.client.fakes import FakeCacheServer
 from tests.e2e.conftest import JobResult, run_job
+from tests.support.fake_server import FakeCacheServer
 from tests.support.server import LiveServer
 
 pytestmark = pytest.mark.e2e

@@ -22,8 +22,8 @@ from client import warm
 from client.cachedir import TEMP_SUFFIX, file_sha256
 from client.fingerprint import namespace_id
 from client.frameworks.torch_xla import build_fingerprint
-from tests.client.conftest import FACTS
 from tests.support.api import put, sha
+from tests.support.client_kit import FACTS
 from tests.support.harness import MIB
 from tests.support.server import LiveServer, run_server
 from tests.support.small_fs import free_bytes, small_filesystem
