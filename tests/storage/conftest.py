@@ -5,33 +5,20 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cache_server.storage.base import BlobStore
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.storage.local import LocalBlobStore
+from tests.support.backends import Backend
 from tests.support.gcs_emulator import (  # noqa: F401 - fixtures
     fake_gcs_endpoint,
     gcs_bucket,
     object_names,
     put_object,
 )
-
-
-@dataclass
-class Backend:
-    """A store under test, what it physically keeps (blobs, temp files), a way to leave a foreign file."""
-
-    kind: str
-    store: BlobStore
-    stored_files: Callable[[], list[str]]
-    plant: Callable[[str, bytes], None]  # a file or object that another program left under the store's root
-    # For a store that keeps temp files: leave one as an upload that died that many seconds ago would.
-    abandon_upload: Callable[[float], None] | None = None
 
 
 def _local_files(root: Path) -> list[str]:

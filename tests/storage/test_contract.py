@@ -24,7 +24,7 @@ from cache_server.storage.base import (
     open_batch,
     open_many,
 )
-from tests.storage.conftest import Backend
+from tests.support.backends import Backend
 from tests.support.memory import MIB, PeakRss
 
 BIG = 512 * MIB
