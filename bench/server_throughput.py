@@ -23,6 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cache_protocol import SHA256_HEADER
+from tests.support.api import put
 from tests.support.server import run_server
 
 MIB = 1024 * 1024
@@ -37,11 +38,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, run_server(Path(tmp)) as server:
         ns = f"{server.url}/v1/namespaces/bench"
         blobs = {str(i): os.urandom(args.small_size) for i in range(args.small)}
-        with httpx.Client(timeout=300) as client:
+        with httpx.Client(base_url=server.url, timeout=300) as client:
             start = time.perf_counter()
             for key, data in blobs.items():
-                sha = hashlib.sha256(data).hexdigest()
-                client.put(f"{ns}/entries/{key}", content=data, headers={SHA256_HEADER: sha})
+                put(client, "bench", key, data)
             put_s = time.perf_counter() - start
             total = args.small * args.small_size
 
