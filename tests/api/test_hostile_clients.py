@@ -32,6 +32,7 @@ from tests.support.hostile import (
     read_response,
     timed_get,
 )
+from tests.support.process_tree import peak_rss_mib
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -42,13 +43,6 @@ MIB = 1024 * 1024
 def server(tmp_path: Path) -> Iterator[LiveServer]:
     with run_server(tmp_path, SHORT_TIMEOUTS) as srv:
         yield srv
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -> None:

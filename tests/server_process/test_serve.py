@@ -17,6 +17,7 @@ import pytest
 
 from cache_protocol import SHA256_HEADER
 from tests.support.api import sha
+from tests.support.process_tree import peak_rss_mib
 from tests.support.server import SERVER_BIN, LiveServer, run_server
 
 MIB = 1024 * 1024
@@ -28,13 +29,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         tmp_path_factory.mktemp("serve"), {"XLA_CACHE_MAX_ENTRY_BYTES": str(3 * 1024 * MIB)}
     ) as srv:
         yield srv
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def test_round_trip_and_statuses(server: LiveServer) -> None:
