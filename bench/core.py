@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from bench.clientops import push
 from bench.data import FIXTURE_DIR, REAL_DIR, CacheDir, load_bases, make_cache_dir, synthesize
-from bench.launch import Process, run_server
+from bench.launch import LiveServer, run_server
 
 __all__ = [
     "CASES",
@@ -215,7 +215,7 @@ class Context:
         """Start the shared server in the background (see :meth:`server`)."""
         self.start("server", lambda: run_server(self.tmpdir("server")))
 
-    def server(self) -> Process:
+    def server(self) -> LiveServer:
         """The shared ``xla-cache-server serve`` (one worker, SQLite, local blobs) of the cases that need
         no server of their own; stopped when the run ends."""
         return self.started("server", lambda: run_server(self.tmpdir("server")))

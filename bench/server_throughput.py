@@ -22,6 +22,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cache_protocol import SHA256_HEADER
+from tests.support.api import put
 from tests.support.server import run_server
 
 MIB = 1024 * 1024
@@ -36,11 +38,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, run_server(Path(tmp)) as server:
         ns = f"{server.url}/v1/namespaces/bench"
         blobs = {str(i): os.urandom(args.small_size) for i in range(args.small)}
-        with httpx.Client(timeout=300) as client:
+        with httpx.Client(base_url=server.url, timeout=300) as client:
             start = time.perf_counter()
             for key, data in blobs.items():
-                sha = hashlib.sha256(data).hexdigest()
-                client.put(f"{ns}/entries/{key}", content=data, headers={"X-Content-SHA256": sha})
+                put(client, "bench", key, data)
             put_s = time.perf_counter() - start
             total = args.small * args.small_size
 
@@ -85,7 +86,7 @@ def main() -> None:
             client.put(
                 f"{ns}/entries/large",
                 content=(block for _ in range(args.large_mib)),
-                headers={"X-Content-SHA256": digest.hexdigest(), "Content-Length": str(size)},
+                headers={SHA256_HEADER: digest.hexdigest(), "Content-Length": str(size)},
             ).raise_for_status()
             up_s = time.perf_counter() - start
             start = time.perf_counter()

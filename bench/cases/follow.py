@@ -3,7 +3,6 @@ what two jobs started together compile with and without following."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import statistics
@@ -19,6 +18,7 @@ from bench.core import CaseResult, Context, case
 from bench.launch import run_server
 from client.api import CacheApi
 from client.follower import Follower
+from tests.support.api import put
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "e2e" / "fuse_job.py"  # the end-to-end tests' torch_xla job, run as a program
@@ -42,8 +42,7 @@ def follow(ctx: Context, result: CaseResult) -> None:
             for i in range(uploads):
                 data = os.urandom(20_000)
                 key = f"{10**20 + i}"
-                headers = {"X-Content-SHA256": hashlib.sha256(data).hexdigest()}
-                response = http.put(f"/v1/namespaces/live/entries/{key}", content=data, headers=headers)
+                response = put(http, "live", key, data)
                 stored = time.perf_counter()  # the upload is acknowledged: it is in the cache
                 response.raise_for_status()
                 target = directory / key

@@ -16,16 +16,15 @@ from bench.cases.transfer import timed_tar_copy
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
 from bench.launch import (
-    Process,
+    LiveServer,
     children_of,
-    create_bucket,
     own_cpu,
     process_cpu,
-    run_fake_gcs,
     run_server,
     wait_quiet,
 )
 from bench.proxy import latency_proxy_process
+from tests.support.gcs_emulator import create_bucket, fake_gcs_process
 
 DELAY = 0.030
 WARM_LIMIT = 2.0  # seconds for 2,000 entries
@@ -53,11 +52,11 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
         f"{DELAY * 1000:.0f} ms; the index is SQLite; timeout {timeout:g} s per push or warm"
     )
     quick_note = "" if count == FULL_COUNT else f"quick run: {count} entries, not {FULL_COUNT}"
-    with run_fake_gcs(ctx.scratch) as emulator, contextlib.ExitStack() as servers:
+    with fake_gcs_process() as emulator, contextlib.ExitStack() as servers:
         port = int(emulator.url.rsplit(":", 1)[1])
         with latency_proxy_process("127.0.0.1", port, DELAY) as proxy:
 
-            def start_server(packs: bool = True, over: Process | None = None) -> Process:
+            def start_server(packs: bool = True, over: LiveServer | None = None) -> LiveServer:
                 # A bucket (and server) per push: fake-gcs-server's memory backend scans the whole bucket
                 # on every create, so each push into one shared bucket would be slower than the one
                 # before it (3.3 s, 7.8 s, 11.8 s of the emulator's CPU), which real GCS is not. ``over``:
@@ -80,13 +79,13 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
 
             buckets: dict[int, str] = {}
             data_dirs: dict[str, Path] = {}
-            pushed_to: list[Process] = []
+            pushed_to: list[LiveServer] = []
             pushes: list[clientops.PushOutcome] = []
             requests: list[int] = []
             cpu: dict[str, list[float]] = {}
 
             @contextlib.contextmanager
-            def cpu_into(into: dict[str, list[float]], server: Process) -> Iterator[None]:
+            def cpu_into(into: dict[str, list[float]], server: LiveServer) -> Iterator[None]:
                 # Where the CPU goes: on 2 cores, the emulator's and the proxy's share is the machine's too.
                 parts = {
                     "client": None,
@@ -146,7 +145,7 @@ def gcs_latency(ctx: Context, result: CaseResult) -> None:
 
                 def warms_from(
                     label: str,
-                    server: Process,
+                    server: LiveServer,
                     outcomes: list[clientops.WarmOutcome],
                     setup: Callable[[], None] = lambda: fresh(destination),
                 ) -> Series:

@@ -14,6 +14,7 @@ import httpx
 
 from bench.core import MB, CaseResult, Context, case
 from bench.launch import peak_rss_bytes, reset_peak_rss, run_server, run_static_server, wait_quiet
+from cache_protocol import SHA256_HEADER
 
 RATE_FLOOR = 1000.0  # requests per second, each kind
 LARGE_SHARE = 0.70  # server throughput >= 70% of the static server's
@@ -264,7 +265,7 @@ def large_warm(ctx: Context, result: CaseResult) -> None:
         http.put(
             url,
             content=_file_chunks(path),
-            headers={"X-Content-SHA256": digest, "Content-Length": str(size)},
+            headers={SHA256_HEADER: digest, "Content-Length": str(size)},
         ).raise_for_status()
         upload_peak = peak_rss_bytes(server.pid)
         result.figures["server_peak_rss_upload_MB"] = (upload_peak or 0) / MB

@@ -4,8 +4,8 @@ Measured in process on the server's own services (no HTTP): the stats report, a 
 ``missing`` for 1,000 keys, and evicting 100,000 entries (rows, then blobs). Setup, not measured: rows are
 inserted in bulk; only the entries eviction removes get a blob file (the first written by the real local
 store, the others copies of it), so setting up stays within minutes. PostgreSQL is the machine's
-(127.0.0.1:5432, user postgres, trust auth; ``XLA_CACHE_BENCH_POSTGRES_URL`` overrides), in a throwaway
-database.
+(127.0.0.1:5432, user postgres, trust auth; ``XLA_CACHE_TEST_POSTGRES_URL`` overrides), in a throwaway
+database (:mod:`tests.support.databases`, as the tests make one).
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from unittest import mock
@@ -29,28 +27,6 @@ if TYPE_CHECKING:  # the server's modules are imported when the case runs, not b
 NAMESPACES = 100
 SIZE = 256
 STATS_LIMIT, MANIFEST_LIMIT, MISSING_LIMIT, EVICT_LIMIT = 0.250, 0.150, 0.050, 30.0
-POSTGRES_ADMIN_URL = os.environ.get(
-    "XLA_CACHE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-
-
-@contextmanager
-def _database(kind: str, directory: Path) -> Iterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{directory / 'index.sqlite3'}"
-        return
-    from sqlalchemy import create_engine, text
-
-    name = f"xla_cache_bench_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _put_blob(store: object, name: str, data: bytes, copy: bytes | None) -> bytes:
@@ -101,7 +77,9 @@ def _one_database(ctx: Context, result: CaseResult, kind: str, entries: int, evi
     from cache_server.wiring import build_services
 
     directory = ctx.tmpdir(f"index-{kind}")
-    with _database(kind, directory) as url:
+    from tests.support.databases import fresh_database_url
+
+    with fresh_database_url(kind, directory) as url:
         settings = Settings(data_dir=directory, database_url=url)
         upgrade(settings)
         services = build_services(settings)

@@ -16,7 +16,7 @@ from unittest import mock
 from bench import clientops
 from bench.core import MB, CaseResult, Context, Series, case, fresh
 from bench.data import CacheDir
-from bench.launch import Process, run_server, wait_quiet
+from bench.launch import LiveServer, run_server, wait_quiet
 
 PUSH_LIMIT = 5.0  # push <= 5x the tar floor
 WARM_LIMIT = 2.0  # warm <= 2x the tar floor
@@ -52,7 +52,7 @@ def in_turns(
     runs: Sequence[tuple[str, Callable[[], object], str]],
     *,
     setup: Callable[[], object],
-    server: Process,
+    server: LiveServer,
 ) -> tuple[list[Series], Series]:
     """Time tar's copy of the same directory and each of ``runs`` (label, run, the client's
     ``XLA_CACHE_COMPRESSION`` for it) in turns, repetition by repetition: the series of each run, and the

@@ -10,16 +10,13 @@ import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.api.auth import OPEN_ROUTES, ROUTE_ROLES
 from cache_server.settings import Settings
-from tests.conftest import sha
+from tests.support.api import bearer, sha
 
 ORDER = ["read", "write", "admin"]
 ENTRY = b"compiled executable bytes"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 # (method, path, request kwargs, role needed, statuses that mean "done")
@@ -29,7 +26,7 @@ ROUTES: list[tuple[str, str, dict[str, Any], str, set[int]]] = [
     (
         "PUT",
         "/v1/namespaces/ns/entries/new",
-        {"content": b"new", "headers": {"X-Content-SHA256": sha(b"new")}},
+        {"content": b"new", "headers": {SHA256_HEADER: sha(b"new")}},
         "write",
         {200, 201},
     ),
@@ -57,7 +54,7 @@ def stocked(auth_client: TestClient, tokens: dict[str, str]) -> TestClient:
         response = auth_client.put(
             f"/v1/namespaces/{namespace}/entries/k",
             content=ENTRY,
-            headers={"X-Content-SHA256": sha(ENTRY), **bearer(tokens["write"])},
+            headers={SHA256_HEADER: sha(ENTRY), **bearer(tokens["write"])},
         )
         assert response.status_code == 201
     return auth_client

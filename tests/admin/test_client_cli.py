@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from client.admin_cli import parse_duration, parse_size
 from client.cli import main as cli_main
-from tests.admin.conftest import real_entries
-from tests.admin.test_serve_auth import server_cli
-from tests.conftest import sha
-from tests.support.server import LiveServer, run_server
+from tests.support.api import sha
+from tests.support.real_entries import real_entries
+from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
 
 KIB = 1024
@@ -31,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
         admin = {"Authorization": f"Bearer {tokens['admin']}"}
         with httpx.Client(base_url=srv.url, headers=admin, timeout=30) as http:
             for key, data in real_entries().items():
-                headers = {"X-Content-SHA256": sha(data), "X-Compile-Time-Ms": "90000"}
+                headers = {SHA256_HEADER: sha(data), "X-Compile-Time-Ms": "90000"}
                 assert http.put(
                     f"/v1/namespaces/cpu-job/entries/{key}", content=data, headers=headers
                 ).is_success
@@ -39,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
             for i in range(10):
                 data = bytes([i]) * KIB
                 url = f"/v1/namespaces/small/entries/s{i}"
-                assert http.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+                assert http.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
             # The entries are parsed in the background: wait until all the real ones are (the first
             # graph can show up before its other variants are parsed).
             wait_until(
@@ -175,7 +175,7 @@ def test_tokens_show_what_each_stored_and_purge_token_removes_it(
         for i in range(3):
             data = b"leaked %d" % i
             url = f"/v1/namespaces/leak/entries/x{i}"
-            assert http.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+            assert http.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     admin = ["--server", srv.url, "--token", tokens["admin"]]
     code, out, _ = run(["tokens", *admin], capsys)
     assert code == 0

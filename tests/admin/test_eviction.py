@@ -9,8 +9,8 @@ from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.admin.conftest import services_of, upload
-from tests.conftest import sha
+from tests.support.api import put_ok, sha
+from tests.support.apps import services_of
 from tests.support.clock import ShiftedClock
 from tests.support.wait import wait_until
 
@@ -37,7 +37,7 @@ def fill(client: TestClient, namespace: str, count: int, size: int = KIB) -> lis
     """Upload ``count`` entries, oldest first, each accessed once in that order (distinct access times)."""
     keys = [f"k{i:03d}" for i in range(count)]
     for key in keys:
-        upload(client, namespace, key, key.encode().ljust(size, b"."))
+        put_ok(client, namespace, key, key.encode().ljust(size, b"."))
     return keys
 
 
@@ -79,7 +79,7 @@ def test_older_than_and_namespace_scope(client: TestClient, clock: ShiftedClock)
     fill(client, "a", 3)
     fill(client, "b", 3)
     clock.advance(7200)  # two hours later
-    upload(client, "a", "fresh", b"new")
+    put_ok(client, "a", "fresh", b"new")
     body = client.post("/admin/evict", json={"older_than_seconds": 3600, "namespace": "a"}).json()
     assert body["evicted"] == 3
     assert stored_keys(client, "a") == {"fresh"}

@@ -10,8 +10,7 @@ from fastapi.testclient import TestClient
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.wiring import Services
-from tests.admin.conftest import upload
-from tests.conftest import sha
+from tests.support.api import put_ok, sha
 
 
 def orphan(services: Services, namespace: str, key: str, data: bytes) -> None:
@@ -23,7 +22,7 @@ def test_orphans_removed_and_lost_rows_dropped(
     client: TestClient, services: Services, settings: Settings
 ) -> None:
     for key in ("a", "b", "c"):
-        upload(client, "ns", key, key.encode() * 100)
+        put_ok(client, "ns", key, key.encode() * 100)
     orphan(services, "ns", "crashed", b"x" * 300)
     orphan(services, "never-registered", "o", b"y" * 50)
     (settings.data_dir / "blobs" / "ns" / "b").unlink()  # a row whose blob is gone

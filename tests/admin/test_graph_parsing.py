@@ -23,8 +23,9 @@ from cache_server.index.admin import GraphRecord
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.admin.conftest import real_entries, services_of
-from tests.conftest import sha
+from tests.support.api import sha
+from tests.support.apps import services_of
+from tests.support.real_entries import real_entries
 
 
 def _store_real_entries(settings: Settings, services: Services, namespace: str) -> list[str]:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import zstandard
 
 from cache_server.graphs.hlo import GraphInfo, iter_fields, parse_entry
-from tests.admin.conftest import real_entries
+from tests.support.real_entries import real_entries
 
 SOURCE = "tests/admin/fixtures/generate_entries.py"
 

@@ -13,15 +13,16 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.api.telemetry import ACCESS_LOGGER
 from cache_server.errors import IndexUnavailable
 from cache_server.metrics import UNKNOWN_NAMESPACE, NamespaceLabels
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
-from tests.admin.conftest import Samples, metric_samples, upload
-from tests.api.test_compression import client_for
-from tests.conftest import sha
+from tests.support.api import put_ok, sha
+from tests.support.apps import client_for
 from tests.support.clock import ManualMonotonic
+from tests.support.metrics import Samples, metric_samples
 from tests.support.server import run_server
 from tests.support.wait import wait_until
 
@@ -42,8 +43,8 @@ def delta(after: Samples, before: Samples, name: str, **labels: str) -> float:
 
 def test_metrics_after_known_traffic(client: TestClient) -> None:
     before = scrape(client.get)
-    upload(client, "m-ns", "a", b"a" * 1000)
-    upload(client, "m-ns", "b", b"b" * 2000)
+    put_ok(client, "m-ns", "a", b"a" * 1000)
+    put_ok(client, "m-ns", "b", b"b" * 2000)
     for _ in range(3):
         assert client.get("/v1/namespaces/m-ns/entries/a").status_code == 200
     assert client.get("/v1/namespaces/m-ns/entries/zzz").status_code == 404
@@ -88,7 +89,7 @@ def test_access_log_is_one_json_line_per_request_without_tokens(
     logging.getLogger(ACCESS_LOGGER).addHandler(keep)
     try:
         data = b"x" * 123
-        headers = {"X-Content-SHA256": sha(data), "Authorization": f"Bearer {tokens['write']}"}
+        headers = {SHA256_HEADER: sha(data), "Authorization": f"Bearer {tokens['write']}"}
         assert (
             auth_client.put("/v1/namespaces/logged/entries/k1", content=data, headers=headers).status_code
             == 201
@@ -139,7 +140,7 @@ def test_two_workers_report_the_sum_of_both(two_workers: tuple[str, Path]) -> No
         data = os.urandom(4096)
         assert (
             http.put(
-                "/v1/namespaces/w2/entries/e", content=data, headers={"X-Content-SHA256": sha(data)}
+                "/v1/namespaces/w2/entries/e", content=data, headers={SHA256_HEADER: sha(data)}
             ).status_code
             == 201
         )
@@ -254,7 +255,7 @@ def test_memory_answers_and_packing_later_are_counted(tmp_path: Path) -> None:
     with client_for(tmp_path, hot_cache_seconds=60, packs=True, pack_interval_seconds=3600) as client:
         before = scrape(client.get)
         for key in ("a", "b", "c", "d"):
-            upload(client, "mem", key, key.encode() * 1000)
+            put_ok(client, "mem", key, key.encode() * 1000)
         url = "/v1/namespaces/mem/entries/a"
         assert client.get(url).status_code == 200  # the first read: index and store, then kept
         assert client.get(url).status_code == 200

@@ -9,25 +9,23 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from cache_protocol import UPLOADER_HEADER
 from cache_server.app import create_app
 from cache_server.auth import Role
 from cache_server.errors import BadRequest
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
-from tests.admin.conftest import services_of
-from tests.admin.test_auth import bearer
-from tests.admin.test_serve_auth import server_cli
-from tests.conftest import sha
+from tests.support import api
+from tests.support.api import bearer
+from tests.support.apps import services_of
+from tests.support.server import server_cli
 
 
 def put(client: TestClient, token: str, namespace: str, key: str, data: bytes) -> int:
-    response = client.put(
-        f"/v1/namespaces/{namespace}/entries/{key}",
-        content=data,
-        headers={"X-Content-SHA256": sha(data), "X-Uploader": "claims-to-be-ci", **bearer(token)},
-    )
-    return response.status_code
+    """The status of an upload with ``token`` that claims to come from CI."""
+    claims = {UPLOADER_HEADER: "claims-to-be-ci", **bearer(token)}
+    return api.put(client, namespace, key, data, **claims).status_code
 
 
 @pytest.fixture

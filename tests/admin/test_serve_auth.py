@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import httpx
 
-from tests.support.server import SERVER_BIN, run_server
-
-
-def server_cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
-    env.update({"XLA_CACHE_DATA_DIR": str(data_dir), "XLA_CACHE_AUTH": "on"})
-    return subprocess.run([str(SERVER_BIN), *args], env=env, capture_output=True, text=True, timeout=120)
+from tests.support.server import run_server, server_cli
 
 
 def test_insecure_flag_allows_a_public_address_with_auth_off(tmp_path: Path) -> None:

@@ -11,16 +11,17 @@ from cache_server.index import AdminRepository, EntryRepository
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.admin.conftest import real_entries, services_of, upload
-from tests.conftest import sha
+from tests.support.api import put_ok, sha
+from tests.support.apps import services_of
 from tests.support.clock import clear_of_utc_midnight
+from tests.support.real_entries import real_entries
 
 
 def _traffic(client: TestClient) -> None:
     client.put("/v1/namespaces/vision", json={"fingerprint": {"torch_xla": "2.7.0"}, "labels": {"team": "v"}})
-    upload(client, "vision", "k1", b"a" * 1000, **{"X-Compile-Time-Ms": "12000"})
-    upload(client, "vision", "k2", b"b" * 3000)  # no compile time reported
-    upload(client, "text", "t1", b"c" * 500, **{"X-Compile-Time-Ms": "2500"})
+    put_ok(client, "vision", "k1", b"a" * 1000, **{"X-Compile-Time-Ms": "12000"})
+    put_ok(client, "vision", "k2", b"b" * 3000)  # no compile time reported
+    put_ok(client, "text", "t1", b"c" * 500, **{"X-Compile-Time-Ms": "2500"})
     for _ in range(3):
         assert client.get("/v1/namespaces/vision/entries/k1").status_code == 200
     assert client.get("/v1/namespaces/vision/entries/k2").status_code == 200
@@ -92,9 +93,9 @@ def test_unregistered_namespace_misses_make_no_rows(client: TestClient) -> None:
 
 def test_graphs_with_most_shape_variants(client: TestClient) -> None:
     for key, data in real_entries().items():
-        upload(client, "cpu-job", key, data)
-    upload(client, "cpu-job", "not-an-executable", b"\x00" * 2048)  # stored, never listed
-    upload(client, "other-job", "tpu-like", b"opaque executable bytes")
+        put_ok(client, "cpu-job", key, data)
+    put_ok(client, "cpu-job", "not-an-executable", b"\x00" * 2048)  # stored, never listed
+    put_ok(client, "other-job", "tpu-like", b"opaque executable bytes")
     assert services_of(client).admin.wait_parsed(30)
     graphs = client.get("/admin/stats").json()["top_graphs"]
     assert [(g["namespace"], g["module"], g["variants"], g["entries"]) for g in graphs] == [

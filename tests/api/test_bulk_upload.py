@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,31 +9,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
+from cache_protocol import BUNDLE_COMPILE_TIME_PAX, SHA256_HEADER
 from cache_protocol.tar import END, _ustar
 from cache_server.api.schemas import BulkMemberOut, BulkOut
 from cache_server.app import create_app
 from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
-from tests.conftest import sha
+from tests.support.api import member, sha, tar_of
 
 URL = "/v1/namespaces/ns/entries"
-
-
-def member(name: str, data: bytes, *, digest: str | None = None, **pax: str) -> tuple[tarfile.TarInfo, bytes]:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.pax_headers = {BUNDLE_SHA256_PAX: sha(data) if digest is None else digest, **pax}
-    return info, data
-
-
-def tar_of(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for info, data in members:
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 @pytest.fixture
@@ -55,8 +39,8 @@ def blobs(settings: Settings) -> list[str]:
 
 
 def test_each_member_gets_the_status_a_put_would(client: TestClient, settings: Settings) -> None:
-    assert client.put(f"{URL}/same", content=b"same", headers={"X-Content-SHA256": sha(b"same")}).is_success
-    assert client.put(f"{URL}/taken", content=b"old", headers={"X-Content-SHA256": sha(b"old")}).is_success
+    assert client.put(f"{URL}/same", content=b"same", headers={SHA256_HEADER: sha(b"same")}).is_success
+    assert client.put(f"{URL}/taken", content=b"old", headers={SHA256_HEADER: sha(b"old")}).is_success
     stream = tar_of(
         [
             member("new1", b"one", **{BUNDLE_COMPILE_TIME_PAX: "1500"}),

@@ -13,12 +13,13 @@ import pytest
 import zstandard
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
-from tests.api.test_bulk_upload import member, tar_of
-from tests.conftest import sha
+from tests.support.api import member, sha, tar_of
+from tests.support.apps import client_for
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
 
@@ -29,18 +30,12 @@ ENTRIES = {
 }
 
 
-def client_for(tmp_path: Path, **settings: object) -> TestClient:
-    config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, **settings)  # type: ignore[arg-type]
-    upgrade(config)
-    return TestClient(create_app(config))
-
-
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     with client_for(tmp_path) as test_client:
         for key, data in ENTRIES.items():
             assert test_client.put(
-                f"{NS}/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)}
+                f"{NS}/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
             ).is_success
         yield test_client
 
@@ -72,7 +67,7 @@ def test_a_bundle_is_zstd_for_a_client_that_accepts_it(client: TestClient) -> No
 def test_bundle_compression_can_be_turned_off(tmp_path: Path) -> None:
     with client_for(tmp_path, bundle_compression=False) as client:
         data = ENTRIES["k1"]
-        client.put(f"{NS}/entries/k1", content=data, headers={"X-Content-SHA256": sha(data)})
+        client.put(f"{NS}/entries/k1", content=data, headers={SHA256_HEADER: sha(data)})
         response = client.post(f"{NS}/bundle", json={"keys": ["k1"]}, headers={"Accept-Encoding": "zstd"})
         assert "content-encoding" not in response.headers and members_of(response.content) == {"k1": data}
 

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
 from cache_server.wiring import Services
-from tests.conftest import sha
+from tests.support.api import sha
 
 
 def test_32_concurrent_puts_of_one_key(services: Services) -> None:

@@ -14,22 +14,18 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.requests import Request
 
+from cache_protocol import SHA256_HEADER
 from cache_server.api.entries import _flag
 from cache_server.api.schemas import ManifestEntry, ManifestOut
 from cache_server.errors import BadRequest
 from cache_server.service import CorruptBlob
 from cache_server.settings import Settings
 from cache_server.wiring import Services
-from tests.conftest import sha
+from tests.support.api import put, sha
 from tests.support.clock import ManualMonotonic
 
 NS = "ns-test"
 URL = f"/v1/namespaces/{NS}/entries"
-
-
-def put(client: TestClient, key: str, data: bytes, digest: str | None = None, **headers: str) -> object:
-    hdrs = {"X-Content-SHA256": digest if digest is not None else sha(data), **headers}
-    return client.put(f"{URL}/{key}", content=data, headers=hdrs)
 
 
 def stored_files(settings_dir: Path) -> list[Path]:
@@ -38,20 +34,17 @@ def stored_files(settings_dir: Path) -> list[Path]:
 
 
 def test_put_creates_then_same_digest_is_200(client: TestClient) -> None:
-    first = client.put(f"{URL}/1234", content=b"abc", headers={"X-Content-SHA256": sha(b"abc")})
+    first = client.put(f"{URL}/1234", content=b"abc", headers={SHA256_HEADER: sha(b"abc")})
     assert first.status_code == 201
     assert first.json() == {"namespace": NS, "key": "1234", "size": 3, "sha256": sha(b"abc"), "created": True}
-    again = client.put(f"{URL}/1234", content=b"abc", headers={"X-Content-SHA256": sha(b"abc")})
+    again = client.put(f"{URL}/1234", content=b"abc", headers={SHA256_HEADER: sha(b"abc")})
     assert again.status_code == 200
     assert again.json()["created"] is False
 
 
 def test_put_other_digest_is_409_and_first_stays(client: TestClient) -> None:
-    assert (
-        client.put(f"{URL}/k", content=b"first", headers={"X-Content-SHA256": sha(b"first")}).status_code
-        == 201
-    )
-    other = client.put(f"{URL}/k", content=b"second", headers={"X-Content-SHA256": sha(b"second")})
+    assert client.put(f"{URL}/k", content=b"first", headers={SHA256_HEADER: sha(b"first")}).status_code == 201
+    other = client.put(f"{URL}/k", content=b"second", headers={SHA256_HEADER: sha(b"second")})
     assert other.status_code == 409
     assert other.json()["error"] == "digest_conflict"
     assert "first upload stays" in other.json()["detail"]
@@ -59,7 +52,7 @@ def test_put_other_digest_is_409_and_first_stays(client: TestClient) -> None:
 
 
 def test_digest_mismatch_is_400_and_nothing_stored(client: TestClient, settings_dir: Path) -> None:
-    response = client.put(f"{URL}/k", content=b"body", headers={"X-Content-SHA256": sha(b"other")})
+    response = client.put(f"{URL}/k", content=b"body", headers={SHA256_HEADER: sha(b"other")})
     assert response.status_code == 400
     assert response.json()["error"] == "digest_mismatch"
     assert client.head(f"{URL}/k").status_code == 404
@@ -73,7 +66,7 @@ def test_digest_mismatch_is_400_and_nothing_stored(client: TestClient, settings_
 def test_missing_or_malformed_digest_is_400(
     client: TestClient, settings_dir: Path, header: str | None, fragment: str
 ) -> None:
-    headers = {} if header is None else {"X-Content-SHA256": header}
+    headers = {} if header is None else {SHA256_HEADER: header}
     response = client.put(f"{URL}/k", content=b"body", headers=headers)
     assert response.status_code == 400
     assert response.json()["error"] == "bad_request"
@@ -82,14 +75,14 @@ def test_missing_or_malformed_digest_is_400(
 
 
 def test_upper_case_digest_is_accepted(client: TestClient) -> None:
-    response = client.put(f"{URL}/k", content=b"x", headers={"X-Content-SHA256": sha(b"x").upper()})
+    response = client.put(f"{URL}/k", content=b"x", headers={SHA256_HEADER: sha(b"x").upper()})
     assert response.status_code == 201
     assert response.json()["sha256"] == sha(b"x")
 
 
 def test_too_large_declared_is_413(client: TestClient, settings: Settings, settings_dir: Path) -> None:
     settings.max_entry_bytes = 10
-    response = client.put(f"{URL}/k", content=b"x" * 11, headers={"X-Content-SHA256": sha(b"x" * 11)})
+    response = client.put(f"{URL}/k", content=b"x" * 11, headers={SHA256_HEADER: sha(b"x" * 11)})
     assert response.status_code == 413
     assert response.json()["error"] == "entry_too_large"
     assert "10 bytes" in response.json()["detail"]
@@ -104,7 +97,7 @@ def test_too_large_streamed_is_413(client: TestClient, settings: Settings, setti
         for _ in range(3):
             yield b"y" * 1024 * 1024
 
-    response = client.put(f"{URL}/k", content=body(), headers={"X-Content-SHA256": "0" * 64})
+    response = client.put(f"{URL}/k", content=body(), headers={SHA256_HEADER: "0" * 64})
     assert response.status_code == 413
     assert stored_files(settings_dir) == []
     assert not list((settings_dir / "blobs" / ".tmp").iterdir())
@@ -113,8 +106,7 @@ def test_too_large_streamed_is_413(client: TestClient, settings: Settings, setti
 def test_exactly_at_limit_is_accepted(client: TestClient, settings: Settings) -> None:
     settings.max_entry_bytes = 10
     assert (
-        client.put(f"{URL}/k", content=b"x" * 10, headers={"X-Content-SHA256": sha(b"x" * 10)}).status_code
-        == 201
+        client.put(f"{URL}/k", content=b"x" * 10, headers={SHA256_HEADER: sha(b"x" * 10)}).status_code == 201
     )
 
 
@@ -137,7 +129,7 @@ BAD_NAMES = [
 def test_bad_keys_are_400_and_nothing_stored(
     client: TestClient, settings_dir: Path, key: str, fragment: str
 ) -> None:
-    response = client.put(f"{URL}/{key}", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    response = client.put(f"{URL}/{key}", content=b"d", headers={SHA256_HEADER: sha(b"d")})
     assert response.status_code == 400, response.text
     assert response.json()["error"] == "invalid_name"
     assert fragment in response.json()["detail"]
@@ -146,7 +138,7 @@ def test_bad_keys_are_400_and_nothing_stored(
 
 
 def test_slash_in_key_is_400(client: TestClient, settings_dir: Path) -> None:
-    response = client.put(f"{URL}/a/b", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    response = client.put(f"{URL}/a/b", content=b"d", headers={SHA256_HEADER: sha(b"d")})
     assert response.status_code == 400
     assert "slash" in response.json()["detail"]
     assert stored_files(settings_dir) == []
@@ -159,7 +151,7 @@ def test_bad_namespaces_are_400(
     client: TestClient, settings_dir: Path, namespace: str, fragment: str
 ) -> None:
     response = client.put(
-        f"/v1/namespaces/{namespace}/entries/k", content=b"d", headers={"X-Content-SHA256": sha(b"d")}
+        f"/v1/namespaces/{namespace}/entries/k", content=b"d", headers={SHA256_HEADER: sha(b"d")}
     )
     assert response.status_code == 400
     assert fragment in response.json()["detail"]
@@ -168,18 +160,18 @@ def test_bad_namespaces_are_400(
 
 
 def test_empty_key_is_not_an_entry(client: TestClient) -> None:
-    response = client.put(f"{URL}/", content=b"d", headers={"X-Content-SHA256": sha(b"d")})
+    response = client.put(f"{URL}/", content=b"d", headers={SHA256_HEADER: sha(b"d")})
     assert response.status_code in (400, 404, 405)
     assert set(response.json()) == {"error", "detail"}
 
 
 def test_get_head_delete(client: TestClient, settings_dir: Path) -> None:
     data = bytes(range(256)) * 1000
-    assert client.put(f"{URL}/9", content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    assert client.put(f"{URL}/9", content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     got = client.get(f"{URL}/9")
     assert got.status_code == 200
     assert got.content == data
-    assert got.headers["x-content-sha256"] == sha(data)
+    assert got.headers[SHA256_HEADER] == sha(data)
     assert got.headers["etag"] == f'"{sha(data)}"'
     head = client.head(f"{URL}/9")
     assert head.status_code == 200
@@ -197,7 +189,7 @@ def test_get_parameters_are_read_and_documented(client: TestClient, services: Se
     flag takes FastAPI's spellings, anything else is a 400 naming it, and the OpenAPI document still
     describes every parameter."""
     data = b"flagged"
-    assert client.put(f"{URL}/f", content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    assert client.put(f"{URL}/f", content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     for spelled in ("1", "true", "Yes", "on", "0", "false", "off"):  # no signed URLs here: bytes either way
         assert client.get(f"{URL}/f?redirect={spelled}").content == data, spelled
     bad = client.get(f"{URL}/f?redirect=maybe")
@@ -235,7 +227,7 @@ def test_miss_is_json_404_and_counted(client: TestClient, services: Services) ->
 
 
 def test_hits_are_batched_not_written_per_get(client: TestClient, services: Services) -> None:
-    put(client, "h", b"hit me")
+    put(client, NS, "h", b"hit me")
     for _ in range(5):
         assert client.get(f"{URL}/h").status_code == 200
     entry = services.cache.head_entry(NS, "h")
@@ -248,8 +240,8 @@ def test_hits_are_batched_not_written_per_get(client: TestClient, services: Serv
 
 
 def test_missing(client: TestClient) -> None:
-    put(client, "a", b"1")
-    put(client, "c", b"3")
+    put(client, NS, "a", b"1")
+    put(client, NS, "c", b"3")
     response = client.post(f"/v1/namespaces/{NS}/missing", json={"keys": ["a", "b", "c", "d", "b"]})
     assert response.status_code == 200
     assert response.json() == {"missing": ["b", "d"]}
@@ -284,7 +276,7 @@ def test_malformed_json_is_400(client: TestClient, path: str) -> None:
 
 def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services: Services) -> None:
     for key, size in [("small", 10), ("big", 1000), ("mid", 100), ("cold", 50)]:
-        put(client, key, b"z" * size)
+        put(client, NS, key, b"z" * size)
     for key, hits in [("big", 3), ("mid", 2), ("small", 1)]:
         for _ in range(hits):
             client.get(f"{URL}/{key}")
@@ -308,7 +300,7 @@ def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services
 def test_bundle_is_a_tar_of_the_present_keys(client: TestClient, services: Services) -> None:
     blobs = {"111": b"one" * 100, "222": b"", "333": bytes(range(256)) * 7}
     for key, data in blobs.items():
-        put(client, key, data)
+        put(client, NS, key, data)
     response = client.post(f"/v1/namespaces/{NS}/bundle", json={"keys": ["333", "absent", "111", "222"]})
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/x-tar"
@@ -345,11 +337,11 @@ def test_a_corrupt_small_entry_is_a_miss_and_its_next_upload_heals_it(
     client: TestClient, settings_dir: Path, services: Services
 ) -> None:
     data = b"A" * 5000
-    put(client, "c", data)
+    put(client, NS, "c", data)
     _flip_last_byte(settings_dir, "c")
     assert client.get(f"{URL}/c").status_code == 404  # checked whole before the first byte: a plain miss
     assert client.head(f"{URL}/c").status_code == 404  # the entry was dropped, row and blob
-    assert put(client, "c", data).status_code == 201  # so the next upload stores it again
+    assert put(client, NS, "c", data).status_code == 201  # so the next upload stores it again
     assert client.get(f"{URL}/c").content == data
     services.access.flush()
     assert client.get(f"/v1/namespaces/{NS}").json()["misses"] == 1
@@ -357,7 +349,7 @@ def test_a_corrupt_small_entry_is_a_miss_and_its_next_upload_heals_it(
 
 def test_a_corrupt_large_entry_is_never_served_whole(client: TestClient, settings_dir: Path) -> None:
     data = bytes(range(256)) * 8192  # 2 MiB: streamed, not read whole
-    put(client, "big", data)
+    put(client, NS, "big", data)
     assert client.get(f"{URL}/big").content == data  # hashed whole once, then trusted while unchanged
     _flip_last_byte(settings_dir, "big")  # the file changes, so it is hashed again
     with pytest.raises(CorruptBlob):  # the stream breaks instead of delivering bad bytes
@@ -374,7 +366,7 @@ def test_an_unchanged_file_is_hashed_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data = bytes(range(256)) * 8192
-    put(client, "big", data)
+    put(client, NS, "big", data)
     hashed: list[int] = []
     real = hashlib.sha256
 
@@ -388,7 +380,7 @@ def test_an_unchanged_file_is_hashed_once(
     for _ in range(3):
         assert client.get(f"{URL}/big").content == data
     assert len(hashed) == 1
-    put(client, "small", b"s" * 100)
+    put(client, NS, "small", b"s" * 100)
     for _ in range(3):
         assert client.get(f"{URL}/small").content == b"s" * 100
     assert len(hashed) == 1 + 1 + 1  # the small upload, and its first read (then its copy in memory)
@@ -415,7 +407,7 @@ def test_dropping_a_corrupt_read_spares_the_key_stored_again_since(
 ) -> None:
     """A bundle reads a row, the key is evicted and stored again with other bytes, and only then does the
     read find the old digest wrong: the new entry must stay."""
-    put(client, "k", b"new bytes")
+    put(client, NS, "k", b"new bytes")
     stale = dataclasses.replace(services.cache.head_entry(NS, "k"), sha256=sha(b"old bytes"))
     services.cache._drop_corrupt(stale)
     assert client.get(f"{URL}/k").content == b"new bytes"

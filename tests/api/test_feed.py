@@ -13,24 +13,28 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
+from cache_server.feed import FeedWatcher
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
-from tests.conftest import sha
+from tests.support.api import put_ok, sha
 from tests.support.server import run_server
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
 
-NS = "/v1/namespaces/ns"
+NAMESPACE = "ns"
+NS = f"/v1/namespaces/{NAMESPACE}"
 
 
-def put(client: TestClient | httpx.Client, key: str, data: bytes, compile_ms: int | None = None) -> None:
-    headers = {"X-Content-SHA256": sha(data)}
-    if compile_ms is not None:
-        headers["X-Compile-Time-Ms"] = str(compile_ms)
-    assert client.put(f"{NS}/entries/{key}", content=data, headers=headers).status_code == 201
+def watcher_of(client: TestClient) -> FeedWatcher:
+    """The feed watcher of the app behind ``client``: its ``waiting`` counts the long polls waiting now."""
+    app = client.app
+    assert isinstance(app, FastAPI)
+    watcher: FeedWatcher = app.state.feed_watcher
+    return watcher
 
 
 @pytest.fixture
@@ -47,10 +51,10 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 
 def test_a_follower_gets_what_was_stored_after_its_cursor(client: TestClient) -> None:
-    put(client, "before", b"old")
+    put_ok(client, NAMESPACE, "before", b"old", created=True)
     start = client.get(f"{NS}/feed").json()
     assert start["entries"] == [] and start["cursor"] >= 1
-    put(client, "k1", b"one", compile_ms=700)
+    put_ok(client, NAMESPACE, "k1", b"one", compile_ms=700, created=True)
     answer = client.get(f"{NS}/feed", params={"after": start["cursor"], "wait": 5}).json()
     fresh = [e for e in answer["entries"] if e["seq"] > start["cursor"]]
     assert [(e["key"], e["size"], e["sha256"], e["compile_time_ms"]) for e in fresh] == [
@@ -71,13 +75,17 @@ def test_a_waiting_follower_is_answered_as_soon_as_an_entry_arrives(client: Test
     follower = threading.Thread(
         target=lambda: answers.append(client.get(f"{NS}/feed", params={"after": cursor, "wait": 20}).json())
     )
+    watcher = watcher_of(client)
     follower.start()
-    time.sleep(0.5)  # the follower is waiting by now (it would wait 20 s)
-    put(client, "late", b"compiled elsewhere")
+    wait_until(lambda: watcher.waiting == 1, timeout=10, message="the follower never waited")
+    put_ok(client, NAMESPACE, "late", b"compiled elsewhere", created=True)
     stored = time.monotonic()
     follower.join(timeout=15)
     assert not follower.is_alive()
-    assert time.monotonic() - stored < 5  # woken, not timed out
+    woken = time.monotonic() - stored
+    assert woken < 5  # woken, not timed out
+    assert watcher.waiting == 0
+    print(f"\na waiting follower was answered {woken:.3f} s after the upload (it would have waited 20 s)")
     assert [e["key"] for e in answers[0]["entries"] if e["seq"] > cursor] == ["late"]
 
 
@@ -88,15 +96,18 @@ def test_replicas_on_one_database_wake_each_others_followers(settings: Settings)
         follower = threading.Thread(
             target=lambda: answers.append(b.get(f"{NS}/feed", params={"after": cursor, "wait": 20}).json())
         )
+        watcher = watcher_of(b)
         follower.start()
-        time.sleep(0.5)
-        put(a, "from-a", b"stored through replica a")
+        wait_until(lambda: watcher.waiting == 1, timeout=10, message="the follower on b never waited")
+        put_ok(a, NAMESPACE, "from-a", b"stored through replica a", created=True)
         follower.join(timeout=15)
+        assert not follower.is_alive()
+        assert watcher.waiting == 0
         assert [e["key"] for e in answers[0]["entries"] if e["seq"] > cursor] == ["from-a"]
 
 
 def test_live_deliveries_are_counted_with_the_compile_time_they_saved(client: TestClient) -> None:
-    put(client, "k", b"executable", compile_ms=4500)
+    put_ok(client, NAMESPACE, "k", b"executable", compile_ms=4500, created=True)
     assert client.get(f"{NS}/entries/k", headers={"X-Live-Delivery": "1"}).content == b"executable"
     assert client.get(f"{NS}/entries/k").status_code == 200  # an ordinary hit
     totals = client.get("/admin/stats").json()["totals"]
@@ -111,7 +122,7 @@ def test_bad_cursors_and_waits_are_refused(client: TestClient) -> None:
 
 def test_500_waiting_followers_do_not_slow_the_other_requests(tmp_path: Path) -> None:
     with run_server(tmp_path) as server, httpx.Client(base_url=server.url, timeout=10) as http:
-        put(http, "k", b"x" * 4096)
+        put_ok(http, NAMESPACE, "k", b"x" * 4096, created=True)
         cursor = http.get(f"{NS}/feed").json()["cursor"]
 
         def latencies() -> list[float]:
@@ -133,7 +144,7 @@ def test_500_waiting_followers_do_not_slow_the_other_requests(tmp_path: Path) ->
             rss = _rss_mib(server.pid)
             crowded = statistics.median(latencies())
             assert http.get("/healthz").status_code == 200
-            put(http, "k2", b"wakes them all")
+            put_ok(http, NAMESPACE, "k2", b"wakes them all", created=True)
             for sock in followers[:20]:  # each is answered with the new entry
                 sock.settimeout(10)
                 assert b"k2" in _read_some(sock)
@@ -179,7 +190,8 @@ def test_a_follower_that_hangs_up_stops_waiting_at_once(settings: Settings) -> N
                 lambda: watcher.waiting == 0, timeout=10, message=lambda: f"{watcher.waiting} still wait"
             )
             ended = time.monotonic() - began
-            put(http, "after", b"still served")  # the feed still works for the next follower
+            # the feed still works for the next follower
+            put_ok(http, NAMESPACE, "after", b"still served", created=True)
             answer = http.get(f"{NS}/feed", params={"after": cursor, "wait": 5}).json()
     assert [entry["key"] for entry in answer["entries"]] == ["after"]
     print(f"\n{hangups} followers waiting 60 s hung up: no waiter left after {ended:.2f} s")

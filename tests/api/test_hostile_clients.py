@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import select
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -18,20 +17,26 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import sha
+from cache_protocol import SHA256_HEADER
+from tests.support.api import sha
+from tests.support.hostile import (
+    BODY_TIMEOUT,
+    SHORT_TIMEOUTS,
+    SLOTS,
+    UPLOAD_ROUTE,
+    UPLOAD_WAIT,
+    connect,
+    is_closed,
+    nothing_stored,
+    put_head,
+    read_response,
+    timed_get,
+)
+from tests.support.process_tree import peak_rss_mib
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
 MIB = 1024 * 1024
-BODY_TIMEOUT = 2.0
-UPLOAD_WAIT = 1.0
-SLOTS = 16
-SHORT_TIMEOUTS = {
-    "XLA_CACHE_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
-    "XLA_CACHE_UPLOAD_WAIT_SECONDS": str(UPLOAD_WAIT),
-    "XLA_CACHE_MAX_CONCURRENT_UPLOADS": str(SLOTS),
-}
-UPLOAD_ROUTE = "/v1/namespaces/{namespace}/entries/{key:path}"
 
 
 @pytest.fixture
@@ -40,78 +45,11 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
         yield srv
 
 
-def connect(server: LiveServer, timeout: float = 10.0) -> socket.socket:
-    host, port = server.url.removeprefix("http://").split(":")
-    return socket.create_connection((host, int(port)), timeout=timeout)
-
-
-def put_head(namespace: str, key: str, length: int) -> bytes:
-    return (
-        f"PUT /v1/namespaces/{namespace}/entries/{key} HTTP/1.1\r\nHost: x\r\n"
-        f"Content-Length: {length}\r\nX-Content-SHA256: {'0' * 64}\r\n\r\n"
-    ).encode()
-
-
-def read_response(sock: socket.socket, deadline: float) -> tuple[int | None, bytes]:
-    """The status and body of one response (``None`` when the server closed without one)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            piece = sock.recv(65536)
-        except ConnectionResetError:
-            piece = b""
-        if not piece:
-            return None, data
-        data += piece
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-    while length and len(body) < int(length.group(1)):
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        body += piece
-    return int(head.split(b" ", 2)[1]), body
-
-
-def is_closed(sock: socket.socket, deadline: float) -> bool:
-    """Whether the server closes the connection before ``deadline``."""
-    try:
-        while True:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            if not sock.recv(65536):
-                return True
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
-def timed_get(url: str) -> tuple[int, float]:
-    started = time.monotonic()
-    status = httpx.get(url, timeout=5.0).status_code
-    return status, time.monotonic() - started
-
-
-def nothing_stored(data_dir: Path, namespace: str) -> bool:
-    return (
-        not (data_dir / "blobs" / namespace).exists() and list((data_dir / "blobs" / ".tmp").iterdir()) == []
-    )
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
 def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -> None:
     """60 uploads that declare 1,000 bytes and send 10: the rest of the server answers at once."""
     stored = b"stored before the stall"
     entry_url = f"{server.url}/v1/namespaces/ok/entries/1"
-    assert httpx.put(entry_url, content=stored, headers={"X-Content-SHA256": sha(stored)}).status_code == 201
+    assert httpx.put(entry_url, content=stored, headers={SHA256_HEADER: sha(stored)}).status_code == 201
     with ExitStack() as stack:
         stalled = [stack.enter_context(connect(server)) for _ in range(60)]
         started = time.monotonic()
@@ -148,7 +86,7 @@ def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -
     # The slots are free again: a real upload goes through.
     fresh = b"after the stall"
     response = httpx.put(
-        f"{server.url}/v1/namespaces/ok/entries/2", content=fresh, headers={"X-Content-SHA256": sha(fresh)}
+        f"{server.url}/v1/namespaces/ok/entries/2", content=fresh, headers={SHA256_HEADER: sha(fresh)}
     )
     assert response.status_code == 201, response.text
     log = server.log()
@@ -188,7 +126,7 @@ def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -
             response = httpx.put(
                 f"{srv.url}/v1/namespaces/busy/entries/other",
                 content=data,
-                headers={"X-Content-SHA256": sha(data)},
+                headers={SHA256_HEADER: sha(data)},
                 timeout=10,
             )
             waited = time.monotonic() - started
@@ -202,7 +140,7 @@ def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -
         response = httpx.put(
             f"{srv.url}/v1/namespaces/busy/entries/other",
             content=data,
-            headers={"X-Content-SHA256": sha(data)},
+            headers={SHA256_HEADER: sha(data)},
         )
         assert response.status_code == 201
 

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_protocol import KEY_MAX_LENGTH, MAX_KEYS_PER_REQUEST
+from cache_protocol import KEY_MAX_LENGTH, MAX_KEYS_PER_REQUEST, SHA256_HEADER
 from cache_server.api.entries import UploadSlots
 from cache_server.api.errors import cache_error_response
 from cache_server.app import create_app
@@ -19,7 +19,7 @@ from cache_server.errors import BodyTimeout, BodyTooLarge, ClientAborted, Upload
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
-from tests.conftest import sha
+from tests.support.api import sha
 
 LIMIT = 4096
 
@@ -89,7 +89,7 @@ def test_bodies_within_the_limit_reach_the_routes_unchanged(small_limit: TestCli
 def test_entry_uploads_keep_their_own_limit(small_limit: TestClient) -> None:
     data = b"x" * (4 * LIMIT)
     response = small_limit.put(
-        "/v1/namespaces/ns/entries/big", content=data, headers={"X-Content-SHA256": sha(data)}
+        "/v1/namespaces/ns/entries/big", content=data, headers={SHA256_HEADER: sha(data)}
     )
     assert response.status_code == 201
     assert small_limit.get("/v1/namespaces/ns/entries/big").content == data

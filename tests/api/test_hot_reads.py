@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.domain import EntryInfo, utcnow
 from cache_server.errors import IndexUnavailable, StorageUnavailable
@@ -16,16 +17,11 @@ from cache_server.hot import HotEntries, ReadStamp
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
-from tests.conftest import sha
+from tests.support.api import put_ok, sha
 from tests.support.clock import ManualMonotonic
 
 NS = "hot"
 URL = f"/v1/namespaces/{NS}/entries"
-
-
-def put(client: TestClient, key: str, data: bytes) -> None:
-    response = client.put(f"{URL}/{key}", content=data, headers={"X-Content-SHA256": sha(data)})
-    assert response.status_code == 201, response.text
 
 
 def unreachable(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,15 +41,15 @@ def test_a_read_again_within_the_moment_needs_neither_the_index_nor_the_store(
     client: TestClient, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     small, large = b"s" * 5000, bytes(range(256)) * 8192  # 2 MiB: streamed, its bytes never kept
-    put(client, "small", small)
-    put(client, "large", large)
+    put_ok(client, NS, "small", small, created=True)
+    put_ok(client, NS, "large", large, created=True)
     assert client.get(f"{URL}/small").content == small
     assert client.get(f"{URL}/large").content == large
     unreachable(services, monkeypatch)
 
     again = client.get(f"{URL}/small")
     assert again.status_code == 200 and again.content == small
-    assert again.headers["x-content-sha256"] == sha(small) and again.headers["etag"] == f'"{sha(small)}"'
+    assert again.headers[SHA256_HEADER] == sha(small) and again.headers["etag"] == f'"{sha(small)}"'
     for key, data in (("small", small), ("large", large)):
         head = client.head(f"{URL}/{key}")
         assert head.status_code == 200 and head.headers["content-length"] == str(len(data))
@@ -77,7 +73,7 @@ def test_the_moment_ends(settings: Settings, monkeypatch: pytest.MonkeyPatch) ->
     now = ManualMonotonic()
     services = build_services_for(settings, now)
     with TestClient(create_app(settings, services)) as client:
-        put(client, "k", b"k" * 100)
+        put_ok(client, NS, "k", b"k" * 100, created=True)
         assert client.get(f"{URL}/k").status_code == 200
         unreachable(services, monkeypatch)
         now.advance(settings.hot_cache_seconds - 0.01)
@@ -91,7 +87,7 @@ def test_turned_off_every_read_asks_the_index(settings: Settings, monkeypatch: p
     off = settings.model_copy(update={"hot_cache_bytes": 0})
     services = build_services_for(off)
     with TestClient(create_app(off, services)) as client:
-        put(client, "k", b"k" * 100)
+        put_ok(client, NS, "k", b"k" * 100, created=True)
         assert client.get(f"{URL}/k").status_code == 200
         unreachable(services, monkeypatch)
         assert client.get(f"{URL}/k").status_code == 503
@@ -99,7 +95,7 @@ def test_turned_off_every_read_asks_the_index(settings: Settings, monkeypatch: p
 
 def test_what_this_process_removes_is_gone_at_once(client: TestClient) -> None:
     for key in ("deleted", "evicted", "namespace"):
-        put(client, key, key.encode() * 100)
+        put_ok(client, NS, key, key.encode() * 100, created=True)
         assert client.get(f"{URL}/{key}").status_code == 200
         assert client.head(f"{URL}/{key}").status_code == 200
 
@@ -113,7 +109,7 @@ def test_what_this_process_removes_is_gone_at_once(client: TestClient) -> None:
         assert client.get(f"{URL}/{key}").status_code == 404
         assert client.head(f"{URL}/{key}").status_code == 404
 
-    put(client, "namespace", b"again" * 100)
+    put_ok(client, NS, "namespace", b"again" * 100, created=True)
     assert client.get(f"{URL}/namespace").content == b"again" * 100  # stored again: the new bytes
     assert client.delete(f"/admin/namespaces/{NS}").status_code == 200
     assert client.get(f"{URL}/namespace").status_code == 404
@@ -136,7 +132,7 @@ def test_a_removal_by_another_process_is_unseen_for_at_most_the_moment(
 ) -> None:
     a, b, now = two_processes
     data = b"d" * 1000
-    put(a, "k", data)
+    put_ok(a, NS, "k", data, created=True)
     assert a.get(f"{URL}/k").content == data
     assert b.delete(f"{URL}/k").status_code == 204
     assert b.get(f"{URL}/k").status_code == 404
@@ -151,18 +147,18 @@ def test_a_key_stored_anew_through_this_process_is_read_anew(
     two_processes: tuple[TestClient, TestClient, ManualMonotonic],
 ) -> None:
     a, b, _ = two_processes
-    put(a, "k", b"old" * 100)
+    put_ok(a, NS, "k", b"old" * 100, created=True)
     assert a.get(f"{URL}/k").content == b"old" * 100
     assert b.delete(f"{URL}/k").status_code == 204
-    put(a, "k", b"new" * 100)  # created again, with other bytes: a reads its own write
+    put_ok(a, NS, "k", b"new" * 100, created=True)  # created again, with other bytes: a reads its own write
     again = a.get(f"{URL}/k")
-    assert again.content == b"new" * 100 and again.headers["x-content-sha256"] == sha(b"new" * 100)
+    assert again.content == b"new" * 100 and again.headers[SHA256_HEADER] == sha(b"new" * 100)
 
 
 def test_a_read_under_way_during_a_removal_keeps_nothing(client: TestClient, services: Services) -> None:
     """A read looks the row up and reads the blob; a delete then removes both and returns; only then does
     the read go on to keep its copy. It must not: the entry was removed through this process."""
-    put(client, "k", b"k" * 100)
+    put_ok(client, NS, "k", b"k" * 100, created=True)
     hot = services.cache.hot
     real_put = hot.put
     reached, release = threading.Event(), threading.Event()
@@ -185,7 +181,7 @@ def test_a_read_under_way_during_a_removal_keeps_nothing(client: TestClient, ser
 
 
 def test_gc_dropping_a_row_whose_blob_is_gone_drops_its_copy(client: TestClient, settings_dir: Path) -> None:
-    put(client, "k", b"k" * 100)
+    put_ok(client, NS, "k", b"k" * 100, created=True)
     assert client.get(f"{URL}/k").status_code == 200
     (settings_dir / "blobs" / NS / "k").unlink()  # lost: the row is left without its blob
     assert client.post("/admin/gc", json={"grace_seconds": 0}).json()["rows_dropped"] == 1

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
-from tests.conftest import sha
+from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, SHA256_HEADER
+from tests.support.api import sha
 
 URL = "/v1/namespaces/bounds/entries"
 
@@ -28,7 +28,7 @@ def nested(depth: int) -> dict[str, Any]:
 def test_a_compile_time_too_large_for_the_index_stores_nothing(
     client: TestClient, settings_dir: Path, compile_ms: str
 ) -> None:
-    headers = {"X-Content-SHA256": sha(b"x"), "X-Compile-Time-Ms": compile_ms}
+    headers = {SHA256_HEADER: sha(b"x"), "X-Compile-Time-Ms": compile_ms}
     response = client.put(f"{URL}/k", content=b"x", headers=headers)
     assert response.status_code == 400 and response.json()["error"] == "bad_request"
     assert client.get(f"{URL}/k").status_code == 404
@@ -36,18 +36,15 @@ def test_a_compile_time_too_large_for_the_index_stores_nothing(
 
 
 def test_the_largest_compile_time_is_kept(client: TestClient) -> None:
-    headers = {"X-Content-SHA256": sha(b"x"), "X-Compile-Time-Ms": str(2**31 - 1)}
+    headers = {SHA256_HEADER: sha(b"x"), "X-Compile-Time-Ms": str(2**31 - 1)}
     assert client.put(f"{URL}/k", content=b"x", headers=headers).status_code == 201
 
 
 def test_a_key_is_at_most_a_file_name_long(client: TestClient) -> None:
     longest = "k" * 255
-    assert (
-        client.put(f"{URL}/{longest}", content=b"x", headers={"X-Content-SHA256": sha(b"x")}).status_code
-        == 201
-    )
+    assert client.put(f"{URL}/{longest}", content=b"x", headers={SHA256_HEADER: sha(b"x")}).status_code == 201
     assert client.get(f"{URL}/{longest}").content == b"x"
-    too_long = client.put(f"{URL}/{longest}k", content=b"x", headers={"X-Content-SHA256": sha(b"x")})
+    too_long = client.put(f"{URL}/{longest}k", content=b"x", headers={SHA256_HEADER: sha(b"x")})
     assert too_long.status_code == 400 and "at most 255" in too_long.json()["detail"]
 
 

@@ -6,8 +6,9 @@ import shutil
 
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.settings import Settings
-from tests.conftest import sha
+from tests.support.api import sha
 
 FP = {"framework": "torch_xla", "torch_xla": "2.7.0", "device_type": "CPU", "devices": 4}
 
@@ -28,7 +29,7 @@ def test_register_then_update_namespace(client: TestClient) -> None:
 def test_get_namespace_counts_entries_and_bytes(client: TestClient) -> None:
     client.put("/v1/namespaces/ns1", json={"fingerprint": FP})
     for key, data in [("a", b"12345"), ("b", b"678")]:
-        client.put(f"/v1/namespaces/ns1/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)})
+        client.put(f"/v1/namespaces/ns1/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)})
     body = client.get("/v1/namespaces/ns1").json()
     assert (body["entries"], body["bytes"], body["uploads"]) == (2, 8, 2)
     assert body["fingerprint"] == FP
@@ -43,7 +44,7 @@ def test_unknown_namespace_is_404(client: TestClient) -> None:
 def test_upload_to_unregistered_namespace_creates_it(client: TestClient) -> None:
     assert (
         client.put(
-            "/v1/namespaces/fresh/entries/k", content=b"x", headers={"X-Content-SHA256": sha(b"x")}
+            "/v1/namespaces/fresh/entries/k", content=b"x", headers={SHA256_HEADER: sha(b"x")}
         ).status_code
         == 201
     )
@@ -69,7 +70,7 @@ def test_health_and_readiness(client: TestClient, settings: Settings) -> None:
     not_ready = client.get("/readyz")
     assert not_ready.status_code == 503
     assert not_ready.json()["error"] == "storage_unavailable"
-    upload = client.put("/v1/namespaces/ns1/entries/k", content=b"x", headers={"X-Content-SHA256": sha(b"x")})
+    upload = client.put("/v1/namespaces/ns1/entries/k", content=b"x", headers={SHA256_HEADER: sha(b"x")})
     assert upload.status_code == 503
     assert upload.json()["error"] == "storage_unavailable"
     assert client.get("/healthz").status_code == 200

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.admin.packing import UNREADABLE_RETRY_SECONDS, LoosePacker
 from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
@@ -21,8 +22,10 @@ from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import build_services
-from tests.api.test_compression import client_for
-from tests.api.test_packs import (
+from tests.support.api import put_ok, sha
+from tests.support.apps import client_for, services_of
+from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
+from tests.support.packs import (
     NS,
     URL,
     bundle,
@@ -32,10 +35,7 @@ from tests.api.test_packs import (
     locations,
     packs,
     push,
-    services_of,
 )
-from tests.conftest import sha
-from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 
 
 @pytest.fixture
@@ -44,10 +44,9 @@ def client(tmp_path: Path) -> Any:
         yield test_client
 
 
-def put_each(client: TestClient, data: dict[str, bytes], url: str = URL) -> None:
+def put_each(client: TestClient, data: dict[str, bytes], namespace: str = NS) -> None:
     for key, value in data.items():
-        response = client.put(f"{url}/entries/{key}", content=value, headers={"X-Content-SHA256": sha(value)})
-        assert response.status_code == 201, response.text
+        put_ok(client, namespace, key, value, created=True)
 
 
 def pack_now(client: TestClient, **body: object) -> dict[str, Any]:
@@ -93,7 +92,7 @@ def test_small_bulk_uploads_are_packed_later_per_namespace(client: TestClient, t
     push(client, first)
     push(client, second)
     few = entries(PACK_MIN_MEMBERS - 1, tag="few")
-    put_each(client, few, url="/v1/namespaces/other")
+    put_each(client, few, namespace="other")
     assert packs(tmp_path) == {}
 
     result = pack_now(client)
@@ -180,7 +179,7 @@ def test_entries_removed_while_their_pack_is_written_are_not_pointed_into(
         assert client.delete(f"{URL}/entries/k0000").status_code == 204
         assert client.delete(f"{URL}/entries/k0001").status_code == 204
         assert client.put(
-            f"{URL}/entries/k0001", content=other, headers={"X-Content-SHA256": sha(other)}
+            f"{URL}/entries/k0001", content=other, headers={SHA256_HEADER: sha(other)}
         ).is_success
 
     monkeypatch.setattr(store, "put_pack", meanwhile)
@@ -194,7 +193,7 @@ def test_entries_removed_while_their_pack_is_written_are_not_pointed_into(
             assert client.delete(f"/v1/namespaces/fresh/entries/{key}").status_code == 204
 
     fresh = entries(5, tag="new")
-    put_each(client, fresh, url="/v1/namespaces/fresh")  # k0001 alone is too few in its namespace
+    put_each(client, fresh, namespace="fresh")  # k0001 alone is too few in its namespace
     before = set(packs(tmp_path))
     monkeypatch.setattr(store, "put_pack", everything_goes)
     result = pack_now(client)
@@ -218,9 +217,9 @@ def test_calls_go_on_past_namespaces_too_small_to_pack(client: TestClient) -> No
     """Each call goes on where the last one stopped: loose entries that stay loose (a namespace with
     fewer than a pack's minimum) do not hold the next ones back."""
     for namespace in ("a", "b", "c", "d"):
-        put_each(client, entries(PACK_MIN_MEMBERS - 1, tag=namespace), url=f"/v1/namespaces/{namespace}")
+        put_each(client, entries(PACK_MIN_MEMBERS - 1, tag=namespace), namespace=namespace)
     data = entries(8, tag="zz")
-    put_each(client, data, url="/v1/namespaces/zz")
+    put_each(client, data, namespace="zz")
     packed, calls = 0, 0
     while packed == 0 and calls < 5:
         packed += pack_now(client, max_entries=12)["entries_packed"]
@@ -232,7 +231,7 @@ def test_a_full_page_leaves_its_last_namespace_to_the_next(client: TestClient) -
     """Namespaces a and b with 6 loose entries each and pages of 8: the first page packs a's 6 and leaves
     b's first 2 for the next, which packs b's 6 together (not 2, too few, and then 4)."""
     for namespace in ("a", "b"):
-        put_each(client, entries(6, tag=namespace), url=f"/v1/namespaces/{namespace}")
+        put_each(client, entries(6, tag=namespace), namespace=namespace)
     services = services_of(client)
     packer = LoosePacker(services.admin._repository, services.store, page=8)
     first = packer.round()

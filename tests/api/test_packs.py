@@ -4,84 +4,40 @@ store here (``XLA_CACHE_PACKS=true``); the GCS store's requests are counted in t
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.migrate import upgrade
 from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
 from cache_server.settings import Settings
-from cache_server.storage.base import PACK_DIR, blob_name
+from cache_server.storage.base import PACK_DIR
 from cache_server.storage.gcs import GcsBlobStore
-from cache_server.wiring import Services, build_services
-from tests.api.test_bulk_upload import member, tar_of
-from tests.api.test_compression import client_for
-from tests.conftest import sha
+from cache_server.wiring import build_services
+from tests.support.api import member, sha, tar_of
+from tests.support.apps import client_for, services_of
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
-
-NS = "ns"
-URL = f"/v1/namespaces/{NS}"
-
-
-def entries(count: int, size: int = 3000, tag: str = "") -> dict[str, bytes]:
-    return {f"k{i:04d}": os.urandom(size - i % 7) + tag.encode() for i in range(count)}
+from tests.support.packs import (
+    URL,
+    bundle,
+    count_gcs_reads,
+    drop_own_blobs,
+    entries,
+    locations,
+    packs,
+    push,
+)
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     with client_for(tmp_path, packs=True) as test_client:
         yield test_client
-
-
-def services_of(client: TestClient) -> Services:
-    services: Services = client.app.state.services  # type: ignore[attr-defined]
-    return services
-
-
-def push(client: TestClient, data: dict[str, bytes]) -> dict[str, int]:
-    stream = tar_of([member(key, value) for key, value in data.items()])
-    response = client.post(f"{URL}/entries", content=stream, headers={"Content-Type": "application/x-tar"})
-    assert response.status_code == 200, response.text
-    return {result["key"]: result["status"] for result in response.json()["results"]}
-
-
-def bundle(client: TestClient, keys: list[str]) -> dict[str, bytes]:
-    response = client.post(f"{URL}/bundle", json={"keys": keys})
-    assert response.status_code == 200, response.text
-    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
-        out: dict[str, bytes] = {}
-        for info in tar.getmembers():
-            handle = tar.extractfile(info)
-            assert handle is not None
-            out[info.name] = handle.read()
-    return out
-
-
-def packs(tmp_path: Path) -> dict[str, bytes]:
-    directory = tmp_path / "data" / "blobs" / PACK_DIR
-    return {path.name: path.read_bytes() for path in directory.iterdir()} if directory.is_dir() else {}
-
-
-def locations(client: TestClient, keys: list[str]) -> dict[str, tuple[str, int]]:
-    found = services_of(client).cache._entries.get_entries(NS, keys)
-    return {
-        key: (entry.pack, entry.pack_offset)
-        for key, entry in found.items()
-        if entry.pack is not None and entry.pack_offset is not None
-    }
-
-
-def drop_own_blobs(client: TestClient, keys: list[str]) -> None:
-    """Remove the entries' own blobs (not their rows): a bundle can then only have read the packs."""
-    for key in keys:
-        assert services_of(client).store.delete(blob_name(NS, key))
 
 
 def test_bundle_reads_the_copies_in_packs(client: TestClient, tmp_path: Path) -> None:
@@ -159,9 +115,7 @@ def test_a_key_stored_again_by_a_put_loses_its_copy(client: TestClient) -> None:
     push(client, data)
     assert client.delete(f"{URL}/entries/k0001").status_code == 204
     other = b"other bytes"
-    assert client.put(
-        f"{URL}/entries/k0001", content=other, headers={"X-Content-SHA256": sha(other)}
-    ).is_success
+    assert client.put(f"{URL}/entries/k0001", content=other, headers={SHA256_HEADER: sha(other)}).is_success
     assert "k0001" not in locations(client, list(data))
     assert bundle(client, ["k0001", "k0002"]) == {"k0001": other, "k0002": data["k0002"]}
 
@@ -189,22 +143,6 @@ def test_packs_are_off_by_default_on_the_local_store(tmp_path: Path) -> None:
         push(client, data)
         assert packs(tmp_path) == {}
         assert bundle(client, list(data)) == data
-
-
-def count_gcs_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """From now on, how often the GCS store reads a pack range, a whole blob, or opens one."""
-    calls: dict[str, int] = {"read_pack": 0, "read_whole": 0, "open": 0}
-    for name in calls:
-        original = getattr(GcsBlobStore, name)
-
-        def counted(
-            self: GcsBlobStore, *args: object, _name: str = name, _original: Any = original
-        ) -> object:
-            calls[_name] += 1
-            return _original(self, *args)
-
-        monkeypatch.setattr(GcsBlobStore, name, counted)
-    return calls
 
 
 def test_a_gcs_bundle_reads_a_pack_in_one_request_not_one_per_entry(

@@ -26,7 +26,7 @@ from client.fingerprint import namespace_id
 from client.frameworks.torch_xla import FRAMEWORK as TORCH_XLA
 from client.frameworks.torch_xla import build_fingerprint
 from client.uploader import Uploader
-from tests.client.conftest import FACTS, warnings_of
+from tests.support.client_kit import FACTS, warnings_of
 from tests.support.server import LiveServer, run_server
 
 TIMEOUT = 10.0

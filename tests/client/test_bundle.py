@@ -10,7 +10,7 @@ from pathlib import Path
 
 from client.api import RemoteEntry
 from client.bundle import extract_bundle
-from tests.client.fakes import sha
+from tests.support.api import sha
 
 
 def tar_of(members: list[tuple[str, bytes]], *, links: tuple[str, ...] = ()) -> bytes:

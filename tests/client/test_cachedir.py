@@ -20,7 +20,7 @@ from client.cachedir import (
     write_fingerprint,
 )
 from client.errors import CorruptTransfer
-from tests.client.fakes import sha
+from tests.support.api import sha
 
 
 def test_entry_names() -> None:

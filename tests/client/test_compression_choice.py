@@ -15,12 +15,11 @@ from client.api import CacheApi, RemoteEntry
 from client.config import Compression, is_loopback, wants_compression
 from client.deadline import Deadline
 from client.transfer import DownloadOptions, download
-from tests.client.conftest import RealServer, tar_members
-from tests.client.fakes import sha
-from tests.client.test_uploader import make_uploader
+from tests.support.api import sha
+from tests.support.client_kit import UPLOAD_NAMESPACE, RealServer, make_uploader, tar_members
 from tests.support.http_stub import Recorded
 
-NS = "cpu-tx2.7.0-test"
+NS = UPLOAD_NAMESPACE
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.client.fakes import FakeCacheServer
+from tests.support.fake_server import FakeCacheServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

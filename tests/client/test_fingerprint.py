@@ -13,7 +13,7 @@ import pytest
 from cache_protocol import is_namespace
 from client.fingerprint import flags_digest, namespace_id
 from client.frameworks.torch_xla import build_fingerprint
-from tests.client.conftest import FACTS
+from tests.support.client_kit import FACTS
 
 DESIGN_FIELDS = {
     "torch_xla_version",

@@ -15,7 +15,7 @@ from client import warm
 from client import warming as warm_module
 from client.api import CacheApi
 from client.follower import Follower
-from tests.client.conftest import FakeTorchXla, RealServer, warnings_of
+from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
 from tests.support.wait import wait_until
 
 TIMEOUT = 10.0

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -154,7 +155,7 @@ def test_warm_follow_beside_a_job_fetches_and_uploads_until_stopped(
 ) -> None:
     namespace = "side-car"
     seed = b"stored before"
-    put = {"X-Content-SHA256": hashlib.sha256(seed).hexdigest()}
+    put = {SHA256_HEADER: hashlib.sha256(seed).hexdigest()}
     assert httpx.put(
         f"{server.url}/v1/namespaces/{namespace}/entries/1", content=seed, headers=put
     ).is_success
@@ -180,7 +181,7 @@ def test_warm_follow_beside_a_job_fetches_and_uploads_until_stopped(
         try:
             wait_until(lambda: (directory / "1").exists(), timeout=30)
             other = os.urandom(2000)  # another job uploads: it arrives here
-            headers = {"X-Content-SHA256": hashlib.sha256(other).hexdigest()}
+            headers = {SHA256_HEADER: hashlib.sha256(other).hexdigest()}
             assert httpx.put(
                 f"{server.url}/v1/namespaces/{namespace}/entries/2", content=other, headers=headers
             ).is_success

@@ -21,23 +21,19 @@ from client.cachedir import LocalFile, scan
 from client.frameworks import torch_xla as torch_xla_adapter
 from client.frameworks.torch_xla import TorchXla, deserialize_failure_cause, match_compile_times
 from client.uploader import Uploader
-from tests.client.conftest import FakeTorchXla, RealServer, tar_members, warnings_of
-from tests.client.fakes import FakeCacheServer, sha
+from tests.support.api import sha
+from tests.support.client_kit import (
+    UPLOAD_NAMESPACE,
+    FakeTorchXla,
+    RealServer,
+    make_uploader,
+    tar_members,
+    warnings_of,
+)
+from tests.support.fake_server import FakeCacheServer
 from tests.support.wait import wait_until
 
-NS = "cpu-tx2.7.0-test"
-
-
-def make_uploader(api: CacheApi, directory: Path, **kwargs: object) -> Uploader:
-    options: dict[str, object] = {
-        "interval": 0.05,
-        "settle": 0.0,
-        "timeout": 2.0,
-        "framework": FakeTorchXla(),
-        "fingerprint": {"spmd": False},
-    }
-    options.update(kwargs)
-    return Uploader(api, NS, directory, **options)  # type: ignore[arg-type]
+NS = UPLOAD_NAMESPACE
 
 
 def age(path: Path, seconds: float = 5.0) -> None:

@@ -18,8 +18,8 @@ from client import CacheAlreadyInitialized, warm
 from client import warming as warm_module
 from client.cachedir import read_fingerprint
 from client.dirlock import DirLock
-from tests.client.conftest import FakeTorchXla, RealServer, tar_members, warnings_of
-from tests.client.fakes import FakeCacheServer
+from tests.support.client_kit import FakeTorchXla, RealServer, tar_members, warnings_of
+from tests.support.fake_server import FakeCacheServer
 
 TIMEOUT = 2.0
 SLACK = 1.5  # thread start-up and teardown on a loaded 2-core machine; far below any real timeout

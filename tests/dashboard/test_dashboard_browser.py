@@ -22,12 +22,13 @@ import httpx
 import pytest
 from playwright.sync_api import ConsoleMessage, Request, sync_playwright
 
+from cache_protocol import SHA256_HEADER
 from cache_server.index import Database
 from cache_server.index.models import DailyStats
 from cache_server.settings import Settings
-from tests.admin.conftest import real_entries
-from tests.conftest import sha
+from tests.support.api import sha
 from tests.support.clock import clear_of_utc_midnight
+from tests.support.real_entries import real_entries
 from tests.support.server import SERVER_BIN, LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -90,7 +91,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
             labels = {"team": "vision"}
             assert http.put("/v1/namespaces/vision-tpu-v5e", json={"labels": labels}).status_code == 201
             for key, data in real_entries().items():
-                headers = {"X-Content-SHA256": sha(data), "X-Compile-Time-Ms": "42000"}
+                headers = {SHA256_HEADER: sha(data), "X-Compile-Time-Ms": "42000"}
                 assert http.put(
                     f"/v1/namespaces/vision-tpu-v5e/entries/{key}", content=data, headers=headers
                 ).is_success
@@ -99,7 +100,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 response = http.put(
                     f"/v1/namespaces/text-gpu/entries/{i}",
                     content=data,
-                    headers={"X-Content-SHA256": sha(data)},
+                    headers={SHA256_HEADER: sha(data)},
                 )
                 assert response.status_code == 201
             first = next(iter(real_entries()))

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import JOB, JOB_TIMEOUT, job_env, run_job
 from tests.support.server import run_server
+from tests.support.torch_xla_jobs import JOB, JOB_TIMEOUT, job_env, run_job
 
 SHAPES = 200
 

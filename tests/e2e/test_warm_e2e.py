@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job, run_spawn_job
 from tests.support.server import LiveServer
+from tests.support.torch_xla_jobs import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job, run_spawn_job
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e

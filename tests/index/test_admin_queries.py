@@ -16,8 +16,8 @@ from cache_server.migrate import upgrade
 from cache_server.service import OpenedEntry
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
-from tests.admin.conftest import real_entries
 from tests.support.clock import clear_of_utc_midnight
+from tests.support.real_entries import real_entries
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
 
 import client
-from tests.jax.job_support import CacheEvents, job_arguments
+from tests.support.jax_job_support import CacheEvents, job_arguments
 
 
 def main() -> int:

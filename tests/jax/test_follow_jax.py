@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.jax.conftest import JOB, JOB_TIMEOUT, ROOT, run_jax_job
+from tests.support.jax_jobs import JOB, JOB_TIMEOUT, ROOT, run_jax_job
 from tests.support.server import LiveServer, run_server
 
 SHAPES = 200

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.jax.conftest import TORCHAX_JOB, run_jax_job
+from tests.support.jax_jobs import TORCHAX_JOB, run_jax_job
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
 

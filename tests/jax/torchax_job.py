@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
 
 import client
-from tests.jax.job_support import CacheEvents, job_arguments
+from tests.support.jax_job_support import CacheEvents, job_arguments
 
 BATCHES = (1, 2, 3, 5, 8)
 

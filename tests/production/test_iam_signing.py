@@ -27,7 +27,7 @@ from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore, signing
 from cache_server.storage.gcs.transport import SCOPES
 from cache_server.wiring import Services, build_services
-from tests.conftest import sha
+from tests.support.api import put_ok
 from tests.support.gcs_keys import SIGNER, verify_v4
 from tests.support.iam_signer import FakeIamSigner, FakeMetadataServer, MetadataCredentials
 from tests.support.server import free_port
@@ -95,20 +95,13 @@ def serve(tmp_path: Path, gcs_bucket: str) -> Iterator[Serve]:
         client.__exit__(None, None, None)
 
 
-def upload(client: TestClient, key: str, data: bytes) -> None:
-    response = client.put(
-        f"/v1/namespaces/{NS}/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)}
-    )
-    assert response.status_code == 201, response.text
-
-
 def test_urls_signed_through_iam_verify_and_download(
     serve: Serve, iam: FakeIamSigner, key: rsa.RSAPrivateKey, fake_gcs_endpoint: str, gcs_bucket: str
 ) -> None:
     client, _ = serve(make_store(fake_gcs_endpoint, gcs_bucket, iam.url))
     blobs = {str(2000 + i): os.urandom(5_000 + i) for i in range(20)}
     for name, data in blobs.items():
-        upload(client, name, data)
+        put_ok(client, NS, name, data, created=True)
 
     response = client.post(f"/v1/namespaces/{NS}/urls", json={"keys": [*blobs, "404"]})
     assert response.status_code == 200, response.text
@@ -230,7 +223,7 @@ def test_refused_signing_is_logged_and_the_server_streams(
 ) -> None:
     monkeypatch.setattr(signing, "REFUSAL_PAUSE_SECONDS", 0.3)
     client, _ = serve(make_store(fake_gcs_endpoint, gcs_bucket, iam.url))
-    upload(client, "7", b"seven")
+    put_ok(client, NS, "7", b"seven", created=True)
     iam.refusing = True  # the account lacks roles/iam.serviceAccountTokenCreator on itself
 
     with caplog.at_level(logging.ERROR, logger=signing.__name__):
@@ -283,7 +276,7 @@ def test_iam_that_is_down_is_storage_unavailable(
         store.signed_urls([f"{NS}/k", f"{NS}/l"], 60)
 
     client, _ = serve(store)
-    upload(client, "7", b"seven")
+    put_ok(client, NS, "7", b"seven", created=True)
     answer = client.post(f"/v1/namespaces/{NS}/urls", json={"keys": ["7"]})
     assert answer.status_code == 503 and answer.json()["error"] == "storage_unavailable"
     redirected = client.get(f"/v1/namespaces/{NS}/entries/7?redirect=1", follow_redirects=False)

@@ -7,7 +7,6 @@ emulator are shared with other tests): ``refuse`` is a stopped service, ``blackh
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -16,47 +15,11 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.conftest import sha
-from tests.production.conftest import Deployment
-from tests.production.test_reindex import cli
+from tests.support.deployment import Deployment
+from tests.support.outages import DATA, ENTRY, OTHER, assert_unavailable, put_both, put_new, wait_ready
 from tests.support.server import LiveServer, run_server
 from tests.support.tcp_proxy import TcpProxy, tcp_proxy
 from tests.support.wait import wait_until
-
-DATA = os.urandom(100_000)
-ENTRY = "/v1/namespaces/ns/entries/1234"
-# Read after each outage to see the server recover. Not ENTRY: an entry read a moment ago is answered from
-# the server's memory without the index or the store (XLA_CACHE_HOT_CACHE_SECONDS), and ENTRY is the one
-# each outage must find cold.
-OTHER = "/v1/namespaces/ns/entries/4321"
-
-
-def put_both(api: httpx.Client) -> None:
-    for path in (ENTRY, OTHER):
-        assert api.put(path, content=DATA, headers={"X-Content-SHA256": sha(DATA)}).status_code == 201
-
-
-def assert_unavailable(response: httpx.Response, code: str) -> None:
-    assert response.status_code == 503, response.text
-    assert response.headers["content-type"] == "application/json"
-    assert response.headers["retry-after"] == "5"
-    body = response.json()
-    assert body["error"] == code
-    assert body["detail"].endswith(".") and "Traceback" not in body["detail"]
-
-
-def wait_ready(api: httpx.Client) -> None:
-    wait_until(
-        lambda: api.get("/readyz").status_code == 200,
-        timeout=30,
-        interval=0.2,
-        message="the server did not become ready again by itself",
-    )
-
-
-def put_new(api: httpx.Client, key: str) -> httpx.Response:
-    data = key.encode() * 1000
-    return api.put(f"/v1/namespaces/ns/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)})
 
 
 @pytest.fixture
@@ -64,9 +27,9 @@ def postgres_behind_proxy(
     deployment: Deployment, tmp_path: Path
 ) -> Iterator[tuple[httpx.Client, LiveServer, TcpProxy]]:
     """A server with auth on, whose PostgreSQL is reached through a proxy: every request needs the index."""
-    migrated = cli(deployment, tmp_path / "migrate", "migrate")
+    migrated = deployment.cli(tmp_path / "migrate", "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    created = cli(deployment, tmp_path / "migrate", "token", "create", "--name", "ci", "--role", "write")
+    created = deployment.cli(tmp_path / "migrate", "token", "create", "--name", "ci", "--role", "write")
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
     url = make_url(deployment.database_url)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.index import Database, EntryRepository
 from cache_server.migrate import downgrade, upgrade
@@ -17,9 +17,8 @@ from cache_server.reindex import Reindexer
 from cache_server.settings import Settings
 from cache_server.storage.local import LocalBlobStore
 from cache_server.wiring import build_services
-from tests.conftest import sha
-from tests.production.conftest import Deployment
-from tests.support.server import SERVER_BIN
+from tests.support.api import sha
+from tests.support.deployment import Deployment
 
 DEPLOYMENTS = ["sqlite-local", "postgresql-local", "sqlite-gcs", "postgresql-gcs"]
 
@@ -28,14 +27,6 @@ ENTRIES = {
     ("vision", "2222"): os.urandom(1536 * 1024),
     ("text", "3333"): b"",
 }
-
-
-def cli(deployment: Deployment, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
-    env.update(deployment.env(XLA_CACHE_DATA_DIR=str(data_dir)))
-    return subprocess.run(
-        [str(SERVER_BIN), *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, indirect=True)
@@ -48,14 +39,14 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
             put = client.put(
                 f"/v1/namespaces/{ns}/entries/{key}",
                 content=data,
-                headers={"X-Content-SHA256": sha(data), "X-Compile-Time-Ms": "4200", "X-Uploader": "host-7"},
+                headers={SHA256_HEADER: sha(data), "X-Compile-Time-Ms": "4200", "X-Uploader": "host-7"},
             )
             assert put.status_code == 201
         manifests = {ns: client.get(f"/v1/namespaces/{ns}/manifest").json() for ns in ("vision", "text")}
         rows = {ident: services.cache.head_entry(*ident) for ident in ENTRIES}
 
     downgrade(settings, "base")  # the index is lost: no tables, no rows
-    done = cli(deployment, tmp_path / "data", "reindex")
+    done = deployment.cli(tmp_path / "data", "reindex")
     assert done.returncode == 0, done.stderr
     assert "3 blobs in 2 namespaces" in done.stdout
     assert "3 rows added, 0 already indexed, 0 skipped" in done.stdout
@@ -72,7 +63,7 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
         for (ns, key), data in ENTRIES.items():
             got = client.get(f"/v1/namespaces/{ns}/entries/{key}")
             assert got.status_code == 200
-            assert got.headers["X-Content-SHA256"] == sha(data) == sha(got.content)
+            assert got.headers[SHA256_HEADER] == sha(data) == sha(got.content)
         for ident, before_row in rows.items():
             row = services.cache.head_entry(*ident)
             assert (row.size, row.sha256, row.created_at, row.compile_time_ms, row.uploader) == (

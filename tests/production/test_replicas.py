@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from cache_server.storage import open_store
-from tests.conftest import sha
-from tests.production.conftest import Deployment
-from tests.production.test_reindex import cli
+from tests.support import api
+from tests.support.api import sha
+from tests.support.deployment import Deployment
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -28,7 +29,7 @@ FINGERPRINT = {"framework": "torch_xla", "torch_xla": "2.7.0", "device_type": "T
 @pytest.fixture
 def replicas(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServer, LiveServer]]:
     # `serve` only migrates an embedded SQLite file; a shared database is migrated once, beforehand.
-    migrated = cli(deployment, tmp_path / "migrate", "migrate")
+    migrated = deployment.cli(tmp_path / "migrate", "migrate")
     assert migrated.returncode == 0, migrated.stderr
     with ExitStack() as stack:
         a, b = (
@@ -41,9 +42,8 @@ def replicas(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServe
 
 
 def put(server: LiveServer, key: str, data: bytes) -> int:
-    with httpx.Client(timeout=60) as client:
-        url = f"{server.url}/v1/namespaces/{NS}/entries/{key}"
-        return client.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        return api.put(client, NS, key, data).status_code
 
 
 def namespace(server: LiveServer) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def test_two_replicas_share_one_cache(
     assert put(a, "1000", first) == 201
     got = httpx.get(f"{b.url}/v1/namespaces/{NS}/entries/1000")
     assert got.status_code == 200 and got.content == first
-    assert got.headers["X-Content-SHA256"] == sha(first)
+    assert got.headers[SHA256_HEADER] == sha(first)
     manifest = httpx.get(f"{b.url}/v1/namespaces/{NS}/manifest").json()
     assert manifest["entries"] == [{"key": "1000", "size": len(first), "sha256": sha(first), "pack": None}]
 

@@ -16,12 +16,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 from google.oauth2 import service_account
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import Services, build_services
-from tests.conftest import sha
+from tests.support.api import put_ok, sha
 from tests.support.gcs_keys import key_info, verify_v4
 
 NS = "tpu-v5e-8"
@@ -61,13 +62,6 @@ def signing(
         yield client, services
 
 
-def upload(client: TestClient, key: str, data: bytes) -> None:
-    response = client.put(
-        f"/v1/namespaces/{NS}/entries/{key}", content=data, headers={"X-Content-SHA256": sha(data)}
-    )
-    assert response.status_code == 201
-
-
 def counters(services: Services) -> tuple[int, int]:
     services.access.flush()
     found = services.cache.get_namespace(NS)
@@ -79,13 +73,13 @@ def test_entry_get_redirects_to_a_signed_url_on_request(
 ) -> None:
     client, service = signing
     data = os.urandom(300_000)
-    upload(client, "4242", data)
+    put_ok(client, NS, "4242", data, created=True)
 
     redirected = client.get(f"/v1/namespaces/{NS}/entries/4242?redirect=1", follow_redirects=False)
     assert redirected.status_code == 307
     location = redirected.headers["location"]
     assert location.startswith(f"{fake_gcs_endpoint}/{gcs_bucket}/cache/{NS}/4242?")
-    assert redirected.headers["x-content-sha256"] == sha(data)
+    assert redirected.headers[SHA256_HEADER] == sha(data)
     assert redirected.headers["x-content-length"] == str(len(data))
     assert redirected.headers["cache-control"] == "no-store"
     params = verify_v4(location, key)
@@ -105,7 +99,7 @@ def test_urls_for_a_whole_manifest(signing: tuple[TestClient, Services], key: rs
     client, service = signing
     blobs = {str(1000 + i): os.urandom(10_000 + i) for i in range(25)}
     for name, data in blobs.items():
-        upload(client, name, data)
+        put_ok(client, NS, name, data, created=True)
     keys = [entry["key"] for entry in client.get(f"/v1/namespaces/{NS}/manifest").json()["entries"]]
     assert sorted(keys) == sorted(blobs)
 
@@ -135,7 +129,7 @@ def test_servers_that_do_not_sign_say_so_and_stream(
     unsigned = gcs_service(tmp_path / "anon", fake_gcs_endpoint, gcs_bucket, None, EXPIRES)
     with TestClient(create_app(unsigned.settings, unsigned)) as anonymous:
         for server in (client, anonymous):
-            upload(server, "7", b"seven")
+            put_ok(server, NS, "7", b"seven", created=True)
             answer = server.post(f"/v1/namespaces/{NS}/urls", json={"keys": ["7"]})
             assert answer.status_code == 501
             assert answer.json()["error"] == "signed_urls_unavailable"

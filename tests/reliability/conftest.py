@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.production.conftest import deployment  # noqa: F401 - fixture
+from tests.support.deployment import deployment  # noqa: F401 - fixture
 from tests.support.gcs_emulator import create_bucket, run_fake_gcs
 
 

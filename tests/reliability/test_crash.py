@@ -19,10 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
 from cache_server.wiring import build_services
-from tests.production.conftest import Deployment
-from tests.reliability.harness import MIB, BlobView, Crashable, IndexView, sha
+from tests.support.api import sha
+from tests.support.deployment import Deployment
+from tests.support.harness import MIB, BlobView, Crashable, IndexView
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
 
@@ -70,7 +72,7 @@ def upload_until_gone(url: str, namespace: str, prefix: str, seed: int, ledger: 
                 response = client.put(
                     f"/v1/namespaces/{namespace}/entries/{key}",
                     content=data,
-                    headers={"X-Content-SHA256": digest},
+                    headers={SHA256_HEADER: digest},
                 )
             except httpx.TransportError:
                 return  # killed: this upload was never acknowledged

@@ -25,7 +25,7 @@ from cache_server import cli
 from cache_server.migrate import downgrade, upgrade
 from cache_server.storage import BlobStore, open_store
 from cache_server.storage.local import LocalBlobStore
-from tests.production.conftest import Deployment
+from tests.support.deployment import Deployment
 from tests.support.server import run_server
 from tests.support.wait import wait_until
 

@@ -17,23 +17,19 @@ from typing import Any
 import httpx
 import pytest
 
-from cache_protocol import FINGERPRINT_FILE
+from cache_protocol import FINGERPRINT_FILE, SHA256_HEADER
 from client import warm
 from client.cachedir import TEMP_SUFFIX, file_sha256
 from client.fingerprint import namespace_id
 from client.frameworks.torch_xla import build_fingerprint
-from tests.client.conftest import FACTS
-from tests.reliability.harness import MIB, sha
+from tests.support.api import put, sha
+from tests.support.client_kit import FACTS
+from tests.support.harness import MIB
 from tests.support.server import LiveServer, run_server
 from tests.support.small_fs import free_bytes, small_filesystem
 
 DISK = 4 * MIB
 ENTRY = 600 * 1024
-
-
-def put(api: httpx.Client, key: str, data: bytes) -> httpx.Response:
-    url = f"/v1/namespaces/full/entries/{key}"
-    return api.put(url, content=data, headers={"X-Content-SHA256": sha(data)})
 
 
 def assert_refused(response: httpx.Response) -> None:
@@ -71,7 +67,7 @@ def test_server_on_a_full_disk(tmp_path: Path, server_env: dict[str, str], on_sm
             refusals: list[httpx.Response] = []
             for i in range(2 * DISK // ENTRY):  # twice what fits
                 data = rng.randbytes(ENTRY)
-                response = put(api, f"k{i}", data)
+                response = put(api, "full", f"k{i}", data)
                 if response.status_code == 201:
                     assert not refusals, "an upload was stored after the disk was full"
                     stored[f"k{i}"] = data
@@ -85,7 +81,7 @@ def test_server_on_a_full_disk(tmp_path: Path, server_env: dict[str, str], on_sm
             nothing_partial(store)
             assert free_bytes(disk) < ENTRY
             # A large upload that runs out of space half way is refused and leaves nothing.
-            assert_refused(put(api, "large", rng.randbytes(3 * MIB)))
+            assert_refused(put(api, "full", "large", rng.randbytes(3 * MIB)))
             nothing_partial(store)
             # What was stored before is intact, and listed.
             assert_intact(api, stored)
@@ -106,7 +102,7 @@ def test_server_on_a_full_disk(tmp_path: Path, server_env: dict[str, str], on_sm
                 assert deleted.status_code == 204, deleted.text
                 del stored[key]
             again = rng.randbytes(ENTRY)
-            response = put(api, "after", again)
+            response = put(api, "full", "after", again)
             assert response.status_code == 201, response.text
             stored["after"] = again
             gc = api.post("/admin/gc", json={"grace_seconds": 0})
@@ -144,7 +140,7 @@ def seed_namespace(server: LiveServer, namespace: str, count: int, size: int) ->
     with httpx.Client(base_url=server.url, timeout=60) as api:
         for key, data in entries.items():
             url = f"/v1/namespaces/{namespace}/entries/{key}"
-            assert api.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+            assert api.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     return entries
 
 

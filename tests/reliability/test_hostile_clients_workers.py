@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.test_hostile_clients import (
+from tests.support.api import put
+from tests.support.hostile import (
     BODY_TIMEOUT,
     SHORT_TIMEOUTS,
     SLOTS,
@@ -26,7 +27,6 @@ from tests.api.test_hostile_clients import (
     read_response,
     timed_get,
 )
-from tests.conftest import sha
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -41,8 +41,8 @@ def both_workers_up(server: LiveServer) -> None:
 
 
 def upload(server: LiveServer, key: str, data: bytes) -> httpx.Response:
-    url = f"{server.url}/v1/namespaces/ok/entries/{key}"
-    return httpx.put(url, content=data, headers={"X-Content-SHA256": sha(data)})
+    with httpx.Client(base_url=server.url) as http:
+        return put(http, "ok", key, data)
 
 
 def counted(server: LiveServer, status: int, count: int) -> str | None:

@@ -23,9 +23,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
-from tests.production.conftest import Deployment
-from tests.reliability.harness import MIB, sha
+from tests.support.api import sha
+from tests.support.deployment import Deployment
+from tests.support.harness import MIB
 from tests.support.http1 import Http1Connection, Http1Error
 from tests.support.process_tree import rss_bytes, tree
 from tests.support.server import LiveServer, run_server
@@ -84,7 +86,7 @@ async def one_client(
             results.statuses[(op, status)] += 1
             if status not in expected:
                 results.errors.append(f"{op}: {status} {content[:200]!r}")
-            elif op == "get" and sha(content) != answer["x-content-sha256"]:
+            elif op == "get" and sha(content) != answer[SHA256_HEADER.lower()]:
                 results.errors.append("get: the bytes do not match their digest")
 
 
@@ -100,7 +102,7 @@ def request_for(
     if op == "put":
         data = rng.randbytes(rng.randint(1024, 64 * 1024))
         path = f"/v1/namespaces/{UPLOADS}/entries/{fresh}"
-        return "PUT", path, {"X-Content-SHA256": sha(data)}, data, {201}
+        return "PUT", path, {SHA256_HEADER: sha(data)}, data, {201}
     if op == "missing":
         asked = rng.sample(keys, 40) + [f"absent-{fresh}-{i}" for i in range(10)]
         body = json.dumps({"keys": asked}).encode()
@@ -132,7 +134,7 @@ def seed(url: str) -> dict[str, bytes]:
     with httpx.Client(base_url=url, timeout=60) as client:
         for key, data in entries.items():
             url_ = f"/v1/namespaces/{NS}/entries/{key}"
-            assert client.put(url_, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+            assert client.put(url_, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     return entries
 
 

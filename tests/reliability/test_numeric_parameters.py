@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.auth import Role
 from cache_server.migrate import upgrade
@@ -155,7 +156,7 @@ def test_every_numeric_parameter_out_of_range_is_400_and_none_is_a_5xx(server: s
         stored = api.put(
             "/v1/namespaces/bounds/entries/k",
             content=b"x",
-            headers={"X-Content-SHA256": "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"},
+            headers={SHA256_HEADER: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"},
         )
         assert stored.status_code == 201, stored.text
         found = probes(api.get("/openapi.json").json())

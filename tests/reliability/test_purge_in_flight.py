@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cache_protocol import BUNDLE_SHA256_PAX
+from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_protocol.tar import END, member_header, padding
 from cache_server.auth import Role
 from cache_server.bulk import GROUP_ENTRIES
@@ -134,7 +134,7 @@ def test_a_purge_while_a_put_body_arrives_takes_the_entry_back(deployment: Deplo
     data = b"x" * (4 * 1024 * 1024)
     headers = {
         "Authorization": f"Bearer {deployment.writers['put']}",
-        "X-Content-SHA256": hashlib.sha256(data).hexdigest(),
+        SHA256_HEADER: hashlib.sha256(data).hexdigest(),
     }
     url = f"/v1/namespaces/{NS}-put/entries/late"
     half, resume = threading.Event(), threading.Event()

@@ -39,7 +39,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from cache_protocol import BUNDLE_SHA256_PAX
+from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_server.api.auth import OPEN_ROUTES
 from cache_server.app import create_app
 from cache_server.auth import Role
@@ -47,7 +47,7 @@ from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import build_services
-from tests.reliability.harness import sha
+from tests.support.api import sha
 from tests.support.gcs_keys import key_info
 from tests.support.threaded_server import serve_in_thread
 
@@ -109,7 +109,7 @@ def target(
                 put = api.put(
                     f"/v1/namespaces/{namespace}/entries/{name}",
                     content=data,
-                    headers={"X-Content-SHA256": sha(data)},
+                    headers={SHA256_HEADER: sha(data)},
                 )
                 assert put.status_code == 201, put.text
         yield Target(url, headers, auth)
@@ -158,8 +158,8 @@ def explicit_cases(operation: Operation) -> list[schemathesis.Case[Operation]]:
         ],
         ("HEAD", "/v1/namespaces/{namespace}/entries/{key}"): [{"path_parameters": stored}],
         ("PUT", "/v1/namespaces/{namespace}/entries/{key}"): [
-            {"path_parameters": stored, "headers": {"X-Content-SHA256": sha(data)}, "body": data},
-            {"path_parameters": stored, "headers": {"X-Content-SHA256": sha(b"other")}, "body": b"other"},
+            {"path_parameters": stored, "headers": {SHA256_HEADER: sha(data)}, "body": data},
+            {"path_parameters": stored, "headers": {SHA256_HEADER: sha(b"other")}, "body": b"other"},
         ],
         ("POST", "/v1/namespaces/{namespace}/entries"): [
             {

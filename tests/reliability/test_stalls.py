@@ -22,8 +22,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from cache_server.migrate import upgrade
-from tests.production.conftest import Deployment
-from tests.production.test_outages import (
+from tests.support.deployment import Deployment
+from tests.support.outages import (
     DATA,
     ENTRY,
     OTHER,

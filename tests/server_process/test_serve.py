@@ -15,7 +15,9 @@ from threading import Barrier
 import httpx
 import pytest
 
-from tests.conftest import sha
+from cache_protocol import SHA256_HEADER
+from tests.support.api import sha
+from tests.support.process_tree import peak_rss_mib
 from tests.support.server import SERVER_BIN, LiveServer, run_server
 
 MIB = 1024 * 1024
@@ -29,18 +31,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         yield srv
 
 
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
 def test_round_trip_and_statuses(server: LiveServer) -> None:
     url = f"{server.url}/v1/namespaces/proc/entries/1"
-    assert httpx.put(url, content=b"abc", headers={"X-Content-SHA256": sha(b"abc")}).status_code == 201
-    assert httpx.put(url, content=b"abc", headers={"X-Content-SHA256": sha(b"abc")}).status_code == 200
-    assert httpx.put(url, content=b"abd", headers={"X-Content-SHA256": sha(b"abd")}).status_code == 409
+    assert httpx.put(url, content=b"abc", headers={SHA256_HEADER: sha(b"abc")}).status_code == 201
+    assert httpx.put(url, content=b"abc", headers={SHA256_HEADER: sha(b"abc")}).status_code == 200
+    assert httpx.put(url, content=b"abd", headers={SHA256_HEADER: sha(b"abd")}).status_code == 409
     assert httpx.get(url).content == b"abc"
 
 
@@ -52,7 +47,7 @@ def test_32_clients_upload_one_new_key_at_once(server: LiveServer) -> None:
     def upload(_: int) -> int:
         with httpx.Client(timeout=60) as client:
             barrier.wait()
-            return client.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code
+            return client.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code
 
     with ThreadPoolExecutor(32) as pool:
         statuses = list(pool.map(upload, range(32)))
@@ -104,7 +99,10 @@ def test_chunked_upload_over_limit_is_cut_off_early(tmp_path: Path) -> None:
     with run_server(tmp_path, {"XLA_CACHE_MAX_ENTRY_BYTES": str(4 * MIB)}) as srv:
         request = (
             b"PUT /v1/namespaces/big/entries/1 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-            b"X-Content-SHA256: " + b"0" * 64 + b"\r\nConnection: close\r\n\r\n"
+            + SHA256_HEADER.encode()
+            + b": "
+            + b"0" * 64
+            + b"\r\nConnection: close\r\n\r\n"
         )
         chunks = (b"z" * MIB for _ in range(1024))  # 1 GiB offered
         head, sent = raw_request(srv, request, chunks)
@@ -119,7 +117,7 @@ def test_declared_upload_over_limit_is_refused_before_the_body(tmp_path: Path) -
         response = httpx.put(
             f"{srv.url}/v1/namespaces/big/entries/1",
             content=b"x" * (2 * MIB),
-            headers={"X-Content-SHA256": "0" * 64},
+            headers={SHA256_HEADER: "0" * 64},
         )
         assert response.status_code == 413
         assert str(MIB) in response.json()["detail"]
@@ -128,7 +126,7 @@ def test_declared_upload_over_limit_is_refused_before_the_body(tmp_path: Path) -
 def test_corrupt_blob_breaks_the_download(server: LiveServer) -> None:
     data = os.urandom(3 * MIB)
     url = f"{server.url}/v1/namespaces/corrupt/entries/5"
-    assert httpx.put(url, content=data, headers={"X-Content-SHA256": sha(data)}).status_code == 201
+    assert httpx.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     blob = server.log_path.parent / "blobs" / "corrupt" / "5"
     raw = bytearray(blob.read_bytes())
     raw[-10] ^= 0xFF
@@ -156,7 +154,7 @@ def test_2_gib_entry_streams_both_ways_with_memory_flat(server: LiveServer) -> N
     url = f"{server.url}/v1/namespaces/huge/entries/2gib"
     with httpx.Client(timeout=300) as client:
         response = client.put(
-            url, content=body(), headers={"X-Content-SHA256": expected, "Content-Length": str(size)}
+            url, content=body(), headers={SHA256_HEADER: expected, "Content-Length": str(size)}
         )
         assert response.status_code == 201, response.text
         back = hashlib.sha256()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -16,7 +15,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
 from cache_server.storage.base import (
-    BlobStore,
     PutsInBatches,
     ReadsAhead,
     ReadsWhole,
@@ -26,6 +24,7 @@ from cache_server.storage.base import (
 )
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.storage.local import LocalBlobStore
+from tests.support.backends import Backend
 from tests.support.gcs_emulator import (  # noqa: F401 - fixtures
     fake_gcs_endpoint,
     gcs_bucket,
@@ -33,27 +32,6 @@ from tests.support.gcs_emulator import (  # noqa: F401 - fixtures
     put_object,
 )
 from tests.support.gcs_keys import key_info
-
-
-@dataclass
-class Backend:
-    """A store under test, the optional abilities it has, what it physically keeps (blobs, temp files), a way
-    to leave a foreign file."""
-
-    kind: str
-    store: BlobStore
-    # Exactly the optional abilities (cache_server.storage.base.ABILITIES) the backend has: each is checked.
-    abilities: frozenset[type]
-    stored_files: Callable[[], list[str]]
-    plant: Callable[[str, bytes], None]  # a file or object that another program left under the store's root
-    # For a store that keeps temp files: leave one as an upload that died that many seconds ago would.
-    abandon_upload: Callable[[float], None] | None = None
-    # Damage a stored blob's record as a bad disk or another tool would (local: one byte of its header; GCS:
-    # its metadata garbled, the analogue: an object resource cannot be damaged otherwise).
-    damage: Callable[[str], None] | None = None
-    # For a store that signs URLs where its own credentials cannot (an emulator's are anonymous): the same
-    # store opened with credentials that hold a key.
-    signing: Callable[[], SignsUrls] | None = None
 
 
 def _local_files(root: Path) -> list[str]:

@@ -30,7 +30,7 @@ from cache_server.storage.base import (
     open_batch,
     open_many,
 )
-from tests.storage.conftest import Backend
+from tests.support.backends import Backend
 from tests.support.memory import MIB, PeakRss
 from tests.support.wait import wait_until
 

@@ -1,5 +1,5 @@
-"""The GCS store under the load of several bundles at once, against the emulator 20 ms away (the benchmark's
-latency proxy): every read finds a pooled connection (a connection the pool must drop is a new one later, and
+"""The GCS store under the load of several bundles at once, against the emulator 20 ms away (a latency
+proxy): every read finds a pooled connection (a connection the pool must drop is a new one later, and
 each costs a round trip to GCS), and each small blob costs one request."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bench.proxy import LatencyProxy, latency_proxy
 from cache_server.storage.base import open_many
 from cache_server.storage.gcs import GcsBlobStore
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
+from tests.support.tcp_proxy import TcpProxy, tcp_proxy
 
 BUNDLES = 4  # a client's bundle streams at once
 
@@ -23,7 +23,7 @@ def test_concurrent_bundles_keep_their_connections(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     host, port = fake_gcs_endpoint.removeprefix("http://").rsplit(":", 1)
-    with latency_proxy(host, int(port), 0.02) as proxy:
+    with tcp_proxy(host, int(port), delay=0.02) as proxy:
         store = GcsBlobStore(
             gcs_bucket, "conc", endpoint=f"http://{host}:{proxy.port}", retries=1, backoff=0.05
         )
@@ -33,7 +33,7 @@ def test_concurrent_bundles_keep_their_connections(
             store.close()
 
 
-def _read_in_bundles(store: GcsBlobStore, proxy: LatencyProxy, caplog: pytest.LogCaptureFixture) -> None:
+def _read_in_bundles(store: GcsBlobStore, proxy: TcpProxy, caplog: pytest.LogCaptureFixture) -> None:
     count = 2 * store.read_ahead
     names = [f"ns/k{i}" for i in range(count)]
     with ThreadPoolExecutor(32) as pool:

@@ -3,12 +3,13 @@ hostile client would: no declared length, and pieces that go on for as long as t
 
 from __future__ import annotations
 
-import re
 import select
 import socket
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from tests.support.hostile import read_response
 
 __all__ = ["Streamed", "stream_until_answered"]
 
@@ -25,25 +26,10 @@ class Streamed:
 
 
 def _read_response(sock: socket.socket, deadline: float) -> tuple[int | None, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            piece = sock.recv(65536)
-        except (ConnectionResetError, TimeoutError):
-            piece = b""
-        if not piece:
-            return None, data
-        data += piece
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-    while length and len(body) < int(length.group(1)):
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        body += piece
-    return int(head.split(b" ", 2)[1]), body
+    try:
+        return read_response(sock, deadline)
+    except TimeoutError:
+        return None, b""
 
 
 def stream_until_answered(

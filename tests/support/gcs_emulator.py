@@ -26,6 +26,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -36,10 +37,12 @@ from tests.support.server import free_port
 from tests.support.wait import wait_until
 
 __all__ = [
+    "FakeGcs",
     "create_bucket",
     "delete_bucket",
     "fake_gcs_binary",
     "fake_gcs_endpoint",
+    "fake_gcs_process",
     "gcs_bucket",
     "object_names",
     "put_object",
@@ -72,9 +75,21 @@ def fake_gcs_binary() -> Path:
     )
 
 
+@dataclass
+class FakeGcs:
+    """A running emulator: its endpoint URL and its process (the benchmark counts its CPU)."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
 @contextmanager
-def run_fake_gcs(*, startup_timeout: float = 30.0) -> Iterator[str]:
-    """Run fake-gcs-server (in memory, plain HTTP) on a free loopback port; yield its endpoint URL."""
+def fake_gcs_process(*, startup_timeout: float = 30.0) -> Iterator[FakeGcs]:
+    """Run fake-gcs-server (in memory, plain HTTP) on a free loopback port, stopped afterwards."""
     binary = fake_gcs_binary()
     with tempfile.TemporaryDirectory(prefix="fake-gcs-") as scratch:
         log_path = Path(scratch) / "fake-gcs-server.log"
@@ -90,11 +105,18 @@ def run_fake_gcs(*, startup_timeout: float = 30.0) -> Iterator[str]:
                 process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
             try:
                 if _wait_ready(process, endpoint, startup_timeout):
-                    yield endpoint
+                    yield FakeGcs(endpoint, process)
                     return
             finally:
                 _stop(process)
         raise RuntimeError(f"fake-gcs-server did not start:\n{log_path.read_text(errors='replace')}")
+
+
+@contextmanager
+def run_fake_gcs(*, startup_timeout: float = 30.0) -> Iterator[str]:
+    """Run fake-gcs-server (in memory, plain HTTP) on a free loopback port; yield its endpoint URL."""
+    with fake_gcs_process(startup_timeout=startup_timeout) as emulator:
+        yield emulator.url
 
 
 def _wait_ready(process: subprocess.Popen[bytes], endpoint: str, timeout: float) -> bool:

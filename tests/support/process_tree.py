@@ -21,7 +21,7 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ["kill_tree", "rss_bytes", "tree"]
+__all__ = ["kill_tree", "peak_rss_mib", "rss_bytes", "tree"]
 
 _PROC = Path("/proc")
 
@@ -95,3 +95,11 @@ def rss_bytes(pids: list[int]) -> int:
                 total += int(line.split()[1]) * 1024
                 break
     return total
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident set size of process ``pid`` so far (``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")

@@ -15,7 +15,7 @@ import httpx
 
 from tests.support.wait import wait_until
 
-__all__ = ["LiveServer", "free_port", "run_server", "stop_process"]
+__all__ = ["LiveServer", "free_port", "run_cli", "run_server", "server_cli", "stop_process"]
 
 SERVER_BIN = Path(sys.executable).with_name("xla-cache-server")
 
@@ -28,6 +28,25 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 20.0) -> Non
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def run_cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``xla-cache-server ARGS`` to its end with the ``XLA_CACHE_*`` variables of ``env`` (none of
+    the shell's), capturing its output."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    return subprocess.run(
+        [str(SERVER_BIN), *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def server_cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """:func:`run_cli` over the embedded index in ``data_dir``, with auth on."""
+    return run_cli({"XLA_CACHE_DATA_DIR": str(data_dir), "XLA_CACHE_AUTH": "on"}, *args)
 
 
 def free_port() -> int:
@@ -55,8 +74,8 @@ class _PortTaken(Exception):
     """The server could not bind its port."""
 
 
-def _wait_ready(server: LiveServer, startup_timeout: float) -> None:
-    """Return once the server's /readyz answers 200 (and the server is still running)."""
+def _wait_ready(server: LiveServer, startup_timeout: float, ready_path: str = "/readyz") -> None:
+    """Return once the server's ``ready_path`` answers 200 (and the server is still running)."""
 
     def ready() -> bool:
         if server.process.poll() is not None:
@@ -64,7 +83,7 @@ def _wait_ready(server: LiveServer, startup_timeout: float) -> None:
                 raise _PortTaken
             raise RuntimeError(f"xla-cache-server exited with {server.process.returncode}:\n{server.log()}")
         try:
-            answered = httpx.get(f"{server.url}/readyz", timeout=1.0).status_code == 200
+            answered = httpx.get(f"{server.url}{ready_path}", timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
         return answered and server.process.poll() is None  # not another process answering on a taken port
@@ -88,11 +107,13 @@ def run_server(
     host: str = "127.0.0.1",
     extra_args: Sequence[str] = (),
     command: Callable[[int], Sequence[str]] | None = None,
+    ready_path: str = "/readyz",
 ) -> Iterator[LiveServer]:
     """Start ``xla-cache-server serve``, wait until ``/readyz`` answers 200, stop it afterwards.
 
     ``host`` is where it listens (the tests reach it on 127.0.0.1 either way). ``command``, given a port,
-    is a whole command line to run instead (``host``, ``workers`` and ``extra_args`` are then unused).
+    is a whole command line to run instead (``host``, ``workers`` and ``extra_args`` are then unused),
+    ready once ``ready_path`` answers 200. The log is ``data_dir/server-<port>.log``.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
@@ -118,7 +139,7 @@ def run_server(
             )
         server = LiveServer(url=f"http://127.0.0.1:{chosen}", process=process, log_path=log_path)
         try:
-            _wait_ready(server, startup_timeout)
+            _wait_ready(server, startup_timeout, ready_path)
         except _PortTaken:
             stop_process(process)
             if attempt == attempts - 1:

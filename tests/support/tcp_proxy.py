@@ -7,6 +7,12 @@ traffic (:meth:`TcpProxy.blackhole`: connections are accepted but nothing ever a
 that vanished from the network), freezes it (:meth:`TcpProxy.stall`: open connections stay open and
 nothing more passes, like a database process that stopped), and restores it (:meth:`TcpProxy.forward`)
 on the same port.
+
+With ``delay`` it also stands in for the network between the server and Cloud Storage (the benchmark and the
+GCS concurrency test use it so): each new connection waits ``delay`` seconds before it is connected upstream
+(the TCP handshake's round trip), and each request waits ``delay`` seconds before its first byte is
+forwarded; a request starts with the first client bytes after the upstream answered (or on a new
+connection). So every HTTP request costs one extra ``delay``; :attr:`TcpProxy.requests` counts them.
 """
 
 from __future__ import annotations
@@ -14,14 +20,16 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing.sharedctypes import Synchronized
 
 from tests.support.server import free_port
 
 __all__ = ["TcpProxy", "tcp_proxy"]
 
-_BUFFER = 64 * 1024
+_BUFFER = 256 * 1024
 
 
 def _close(sock: socket.socket) -> None:
@@ -34,9 +42,20 @@ def _close(sock: socket.socket) -> None:
 class TcpProxy:
     """Forwards ``127.0.0.1:<port>`` to ``target``; the mode can be switched while it runs."""
 
-    def __init__(self, target_host: str, target_port: int, port: int | None = None) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        port: int | None = None,
+        *,
+        delay: float = 0.0,
+        counter: Synchronized[int] | None = None,
+    ) -> None:
         self.target = (target_host, target_port)
         self.port = port or free_port()
+        self.delay = delay
+        self.requests = 0
+        self._counter = counter  # the requests, also counted here (readable from another process)
         self.mode = "forward"
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -88,7 +107,7 @@ class TcpProxy:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind(("127.0.0.1", self.port))
-            listener.listen(128)
+            listener.listen(256)
             listener.settimeout(0.05)
             self._listener = listener
             self._accepter = threading.Thread(target=self._accept_loop, args=(listener,), daemon=True)
@@ -130,22 +149,48 @@ class TcpProxy:
                 forward = self.mode == "forward"
             if not forward:
                 continue  # held open, never answered: a black hole
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _close(client)
-                continue
-            upstream.settimeout(None)
-            self._track(upstream)
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            if self.delay:  # the handshake's round trip, without holding up the next connection
+                threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+            else:
+                self._connect(client)
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _connect(self, client: socket.socket) -> None:
+        time.sleep(self.delay)
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            _close(client)
+            return
+        upstream.settimeout(None)
+        for sock in (client, upstream):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._track(upstream)
+        new_request = threading.Event()
+        new_request.set()
+        for src, dst, is_request in ((client, upstream, True), (upstream, client, False)):
+            threading.Thread(target=self._pump, args=(src, dst, new_request, is_request), daemon=True).start()
+
+    def _count_request(self) -> None:
+        with self._lock:
+            self.requests += 1
+        if self._counter is not None:
+            with self._counter.get_lock():
+                self._counter.value += 1
+
+    def _pump(
+        self, src: socket.socket, dst: socket.socket, new_request: threading.Event, is_request: bool
+    ) -> None:
         try:
             while data := src.recv(_BUFFER):
                 self._flowing.wait()  # a stall holds what arrived; forward() drops the connection
                 if self.mode != "forward":
                     break
+                if is_request and new_request.is_set():
+                    new_request.clear()
+                    self._count_request()
+                    time.sleep(self.delay)
+                elif not is_request:
+                    new_request.set()  # the upstream answered: the client's next bytes are a new request
                 dst.sendall(data)
         except OSError:
             pass
@@ -158,9 +203,9 @@ class TcpProxy:
 
 
 @contextmanager
-def tcp_proxy(target_host: str, target_port: int) -> Iterator[TcpProxy]:
-    """A forwarding :class:`TcpProxy` on a free port, closed afterwards."""
-    proxy = TcpProxy(target_host, target_port)
+def tcp_proxy(target_host: str, target_port: int, *, delay: float = 0.0) -> Iterator[TcpProxy]:
+    """A forwarding :class:`TcpProxy` on a free port (``delay`` seconds away), closed afterwards."""
+    proxy = TcpProxy(target_host, target_port, delay=delay)
     proxy.forward()
     try:
         yield proxy

@@ -16,20 +16,17 @@ from urllib.parse import urlparse
 
 import httpx
 
+from cache_protocol import SHA256_HEADER
 from cache_server.migrate import upgrade
-from tests.production.conftest import Deployment
+from tests.support.deployment import Deployment
 from tests.support.gcs_emulator import object_names
 from tests.support.process_tree import kill_tree
 from tests.support.server import LiveServer, run_server
 
-__all__ = ["BlobView", "Crashable", "IndexView", "sha"]
+__all__ = ["MIB", "BlobView", "Crashable", "IndexView"]
 
 MIB = 1024 * 1024
-GCS_PREFIX = "cache"  # the object prefix of the deployment's gs:// URL (tests/production/conftest.py)
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+GCS_PREFIX = "cache"  # the object prefix of the deployment's gs:// URL (tests/support/deployment.py)
 
 
 @dataclass
@@ -115,7 +112,7 @@ class IndexView:
                         return key, (response.status_code, None)
                     for chunk in response.iter_bytes():
                         digest.update(chunk)
-                    announced = response.headers["x-content-sha256"]
+                    announced = response.headers[SHA256_HEADER]
             except httpx.TransportError:  # a transfer the server broke off: its bytes never count as read
                 return key, (-1, None)
             assert announced == digest.hexdigest(), f"{key}: announced {announced}, sent other bytes"

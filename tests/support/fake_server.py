@@ -8,7 +8,6 @@ this one. Ordinary behaviour is checked against the real app (``real_server`` in
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
@@ -16,13 +15,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from cache_protocol import SHA256_HEADER
+from tests.support.api import sha
 from tests.support.http_stub import Recorded, Reply, StubHttpServer, json_reply
 
 __all__ = ["FakeCacheServer", "sha"]
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -118,9 +115,9 @@ class FakeCacheServer:
                 data = stored[key]
                 if self.corrupt_bundle:
                     data = _flip(data)
-                return Reply(200, {"X-Content-SHA256": sha(stored[key])}, data)
+                return Reply(200, {SHA256_HEADER: sha(stored[key])}, data)
             if request.method == "PUT":
-                digest = request.headers.get("x-content-sha256", "")
+                digest = request.headers.get(SHA256_HEADER.lower(), "")
                 if digest != sha(request.body):
                     return json_reply(400, {"error": "digest_mismatch", "detail": "body does not match"})
                 if key in stored:

@@ -1,0 +1,28 @@
+"""A server app in process for tests: a ``TestClient`` over a fresh embedded index and store, and the
+services behind one (to look at the index and the store directly)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from cache_server.app import create_app
+from cache_server.migrate import upgrade
+from cache_server.settings import Settings
+from cache_server.wiring import Services
+
+__all__ = ["client_for", "services_of"]
+
+
+def client_for(tmp_path: Path, **settings: object) -> TestClient:
+    """A client of an app whose data directory is ``tmp_path/data`` (migrated), with ``settings`` on top."""
+    config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, **settings)  # type: ignore[arg-type]
+    upgrade(config)
+    return TestClient(create_app(config))
+
+
+def services_of(client: TestClient) -> Services:
+    """The services behind a test client's app."""
+    services: Services = client.app.state.services  # type: ignore[attr-defined]
+    return services
