@@ -2,7 +2,7 @@
 
 The one set of rules both uploads follow (a single ``PUT``,
 :meth:`cache_server.service.CacheService.put_entry`, and each member of a bulk upload,
-:mod:`cache_server.bulk`). The index is the judge: a ``409`` means the
+:mod:`cache_server.service.bulk`). The index is the judge: a ``409`` means the
 key is stored *in the index* with another digest. A blob without an index row (an orphan: its upload died
 between the blob and the row, as a bulk upload during a database outage does) never blocks an upload:
 

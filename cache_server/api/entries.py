@@ -22,6 +22,7 @@ from cache_protocol import COMPILE_TIME_HEADER, SHA256_HEADER
 from cache_protocol.tar import BadTar, TarReader, TarTooLarge
 from cache_server.api.auth import principal
 from cache_server.api.deps import ServiceDep, get_service, get_settings, get_tokens
+from cache_server.api.errors import status_of
 from cache_server.api.schemas import (
     INDEX_INT_MAX,
     BulkOut,
@@ -31,7 +32,6 @@ from cache_server.api.schemas import (
     PutOut,
 )
 from cache_server.api.signed_urls import redirect_to
-from cache_server.bulk import BulkResult
 from cache_server.domain import EntryInfo
 from cache_server.errors import (
     BadRequest,
@@ -44,6 +44,7 @@ from cache_server.errors import (
 from cache_server.names import check_key, check_namespace, check_sha256
 from cache_server.revocation import StillAllowed
 from cache_server.service import NotModified, OpenedEntry
+from cache_server.service.bulk import BulkResult, MemberOutcome
 from cache_server.streams import (
     PIECE,
     ZSTD_PIECE,
@@ -449,15 +450,32 @@ def _json_body(out: object) -> bytes:
 def _bulk_body(namespace: str, result: BulkResult) -> bytes:
     """The :class:`BulkOut` of ``result``, written straight from its members (on the worker thread): a
     model per member, validated and serialized in the event loop, cost as much as storing small ones."""
-    stored, already = result.count(201), result.count(200)
+    stored, already = result.stored, result.already_stored
     out = {
         "namespace": namespace,
         "stored": stored,
         "already_stored": already,
         "refused": len(result.results) - stored - already,
-        "results": [vars(member) for member in result.results],
+        "results": [_member_out(member) for member in result.results],
     }
     return _json_body(out)
+
+
+def _member_out(member: MemberOutcome) -> dict[str, object]:
+    """A :class:`BulkMemberOut`: the status a ``PUT`` of the member would have had."""
+    error = member.error
+    if error is not None:
+        status, code, detail = status_of(error), error.code, error.detail
+    else:
+        status, code, detail = (201 if member.stored else 200), None, None
+    return {
+        "key": member.key,
+        "status": status,
+        "size": member.size,
+        "sha256": member.sha256,
+        "error": code,
+        "detail": detail,
+    }
 
 
 # GET and HEAD are the routes a fleet calls most, one request per entry: they read their parameters off

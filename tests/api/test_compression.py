@@ -14,8 +14,8 @@ import zstandard
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
-from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
+from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from tests.api.test_bulk_upload import member, tar_of
 from tests.conftest import sha

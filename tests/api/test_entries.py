@@ -382,9 +382,9 @@ def test_an_unchanged_file_is_hashed_once(
         hashed.append(1)
         return real(*args)
 
-    monkeypatch.setattr(
-        "cache_server.service.hashlib", types.SimpleNamespace(sha256=counting, blake2b=hashlib.blake2b)
-    )
+    counted = types.SimpleNamespace(sha256=counting, blake2b=hashlib.blake2b)
+    for module in ("cache_server.service", "cache_server.service.writer"):  # reads, and uploads
+        monkeypatch.setattr(f"{module}.hashlib", counted)
     for _ in range(3):
         assert client.get(f"{URL}/big").content == data
     assert len(hashed) == 1

@@ -12,48 +12,36 @@ The service owns what it is given: nothing else touches its repository or its st
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
 import hashlib
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cache_protocol import (
     BUNDLE_SHA256_PAX,
-    COMPILE_TIME_HEADER,
-    MAX_COMPILE_TIME_MS,
-    SHA256_HEADER,
-    UPLOADER_MAX_LENGTH,
 )
 from cache_protocol.tar import BLOCK, END, TarMember, member_header, padding
 from cache_server import metrics
 from cache_server.access import AccessRecorder
-from cache_server.bulk import BulkResult, put_members
 from cache_server.domain import Clock, EntryInfo, EntryRef, NamespaceInfo, utcnow
 from cache_server.errors import (
-    BadRequest,
-    DigestConflict,
-    DigestMismatch,
     EntryNotFound,
-    EntryTooLarge,
     NamespaceNotFound,
-    QuotaExceeded,
     SignedUrlsUnavailable,
-    StorageUnavailable,
     TooManyKeys,
 )
-from cache_server.existing import TakenName
 from cache_server.hot import HotEntries
-from cache_server.index.entries import EntryRecord, EntryRepository, FeedEntry
+from cache_server.index.entries import EntryRepository, FeedEntry
 from cache_server.names import check_key, check_namespace
 from cache_server.packs import packing_store, read_copies
-from cache_server.quotas import Quotas, UploadAllowance
-from cache_server.revocation import StillAllowed, undo_if_revoked
+from cache_server.quotas import Quotas
+from cache_server.revocation import StillAllowed
+from cache_server.service.bulk import BulkResult, put_members
+from cache_server.service.writer import EntryWriter, StoredHook
 from cache_server.settings import Settings
 from cache_server.storage.base import (
     BlobReader,
@@ -89,9 +77,6 @@ stream): a blob found corrupt then costs its reader a miss, not a broken transfe
 measured where this process hashed the same unchanged file before (:class:`VerifiedFiles`)."""
 REVERIFY_SECONDS = 600.0
 """How long a blob's file, once hashed whole and found right, is trusted without hashing again."""
-
-StoredHook = Callable[[str, str], None]
-"""Called with (namespace, key) after a new entry is stored; must be quick and must not raise."""
 
 
 class CorruptBlob(RuntimeError):
@@ -147,22 +132,6 @@ class SignedUrls:
 
 EntryRead = OpenedEntry | NotModified | SignedEntry
 """What a read of one entry gives: its bytes, "you have it", or a signed URL to fetch it from."""
-
-
-def _checked_upload(chunks: Iterable[bytes], sha256: str, limit: int) -> Iterator[bytes]:
-    digest = hashlib.sha256()
-    size = 0
-    for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise EntryTooLarge(f"The entry is larger than the limit of {limit} bytes; nothing was stored.")
-        digest.update(chunk)
-        yield chunk
-    if digest.hexdigest() != sha256:
-        raise DigestMismatch(
-            f"The body's SHA-256 is {digest.hexdigest()}, not {sha256} as {SHA256_HEADER} says; "
-            "nothing was stored."
-        )
 
 
 class VerifiedFiles:
@@ -275,6 +244,9 @@ class CacheService:
             hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds)
         self.hot = hot
         self._packs = packing_store(store, settings.packs)
+        self._writer = EntryWriter(
+            settings, entries, store, on_stored=self._stored, clock=clock, quotas=quotas
+        )
         seconds = settings.signed_url_seconds
         self._signer = _Signer(store, seconds) if seconds > 0 and isinstance(store, SignsUrls) else None
 
@@ -321,11 +293,7 @@ class CacheService:
     # -- upload -----------------------------------------------------------------------------------------
     def check_upload_size(self, declared: int | None) -> None:
         """Refuse at once an upload whose declared length is over the limit."""
-        limit = self._settings.max_entry_bytes
-        if declared is not None and declared > limit:
-            raise EntryTooLarge(
-                f"The entry is {declared} bytes; the limit is {limit} bytes (XLA_CACHE_MAX_ENTRY_BYTES)."
-            )
+        self._writer.check_size(declared)
 
     def put_entry(
         self,
@@ -340,7 +308,7 @@ class CacheService:
         stored_by: str | None = None,
         still_allowed: StillAllowed | None = None,
     ) -> PutResult:
-        """Store an entry: blob first (create-only), then its row. See DESIGN.md for the status rules.
+        """Store an entry: blob first (create-only), then its row (:mod:`cache_server.service.writer`).
 
         ``stored_by`` is the id of the token that sent it, kept with the entry (and in the blob's metadata,
         for reindex) so that everything one token stored can be found and removed. ``still_allowed``: whether
@@ -348,88 +316,22 @@ class CacheService:
         """
         check_namespace(namespace)
         check_key(key)
-        self.check_upload_size(declared_size)
-        if compile_time_ms is not None and not 0 <= compile_time_ms <= MAX_COMPILE_TIME_MS:
-            raise BadRequest(
-                f"{COMPILE_TIME_HEADER} must be a whole number of milliseconds, 0 to {MAX_COMPILE_TIME_MS}."
-            )
-        existing = self._entries.get_entry(namespace, key)
-        if existing is not None and existing.sha256 != sha256:
-            raise self._conflict(namespace, key, existing.sha256)
-        allowance = self._quotas.allowance(namespace, stored_by) if self._quotas is not None else None
-        if allowance is not None:  # before any byte is read: the declared length, or 0 when unknown
-            allowance.admit(declared_size or 0, stored=lambda: existing is not None)
-        created_at = self._clock()
-        taken = self._taken(namespace, key, sha256, began=utcnow(), row=existing, row_known=True)
-        uploader = uploader[:UPLOADER_MAX_LENGTH] if uploader else None
-        metadata = {"namespace": namespace, "key": key, "sha256": sha256, "created": created_at.isoformat()}
-        if compile_time_ms is not None:
-            metadata["compile_time_ms"] = str(compile_time_ms)
-        if uploader:
-            metadata["uploader"] = uploader
-        if stored_by:
-            metadata["stored_by"] = stored_by
-        name = blob_name(namespace, key)
-        created = self._store.put(
-            name,
-            _checked_upload(chunks, sha256, self._settings.max_entry_bytes),
-            metadata,
-            replace=taken.judge,
-        )
-        info = self._store.stat(name) if created else taken.outcome().info
-        if info is None:
-            raise StorageUnavailable("The blob store lost an entry right after writing it; please retry.")
-        stored_sha = info.metadata.get("sha256", "")
-        if created and declared_size is None and allowance is not None:
-            self._over_quota_removed(allowance, name, info.size)
-        record = EntryRecord(
-            namespace=namespace,
-            key=key,
-            size=info.size,
-            sha256=stored_sha,
-            created_at=created_at if created else info.created,
-            compile_time_ms=compile_time_ms,
-            uploader=uploader,
-            stored_by=stored_by if created else info.metadata.get("stored_by") or None,
-        )
-        self._entries.record_entry(record, replace=created)
-        undo_if_revoked(still_allowed, [record] if created else [], entries=self._entries, store=self._store)
-        if created:
-            self._stored(namespace, key)
-        return PutResult(created=created, namespace=namespace, key=key, size=info.size, sha256=stored_sha)
-
-    def _over_quota_removed(self, allowance: UploadAllowance, name: str, size: int) -> None:
-        """A ``PUT`` without Content-Length, measured once stored: over a quota, its blob is removed before
-        any row is written, and :class:`QuotaExceeded` raised."""
-        try:
-            allowance.grow(size)
-        except QuotaExceeded:
-            self._store.delete(name)
-            raise
-
-    def _taken(
-        self,
-        namespace: str,
-        key: str,
-        sha256: str,
-        *,
-        began: dt.datetime,
-        row: EntryInfo | None = None,
-        row_known: bool = False,
-    ) -> TakenName:
-        """The rules of one upload for a blob already stored under its key (:mod:`cache_server.existing`).
-        Times are the store's (real UTC), which a blob's creation time is in, not this service's clock."""
-        return TakenName(
-            self._entries,
-            self._store,
-            namespace,
+        self._writer.check_size(declared_size)
+        existing = self._entries.get_entry(namespace, key)  # another digest: refused before the body
+        upload = self._writer.begin(namespace, stored_by=stored_by, still_allowed=still_allowed)
+        pending = self._writer.prepare(
+            upload,
             key,
             sha256,
-            began=began,
-            grace_seconds=self._settings.orphan_grace_seconds,
-            clock=utcnow,
-            row=row,
-            row_known=row_known,
+            size=declared_size,
+            compile_time_ms=compile_time_ms,
+            uploader=uploader,
+            row=existing,
+            row_known=True,
+        )
+        record, created = self._writer.put(upload, pending, chunks)
+        return PutResult(
+            created=created, namespace=namespace, key=key, size=record.size, sha256=record.sha256
         )
 
     def put_entries(
@@ -440,46 +342,16 @@ class CacheService:
         stored_by: str | None = None,
         still_allowed: StillAllowed | None = None,
     ) -> BulkResult:
-        """Store the members of one uploaded tar stream (see :mod:`cache_server.bulk`): each gets the
-        status a ``PUT`` of it would have; a broken stream keeps what was committed before it. A revoked
-        token (``still_allowed``) ends it as :mod:`cache_server.revocation` says.
+        """Store the members of one uploaded tar stream (see :mod:`cache_server.service.bulk`): each gets
+        the outcome a ``PUT`` of it would have; a broken stream keeps what was committed before it. A
+        revoked token (``still_allowed``) ends it as :mod:`cache_server.revocation` says.
 
         :class:`QuotaExceeded` at once when a quota of the namespace or the token is full; a member that
-        would pass one gets that status (507) and nothing of it is stored."""
-        check_namespace(namespace)
-        allowance = self._quotas.allowance(namespace, stored_by) if self._quotas is not None else None
-        if allowance is not None and (full := allowance.full()) is not None:
+        would pass one is refused with it and nothing of it is stored."""
+        upload = self._writer.begin(namespace, stored_by=stored_by, still_allowed=still_allowed)
+        if upload.allowance is not None and (full := upload.allowance.full()) is not None:
             raise full
-
-        def metadata(key: str, sha256: str, compile_ms: int | None) -> dict[str, str]:
-            meta = {
-                "namespace": namespace,
-                "key": key,
-                "sha256": sha256,
-                "created": self._clock().isoformat(),
-            }
-            if compile_ms is not None:
-                meta["compile_time_ms"] = str(compile_ms)
-            if stored_by:
-                meta["stored_by"] = stored_by
-            return meta
-
-        return put_members(
-            namespace,
-            members,
-            entries=self._entries,
-            store=self._store,
-            max_entry_bytes=self._settings.max_entry_bytes,
-            checked=_checked_upload,
-            metadata=metadata,
-            clock=self._clock,
-            stored_by=stored_by,
-            on_stored=self._stored,
-            packs=self._packs,
-            still_allowed=still_allowed,
-            quota=allowance,
-            taken=functools.partial(self._taken, namespace, began=utcnow()),
-        )
+        return put_members(upload, members, self._writer, packs=self._packs)
 
     def _stored(self, namespace: str, key: str) -> None:
         """A new entry was stored: drop a memory copy of what the key held before (another process may have
@@ -501,13 +373,6 @@ class CacheService:
         """The namespace's entries stored after position ``after``, oldest first."""
         check_namespace(namespace)
         return self._entries.feed(namespace, after, limit)
-
-    @staticmethod
-    def _conflict(namespace: str, key: str, stored: str) -> DigestConflict:
-        return DigestConflict(
-            f"The key {key!r} in namespace {namespace!r} is already stored with SHA-256 {stored}; "
-            "entries are immutable and the first upload stays."
-        )
 
     # -- reading one entry ------------------------------------------------------------------------------
     def head_entry(self, namespace: str, key: str) -> EntryInfo:
