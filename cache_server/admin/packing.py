@@ -161,7 +161,7 @@ class LoosePacker:
     def _read(self, entries: Sequence[EntryInfo], result: PackingResult) -> Iterator[tuple[EntryInfo, bytes]]:
         """Each entry whose own blob holds exactly its bytes, with them (others are remembered)."""
         blobs = [(blob_name(entry.namespace, entry.key), entry.size) for entry in entries]
-        readers = open_many(self._blobs, blobs, read_ahead=int(getattr(self._blobs, "read_ahead", 0)))
+        readers = open_many(self._blobs, blobs)  # as many at once as the store reads ahead
         for entry, reader in zip(entries, readers, strict=True):
             content = None
             if reader is not None:

@@ -503,7 +503,7 @@ class CacheService:
         A blob whose unchanged file this process already hashed is streamed unhashed
         (:class:`VerifiedFiles`), its length still checked.
         """
-        identity = getattr(reader, "identity", None)
+        identity = reader.identity
         if identity is not None:
             identity = hashlib.blake2b(
                 repr((entry.namespace, entry.key, entry.sha256, identity)).encode(), digest_size=16
@@ -614,10 +614,7 @@ class CacheService:
                 else:
                     yield from self._member(entry, (copy,), served)
             entries = rest
-        read_ahead = int(getattr(self._store, "read_ahead", 0))
-        readers = open_many(
-            self._store, [(blob_name(e.namespace, e.key), e.size) for e in entries], read_ahead=read_ahead
-        )
+        readers = open_many(self._store, [(blob_name(e.namespace, e.key), e.size) for e in entries])
         for entry, reader in zip(entries, readers, strict=True):
             if reader is None:
                 log.warning(

@@ -26,13 +26,15 @@ the bytes. The contract, which ``tests/storage`` checks against every backend un
 * **Plain errors.** Vendor errors are translated at the backend's edge: a backend that cannot reach its
   service (after retrying what is worth retrying) raises :class:`~cache_server.errors.StorageUnavailable`.
 
-Some abilities only some backends have; each is a protocol of its own, so callers ask
-``isinstance(store, SignsUrls)`` rather than probing for methods: :class:`SignsUrls` (direct downloads that
-bypass the server), :class:`SweepsTempFiles` (cleaning up after uploads that died), :class:`PutsInBatches`
-(many blobs made durable together: one sync for a batch instead of one per blob), :class:`ReadsWhole` (a
-small blob read in one round trip, not an open and a read) and :class:`StoresPacks` (packs: copies of many
-small blobs in one object, read by byte range). :func:`open_batch` gives a :class:`BlobBatch` for
-any store; :func:`open_many` reads many blobs in order, the next small ones meanwhile.
+Some abilities only some backends have; each is a protocol of its own (:data:`ABILITIES`), methods and
+attributes typed, so callers ask ``isinstance(store, SignsUrls)`` rather than probing for attributes:
+:class:`SignsUrls` (direct downloads that bypass the server), :class:`SweepsTempFiles` (cleaning up after
+uploads that died), :class:`PutsInBatches` (many blobs made durable together: one sync for a batch instead
+of one per blob), :class:`ReadsWhole` (a small blob read in one round trip, not an open and a read),
+:class:`ReadsAhead` (how many reads of small blobs overlap) and :class:`StoresPacks` (packs: copies of many
+small blobs in one object, read by byte range). A reader's :attr:`BlobReader.identity` is required but may
+be ``None``. :func:`open_batch` gives a :class:`BlobBatch` for any store; :func:`open_many` reads many blobs
+in order, the next small ones meanwhile. How to add a backend: :mod:`cache_server.storage`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import itertools
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -52,6 +54,7 @@ from cache_server.errors import InvalidName
 from cache_server.names import check_key, check_namespace
 
 __all__ = [
+    "ABILITIES",
     "DAMAGED_DIR",
     "MIB",
     "PACK_DIR",
@@ -63,6 +66,7 @@ __all__ = [
     "ConcurrentBatch",
     "HeldReader",
     "PutsInBatches",
+    "ReadsAhead",
     "ReadsWhole",
     "ReplaceJudge",
     "SequentialBatch",
@@ -117,6 +121,14 @@ class BlobReader(AbstractContextManager["BlobReader"], Protocol):
     @property
     def info(self) -> BlobInfo:
         """What the store knows about the blob."""
+        ...
+
+    @property
+    def identity(self) -> Hashable | None:
+        """What names the very stored bytes this reader reads, as they are now (a local file's device, inode,
+        size and change times): it changes whenever they could have changed, so the service streams a blob
+        it has already hashed whole unhashed until then (only its length checked). ``None`` where the backend
+        cannot tell (every blob is then hashed as it is read)."""
         ...
 
     def chunks(self) -> Iterator[bytes]:
@@ -297,6 +309,19 @@ class ReadsWhole(Protocol):
 
 
 @runtime_checkable
+class ReadsAhead(Protocol):
+    """A store whose reads are round trips worth overlapping (a remote one): :func:`open_many` reads up to
+    ``read_ahead`` of the small blobs that follow on threads meanwhile, holding at most ``read_ahead_bytes``
+    of them in memory together. A store without it is read one blob at a time (a local read costs no
+    round trip)."""
+
+    read_ahead: int
+    """How many small blobs a bundle or a packing run reads at once (> 0)."""
+    read_ahead_bytes: int
+    """How many bytes the blobs read ahead may hold together."""
+
+
+@runtime_checkable
 class StoresPacks(Protocol):
     """A store that also keeps packs: one object holding copies of many small blobs one after another, so
     that a bundle reads them with a few ranged requests instead of one request each (see
@@ -327,6 +352,11 @@ class StoresPacks(Protocol):
     def list_packs(self) -> Iterator[BlobInfo]:
         """Every pack (``name`` is its id), in no particular order."""
         ...
+
+
+ABILITIES: tuple[type, ...] = (SignsUrls, SweepsTempFiles, PutsInBatches, ReadsWhole, ReadsAhead, StoresPacks)
+"""Every optional ability a backend may have; ``tests/storage/test_contract.py`` checks each one a backend
+has (and fails for an ability it has no check for)."""
 
 
 class SequentialBatch:
@@ -436,10 +466,11 @@ class ConcurrentBatch:
 
 
 class HeldReader:
-    """A blob read whole into memory (ahead of its turn)."""
+    """A blob read whole into memory (ahead of its turn); ``identity`` as the reader it was read from told."""
 
-    def __init__(self, info: BlobInfo, chunks: list[bytes]) -> None:
+    def __init__(self, info: BlobInfo, chunks: list[bytes], identity: Hashable | None = None) -> None:
         self.info = info
+        self.identity = identity
         self._chunks = chunks
 
     def chunks(self) -> Iterator[bytes]:
@@ -462,7 +493,7 @@ def _read_whole(store: BlobStore, name: str, limit: int) -> BlobReader | None:
     if reader is None:
         return None
     with reader:
-        return HeldReader(reader.info, list(reader.chunks()))
+        return HeldReader(reader.info, list(reader.chunks()), reader.identity)
 
 
 def open_sized(
@@ -480,27 +511,31 @@ def open_many(
     store: BlobStore,
     blobs: Sequence[tuple[str, int]],
     *,
-    read_ahead: int = 0,
+    read_ahead: int | None = None,
     small: int = 8 * MIB,
     budget: int | None = None,
 ) -> Iterator[BlobReader | None]:
     """Open each of ``blobs`` (name, expected size) in order: a reader, or None on a miss.
 
-    With ``read_ahead`` of 0 they are read one at a time, those expected to have at most ``small`` bytes in
-    one read where the store :class:`ReadsWhole`. With ``read_ahead`` > 0, up to that many of the blobs that
-    follow, each expected to have at most ``small`` bytes, are read on threads meanwhile (a remote store's
-    round trips overlap), in one round trip each where the store :class:`ReadsWhole`; larger ones are opened
-    when their turn comes and streamed. The blobs read ahead are expected to hold at most ``budget`` bytes
-    together (by default the store's ``read_ahead_bytes`` if it has one, else ``read_ahead`` times
-    ``small``; a blob larger than the budget alone is still read, alone). The caller closes each reader.
+    ``read_ahead``: by default the store's own (:class:`ReadsAhead`), else 0. With 0 they are read one at a
+    time, those expected to have at most ``small`` bytes in one read where the store :class:`ReadsWhole`.
+    With ``read_ahead`` > 0, up to that many of the blobs that follow, each expected to have at most
+    ``small`` bytes, are read on threads meanwhile (a remote store's round trips overlap), in one round trip
+    each where the store :class:`ReadsWhole`; larger ones are opened when their turn comes and streamed. The
+    blobs read ahead are expected to hold at most ``budget`` bytes together (by default the store's
+    ``read_ahead_bytes`` where it :class:`ReadsAhead`, else ``read_ahead`` times ``small``; a blob larger
+    than the budget alone is still read, alone). The caller closes each reader.
     """
+    tuned = store if isinstance(store, ReadsAhead) else None
+    if read_ahead is None:
+        read_ahead = tuned.read_ahead if tuned is not None else 0
     if read_ahead <= 0:
         whole = store if isinstance(store, ReadsWhole) else None
         for name, size in blobs:
             yield open_sized(store, name, size, small, whole=whole)
         return
     if budget is None:
-        budget = int(getattr(store, "read_ahead_bytes", read_ahead * small))
+        budget = tuned.read_ahead_bytes if tuned is not None else read_ahead * small
     with ThreadPoolExecutor(read_ahead, thread_name_prefix="xla-cache-read-ahead") as pool:
         window: deque[tuple[str, int, Future[BlobReader | None] | None]] = deque()
         upcoming = iter(blobs)

@@ -82,8 +82,9 @@ def _identity(stat: os.stat_result) -> tuple[int, ...]:
 
 
 class _LocalReader:
-    """An open local blob. ``identity`` names this very file as it is now (device, inode, size, times): the
-    service trusts a blob it has hashed whole until its identity changes."""
+    """An open local blob. ``identity`` (:attr:`~cache_server.storage.base.BlobReader.identity`) names this
+    very file as it is now (device, inode, size, times): the service trusts a blob it has hashed whole until
+    its identity changes."""
 
     def __init__(self, handle: BinaryIO, info: BlobInfo) -> None:
         self._handle = handle

@@ -12,8 +12,18 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from google.oauth2 import service_account
 
-from cache_server.storage.base import BlobStore
+from cache_server.storage.base import (
+    BlobStore,
+    PutsInBatches,
+    ReadsAhead,
+    ReadsWhole,
+    SignsUrls,
+    StoresPacks,
+    SweepsTempFiles,
+)
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.storage.local import LocalBlobStore
 from tests.support.gcs_emulator import (  # noqa: F401 - fixtures
@@ -22,14 +32,18 @@ from tests.support.gcs_emulator import (  # noqa: F401 - fixtures
     object_names,
     put_object,
 )
+from tests.support.gcs_keys import key_info
 
 
 @dataclass
 class Backend:
-    """A store under test, what it physically keeps (blobs, temp files), a way to leave a foreign file."""
+    """A store under test, the optional abilities it has, what it physically keeps (blobs, temp files), a way
+    to leave a foreign file."""
 
     kind: str
     store: BlobStore
+    # Exactly the optional abilities (cache_server.storage.base.ABILITIES) the backend has: each is checked.
+    abilities: frozenset[type]
     stored_files: Callable[[], list[str]]
     plant: Callable[[str, bytes], None]  # a file or object that another program left under the store's root
     # For a store that keeps temp files: leave one as an upload that died that many seconds ago would.
@@ -37,6 +51,9 @@ class Backend:
     # Damage a stored blob's record as a bad disk or another tool would (local: one byte of its header; GCS:
     # its metadata garbled, the analogue: an object resource cannot be damaged otherwise).
     damage: Callable[[str], None] | None = None
+    # For a store that signs URLs where its own credentials cannot (an emulator's are anonymous): the same
+    # store opened with credentials that hold a key.
+    signing: Callable[[], SignsUrls] | None = None
 
 
 def _local_files(root: Path) -> list[str]:
@@ -78,6 +95,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield Backend(
             "local",
             local,
+            frozenset({SweepsTempFiles, PutsInBatches, StoresPacks, ReadsWhole}),
             lambda: _local_files(root),
             lambda rel, data: _plant_file(root, rel, data),
             lambda age: _abandon_local_upload(root, age),
@@ -91,13 +109,28 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     def plant(relative: str, data: bytes) -> None:
         put_object(endpoint, bucket, f"cache/v1/{relative}", data)
 
+    signing: list[GcsBlobStore] = []
+
+    def with_a_key() -> GcsBlobStore:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            key_info(key),
+            scopes=["https://www.googleapis.com/auth/devstorage.read_write"],
+            always_use_jwt_access=True,  # self-signed tokens: the emulator is the only thing contacted
+        )
+        signing.append(GcsBlobStore(bucket, "cache/v1", endpoint=endpoint, credentials=credentials))
+        return signing[-1]
+
     try:
         yield Backend(
             "gcs",
             store,
+            frozenset({SignsUrls, PutsInBatches, StoresPacks, ReadsWhole, ReadsAhead}),
             lambda: object_names(endpoint, bucket),
             plant,
             damage=lambda name: _damage_gcs_object(endpoint, bucket, name),
+            signing=with_a_key,
         )
     finally:
-        store.close()
+        for opened in (store, *signing):
+            opened.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import gc
 import hashlib
 import random
@@ -10,14 +11,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
+import httpx
 import pytest
 
 from cache_server.errors import InvalidName
 from cache_server.existing import unreadable
 from cache_server.storage.base import (
+    ABILITIES,
     BlobInfo,
+    BlobReader,
     BlobStore,
     PutsInBatches,
+    ReadsAhead,
     ReadsWhole,
     SignsUrls,
     StoresPacks,
@@ -27,6 +32,7 @@ from cache_server.storage.base import (
 )
 from tests.storage.conftest import Backend
 from tests.support.memory import MIB, PeakRss
+from tests.support.wait import wait_until
 
 BIG = 512 * MIB
 RSS_LIMIT = 64 * MIB
@@ -108,20 +114,35 @@ def test_backend_implements_the_protocol(backend: Backend) -> None:
 
 
 def test_backend_declares_the_optional_abilities_it_has(backend: Backend) -> None:
-    abilities = {
-        "signs URLs": SignsUrls,
-        "sweeps temp files": SweepsTempFiles,
-        "batches": PutsInBatches,
-        "keeps packs": StoresPacks,
-        "reads whole": ReadsWhole,
-    }
-    expected = {
-        "local": {"sweeps temp files", "batches", "keeps packs", "reads whole"},
-        "gcs": {"signs URLs", "batches", "keeps packs", "reads whole"},
-    }[backend.kind]
-    assert {name for name, ability in abilities.items() if isinstance(backend.store, ability)} == expected
+    assert {ability for ability in ABILITIES if isinstance(backend.store, ability)} == backend.abilities
 
 
+_CHECKS: dict[type, list[str]] = {}
+
+
+def checks(ability: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Make a test the check of one optional ability: it runs on every backend that has the ability and is
+    skipped on the others. Each ability of :data:`~cache_server.storage.base.ABILITIES` needs one."""
+
+    def register(test: Callable[..., None]) -> Callable[..., None]:
+        _CHECKS.setdefault(ability, []).append(test.__name__)
+
+        @functools.wraps(test)
+        def run(backend: Backend, **fixtures: object) -> None:
+            if ability not in backend.abilities:
+                pytest.skip(f"the {backend.kind} store lacks {ability.__name__}")
+            test(backend, **fixtures)
+
+        return run
+
+    return register
+
+
+def test_every_optional_ability_has_a_check() -> None:
+    assert {ability.__name__ for ability in _CHECKS} == {ability.__name__ for ability in ABILITIES}
+
+
+@checks(ReadsWhole)
 def test_a_whole_read_gives_the_bytes_held_or_streamed_over_the_limit(backend: Backend) -> None:
     store = backend.store
     assert isinstance(store, ReadsWhole)
@@ -147,9 +168,11 @@ def test_a_whole_read_gives_the_bytes_held_or_streamed_over_the_limit(backend: B
     assert store.read_whole("ns/absent", MIB) is None
 
 
+@checks(StoresPacks)
 def test_packs_are_written_once_read_by_range_listed_apart_and_deleted(backend: Backend) -> None:
     store = backend.store
     assert isinstance(store, StoresPacks)
+    assert isinstance(store.packs_by_default, bool)
     data = random.Random(3).randbytes(3 * MIB + 5)
     pack_id = "0123456789abcdef0123456789abcdef"
     store.put_pack(pack_id, [data[:MIB], data[MIB:]])
@@ -181,10 +204,10 @@ def test_packs_are_written_once_read_by_range_listed_apart_and_deleted(backend: 
     assert store.read_pack(pack_id, 0, 5) is None
 
 
+@checks(SweepsTempFiles)
 def test_a_sweep_removes_only_temp_files_older_than_the_grace_period(backend: Backend) -> None:
     store = backend.store
-    if not isinstance(store, SweepsTempFiles):
-        pytest.skip(f"the {backend.kind} store keeps no temp files")
+    assert isinstance(store, SweepsTempFiles)
     assert backend.abandon_upload is not None
     assert store.put("ns/k", [b"kept"], {}) is True
     backend.abandon_upload(2 * 3600)  # died two hours ago
@@ -197,6 +220,134 @@ def test_a_sweep_removes_only_temp_files_older_than_the_grace_period(backend: Ba
     assert store.remove_stale_temp_files(older_than_seconds=30) == 1
     assert backend.stored_files() == ["ns/k"]
     assert read_all(store, "ns/k")[1] == b"kept"
+
+
+@checks(SignsUrls)
+def test_signed_urls_download_the_blobs_named_and_bad_requests_are_refused(backend: Backend) -> None:
+    store = backend.store
+    assert isinstance(store, SignsUrls)
+    blobs = {"ns/a": b"first blob", "ns/b": random.Random(2).randbytes(70_000)}
+    for name, data in blobs.items():
+        assert store.put(name, [data], {}) is True
+    for bad in ("../escape", "ns/a/b", "ns/", "n s/k"):  # refused whether or not the store can sign
+        with pytest.raises(InvalidName):
+            store.signed_url(bad, 60)
+        with pytest.raises(InvalidName):
+            store.signed_urls(["ns/a", bad], 60)
+    for expiry in (0, -60):
+        with pytest.raises(ValueError):
+            store.signed_url("ns/a", expiry)
+        with pytest.raises(ValueError):
+            store.signed_urls(["ns/a"], expiry)
+    # Credentials that cannot sign give None from both, never a URL that does not work.
+    assert (store.signed_url("ns/a", 60) is None) == (store.signed_urls(["ns/a"], 60) is None)
+
+    signer = backend.signing() if backend.signing is not None else store
+    url = signer.signed_url("ns/a", 60)
+    assert url is not None
+    assert httpx.get(url).content == blobs["ns/a"]
+    urls = signer.signed_urls(["ns/b", "ns/a", "ns/b"], 60)
+    assert urls is not None and sorted(urls) == ["ns/a", "ns/b"]
+    for name, data in blobs.items():
+        response = httpx.get(urls[name])
+        assert (response.status_code, response.content) == (200, data)
+    absent = signer.signed_url("ns/absent", 60)  # made without asking the store: the download says 404
+    assert absent is not None and httpx.get(absent).status_code == 404
+
+
+@checks(PutsInBatches)
+def test_a_batch_of_the_stores_own_makes_blobs_durable_at_commit(backend: Backend) -> None:
+    store = backend.store
+    assert isinstance(store, PutsInBatches)
+    assert store.put("ns/old", [b"first"], {}) is True
+    with store.batch() as batch, store.batch() as other:
+        batch.put("ns/a", pieces(b"a" * 300_000), {"v": "a"})
+        batch.put("ns/old", [b"second"], {})
+        assert other.commit() == {}  # each batch is new and empty: nothing of another's
+        assert batch.commit() == {"ns/a": True, "ns/old": False}
+        info, data, _ = read_all(store, "ns/a")  # visible once committed
+        assert (data, dict(info.metadata)) == (b"a" * 300_000, {"v": "a"})
+        assert read_all(store, "ns/old")[1] == b"first"
+        assert batch.commit() == {}  # then empty again
+        batch.put("ns/b", [b"b"], {})
+        assert batch.commit() == {"ns/b": True}
+    assert sorted(i.name for i in store.list()) == ["ns/a", "ns/b", "ns/old"]
+    assert len(backend.stored_files()) == 3
+
+
+@checks(ReadsAhead)
+def test_open_many_reads_ahead_as_far_as_the_store_says(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = backend.store
+    assert isinstance(store, ReadsAhead)
+    assert isinstance(store.read_ahead, int) and isinstance(store.read_ahead_bytes, int)
+    assert store.read_ahead > 1 and store.read_ahead_bytes >= MIB
+    count = store.read_ahead + 3
+    names = [f"ns/k{i}" for i in range(count)]
+    for i, name in enumerate(names):
+        if i != 2:  # one missing
+            assert store.put(name, [b"%d" % i * 500], {}) is True
+    asked: list[str] = []  # the names read, as the reads start
+    opened = store.open
+
+    def open_recorded(name: str) -> BlobReader | None:
+        asked.append(name)
+        return opened(name)
+
+    monkeypatch.setattr(store, "open", open_recorded)
+    if isinstance(store, ReadsWhole):
+        whole = store.read_whole
+
+        def whole_recorded(name: str, limit: int) -> BlobReader | None:
+            asked.append(name)
+            return whole(name, limit)
+
+        monkeypatch.setattr(store, "read_whole", whole_recorded)
+
+    readers = open_many(store, [(name, 500 * len(str(i))) for i, name in enumerate(names)])  # the store's own
+    first = next(readers)
+    assert first is not None
+    first.close()
+    # The blobs that follow are read before their turn, as many as the store reads ahead.
+    wait_until(lambda: len(asked) >= store.read_ahead, message=lambda: f"read only {asked}")
+    assert set(asked) <= set(names[: store.read_ahead + 1])
+    rest = list(readers)
+    assert [reader is None for reader in rest] == [i == 2 for i in range(1, count)]
+    for i, reader in enumerate(rest, start=1):
+        if reader is not None:
+            with reader:
+                assert b"".join(reader.chunks()) == b"%d" % i * 500
+    assert set(asked) == set(names)
+
+
+def test_a_readers_identity_names_the_stored_bytes_as_they_are(backend: Backend) -> None:
+    """Where a backend names what a reader reads (``identity``), it names it the same way on every read,
+    however it is read, and differently once the blob has been replaced or stored anew."""
+    store = backend.store
+
+    def identity(reader: BlobReader | None) -> object:
+        assert reader is not None
+        with reader:
+            b"".join(reader.chunks())
+            return reader.identity
+
+    assert store.put("ns/k", [b"first"], {}) is True
+    seen = [identity(store.open("ns/k")), identity(store.open("ns/k"))]
+    seen += [identity(reader) for reader in open_many(store, [("ns/k", 5)], read_ahead=2)]
+    if isinstance(store, ReadsWhole):
+        seen.append(identity(store.read_whole("ns/k", MIB)))
+    if seen[0] is None:
+        assert seen == [None] * len(seen), "a backend names every reader's bytes or none"
+        return
+    hash(seen[0])
+    assert seen == [seen[0]] * len(seen)
+    assert store.put("ns/k", [b"second, longer"], {}, replace=lambda info: True) is True
+    replaced = identity(store.open("ns/k"))
+    assert replaced not in (None, seen[0])
+    assert store.delete("ns/k") is True
+    assert store.put("ns/k", [b"third and longer still"], {}) is True
+    assert identity(store.open("ns/k")) not in (None, seen[0], replaced)
 
 
 def test_empty_metadata_round_trips(backend: Backend) -> None:

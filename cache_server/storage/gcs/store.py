@@ -73,8 +73,9 @@ class GcsBlobStore:
     :mod:`.signing`), or as ``signing_service_account`` if given.
 
     Also a :class:`~cache_server.storage.base.ReadsWhole`: a small blob is one GET of its bytes, whose
-    response headers carry what a whole read needs (:meth:`read_whole`). ``read_ahead``: how many small blobs
-    a bundle reads at once, one round trip each; ``read_ahead_bytes``: how many bytes they may hold together.
+    response headers carry what a whole read needs (:meth:`read_whole`); and a
+    :class:`~cache_server.storage.base.ReadsAhead`: ``read_ahead``, how many small blobs a bundle reads at
+    once, one round trip each; ``read_ahead_bytes``, how many bytes they may hold together.
 
     Also a :class:`~cache_server.storage.base.StoresPacks`, on by default: objects under ``.packs/`` beside
     the namespaces, each read with ranged GETs.
@@ -365,10 +366,12 @@ class GcsBlobStore:
         impersonated credentials) nor a service account to sign as through IAM (anonymous credentials with an
         emulator, a user's), or when IAM refused to sign as the account lately (a missing role: logged, see
         :mod:`.signing`). The URL is made without checking that the blob exists; through IAM it costs one
-        round trip (:meth:`signed_urls` makes many at once). Raises :class:`ValueError` for an expiry out of
-        range and :class:`~cache_server.errors.StorageUnavailable` if signing needed a service that failed.
+        round trip (:meth:`signed_urls` makes many at once). Raises :class:`~cache_server.errors.InvalidName`
+        for a bad name (whether or not it could sign), :class:`ValueError` for an expiry out of range and
+        :class:`~cache_server.errors.StorageUnavailable` if signing needed a service that failed.
         """
         self._check_expiry(expires_seconds)
+        self._object_name(name)  # a bad name is refused even where nothing can sign
         if self._signer is None or (self._iam is not None and self._iam.refused()):
             return None
         try:
