@@ -43,7 +43,7 @@ from cache_server.errors import (
 )
 from cache_server.names import check_key, check_namespace, check_sha256
 from cache_server.revocation import StillAllowed
-from cache_server.service import NotModified, OpenedEntry
+from cache_server.service import NotModified, OpenedEntry, ReadWish
 from cache_server.service.bulk import BulkResult, MemberOutcome
 from cache_server.streams import (
     PIECE,
@@ -535,15 +535,16 @@ async def get_entry(request: Request) -> Response:
     namespace, key = request.path_params["namespace"], request.path_params["key"]
     service = get_service(request)
     headers = request.headers
-    etag, live = headers.get("if-none-match") or None, headers.get("x-live-delivery") == "1"
-    redirect = _flag(request, "redirect")
+    wish = ReadWish(
+        if_none_match=headers.get("if-none-match") or None,
+        redirect=_flag(request, "redirect"),
+        live=headers.get("x-live-delivery") == "1",
+    )
     # An entry read a moment ago is answered from memory, here on the event loop (cache_server.hot); else
     # one hop to a worker thread does the lookup and, for a small entry, reads and verifies it whole.
-    read = service.read_hot(namespace, key, if_none_match=etag, redirect=redirect, live=live)
+    read = service.read_hot(namespace, key, wish)
     if read is None:
-        read = await anyio.to_thread.run_sync(
-            lambda: service.read_entry(namespace, key, if_none_match=etag, redirect=redirect, live=live)
-        )
+        read = await anyio.to_thread.run_sync(service.read_entry, namespace, key, wish)
     if isinstance(read, NotModified):
         return Response(status_code=304, headers={"ETag": f'"{read.entry.sha256}"'})
     if isinstance(read, OpenedEntry):

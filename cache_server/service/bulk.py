@@ -39,10 +39,11 @@ from cache_server.errors import (
 )
 from cache_server.index.entries import EntryRecord
 from cache_server.packs import PACK_WRITERS, PackWriter
+from cache_server.revocation import StillAllowed
 from cache_server.service.writer import EntryWriter, Pending, Upload
 from cache_server.storage.base import MIB, BlobBatch, StoresPacks
 
-__all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "MemberOutcome", "put_members"]
+__all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "BulkUploads", "MemberOutcome"]
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +113,38 @@ class _Group:
     bytes: int = 0
 
 
-def put_members(
-    upload: Upload,
-    members: Iterator[TarMember],
-    writer: EntryWriter,
-    *,
-    packs: StoresPacks | None = None,
-) -> BulkResult:
-    """Store the members of one stream for ``upload`` with ``writer``'s rules; see the module docstring.
+class BulkUploads:
+    """Bulk uploads with ``writer``'s rules; ``packs``: the store to write packs to, if any (the same)."""
 
-    ``packs``: the store to write packs to, if any (the same store). The upload's token is asked whether it
-    is still active before and after each group's commit (:mod:`cache_server.revocation`): once it is not,
-    the stream ends with :class:`~cache_server.errors.TokenRevoked` and its group is not stored. A member
-    past a quota is refused before any of its bytes are stored, its bytes skipped.
-    """
+    def __init__(self, writer: EntryWriter, packs: StoresPacks | None) -> None:
+        self._writer = writer
+        self._packs = packs
+
+    def put_entries(
+        self,
+        namespace: str,
+        members: Iterator[TarMember],
+        *,
+        stored_by: str | None = None,
+        still_allowed: StillAllowed | None = None,
+    ) -> BulkResult:
+        """Store the members of one uploaded tar stream: each gets the outcome a ``PUT`` of it would have;
+        a broken stream keeps what was committed before it. ``still_allowed``: whether the stream's token is
+        still active, asked before and after each group's commit (:mod:`cache_server.revocation`): once it
+        is not, the stream ends with :class:`~cache_server.errors.TokenRevoked` and its group is not stored.
+
+        :class:`QuotaExceeded` at once when a quota of the namespace or the token is full; a member that
+        would pass one is refused with it before any of its bytes are stored, its bytes skipped."""
+        upload = self._writer.begin(namespace, stored_by=stored_by, still_allowed=still_allowed)
+        if upload.allowance is not None and (full := upload.allowance.full()) is not None:
+            raise full
+        return _put_members(upload, members, self._writer, self._packs)
+
+
+def _put_members(
+    upload: Upload, members: Iterator[TarMember], writer: EntryWriter, packs: StoresPacks | None
+) -> BulkResult:
+    """Store the members of one stream for ``upload``; see the module docstring."""
     results: list[MemberOutcome] = []
     group = _Group([])
     seen: set[str] = set()

@@ -39,7 +39,7 @@ from cache_server.service.metadata import BlobMetadata
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobBatch, BlobInfo, BlobStore, ReplaceJudge, blob_name, open_batch
 
-__all__ = ["EntryWriter", "Pending", "StoredHook", "Upload"]
+__all__ = ["EntryWriter", "Pending", "PutResult", "StoredHook", "Upload"]
 
 StoredHook = Callable[[str, str], None]
 """Called with (namespace, key) after a new entry is stored; must be quick and must not raise."""
@@ -56,6 +56,17 @@ class _Puts(Protocol):
         *,
         replace: ReplaceJudge | None = None,
     ) -> bool | None: ...
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """Outcome of a single upload: ``created`` is False when the same bytes were already stored."""
+
+    created: bool
+    namespace: str
+    key: str
+    size: int
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -230,15 +241,46 @@ class EntryWriter:
         row = self._entries.get_entry(namespace, key)
         return row is not None and row.sha256 == sha256
 
-    def put(self, upload: Upload, pending: Pending, chunks: Iterable[bytes]) -> tuple[EntryRecord, bool]:
-        """Store one entry on its own (a ``PUT``): its blob durable, then its row. Its row, and whether it
-        is new (False: the same bytes were stored already)."""
+    def put_entry(
+        self,
+        namespace: str,
+        key: str,
+        chunks: Iterable[bytes],
+        *,
+        sha256: str,
+        declared_size: int | None = None,
+        compile_time_ms: int | None = None,
+        uploader: str | None = None,
+        stored_by: str | None = None,
+        still_allowed: StillAllowed | None = None,
+    ) -> PutResult:
+        """Store one entry on its own (a ``PUT``): blob first (create-only), then its row.
+
+        ``stored_by`` is the id of the token that sent it, kept with the entry (and in the blob's metadata,
+        for reindex) so that everything one token stored can be found and removed. ``still_allowed``: whether
+        that token is still active, asked once the row is written (:mod:`cache_server.revocation`).
+        """
+        check_namespace(namespace)
+        check_key(key)
+        self.check_size(declared_size)
+        existing = self._entries.get_entry(namespace, key)  # another digest: refused before the body
+        upload = self.begin(namespace, stored_by=stored_by, still_allowed=still_allowed)
+        pending = self.prepare(
+            upload,
+            key,
+            sha256,
+            size=declared_size,
+            compile_time_ms=compile_time_ms,
+            uploader=uploader,
+            row=existing,
+            row_known=True,
+        )
         created = bool(pending.put_into(self._store, chunks))
-        if created and pending.size is None and upload.allowance is not None:
+        if created and declared_size is None and upload.allowance is not None:
             self._grow(upload.allowance, pending)
         record, new = self.settle(pending, created)
         self.commit(upload, [record] if new else [], [] if new else [record])
-        return record, new
+        return PutResult(created=new, namespace=namespace, key=key, size=record.size, sha256=record.sha256)
 
     def _grow(self, allowance: UploadAllowance, pending: Pending) -> None:
         """An entry of unknown length, measured once stored: over a quota, its blob is removed before any

@@ -383,7 +383,7 @@ def test_an_unchanged_file_is_hashed_once(
         return real(*args)
 
     counted = types.SimpleNamespace(sha256=counting, blake2b=hashlib.blake2b)
-    for module in ("cache_server.service", "cache_server.service.writer"):  # reads, and uploads
+    for module in ("cache_server.service.verify", "cache_server.service.writer"):  # reads, uploads
         monkeypatch.setattr(f"{module}.hashlib", counted)
     for _ in range(3):
         assert client.get(f"{URL}/big").content == data
@@ -417,7 +417,7 @@ def test_dropping_a_corrupt_read_spares_the_key_stored_again_since(
     read find the old digest wrong: the new entry must stay."""
     put(client, "k", b"new bytes")
     stale = dataclasses.replace(services.cache.head_entry(NS, "k"), sha256=sha(b"old bytes"))
-    services.cache._drop_corrupt(stale)
+    services.cache._verifier.drop_corrupt(stale)
     assert client.get(f"{URL}/k").content == b"new bytes"
 
 
