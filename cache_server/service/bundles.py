@@ -31,10 +31,10 @@ class Bundles:
 
     def __init__(
         self,
-        settings: Settings,
         entries: EntryRepository,
         store: BlobStore,
         *,
+        settings: Settings,
         access: AccessRecorder,
         verifier: Verifier,
         packs: StoresPacks | None,

@@ -74,7 +74,9 @@ class CacheService:
         packs = packing_store(store, settings.packs)
         bulk = BulkUploads(writer, packs)
         reads = Reads(entries, store, access=access, hot=self.hot, verifier=self._verifier, signing=signing)
-        bundles = Bundles(settings, entries, store, access=access, verifier=self._verifier, packs=packs)
+        bundles = Bundles(
+            entries, store, settings=settings, access=access, verifier=self._verifier, packs=packs
+        )
         feed = Feed(entries)
 
         self.register_namespace = namespaces.register
