@@ -138,9 +138,6 @@ class Pending:
             )
 
 
-_UNKNOWN: EntryInfo | None = None
-
-
 class EntryWriter:
     """Stores entries into one blob store and the index's :class:`EntryRepository`; see the module
     docstring. ``quotas``: None checks none. ``on_stored`` hears of each new entry once its row is
@@ -191,7 +188,7 @@ class EntryWriter:
         size: int | None,
         compile_time_ms: int | None = None,
         uploader: str | None = None,
-        row: EntryInfo | None = _UNKNOWN,
+        row: EntryInfo | None = None,
         row_known: bool = False,
     ) -> Pending:
         """Check one entry and admit it against the upload's quotas, before any of its bytes is read.
