@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI
 
 from cache_server.api import router
 from cache_server.api.auth import authorize
-from cache_server.api.entries import UploadSlots
+from cache_server.api.bodies import UploadSlots
 from cache_server.api.errors import install_error_handlers
 from cache_server.api.middleware import BoundedBodies, RejectEncodedSeparators
 from cache_server.api.telemetry import Telemetry, configure_access_log
@@ -32,7 +32,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Uploads get threads of their own, so uploads that stall cannot starve the other routes.
+        # The app's state, built here and only here. Uploads get threads of their own, so uploads that
+        # stall cannot starve the other routes; the feed's watcher runs on this event loop.
         app.state.upload_slots = UploadSlots(settings.max_concurrent_uploads, settings.upload_wait_seconds)
         app.state.feed_watcher = FeedWatcher(services.cache.feed_heads, services.cache.feed_head)
         services.start()

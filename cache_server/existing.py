@@ -1,8 +1,7 @@
 """Blobs already stored: which ones cannot be read, and what an upload does with one found under its name.
 
-The one set of rules both uploads follow (a single ``PUT``,
-:meth:`cache_server.service.CacheService.put_entry`, and each member of a bulk upload,
-:mod:`cache_server.bulk`). The index is the judge: a ``409`` means the
+The one set of rules both uploads follow, through the one entry writer (:mod:`cache_server.service.writer`:
+a single ``PUT`` and each member of a bulk upload). The index is the judge: a ``409`` means the
 key is stored *in the index* with another digest. A blob without an index row (an orphan: its upload died
 between the blob and the row, as a bulk upload during a database outage does) never blocks an upload:
 

@@ -1,4 +1,5 @@
-"""The change feed's waiting side: long polls that hold no worker thread, woken across replicas.
+"""The change feed: its reading side (:class:`Feed`), and its waiting side: long polls that hold no worker
+thread, woken across replicas.
 
 Every upload that stores an entry appends a row to the index's ``entry_feed`` (the same transaction as the
 entry's row), numbered by the database. A follower asks for its namespace's rows after a cursor; when
@@ -23,13 +24,35 @@ from collections.abc import Callable
 import anyio
 import anyio.to_thread
 
-__all__ = ["LOOKBACK", "POLL_SECONDS", "FeedWatcher"]
+from cache_server.index.entries import EntryRepository, FeedEntry
+from cache_server.names import check_namespace
+
+__all__ = ["LOOKBACK", "POLL_SECONDS", "Feed", "FeedWatcher"]
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
 LOOKBACK = 64
 QUERY_THREADS = 4  # the feed's reads run on threads of their own, apart from the other routes'
+
+
+class Feed:
+    """The feed's rows in the index's :class:`EntryRepository` (the writer appends them)."""
+
+    def __init__(self, entries: EntryRepository) -> None:
+        self._entries = entries
+
+    def head(self) -> int:
+        """The feed's newest position: where a new follower starts."""
+        return self._entries.feed_head()
+
+    def heads(self, after: int) -> dict[str, int]:
+        """The namespaces whose feed grew after ``after``, with their newest position."""
+        return self._entries.feed_heads(after)
+
+    def rows(self, namespace: str, after: int, limit: int) -> list[FeedEntry]:
+        """The namespace's entries stored after position ``after``, oldest first."""
+        return self._entries.feed(check_namespace(namespace), after, limit)
 
 
 class FeedWatcher:

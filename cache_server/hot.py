@@ -4,7 +4,7 @@ A single GET costs most of its time in getting there: a hop to a worker thread (
 wait on the database or the disk), the index lookup, and the read of the blob. When many jobs of a fleet
 ask for the same new executable within a second, or one job asks for an entry again, those costs repeat
 for the same answer. :class:`HotEntries` keeps what a read found (the index row, and the bytes of an entry
-of at most :data:`~cache_server.service.WHOLE_READ_BYTES`, already checked against its digest) for
+of at most :data:`~cache_server.service.reads.WHOLE_READ_BYTES`, already checked against its digest) for
 ``ttl`` seconds from the moment the index was read (:meth:`HotEntries.stamp`, taken before the lookup),
 within a budget of ``capacity`` bytes, least recently used first out. A lookup takes no I/O and no lock
 wait worth the name, so the route answers from it on the event loop itself.

@@ -7,10 +7,12 @@ namespace and key is checked here before anything else touches it, so no path is
 
 from __future__ import annotations
 
-from cache_protocol import SHA256_HEADER, SHA256_PATTERN, name_problem
-from cache_server.errors import BadRequest, InvalidName
+from collections.abc import Sequence
 
-__all__ = ["check_key", "check_namespace", "check_sha256"]
+from cache_protocol import SHA256_HEADER, SHA256_PATTERN, name_problem
+from cache_server.errors import BadRequest, InvalidName, TooManyKeys
+
+__all__ = ["check_key", "check_keys", "check_namespace", "check_sha256"]
 
 
 def check_namespace(value: str) -> str:
@@ -27,6 +29,14 @@ def check_key(value: str) -> str:
     if problem is not None:
         raise InvalidName(problem)
     return value
+
+
+def check_keys(keys: Sequence[str], limit: int) -> list[str]:
+    """The keys of one request, checked and without duplicates; :class:`TooManyKeys` past ``limit``
+    (``XLA_CACHE_MAX_KEYS_PER_REQUEST``)."""
+    if len(keys) > limit:
+        raise TooManyKeys(f"The request names {len(keys)} keys; at most {limit} are allowed in one request.")
+    return list(dict.fromkeys(check_key(key) for key in keys))
 
 
 def check_sha256(value: str | None) -> str:

@@ -2,16 +2,16 @@
 few ranged requests instead of one request per entry (on GCS each request costs a round trip of tens of
 milliseconds, and CPU on both ends).
 
-**Writing.** A bulk upload (:mod:`cache_server.bulk`) into a store that packs keeps a copy of each member of
-at most :data:`PACK_MEMBER_BYTES` once every byte of it has passed its checks, and seals the copies into a
-pack of up to :data:`PACK_BYTES`, written under a new random id while the stream goes on. At the group's
-commit the rest are sealed, the batch makes the members' own blobs durable, and the group's rows are
-written after both, each new row with its copy's pack and offset, so a row never points into a pack that
-is not there. The pack is extra: every entry is still stored on its own (single GETs, signed URLs, reindex
-and eviction use that), so a pack that fails to write costs speed, never an entry. A pack holding no new
-entry, or written for a group that was never committed, is deleted at once; a crash leaves at worst a pack
-that no row points into, which gc deletes. Small entries stored without a copy (a PUT, a bulk upload of
-fewer than :data:`PACK_MIN_MEMBERS`) get one later, in the background (:mod:`cache_server.admin.packing`).
+**Writing.** A bulk upload (:mod:`cache_server.service.bulk`) into a store that packs keeps a copy of each
+member of at most :data:`PACK_MEMBER_BYTES` once every byte of it has passed its checks, and seals the copies
+into a pack of up to :data:`PACK_BYTES`, written under a new random id while the stream goes on. At the
+group's commit the rest are sealed, the batch makes the members' own blobs durable, and the group's rows are
+written after both, each new row with its copy's pack and offset, so a row never points into a pack that is
+not there. The pack is extra: every entry is still stored on its own (single GETs, signed URLs, reindex and
+eviction use that), so a pack that fails to write costs speed, never an entry. A pack holding no new entry, or
+written for a group that was never committed, is deleted at once; a crash leaves at worst a pack that no row
+points into, which gc deletes. Small entries stored without a copy (a PUT, a bulk upload of fewer than
+:data:`PACK_MIN_MEMBERS`) get one later, in the background (:mod:`cache_server.admin.packing`).
 
 **Reading.** A bundle reads the entries with a copy pack by pack, in offset order, neighbours joined into
 one ranged read while the gap between them is at most :data:`RUN_GAP` bytes (reading a gap costs less than

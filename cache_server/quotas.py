@@ -4,8 +4,8 @@ create. Checked before an upload stores anything; refused with :class:`~cache_se
 A namespace and a token can each have an entry and a byte quota (``xla-cache-server quota set``,
 ``PUT /admin/quotas/...``). An upload reads the quotas that apply to it once, with its subjects' usage
 (:meth:`Quotas.allowance`), and each entry it would store is admitted against that usage plus what the same
-upload admitted so far (:meth:`UploadAllowance.admit`): the one rule the single ``PUT``
-(:meth:`cache_server.service.CacheService.put_entry`) and the bulk upload (:mod:`cache_server.bulk`) call. An
+upload admitted so far (:meth:`UploadAllowance.admit`): one rule, called by the one entry writer
+(:mod:`cache_server.service.writer`) for a single ``PUT`` and each member of a bulk upload alike. An
 entry already stored with the same digest is always admitted (it adds nothing). Uploads running at the same
 time read the usage before one another's rows are written, so together they may go past a quota by at most
 what they have in flight; the next upload sees it and is refused. Eviction, deletes and purges lower the usage

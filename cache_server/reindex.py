@@ -1,13 +1,13 @@
 """Rebuild a lost index from the blob store.
 
-Every blob carries what its index row needs in its metadata (written by
-:meth:`cache_server.service.CacheService.put_entry` together with the bytes): ``namespace``, ``key``,
-``sha256``, ``created``, and optionally ``compile_time_ms``, ``uploader`` and ``stored_by``. The store knows
-each blob's size. So after the database is lost (or restored from an old backup) :meth:`Reindexer.run` lists
-the store and adds every row the index lacks. Rows already there win: reindexing a healthy index changes
-nothing, and it is safe while servers keep answering. A damaged blob (its header or metadata unreadable) is
-left out with one log line and counted (``damaged``); reindex never changes the store (gc sets such blobs
-aside).
+Every blob carries what its index row needs in its metadata (a
+:class:`~cache_server.service.metadata.BlobMetadata`, written by the one entry writer together with the
+bytes): ``namespace``, ``key``, ``sha256``, ``created``, and optionally ``compile_time_ms``, ``uploader`` and
+``stored_by``. The store knows each blob's size. So after the database is lost (or restored from an old
+backup) :meth:`Reindexer.run` lists the store and adds every row the index lacks. Rows already there win:
+reindexing a healthy index changes nothing, and it is safe while servers keep answering. A damaged blob (its
+header or metadata unreadable) is left out with one log line and counted (``damaged``); reindex never changes
+the store (gc sets such blobs aside).
 
 What cannot come back: namespace fingerprints and labels (each client registers its namespace again when
 it warms), hit counters and access times (entries start cold, in creation order).
@@ -15,24 +15,21 @@ it warms), hit counters and access times (entries start cold, in creation order)
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from cache_protocol import UPLOADER_MAX_LENGTH
 from cache_server.errors import CacheError
 from cache_server.index.entries import EntryRecord, EntryRepository
-from cache_server.names import check_key, check_namespace, check_sha256
-from cache_server.storage.base import BlobInfo, BlobStore, split_blob_name
+from cache_server.names import check_sha256
+from cache_server.service.metadata import BlobMetadata
+from cache_server.storage.base import BlobInfo, BlobStore
 
 __all__ = ["ReindexReport", "Reindexer", "record_of"]
 
 log = logging.getLogger(__name__)
 BATCH = 500
-_TOKEN_ID = re.compile(r"[0-9a-f]{1,32}")  # a token's public id, as put_entry writes it
 
 
 @dataclass
@@ -67,22 +64,11 @@ def _digest_of(store: BlobStore, name: str) -> str | None:
     return digest.hexdigest()
 
 
-def _optional_int(value: str | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
-
-
 def record_of(info: BlobInfo, store: BlobStore, *, verify: bool) -> EntryRecord:
-    """The index row a blob stands for; raises CacheError or ValueError when it cannot be trusted."""
-    meta = info.metadata
-    by_name = split_blob_name(info.name)
-    namespace = check_namespace(meta.get("namespace") or by_name[0])
-    key = check_key(meta.get("key") or by_name[1])
-    if (namespace, key) != by_name:
-        raise ValueError(f"its metadata names {namespace}/{key}")
-    sha256 = meta.get("sha256", "").lower()
+    """The index row a blob stands for (its :class:`BlobMetadata`, as the writer wrote it); raises
+    CacheError or ValueError when it cannot be trusted."""
+    meta = BlobMetadata.of(info)
+    sha256 = meta.sha256
     if verify:
         actual = _digest_of(store, info.name)
         if actual is None:
@@ -92,24 +78,7 @@ def record_of(info: BlobInfo, store: BlobStore, *, verify: bool) -> EntryRecord:
         sha256 = actual
     elif not sha256:
         raise ValueError("its metadata has no sha256 (reindex --verify hashes the bytes instead)")
-    sha256 = check_sha256(sha256)
-    created = info.created
-    if meta.get("created"):
-        created = dt.datetime.fromisoformat(meta["created"])
-        if created.tzinfo is None:
-            created = created.replace(tzinfo=dt.timezone.utc)
-    uploader = meta.get("uploader") or None
-    stored_by = meta.get("stored_by") or ""
-    return EntryRecord(
-        namespace=namespace,
-        key=key,
-        size=info.size,
-        sha256=sha256,
-        created_at=created,
-        compile_time_ms=_optional_int(meta.get("compile_time_ms")),
-        uploader=uploader[:UPLOADER_MAX_LENGTH] if uploader else None,
-        stored_by=stored_by if _TOKEN_ID.fullmatch(stored_by) else None,
-    )
+    return replace(meta, sha256=check_sha256(sha256)).record(info.size)
 
 
 class Reindexer:

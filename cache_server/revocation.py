@@ -3,11 +3,11 @@ commit, and takes back what it wrote once it is not.
 
 A request is authorized once, when it starts; a bulk upload or a large ``PUT`` may go on for minutes after
 that. So the route, which knows the token, hands the upload a :data:`StillAllowed` question (none with auth
-off), and both writers (:meth:`cache_server.service.CacheService.put_entry` and
-:func:`cache_server.bulk.put_members`) ask it through these two functions: :func:`check_still_allowed`
-before a group of blobs is committed, so that a revoked token stores nothing more, and
-:func:`undo_if_revoked` right after the rows are written, before anyone hears of them. One read of the
-token's row each time: two per group of a bulk upload, not one per member.
+off), and the one entry writer (:mod:`cache_server.service.writer`, for a single ``PUT`` and each group of a
+bulk upload alike) asks it through these two functions: :func:`check_still_allowed` before a group of blobs is
+committed, so that a revoked token stores nothing more, and :func:`undo_if_revoked` right after the rows are
+written, before anyone hears of them. One read of the token's row each time: two per group of a bulk upload,
+not one per member.
 """
 
 from __future__ import annotations

@@ -19,7 +19,14 @@ def test_the_folder_map_names_every_module_of_the_server_and_the_client() -> Non
     text = README.read_text()
     folders = text[text.index("## Folders") :]
     server, client = README.parent / "cache_server", README.parent / "client"
-    packages = (server, server / "index", server / "admin", server / "api", server / "storage")
+    packages = (
+        server,
+        server / "index",
+        server / "admin",
+        server / "api",
+        server / "service",
+        server / "storage",
+    )
     packages += (server / "storage" / "gcs", client, client / "frameworks")
     modules = [
         path for folder in packages for path in sorted(folder.glob("*.py")) if not path.name.startswith("__")

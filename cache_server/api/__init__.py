@@ -15,6 +15,7 @@ from cache_server.api import (
     namespaces,
     quotas,
     signed_urls,
+    uploads,
 )
 
 __all__ = ["router"]
@@ -22,6 +23,7 @@ __all__ = ["router"]
 router = APIRouter()
 # The hot routes first: a request is matched against the routes in this order.
 router.include_router(entries.router)
+router.include_router(uploads.router)
 router.include_router(feed.router)
 router.include_router(namespaces.router)
 router.include_router(signed_urls.router)

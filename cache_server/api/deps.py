@@ -1,4 +1,4 @@
-"""Dependencies shared by the routes: the settings and the services ``create_app`` built."""
+"""Dependencies shared by the routes: the settings, the services and the app state ``create_app`` built."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from cache_server.admin.service import AdminService
+from cache_server.api.bodies import UploadSlots
 from cache_server.auth import TokenManager
+from cache_server.feed import FeedWatcher
 from cache_server.quotas import Quotas
 from cache_server.service import CacheService
 from cache_server.settings import Settings
@@ -20,9 +22,11 @@ __all__ = [
     "SettingsDep",
     "TokensDep",
     "get_admin",
+    "get_feed_watcher",
     "get_service",
     "get_settings",
     "get_tokens",
+    "get_upload_slots",
 ]
 
 
@@ -50,6 +54,18 @@ def get_quotas(request: Request) -> Quotas:
 def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+def get_upload_slots(request: Request) -> UploadSlots:
+    """The upload slots the app's lifespan made (:func:`cache_server.app.create_app`)."""
+    slots: UploadSlots = request.app.state.upload_slots
+    return slots
+
+
+def get_feed_watcher(request: Request) -> FeedWatcher:
+    """The change feed's watcher the app's lifespan made (:func:`cache_server.app.create_app`)."""
+    watcher: FeedWatcher = request.app.state.feed_watcher
+    return watcher
 
 
 # The dependencies themselves are coroutines: FastAPI runs a plain function dependency on a worker thread,

@@ -17,6 +17,7 @@ __all__ = [
     "cache_error_response",
     "error_response",
     "install_error_handlers",
+    "status_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ def error_response(
     return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
 
 
-def _status_of(exc: errors.CacheError) -> int:
+def status_of(exc: errors.CacheError) -> int:
+    """The status a domain error is answered with (also each refused member of a bulk upload)."""
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]
@@ -76,7 +78,7 @@ def _status_of(exc: errors.CacheError) -> int:
 
 def cache_error_response(exc: errors.CacheError) -> JSONResponse:
     """The answer to a domain error (also for middleware, which runs outside the exception handlers)."""
-    status = _status_of(exc)
+    status = status_of(exc)
     headers = None
     if status == 503:
         headers = {"Retry-After": "5"}

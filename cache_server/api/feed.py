@@ -9,27 +9,17 @@ import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 
-from cache_server.api.deps import ServiceDep
+from cache_server.api.deps import ServiceDep, get_feed_watcher
 from cache_server.api.schemas import INDEX_INT_MAX, FeedEntryOut, FeedOut
 from cache_server.errors import ClientAborted
 from cache_server.feed import LOOKBACK, FeedWatcher
 from cache_server.names import check_namespace
 
-__all__ = ["MAX_WAIT_SECONDS", "feed_watcher", "router"]
+__all__ = ["MAX_WAIT_SECONDS", "router"]
 
 router = APIRouter(prefix="/v1/namespaces/{namespace}", tags=["entries"])
 
 MAX_WAIT_SECONDS = 60.0
-
-
-def feed_watcher(request: Request) -> FeedWatcher:
-    """The app's watcher (made by its lifespan; made here when the app runs without one)."""
-    watcher: FeedWatcher | None = getattr(request.app.state, "feed_watcher", None)
-    if watcher is None:
-        services = request.app.state.services
-        watcher = FeedWatcher(services.cache.feed_heads, services.cache.feed_head)
-        request.app.state.feed_watcher = watcher
-    return watcher
 
 
 async def _wait_while_connected(
@@ -77,7 +67,7 @@ async def feed(
     (two uploads may commit out of order): drop those already fetched. Fetch each with
     ``GET .../entries/{key}`` and ``X-Live-Delivery: 1`` to have it counted as delivered live."""
     check_namespace(namespace)
-    watcher = feed_watcher(request)
+    watcher = get_feed_watcher(request)
     if after is None:
         head = await anyio.to_thread.run_sync(service.feed_head, limiter=watcher.threads)
         return FeedOut(namespace=namespace, cursor=head, entries=[])

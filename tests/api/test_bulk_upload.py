@@ -13,8 +13,8 @@ from cache_protocol import BUNDLE_COMPILE_TIME_PAX, SHA256_HEADER
 from cache_protocol.tar import END, _ustar
 from cache_server.api.schemas import BulkMemberOut, BulkOut
 from cache_server.app import create_app
-from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
+from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from tests.support.api import member, sha, tar_of
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
-from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
+from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from tests.support.api import member, sha, tar_of
 from tests.support.apps import client_for

@@ -374,9 +374,9 @@ def test_an_unchanged_file_is_hashed_once(
         hashed.append(1)
         return real(*args)
 
-    monkeypatch.setattr(
-        "cache_server.service.hashlib", types.SimpleNamespace(sha256=counting, blake2b=hashlib.blake2b)
-    )
+    counted = types.SimpleNamespace(sha256=counting, blake2b=hashlib.blake2b)
+    for module in ("cache_server.service.verify", "cache_server.service.writer"):  # reads, uploads
+        monkeypatch.setattr(f"{module}.hashlib", counted)
     for _ in range(3):
         assert client.get(f"{URL}/big").content == data
     assert len(hashed) == 1
@@ -409,7 +409,7 @@ def test_dropping_a_corrupt_read_spares_the_key_stored_again_since(
     read find the old digest wrong: the new entry must stay."""
     put(client, NS, "k", b"new bytes")
     stale = dataclasses.replace(services.cache.head_entry(NS, "k"), sha256=sha(b"old bytes"))
-    services.cache._drop_corrupt(stale)
+    services.cache._verifier.drop_corrupt(stale)
     assert client.get(f"{URL}/k").content == b"new bytes"
 
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_protocol import KEY_MAX_LENGTH, MAX_KEYS_PER_REQUEST, SHA256_HEADER
-from cache_server.api.entries import UploadSlots
+from cache_server.api.bodies import UploadSlots
 from cache_server.api.errors import cache_error_response
 from cache_server.app import create_app
 from cache_server.errors import BodyTimeout, BodyTooLarge, ClientAborted, UploadsBusy

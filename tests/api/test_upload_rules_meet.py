@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from cache_protocol import BUNDLE_SHA256_PAX
 from cache_protocol.tar import END, TarReader, member_header, padding
 from cache_server.app import create_app
-from cache_server.errors import DigestConflict, TokenRevoked
+from cache_server.errors import DigestConflict, QuotaExceeded, TokenRevoked
 from cache_server.index.entries import EntryRecord
 from cache_server.migrate import upgrade
 from cache_server.service import OpenedEntry
@@ -28,6 +28,7 @@ from cache_server.storage.local import MAGIC
 from cache_server.wiring import Services, build_services
 
 NS = "team-a"
+TOKEN, OTHER = "0123456789ab", "ba9876543210"  # token ids, as a blob's metadata names its uploader
 
 
 def sha(data: bytes) -> str:
@@ -58,17 +59,18 @@ def reader(pieces: Iterator[bytes]) -> TarReader:
 
 def orphan(services: Services, key: str, data: bytes, stored_by: str) -> None:
     """A blob without a row, as an upload of ``stored_by`` that died before its row leaves it."""
-    meta = {"namespace": NS, "key": key, "sha256": sha(data), "created": "x", "stored_by": stored_by}
+    created = dt.datetime.now(dt.timezone.utc).isoformat()
+    meta = {"namespace": NS, "key": key, "sha256": sha(data), "created": created, "stored_by": stored_by}
     services.cache._store.put(blob_name(NS, key), [data], meta)
 
 
 def test_a_revoked_put_takes_back_the_orphan_of_its_own_token_it_adopted(tmp_path: Path) -> None:
     with running(tmp_path) as services:
         data = b"left by the leaked token"
-        orphan(services, "k1", data, stored_by="tok")
+        orphan(services, "k1", data, stored_by=TOKEN)
         with pytest.raises(TokenRevoked):
             services.cache.put_entry(
-                NS, "k1", [data], sha256=sha(data), stored_by="tok", still_allowed=lambda: False
+                NS, "k1", [data], sha256=sha(data), stored_by=TOKEN, still_allowed=lambda: False
             )
         assert services.cache.manifest(NS) == []
         assert services.cache._store.stat(blob_name(NS, "k1")) is None
@@ -77,13 +79,13 @@ def test_a_revoked_put_takes_back_the_orphan_of_its_own_token_it_adopted(tmp_pat
 def test_a_revoked_bulk_group_takes_back_the_orphans_of_its_own_token_it_adopted(tmp_path: Path) -> None:
     with running(tmp_path) as services:
         data = b"left by the leaked token, two"
-        orphan(services, "k2", data, stored_by="tok")
+        orphan(services, "k2", data, stored_by=TOKEN)
         answers = iter([True, False])  # active before the group's commit, revoked right after it
         with pytest.raises(TokenRevoked):
             services.cache.put_entries(
                 NS,
                 reader(iter([member("k2", data) + END])).members(),
-                stored_by="tok",
+                stored_by=TOKEN,
                 still_allowed=lambda: next(answers, False),
             )
         assert services.cache.manifest(NS) == []
@@ -92,12 +94,12 @@ def test_a_revoked_bulk_group_takes_back_the_orphans_of_its_own_token_it_adopted
 def test_an_orphan_of_another_token_adopted_by_a_revoked_upload_stays(tmp_path: Path) -> None:
     with running(tmp_path) as services:
         data = b"another token's build"
-        orphan(services, "k3", data, stored_by="other")
+        orphan(services, "k3", data, stored_by=OTHER)
         with pytest.raises(TokenRevoked):
             services.cache.put_entry(
-                NS, "k3", [data], sha256=sha(data), stored_by="tok", still_allowed=lambda: False
+                NS, "k3", [data], sha256=sha(data), stored_by=TOKEN, still_allowed=lambda: False
             )
-        assert [entry.key for entry in services.cache.manifest(NS)] == ["k3"]  # the purge is of "tok" alone
+        assert [entry.key for entry in services.cache.manifest(NS)] == ["k3"]  # the purge is of TOKEN alone
 
 
 def test_a_quota_holds_across_the_commits_a_full_pack_makes(tmp_path: Path) -> None:
@@ -106,7 +108,9 @@ def test_a_quota_holds_across_the_commits_a_full_pack_makes(tmp_path: Path) -> N
         datas = [os.urandom(1024 * 1024) for _ in range(40)]  # a pack fills, and commits, every 32 MiB
         pieces = iter([member(f"k{i}", data) for i, data in enumerate(datas)] + [END])
         result = services.cache.put_entries(NS, reader(pieces).members())
-        assert (result.count(201), result.count(507)) == (33, 7)
+        refused = [outcome.error for outcome in result.results if outcome.stored is None]
+        assert result.stored == 33 and len(refused) == 7
+        assert all(isinstance(error, QuotaExceeded) for error in refused)
         assert len(services.cache.manifest(NS)) == 33
 
 
@@ -160,7 +164,7 @@ def test_a_bulk_group_open_a_quarter_of_the_orphan_grace_is_committed_at_the_nex
             yield END
 
         result = services.cache.put_entries(NS, reader(pieces()).members())
-        assert result.count(201) == 3
+        assert result.stored == 3
         # by the time the stream is read past a member, that member's row is written (today's groups of 512
         # would have written all three at the end)
         assert [sorted(keys) for keys in indexed_when_asked] == [[], ["k0"], ["k0", "k1"]]

@@ -21,7 +21,7 @@ import zstandard
 
 from cache_protocol import BUNDLE_SHA256_PAX
 from cache_protocol.tar import BLOCK, END, member_header, padding
-from cache_server.bulk import GROUP_ENTRIES
+from cache_server.service.bulk import GROUP_ENTRIES
 from tests.support.chunked import stream_until_answered
 from tests.support.server import LiveServer, run_server
 

@@ -21,8 +21,8 @@ import pytest
 from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_protocol.tar import END, member_header, padding
 from cache_server.auth import Role
-from cache_server.bulk import GROUP_ENTRIES
 from cache_server.migrate import upgrade
+from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
 from tests.support.server import LiveServer, run_server

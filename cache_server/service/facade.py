@@ -1,0 +1,110 @@
+"""The cache service: one object over the concept modules of this package, built once in
+:func:`cache_server.wiring.build_services` and handed to the routes. No HTTP here.
+
+Each public method is one concept's own (bound when the service is built, so a call goes straight to it):
+
+====================  ===================================================================================
+namespaces            ``register_namespace``, ``get_namespace`` (:mod:`~cache_server.service.namespaces`)
+uploads               ``check_upload_size``, ``put_entry`` (:mod:`~cache_server.service.writer`, the one
+                      writer), ``put_entries`` (:mod:`~cache_server.service.bulk`, a tar stream of many)
+single reads          ``head_hot``, ``head_entry``, ``read_hot``, ``read_entry``, ``delete_entry``
+                      (:mod:`~cache_server.service.reads`)
+many entries          ``missing``, ``manifest``, ``bundle`` (:mod:`~cache_server.service.bundles`)
+signed URLs           ``sign_entries`` (:mod:`~cache_server.service.signing`)
+the change feed       ``feed_head``, ``feed_heads``, ``feed`` (:class:`cache_server.feed.Feed`)
+====================  ===================================================================================
+
+Consistency rules (DESIGN.md): the blob is written before its index row, and removed after it; a reader
+never gets complete bytes whose SHA-256 does not match the index (:mod:`~cache_server.service.verify`).
+The service owns what it is given: nothing else touches its repository or its store.
+"""
+
+from __future__ import annotations
+
+from cache_server.access import AccessRecorder
+from cache_server.domain import Clock, utcnow
+from cache_server.feed import Feed
+from cache_server.hot import HotEntries
+from cache_server.index.entries import EntryRepository
+from cache_server.packs import packing_store
+from cache_server.quotas import Quotas
+from cache_server.service.bulk import BulkUploads
+from cache_server.service.bundles import Bundles
+from cache_server.service.namespaces import Namespaces
+from cache_server.service.reads import Reads
+from cache_server.service.signing import Signing
+from cache_server.service.verify import Verifier
+from cache_server.service.writer import EntryWriter, StoredHook
+from cache_server.settings import Settings
+from cache_server.storage.base import BlobStore
+
+__all__ = ["CacheService"]
+
+
+class CacheService:
+    """Entries and namespaces over the index's :class:`EntryRepository` and one blob store.
+
+    ``access`` counts hits and misses; ``on_stored`` hears of each new entry; ``clock`` gives the times
+    written to the index; ``hot`` keeps what single reads found for the next ones (:mod:`cache_server.hot`;
+    built from the settings when not given); ``quotas`` (None: none checked) bound what uploads store.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        entries: EntryRepository,
+        store: BlobStore,
+        access: AccessRecorder,
+        *,
+        on_stored: StoredHook | None = None,
+        clock: Clock = utcnow,
+        hot: HotEntries | None = None,
+        quotas: Quotas | None = None,
+    ) -> None:
+        self._entries = entries
+        self._store = store
+        self._on_stored = on_stored
+        self.hot = (
+            hot if hot is not None else HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds)
+        )
+        self._verifier = Verifier(entries, store, self.hot)
+        signing = Signing(settings, entries, store, access)
+        namespaces = Namespaces(entries, quotas=quotas, clock=clock)
+        writer = EntryWriter(settings, entries, store, on_stored=self._stored, clock=clock, quotas=quotas)
+        packs = packing_store(store, settings.packs)
+        bulk = BulkUploads(writer, packs)
+        reads = Reads(entries, store, access=access, hot=self.hot, verifier=self._verifier, signing=signing)
+        bundles = Bundles(
+            entries, store, settings=settings, access=access, verifier=self._verifier, packs=packs
+        )
+        feed = Feed(entries)
+
+        self.register_namespace = namespaces.register
+        self.get_namespace = namespaces.get
+        self.check_upload_size = writer.check_size
+        self.put_entry = writer.put_entry
+        self.put_entries = bulk.put_entries
+        self.head_hot = reads.head_hot
+        self.head_entry = reads.head_entry
+        self.read_hot = reads.read_hot
+        self.read_entry = reads.read_entry
+        self.delete_entry = reads.delete_entry
+        self.missing = bundles.missing
+        self.manifest = bundles.manifest
+        self.bundle = bundles.bundle
+        self.sign_entries = signing.sign_entries
+        self.feed_head = feed.head
+        self.feed_heads = feed.heads
+        self.feed = feed.rows
+
+    def check_ready(self) -> None:
+        """Raise IndexUnavailable or StorageUnavailable unless both are reachable."""
+        self._entries.ping()
+        self._store.check()
+
+    def _stored(self, namespace: str, key: str) -> None:
+        """A new entry was stored: drop a memory copy of what the key held before (another process may have
+        removed it meanwhile), then tell ``on_stored``."""
+        self.hot.stored(namespace, key)
+        if self._on_stored is not None:
+            self._on_stored(namespace, key)
