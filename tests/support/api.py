@@ -100,11 +100,12 @@ def put_at(
     *,
     body: Iterable[bytes] | None = None,
     digest: str | None = None,
+    compile_ms: int | None = None,
     **extra: str,
 ) -> httpx.Response:
     """:func:`put` over a connection of its own to the server at ``url`` (from another thread, say)."""
     with httpx.Client(base_url=url, timeout=60) as http:
-        return put(http, namespace, key, data, body=body, digest=digest, **extra)
+        return put(http, namespace, key, data, body=body, digest=digest, compile_ms=compile_ms, **extra)
 
 
 def put_ok(
@@ -119,7 +120,7 @@ def put_ok(
 ) -> int:
     """``PUT`` one entry and check it is stored (201, or 200 for the same bytes again; only 201 when
     ``created``); the status."""
-    response = put(http, namespace, key, data, compile_ms=compile_ms, **extra)
+    response = put(http, namespace, key, data, body=None, digest=None, compile_ms=compile_ms, **extra)
     expected = (201,) if created else (200, 201)
     assert response.status_code in expected, response.text
     return response.status_code
