@@ -5,16 +5,15 @@ narrower window, which only an injected answer to "still allowed?" hits every ti
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import pytest
 
-from cache_protocol import BUNDLE_SHA256_PAX
-from cache_protocol.tar import END, TarReader, member_header, padding
+from cache_protocol.tar import END, TarReader
 from cache_server.errors import TokenRevoked
 from cache_server.settings import Settings
 from cache_server.wiring import Services
+from tests.support.api import sha, stream_member
 
 NS = "team-a"
 
@@ -34,12 +33,7 @@ def stream(count: int) -> TarReader:
     parts = []
     for index in range(count):
         data = b"entry %d" % index
-        parts += [
-            member_header(
-                f"k{index}", len(data), records={BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
-            )
-        ]
-        parts += [data, padding(len(data))]
+        parts.append(stream_member(f"k{index}", data))
     pieces = iter([b"".join(parts) + END])
     return TarReader(lambda _size: next(pieces, b""))
 
@@ -72,7 +66,7 @@ def test_a_put_whose_row_is_written_after_the_revoke_is_taken_back(
             NS,
             "k1",
             [data],
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=sha(data),
             stored_by="tok",
             still_allowed=still_allowed,
         )

@@ -5,7 +5,6 @@ restored blob, and a slow bulk group against the orphan grace period. In process
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,8 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from cache_protocol import BUNDLE_SHA256_PAX
-from cache_protocol.tar import END, TarReader, member_header, padding
+from cache_protocol.tar import END, TarReader
 from cache_server.app import create_app
 from cache_server.errors import DigestConflict, QuotaExceeded, TokenRevoked
 from cache_server.index.entries import EntryRecord
@@ -26,13 +24,10 @@ from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.local import MAGIC
 from cache_server.wiring import Services, build_services
+from tests.support.api import sha, stream_member
 
 NS = "team-a"
 TOKEN, OTHER = "0123456789ab", "ba9876543210"  # token ids, as a blob's metadata names its uploader
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @contextmanager
@@ -47,10 +42,6 @@ def running(tmp_path: Path, **overrides: Any) -> Iterator[Services]:
         yield services
     finally:
         services.stop()
-
-
-def member(key: str, data: bytes) -> bytes:
-    return member_header(key, len(data), records={BUNDLE_SHA256_PAX: sha(data)}) + data + padding(len(data))
 
 
 def reader(pieces: Iterator[bytes]) -> TarReader:
@@ -84,7 +75,7 @@ def test_a_revoked_bulk_group_takes_back_the_orphans_of_its_own_token_it_adopted
         with pytest.raises(TokenRevoked):
             services.cache.put_entries(
                 NS,
-                reader(iter([member("k2", data) + END])).members(),
+                reader(iter([stream_member("k2", data) + END])).members(),
                 stored_by=TOKEN,
                 still_allowed=lambda: next(answers, False),
             )
@@ -106,7 +97,7 @@ def test_a_quota_holds_across_the_commits_a_full_pack_makes(tmp_path: Path) -> N
     with running(tmp_path, packs=True) as services:
         services.quotas.set_quota("namespace", NS, max_entries=33, max_bytes=None)
         datas = [os.urandom(1024 * 1024) for _ in range(40)]  # a pack fills, and commits, every 32 MiB
-        pieces = iter([member(f"k{i}", data) for i, data in enumerate(datas)] + [END])
+        pieces = iter([stream_member(f"k{i}", data) for i, data in enumerate(datas)] + [END])
         result = services.cache.put_entries(NS, reader(pieces).members())
         refused = [outcome.error for outcome in result.results if outcome.stored is None]
         assert result.stored == 33 and len(refused) == 7
@@ -160,7 +151,7 @@ def test_a_bulk_group_open_a_quarter_of_the_orphan_grace_is_committed_at_the_nex
         def pieces() -> Iterator[bytes]:
             for index in range(3):
                 indexed_when_asked.append([entry.key for entry in services.cache.manifest(NS)])
-                yield member(f"k{index}", b"entry %d" % index)
+                yield stream_member(f"k{index}", b"entry %d" % index)
             yield END
 
         result = services.cache.put_entries(NS, reader(pieces()).members())

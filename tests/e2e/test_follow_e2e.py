@@ -7,14 +7,12 @@ moment earlier is loaded from the cache directory instead. Their outputs must ma
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.support.following_jobs import run_following_pair
 from tests.support.server import run_server
 from tests.support.torch_xla_jobs import JOB, JOB_TIMEOUT, job_env, run_job
 
@@ -26,33 +24,7 @@ SHAPES = 200
 @pytest.mark.timeout(900)
 def test_two_following_jobs_compile_well_under_twice_the_shapes(tmp_path: Path) -> None:
     with run_server(tmp_path / "server") as server:
-        jobs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(JOB),
-                    "--server",
-                    server.url,
-                    "--cache-dir",
-                    str(tmp_path / f"job{seed}"),
-                    "--shapes",
-                    str(SHAPES),
-                    "--order-seed",
-                    str(seed),
-                    "--follow",
-                ],
-                env=job_env(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for seed in (1, 2)
-        ]
-        results = []
-        for job in jobs:
-            out, err = job.communicate(timeout=JOB_TIMEOUT)
-            assert job.returncode == 0, err[-4000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = run_following_pair(JOB, server.url, tmp_path, SHAPES, env=job_env(), timeout=JOB_TIMEOUT)
         totals = httpx.get(f"{server.url}/admin/stats").json()["totals"]
 
     reference = run_job(

@@ -16,8 +16,7 @@ import pytest
 
 from cache_protocol import SHA256_HEADER
 from cache_server.storage import open_store
-from tests.support import api
-from tests.support.api import sha
+from tests.support.api import put_at, sha
 from tests.support.deployment import Deployment
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
@@ -39,11 +38,6 @@ def replicas(deployment: Deployment, tmp_path: Path) -> Iterator[tuple[LiveServe
             for name in ("replica-a", "replica-b")
         )
         yield a, b
-
-
-def put(server: LiveServer, key: str, data: bytes) -> int:
-    with httpx.Client(base_url=server.url, timeout=60) as client:
-        return api.put(client, NS, key, data).status_code
 
 
 def namespace(server: LiveServer) -> dict[str, Any]:
@@ -79,7 +73,7 @@ def test_two_replicas_share_one_cache(
 
     # Uploaded through one, served by the other.
     first = os.urandom(200_000)
-    assert put(a, "1000", first) == 201
+    assert put_at(a.url, NS, "1000", first).status_code == 201
     got = httpx.get(f"{b.url}/v1/namespaces/{NS}/entries/1000")
     assert got.status_code == 200 and got.content == first
     assert got.headers[SHA256_HEADER] == sha(first)
@@ -93,7 +87,7 @@ def test_two_replicas_share_one_cache(
 
     def racing_put(job: tuple[LiveServer, str]) -> int:
         barrier.wait()
-        return put(job[0], job[1], blobs[job[1]])
+        return put_at(job[0].url, NS, job[1], blobs[job[1]]).status_code
 
     with ThreadPoolExecutor(len(jobs)) as pool:
         statuses = list(pool.map(racing_put, jobs))

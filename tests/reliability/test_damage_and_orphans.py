@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import io
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -19,37 +18,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
-from cache_protocol.tar import END, member_header, padding
 from cache_server import cli
 from cache_server.migrate import downgrade, upgrade
 from cache_server.storage import BlobStore, open_store
 from cache_server.storage.local import LocalBlobStore
+from tests.support.api import member, post_bulk, put, sha
 from tests.support.deployment import Deployment
 from tests.support.server import run_server
 from tests.support.wait import wait_until
 
 
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def put(client: httpx.Client, namespace: str, key: str, data: bytes) -> httpx.Response:
-    return client.put(
-        f"/v1/namespaces/{namespace}/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
-    )
-
-
 def bulk(client: httpx.Client, namespace: str, members: dict[str, bytes]) -> dict[str, dict[str, object]]:
-    body = b"".join(
-        member_header(key, len(data), records={BUNDLE_SHA256_PAX: sha(data)}) + data + padding(len(data))
-        for key, data in members.items()
-    )
-    response = client.post(
-        f"/v1/namespaces/{namespace}/entries",
-        content=body + END,
-        headers={"Content-Type": "application/x-tar"},
-    )
+    """A bulk upload that the server answers 200: each member's result by key."""
+    response = post_bulk(client, namespace, [member(key, data) for key, data in members.items()])
     assert response.status_code == 200, response.text
     return {result["key"]: result for result in response.json()["results"]}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.api import put
+from tests.support.api import put_at
 from tests.support.hostile import (
     BODY_TIMEOUT,
     SHORT_TIMEOUTS,
@@ -40,11 +40,6 @@ def both_workers_up(server: LiveServer) -> None:
     wait_until(lambda: server.log().count(started) >= 2, timeout=60, message=server.log)
 
 
-def upload(server: LiveServer, key: str, data: bytes) -> httpx.Response:
-    with httpx.Client(base_url=server.url) as http:
-        return put(http, "ok", key, data)
-
-
 def counted(server: LiveServer, status: int, count: int) -> str | None:
     """The scrape, once it counts ``count`` uploads answered ``status`` (both workers summed)."""
     metrics = scrape(server)
@@ -66,7 +61,7 @@ def abort_upload(server: LiveServer, key: str) -> None:
 def test_stalled_and_aborted_uploads_on_two_workers(tmp_path: Path, server_env: dict[str, str]) -> None:
     with run_server(tmp_path, {**SHORT_TIMEOUTS, **server_env}, workers=2) as server:
         both_workers_up(server)
-        assert upload(server, "1", b"stored before the stall").status_code == 201
+        assert put_at(server.url, "ok", "1", b"stored before the stall").status_code == 201
         # each worker knows there are two: clients stream at most two bundles at once
         for _ in range(4):
             assert httpx.get(f"{server.url}/v1/namespaces/ok/manifest").json()["bundle_streams"] == 2
@@ -95,7 +90,7 @@ def test_stalled_and_aborted_uploads_on_two_workers(tmp_path: Path, server_env: 
         assert max(latencies) < 1.5, latencies
 
         assert nothing_stored(tmp_path, "stall") and nothing_stored(tmp_path, "aborted")
-        assert upload(server, "2", b"after the stall").status_code == 201
+        assert put_at(server.url, "ok", "2", b"after the stall").status_code == 201
         metrics = scrape(server)
         assert counted(server, 408, statuses.count(408)) and counted(server, 503, statuses.count(503))
         assert 'status="500"' not in metrics
@@ -121,7 +116,7 @@ def test_a_client_that_hangs_up_while_waiting_for_a_slot_is_a_499(
     }
     with run_server(tmp_path, env) as server, connect(server) as holder:
         holder.sendall(put_head("busy", "held", 1000) + b"x" * 10)
-        probe = upload(server, "probe", b"probe")  # proves the one slot is held: 503 after the wait
+        probe = put_at(server.url, "ok", "probe", b"probe")  # proves the one slot is held: 503 after the wait
         assert probe.status_code == 503 and probe.json()["error"] == "uploads_busy"
         abort_upload(server, "waiting")  # hangs up while it waits for the slot
         wait_until(

@@ -22,6 +22,7 @@ import zstandard
 from cache_protocol import BUNDLE_SHA256_PAX
 from cache_protocol.tar import BLOCK, END, member_header, padding
 from cache_server.service.bulk import GROUP_ENTRIES
+from tests.support.api import stream_member
 from tests.support.chunked import stream_until_answered
 from tests.support.server import LiveServer, run_server
 
@@ -42,17 +43,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, server_env: dict[str, str])
         yield live
 
 
-def member(key: str, data: bytes) -> bytes:
-    header = member_header(key, len(data), records={BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()})
-    return header + data + padding(len(data))
-
-
 def data_of(index: int, size: int) -> bytes:
     return (hashlib.sha256(str(index).encode()).digest() * (size // 32 + 1))[:size]
 
 
 def tar(keys: list[str], size: int = 100) -> bytes:
-    return b"".join(member(key, data_of(i, size)) for i, key in enumerate(keys)) + END
+    return b"".join(stream_member(key, data_of(i, size)) for i, key in enumerate(keys)) + END
 
 
 def stored(server: LiveServer, namespace: str) -> set[str]:
@@ -158,7 +154,7 @@ def test_a_member_declared_10_to_the_15_bytes_ends_the_request_at_once(server: L
 
 def test_a_stream_past_the_total_limit_is_cut_and_nothing_past_the_cut_is_stored(server: LiveServer) -> None:
     keys = (f"k{i:05d}" for i in itertools.count())
-    members = (member(key, data_of(i, 512)) for i, key in enumerate(keys))  # 2 KiB each with headers
+    members = (stream_member(key, data_of(i, 512)) for i, key in enumerate(keys))  # 2 KiB each with headers
     cut = stream_until_answered(server.url, "POST", "/v1/namespaces/total/entries", members)
     kept = stored(server, "total")
     print(
@@ -183,7 +179,8 @@ def test_a_stream_past_the_total_limit_is_cut_and_nothing_past_the_cut_is_stored
 
 
 def test_a_stream_past_the_longest_duration_is_cut_with_408(server: LiveServer) -> None:
-    members = (member(f"k{i:05d}", data_of(i, 8192)) for i in itertools.count())  # ~90 KiB/s, over the rate
+    # ~90 KiB/s, over the rate
+    members = (stream_member(f"k{i:05d}", data_of(i, 8192)) for i in itertools.count())
     cut = stream_until_answered(server.url, "POST", "/v1/namespaces/slow/entries", members, pace=0.1)
     print(
         f"\na stream past {MAX_SECONDS:g} s: {cut.status} after {cut.sent / 1024:.0f} KiB "

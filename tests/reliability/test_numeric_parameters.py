@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.auth import Role
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
+from tests.support.api import put
 from tests.support.databases import fresh_database_url
 from tests.support.threaded_server import serve_in_thread
 
@@ -153,11 +153,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def test_every_numeric_parameter_out_of_range_is_400_and_none_is_a_5xx(server: str) -> None:
     with httpx.Client(base_url=server, timeout=30) as api:
-        stored = api.put(
-            "/v1/namespaces/bounds/entries/k",
-            content=b"x",
-            headers={SHA256_HEADER: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"},
-        )
+        stored = put(api, "bounds", "k", b"x")
         assert stored.status_code == 201, stored.text
         found = probes(api.get("/openapi.json").json())
         labels = {probe.label for probe in found}

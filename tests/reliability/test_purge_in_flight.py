@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
-from cache_protocol.tar import END, member_header, padding
+from cache_protocol.tar import END
 from cache_server.auth import Role
 from cache_server.migrate import upgrade
 from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
+from tests.support.api import bearer, entry_url, put_at, stream_member
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -54,7 +54,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, server_env: dict[str, s
     finally:
         services.stop()
     with run_server(data_dir, {**server_env, "XLA_CACHE_AUTH": "on"}) as server:
-        yield Deployment(server, data_dir, {"Authorization": f"Bearer {admin}"}, writers)
+        yield Deployment(server, data_dir, bearer(admin), writers)
 
 
 def data_of(index: int) -> bytes:
@@ -64,10 +64,7 @@ def data_of(index: int) -> bytes:
 def members(first: int, count: int) -> Iterator[bytes]:
     for index in range(first, first + count):
         data = data_of(index)
-        yield member_header(
-            f"k{index:05d}", len(data), records={BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
-        )
-        yield data + padding(len(data))
+        yield stream_member(f"k{index:05d}", data)
 
 
 class Background:
@@ -85,7 +82,7 @@ class Background:
 
 def test_a_purge_mid_stream_stops_the_upload_and_leaves_nothing_of_the_token(deployment: Deployment) -> None:
     server, as_admin = deployment.server, deployment.admin
-    writer = {"Authorization": f"Bearer {deployment.writers['bulk']}"}
+    writer = bearer(deployment.writers["bulk"])
     base = f"/v1/namespaces/{NS}-bulk"
     resume = threading.Event()
 
@@ -132,11 +129,8 @@ def test_a_purge_mid_stream_stops_the_upload_and_leaves_nothing_of_the_token(dep
 def test_a_purge_while_a_put_body_arrives_takes_the_entry_back(deployment: Deployment) -> None:
     server, as_admin = deployment.server, deployment.admin
     data = b"x" * (4 * 1024 * 1024)
-    headers = {
-        "Authorization": f"Bearer {deployment.writers['put']}",
-        SHA256_HEADER: hashlib.sha256(data).hexdigest(),
-    }
-    url = f"/v1/namespaces/{NS}-put/entries/late"
+    writer = bearer(deployment.writers["put"])
+    url = entry_url(f"{NS}-put", "late")
     half, resume = threading.Event(), threading.Event()
 
     def body() -> Iterator[bytes]:
@@ -146,9 +140,7 @@ def test_a_purge_while_a_put_body_arrives_takes_the_entry_back(deployment: Deplo
         yield data[len(data) // 2 :]
 
     with httpx.Client(base_url=server.url, timeout=60) as http:
-        upload = Background(
-            lambda: httpx.put(f"{server.url}{url}", content=body(), headers=headers, timeout=60)
-        )
+        upload = Background(lambda: put_at(server.url, f"{NS}-put", "late", data, body=body(), **writer))
         assert half.wait(60)
         purged = http.post("/admin/tokens/put/purge", headers=as_admin).json()
         resume.set()

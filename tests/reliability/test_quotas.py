@@ -5,7 +5,6 @@ namespaces."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,14 +12,13 @@ import httpx
 import pytest
 import zstandard
 
-from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
-from cache_protocol.tar import BLOCK, END, member_header, padding
 from cache_server.auth import Role, TokenManager
 from cache_server.index import Database, TokenRepository
 from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.local import LocalBlobStore
+from tests.support.api import bearer, member, post_bulk, put, tar_of
 from tests.support.server import LiveServer, run_server
 
 MIB = 1024 * 1024
@@ -30,40 +28,19 @@ def _body(tag: str, size: int) -> bytes:
     return (tag.encode() * size)[:size]
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _tar(members: list[tuple[str, bytes]]) -> bytes:
-    out = b""
-    for key, data in members:
-        out += member_header(key, len(data), records={BUNDLE_SHA256_PAX: _sha(data)}) + data
-        if len(data) % BLOCK:
-            out += padding(len(data))
-    return out + END
-
-
 class Cache:
     """A client of the live server with one token, and a look at its blob directory."""
 
     def __init__(self, server: LiveServer, token: str, data_dir: Path) -> None:
-        self.http = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
+        self.http = httpx.Client(base_url=server.url, headers=bearer(token), timeout=30)
         self._blobs = LocalBlobStore(data_dir / "blobs")
 
     def put(self, namespace: str, key: str, data: bytes, *, chunked: bool = False) -> httpx.Response:
-        content: bytes | Iterator[bytes] = iter([data[:7], data[7:]]) if chunked else data
-        return self.http.put(
-            f"/v1/namespaces/{namespace}/entries/{key}", content=content, headers={SHA256_HEADER: _sha(data)}
-        )
+        """One PUT; ``chunked``: in two pieces, without a Content-Length."""
+        return put(self.http, namespace, key, data, body=[data[:7], data[7:]] if chunked else None)
 
     def bulk(self, namespace: str, members: list[tuple[str, bytes]]) -> httpx.Response:
-        return self.http.post(
-            f"/v1/namespaces/{namespace}/entries",
-            content=_tar(members),
-            headers={"Content-Type": "application/x-tar"},
-        )
+        return post_bulk(self.http, namespace, [member(key, data) for key, data in members])
 
     def stored(self, namespace: str, key: str) -> bool:
         """Whether a GET serves the entry; asserts that nothing of it lies in the store when it does not."""
@@ -155,7 +132,7 @@ def test_namespace_quotas_refuse_before_storing_and_free_after_a_delete(
     # the probe's case: a small zstd body of many large, all-zero members; the byte quota stops it
     assert admin.http.put("/admin/quotas/namespace/bomb", json={"max_bytes": 4 * MIB}).status_code == 200
     members = [(f"z{i:02d}", bytes(MIB)) for i in range(40)]
-    body = zstandard.ZstdCompressor().compress(_tar(members))
+    body = zstandard.ZstdCompressor().compress(tar_of(member(key, data) for key, data in members))
     bomb = ci.http.post(
         "/v1/namespaces/bomb/entries",
         content=body,
@@ -226,10 +203,7 @@ def test_stats_page_through_hundreds_of_namespaces(tmp_path: Path, server_env: d
             assert http.put(f"/v1/namespaces/ns{i:03d}", json={}).status_code == 201
         for i in (7, 8, 250):  # three with entries, of different sizes: they lead the order
             data = _body(f"n{i}", 100 + i)
-            put = http.put(
-                f"/v1/namespaces/ns{i:03d}/entries/k", content=data, headers={SHA256_HEADER: _sha(data)}
-            )
-            assert put.status_code == 201
+            assert put(http, f"ns{i:03d}", "k", data).status_code == 201
         first = http.get("/admin/stats")
         assert first.status_code == 200 and len(first.json()["namespaces"]) == 100  # the default page
         everything = http.get("/admin/stats", params={"limit": 10_000})  # one page of all, as before paging

@@ -30,6 +30,7 @@ from cache_server.storage.base import (
     open_batch,
     open_many,
 )
+from tests.support.api import sha
 from tests.support.backends import Backend
 from tests.support.memory import MIB, PeakRss
 from tests.support.wait import wait_until
@@ -92,7 +93,7 @@ def numbered_blocks(count: int) -> Iterator[bytes]:
 def test_round_trip_keeps_bytes_metadata_and_size(backend: Backend, size: int) -> None:
     store = backend.store
     data = random.Random(size).randbytes(size)
-    metadata = {"sha256": hashlib.sha256(data).hexdigest(), "uploader": "host-7 / 🚀", "ms": "1234"}
+    metadata = {"sha256": sha(data), "uploader": "host-7 / 🚀", "ms": "1234"}
     before = dt.datetime.now(dt.timezone.utc)
     assert store.put("ns1/key.1", pieces(data, size), metadata) is True
     after = dt.datetime.now(dt.timezone.utc)
@@ -675,15 +676,15 @@ def test_open_many_reads_ahead_on_threads() -> None:
     assert slow.most >= 4
 
 
-def _sha(data: bytes) -> dict[str, str]:
-    return {"sha256": hashlib.sha256(data).hexdigest()}
+def _metadata(data: bytes) -> dict[str, str]:
+    return {"sha256": sha(data)}
 
 
 def test_a_damaged_blob_is_reported_never_raised_and_can_be_replaced_or_set_aside(backend: Backend) -> None:
     store = backend.store
     assert backend.damage is not None
-    assert store.put("ns/good", [b"fine"], _sha(b"fine")) is True
-    assert store.put("ns/bad", [b"old bytes"], _sha(b"old bytes")) is True
+    assert store.put("ns/good", [b"fine"], _metadata(b"fine")) is True
+    assert store.put("ns/bad", [b"old bytes"], _metadata(b"old bytes")) is True
     backend.damage("ns/bad")
 
     listed = {info.name: info for info in store.list()}
@@ -698,17 +699,17 @@ def test_a_damaged_blob_is_reported_never_raised_and_can_be_replaced_or_set_asid
     if backend.kind == "local":
         assert stat.damaged is not None and reader is None
 
-    assert store.put("ns/bad", [b"new"], _sha(b"new")) is False  # create-only: left as it is
+    assert store.put("ns/bad", [b"new"], _metadata(b"new")) is False  # create-only: left as it is
     damaged = lambda info: unreadable(info) is not None  # noqa: E731
-    assert store.put("ns/bad", [b"new"], _sha(b"new"), replace=damaged) is True
+    assert store.put("ns/bad", [b"new"], _metadata(b"new"), replace=damaged) is True
     info, body, _ = read_all(store, "ns/bad")
-    assert (body, unreadable(info), info.metadata) == (b"new", None, _sha(b"new"))
+    assert (body, unreadable(info), info.metadata) == (b"new", None, _metadata(b"new"))
 
     backend.damage("ns/bad")
     assert store.set_aside("ns/bad") is True
     assert store.stat("ns/bad") is None
     assert [info.name for info in store.list()] == ["ns/good"]
-    assert store.put("ns/bad", [b"again"], _sha(b"again")) is True
+    assert store.put("ns/bad", [b"again"], _metadata(b"again")) is True
 
 
 def test_a_replacing_put_swaps_exactly_the_blob_it_judged(backend: Backend) -> None:

@@ -1,8 +1,13 @@
 """Speaking the cache's v1 entry API in tests and bench: digests, upload headers, one PUT, a bulk upload.
 
 Every test that stores entries over HTTP goes through :func:`put` (or :func:`put_ok`, which also checks the
-answer); the header names come from :mod:`cache_protocol`, their one home. ``http`` is any ``httpx.Client``
-(a FastAPI ``TestClient`` is one) whose base URL is the server, or whose paths start at its root.
+answer, or :func:`put_at`, which opens its own connection); the header names come from :mod:`cache_protocol`,
+their one home. ``http`` is any ``httpx.Client`` (a FastAPI ``TestClient`` is one) whose base URL is the
+server, or whose paths start at its root.
+
+A bulk upload's body is built one of two ways: :func:`tar_of` of :func:`member` pairs (Python's tarfile, for a
+whole body), or :func:`stream_member` pieces followed by ``cache_protocol.tar.END`` (the client's own writer,
+for a stream sent or read piece by piece).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Iterable
 import httpx
 
 from cache_protocol import BUNDLE_SHA256_PAX, COMPILE_TIME_HEADER, SHA256_HEADER
+from cache_protocol.tar import member_header, padding
 
 __all__ = [
     "Member",
@@ -24,8 +30,10 @@ __all__ = [
     "member",
     "post_bulk",
     "put",
+    "put_at",
     "put_ok",
     "sha",
+    "stream_member",
     "tar_of",
     "upload_headers",
 ]
@@ -71,13 +79,33 @@ def put(
     key: str,
     data: bytes,
     *,
+    body: Iterable[bytes] | None = None,
     digest: str | None = None,
     compile_ms: int | None = None,
     **extra: str,
 ) -> httpx.Response:
-    """``PUT`` one entry, whatever the answer (see :func:`upload_headers` for the keyword arguments)."""
+    """``PUT`` one entry, whatever the answer. ``body``, when given, is sent in place of ``data`` as a
+    chunked stream without a Content-Length (say ``data`` in pieces, or a generator that pauses); the
+    headers are still ``data``'s (see :func:`upload_headers` for the other keyword arguments)."""
     headers = upload_headers(data, digest=digest, compile_ms=compile_ms, **extra)
-    return http.put(entry_url(namespace, key), content=data, headers=headers)
+    content = data if body is None else iter(body)
+    return http.put(entry_url(namespace, key), content=content, headers=headers)
+
+
+def put_at(
+    url: str,
+    namespace: str,
+    key: str,
+    data: bytes,
+    *,
+    body: Iterable[bytes] | None = None,
+    digest: str | None = None,
+    compile_ms: int | None = None,
+    **extra: str,
+) -> httpx.Response:
+    """:func:`put` over a connection of its own to the server at ``url`` (from another thread, say)."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        return put(http, namespace, key, data, body=body, digest=digest, compile_ms=compile_ms, **extra)
 
 
 def put_ok(
@@ -92,7 +120,7 @@ def put_ok(
 ) -> int:
     """``PUT`` one entry and check it is stored (201, or 200 for the same bytes again; only 201 when
     ``created``); the status."""
-    response = put(http, namespace, key, data, compile_ms=compile_ms, **extra)
+    response = put(http, namespace, key, data, body=None, digest=None, compile_ms=compile_ms, **extra)
     expected = (201,) if created else (200, 201)
     assert response.status_code in expected, response.text
     return response.status_code
@@ -104,6 +132,13 @@ def member(name: str, data: bytes, *, digest: str | None = None, **pax: str) -> 
     info.size = len(data)
     info.pax_headers = {BUNDLE_SHA256_PAX: sha(data) if digest is None else digest, **pax}
     return info, data
+
+
+def stream_member(name: str, data: bytes, *, digest: str | None = None) -> bytes:
+    """One bulk upload member as the bytes of a tar stream (header, data, padding), carrying its digest (or
+    ``digest``); end the stream with ``cache_protocol.tar.END``."""
+    records = {BUNDLE_SHA256_PAX: sha(data) if digest is None else digest}
+    return member_header(name, len(data), records=records) + data + padding(len(data))
 
 
 def tar_of(members: Iterable[Member]) -> bytes:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JOB", "JOB_TIMEOUT", "ROOT", "TORCHAX_JOB", "run_jax_job"]
+__all__ = ["JOB", "JOB_TIMEOUT", "ROOT", "TORCHAX_JOB", "jax_env", "run_jax_job"]
 
 ROOT = Path(__file__).resolve().parents[2]
 JAX = ROOT / "tests" / "jax"
@@ -19,14 +19,20 @@ TORCHAX_JOB = JAX / "torchax_job.py"
 JOB_TIMEOUT = 300
 
 
-def run_jax_job(args: list[str], script: Path = JOB) -> tuple[dict[str, Any], str]:
-    """Run a job script of this folder (tests/jax/jax_job.py) on the CPU; its JSON result and its log."""
+def jax_env() -> dict[str, str]:
+    """The environment of a job script: this one without its ``XLA_`` and ``JAX_`` settings, JAX on the
+    CPU, the repository importable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_"))}
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_jax_job(args: list[str], script: Path = JOB) -> tuple[dict[str, Any], str]:
+    """Run a job script of this folder (tests/jax/jax_job.py) on the CPU; its JSON result and its log."""
     done = subprocess.run(
         [sys.executable, str(script), *args],
-        env=env,
+        env=jax_env(),
         capture_output=True,
         text=True,
         timeout=JOB_TIMEOUT,
