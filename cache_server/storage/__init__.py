@@ -1,6 +1,6 @@
 """Blob stores: the protocol and its backends. :func:`open_store` picks one from a URL.
 
-Adding a backend (S3, Azure, ...): one package or module beside ``local.py`` and ``gcs/``, built by
+Adding a backend (S3, Azure, ...): one package beside ``local/`` and ``gcs/``, built by
 :func:`open_store` from its URL scheme.
 
 * **Required**, :class:`~cache_server.storage.base.BlobStore`: ``put`` (create-only, or replacing what a
