@@ -55,8 +55,9 @@ def _is_valid(check: Callable[[str], str], value: str) -> bool:
 class LocalBlobStore:
     """Blobs in a local directory. Safe for concurrent use by threads and processes on one host.
 
-    Also a :class:`~cache_server.storage.base.SweepsTempFiles`: a killed process leaves its temp file; and
-    a :class:`~cache_server.storage.base.StoresPacks`, off by default (a local read costs no round trip).
+    Also a :class:`~cache_server.storage.abilities.SweepsTempFiles`: a killed process leaves its temp file;
+    and a :class:`~cache_server.storage.abilities.StoresPacks`, off by default (a local read costs no round
+    trip).
     """
 
     packs_by_default = False
@@ -219,7 +220,7 @@ class LocalBlobStore:
 
     def batch(self) -> LocalBatch:
         """A batch: temp files written without fsync, then one filesystem sync, links, and one fsync per
-        directory at commit (see :class:`~cache_server.storage.base.PutsInBatches`)."""
+        directory at commit (see :class:`~cache_server.storage.abilities.PutsInBatches`)."""
         return LocalBatch(self)
 
     # -- packs (StoresPacks) ----------------------------------------------------------------------------
@@ -270,8 +271,8 @@ class LocalBlobStore:
 
     def read_whole(self, name: str, limit: int) -> BlobReader | None:
         """One ``pread`` of the whole file, of exactly its size (see
-        :class:`~cache_server.storage.base.ReadsWhole`): no buffered reads, no 8 MiB read buffer per blob,
-        which a bundle of small blobs paid thousands of times. A blob over ``limit`` is opened instead.
+        :class:`~cache_server.storage.abilities.ReadsWhole`): no buffered reads, no 8 MiB read buffer per
+        blob, which a bundle of small blobs paid thousands of times. A blob over ``limit`` is opened instead.
         The header is parsed only if the reader's ``info`` is asked for (a bundle never does)."""
         try:
             fd = open_blob(self._file(name))
@@ -357,7 +358,8 @@ class LocalBlobStore:
         return None
 
     def remove_stale_temp_files(self, older_than_seconds: float = STALE_TEMP_SECONDS) -> int:
-        """Delete the temp files of dead uploads; see :class:`~cache_server.storage.base.SweepsTempFiles`.
+        """Delete the temp files of dead uploads; see
+        :class:`~cache_server.storage.abilities.SweepsTempFiles`.
 
         A put removes its own temp file whatever happens, so only a process that was killed leaves one.
         """
