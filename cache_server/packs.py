@@ -36,7 +36,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cache_server.domain import EntryInfo, EntryRef
-from cache_server.storage.base import MIB, StoresPacks
+from cache_server.storage.abilities import StoresPacks
+from cache_server.storage.base import MIB
 
 __all__ = [
     "GROUP_PACK_BYTES",

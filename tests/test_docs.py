@@ -27,7 +27,7 @@ def test_the_folder_map_names_every_module_of_the_server_and_the_client() -> Non
         server / "service",
         server / "storage",
     )
-    packages += (server / "storage" / "gcs", client, client / "frameworks")
+    packages += (server / "storage" / "local", server / "storage" / "gcs", client, client / "frameworks")
     modules = [
         path for folder in packages for path in sorted(folder.glob("*.py")) if not path.name.startswith("__")
     ]

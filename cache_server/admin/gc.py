@@ -28,14 +28,8 @@ from dataclasses import dataclass
 from cache_server.domain import utcnow
 from cache_server.existing import unreadable
 from cache_server.index.admin import AdminRepository
-from cache_server.storage.base import (
-    BlobInfo,
-    BlobStore,
-    StoresPacks,
-    SweepsTempFiles,
-    blob_name,
-    split_blob_name,
-)
+from cache_server.storage.abilities import StoresPacks, SweepsTempFiles
+from cache_server.storage.base import BlobInfo, BlobStore, blob_name, split_blob_name
 
 __all__ = ["DEFAULT_GRACE_SECONDS", "GcResult", "collect_garbage", "remove_unused_packs"]
 

@@ -39,7 +39,9 @@ from cache_server import metrics
 from cache_server.domain import EntryInfo
 from cache_server.index.admin import AdminRepository
 from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS, holds_entry
-from cache_server.storage.base import BlobStore, StoresPacks, blob_name, open_many
+from cache_server.storage.abilities import StoresPacks
+from cache_server.storage.base import BlobStore, blob_name
+from cache_server.storage.reading import open_many
 
 __all__ = ["PAGE_ENTRIES", "UNREADABLE_RETRY_SECONDS", "LoosePacker", "PackingResult"]
 

@@ -25,7 +25,8 @@ from cache_server.names import check_namespace
 from cache_server.packs import packing_store
 from cache_server.periodic import Periodic
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobStore, StoresPacks
+from cache_server.storage.abilities import StoresPacks
+from cache_server.storage.base import BlobStore
 
 __all__ = ["AdminService"]
 

@@ -5,7 +5,7 @@ durability work batched.
 Each member is a regular file named by its key, with PAX records ``XLA_CACHE.sha256`` (required) and
 ``XLA_CACHE.compile_time_ms`` (optional), read by the strict :class:`cache_protocol.tar.TarReader`. Members
 are checked as they stream (name, digest record, size limit, digest of the bytes) and put into a
-:class:`~cache_server.storage.base.BlobBatch`; every :data:`GROUP_ENTRIES` members (or
+:class:`~cache_server.storage.abilities.BlobBatch`; every :data:`GROUP_ENTRIES` members (or
 :data:`GROUP_BYTES` bytes) the batch is committed (one filesystem sync on a local store; overlapping
 requests on GCS), then the group's index rows are written in one transaction. A result of 201 or 200 for a
 member therefore means what it means for a ``PUT``: the entry survives a crash. A stream that breaks
@@ -42,7 +42,8 @@ from cache_server.index.entries import EntryRecord
 from cache_server.packs import PACK_WRITERS, PackWriter
 from cache_server.revocation import StillAllowed
 from cache_server.service.writer import EntryWriter, Pending, Upload
-from cache_server.storage.base import MIB, BlobBatch, StoresPacks
+from cache_server.storage.abilities import BlobBatch, StoresPacks
+from cache_server.storage.base import MIB
 
 __all__ = ["GROUP_BYTES", "GROUP_ENTRIES", "BulkResult", "BulkUploads", "MemberOutcome"]
 

@@ -17,7 +17,9 @@ from cache_server.names import check_keys, check_namespace
 from cache_server.packs import read_copies
 from cache_server.service.verify import Verifier
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobStore, StoresPacks, blob_name, open_many
+from cache_server.storage.abilities import StoresPacks
+from cache_server.storage.base import BlobStore, blob_name
+from cache_server.storage.reading import open_many
 from cache_server.streams import coalesce
 
 __all__ = ["Bundles"]

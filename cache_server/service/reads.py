@@ -20,7 +20,9 @@ from cache_server.index.entries import EntryRepository
 from cache_server.names import check_key, check_namespace
 from cache_server.service.signing import SignedEntry, Signing
 from cache_server.service.verify import CorruptBlob, Verifier
-from cache_server.storage.base import BlobStore, ReadsWhole, blob_name, open_sized
+from cache_server.storage.abilities import ReadsWhole
+from cache_server.storage.base import BlobStore, blob_name
+from cache_server.storage.reading import open_sized
 
 __all__ = ["WHOLE_READ_BYTES", "EntryRead", "NotModified", "OpenedEntry", "ReadWish", "Reads"]
 

@@ -1,6 +1,6 @@
 """Signed URLs: short-lived links to an entry's blob, so many hosts fetch bytes from the bucket and not
 through the server. Handed out when ``XLA_CACHE_SIGNED_URL_SECONDS`` > 0 and the store can sign
-(:class:`~cache_server.storage.base.SignsUrls`).
+(:class:`~cache_server.storage.abilities.SignsUrls`).
 
 A URL is made locally, without asking the store whether the blob is there: the consistency rules (blob
 before row, row removed before blob) make a row without a blob rare, and then the download itself answers
@@ -18,7 +18,8 @@ from cache_server.errors import SignedUrlsUnavailable
 from cache_server.index.entries import EntryRepository
 from cache_server.names import check_keys, check_namespace
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobStore, SignsUrls, blob_name
+from cache_server.storage.abilities import SignsUrls
+from cache_server.storage.base import BlobStore, blob_name
 
 __all__ = ["SignedEntry", "SignedUrls", "Signing"]
 

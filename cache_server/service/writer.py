@@ -37,7 +37,9 @@ from cache_server.quotas import Quotas, UploadAllowance
 from cache_server.revocation import StillAllowed, check_still_allowed, undo_if_revoked
 from cache_server.service.metadata import BlobMetadata
 from cache_server.settings import Settings
-from cache_server.storage.base import BlobBatch, BlobInfo, BlobStore, ReplaceJudge, blob_name, open_batch
+from cache_server.storage.abilities import BlobBatch
+from cache_server.storage.base import BlobInfo, BlobStore, ReplaceJudge, blob_name
+from cache_server.storage.batches import open_batch
 
 __all__ = ["EntryWriter", "Pending", "PutResult", "StoredHook", "Upload"]
 
@@ -46,7 +48,7 @@ StoredHook = Callable[[str, str], None]
 
 
 class _Puts(Protocol):
-    """Where a blob is put: a :class:`BlobStore` or a :class:`~cache_server.storage.base.BlobBatch`."""
+    """Where a blob is put: a :class:`BlobStore` or a :class:`~cache_server.storage.abilities.BlobBatch`."""
 
     def put(
         self,
@@ -168,7 +170,7 @@ class EntryWriter:
         return self._settings.orphan_grace_seconds / 4
 
     def batch(self) -> BlobBatch:
-        """A batch of puts into the store (:func:`~cache_server.storage.base.open_batch`)."""
+        """A batch of puts into the store (:func:`~cache_server.storage.batches.open_batch`)."""
         return open_batch(self._store)
 
     def check_size(self, declared: int | None) -> None:

@@ -1,6 +1,6 @@
 """Blob stores: the protocol and its backends. :func:`open_store` picks one from a URL.
 
-Adding a backend (S3, Azure, ...): one package or module beside ``local.py`` and ``gcs/``, built by
+Adding a backend (S3, Azure, ...): one package beside ``local/`` and ``gcs/``, built by
 :func:`open_store` from its URL scheme.
 
 * **Required**, :class:`~cache_server.storage.base.BlobStore`: ``put`` (create-only, or replacing what a
@@ -12,14 +12,16 @@ Adding a backend (S3, Azure, ...): one package or module beside ``local.py`` and
   built from them; vendor errors become :class:`~cache_server.errors.StorageUnavailable` at the backend's
   edge; a damaged blob is reported in ``BlobInfo.damaged``, never raised. The module docstring of
   :mod:`cache_server.storage.base` is the contract.
-* **Optional** abilities, each a protocol in :mod:`cache_server.storage.base`, all listed in its
+* **Optional** abilities, each a protocol in :mod:`cache_server.storage.abilities`, all listed in its
   ``ABILITIES``; implement one and the server uses it (callers ask ``isinstance``):
 
   - ``SignsUrls`` (``signed_url``, ``signed_urls``): clients download straight from the store, with
     ``XLA_CACHE_SIGNED_URL_SECONDS`` > 0.
   - ``SweepsTempFiles`` (``remove_stale_temp_files``): gc deletes the temp files of uploads that died.
-  - ``PutsInBatches`` (``batch``): a bulk upload makes its blobs durable together (else one put each).
-  - ``ReadsWhole`` (``read_whole``): a small blob in one round trip, not an open and a read.
+  - ``PutsInBatches`` (``batch``, a ``BlobBatch``): a bulk upload makes its blobs durable together (else
+    one put each; :class:`~cache_server.storage.batches.ConcurrentBatch` overlaps a remote store's puts).
+  - ``ReadsWhole`` (``read_whole``): a small blob in one round trip, not an open and a read (a
+    :class:`~cache_server.storage.reading.HeldReader` holds its bytes).
   - ``ReadsAhead`` (``read_ahead``, ``read_ahead_bytes``): bundles and packing overlap the reads of small
     blobs (for a remote store; else one at a time).
   - ``StoresPacks`` (``put_pack``, ``read_pack``, ``delete_pack``, ``list_packs``, ``packs_by_default``):
@@ -32,15 +34,8 @@ Adding a backend (S3, Azure, ...): one package or module beside ``local.py`` and
 
 from __future__ import annotations
 
-from cache_server.storage.base import (
-    BlobInfo,
-    BlobReader,
-    BlobStore,
-    SignsUrls,
-    SweepsTempFiles,
-    blob_name,
-    split_blob_name,
-)
+from cache_server.storage.abilities import SignsUrls, SweepsTempFiles
+from cache_server.storage.base import BlobInfo, BlobReader, BlobStore, blob_name, split_blob_name
 
 __all__ = [
     "BlobInfo",

@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
-from cache_server.storage.base import (
+from cache_server.storage.abilities import (
     PutsInBatches,
     ReadsAhead,
     ReadsWhole,

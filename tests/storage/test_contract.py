@@ -16,20 +16,18 @@ import pytest
 
 from cache_server.errors import InvalidName
 from cache_server.existing import unreadable
-from cache_server.storage.base import (
+from cache_server.storage.abilities import (
     ABILITIES,
-    BlobInfo,
-    BlobReader,
-    BlobStore,
     PutsInBatches,
     ReadsAhead,
     ReadsWhole,
     SignsUrls,
     StoresPacks,
     SweepsTempFiles,
-    open_batch,
-    open_many,
 )
+from cache_server.storage.base import BlobInfo, BlobReader, BlobStore
+from cache_server.storage.batches import open_batch
+from cache_server.storage.reading import open_many
 from tests.support.api import sha
 from tests.support.backends import Backend
 from tests.support.memory import MIB, PeakRss
@@ -123,7 +121,7 @@ _CHECKS: dict[type, list[str]] = {}
 
 def checks(ability: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Make a test the check of one optional ability: it runs on every backend that has the ability and is
-    skipped on the others. Each ability of :data:`~cache_server.storage.base.ABILITIES` needs one."""
+    skipped on the others. Each ability of :data:`~cache_server.storage.abilities.ABILITIES` needs one."""
 
     def register(test: Callable[..., None]) -> Callable[..., None]:
         _CHECKS.setdefault(ability, []).append(test.__name__)

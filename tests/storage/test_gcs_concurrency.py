@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cache_server.storage.base import open_many
 from cache_server.storage.gcs import GcsBlobStore
+from cache_server.storage.reading import open_many
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
 from tests.support.tcp_proxy import TcpProxy, tcp_proxy
 

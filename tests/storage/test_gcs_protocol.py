@@ -20,8 +20,8 @@ import google_crc32c
 import pytest
 
 from cache_server.errors import StorageUnavailable
-from cache_server.storage.base import open_many, open_sized
 from cache_server.storage.gcs import MULTIPART_LIMIT, GcsBlobStore
+from cache_server.storage.reading import open_many, open_sized
 from tests.support.http_stub import Recorded, Reply, StubHttpServer, json_reply
 from tests.support.memory import MIB
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cache_server.storage.base import BlobStore, SignsUrls
+from cache_server.storage.abilities import SignsUrls
+from cache_server.storage.base import BlobStore
 
 __all__ = ["Backend"]
 
@@ -17,7 +18,8 @@ class Backend:
 
     kind: str
     store: BlobStore
-    # Exactly the optional abilities (cache_server.storage.base.ABILITIES) the backend has: each is checked.
+    # Exactly the optional abilities (cache_server.storage.abilities.ABILITIES) the backend has: each is
+    # checked.
     abilities: frozenset[type]
     stored_files: Callable[[], list[str]]
     plant: Callable[[str, bytes], None]  # a file or object that another program left under the store's root

@@ -22,12 +22,11 @@ from cache_server.storage.base import (
     PACK_DIR,
     BlobInfo,
     BlobReader,
-    ConcurrentBatch,
-    HeldReader,
     ReplaceJudge,
     check_pack_id,
     parse_blob_name,
 )
+from cache_server.storage.batches import ConcurrentBatch
 from cache_server.storage.gcs.reader import GcsReader
 from cache_server.storage.gcs.signing import (
     IAM_ENDPOINT,
@@ -43,6 +42,7 @@ from cache_server.storage.gcs.transport import (
     emulator_endpoint,
 )
 from cache_server.storage.gcs.upload import CHUNK_MULTIPLE, DEFAULT_CHUNK_SIZE, upload
+from cache_server.storage.reading import HeldReader
 
 __all__ = ["MAX_SIGNED_URL_SECONDS", "GcsBlobStore"]
 
@@ -67,18 +67,18 @@ class GcsBlobStore:
     otherwise ``credentials`` replace Application Default Credentials. ``project`` is kept as
     :attr:`project` (by default the credentials' own): requests for objects need none.
 
-    Also a :class:`~cache_server.storage.base.SignsUrls`: direct download URLs, signed locally by credentials
-    that hold a key (a key file, impersonated credentials), else through the IAM Credentials API at
-    ``iam_endpoint`` as the service account the credentials act as (a VM's attached account; see
+    Also a :class:`~cache_server.storage.abilities.SignsUrls`: direct download URLs, signed locally by
+    credentials that hold a key (a key file, impersonated credentials), else through the IAM Credentials API
+    at ``iam_endpoint`` as the service account the credentials act as (a VM's attached account; see
     :mod:`.signing`), or as ``signing_service_account`` if given.
 
-    Also a :class:`~cache_server.storage.base.ReadsWhole`: a small blob is one GET of its bytes, whose
+    Also a :class:`~cache_server.storage.abilities.ReadsWhole`: a small blob is one GET of its bytes, whose
     response headers carry what a whole read needs (:meth:`read_whole`); and a
-    :class:`~cache_server.storage.base.ReadsAhead`: ``read_ahead``, how many small blobs a bundle reads at
-    once, one round trip each; ``read_ahead_bytes``, how many bytes they may hold together.
+    :class:`~cache_server.storage.abilities.ReadsAhead`: ``read_ahead``, how many small blobs a bundle reads
+    at once, one round trip each; ``read_ahead_bytes``, how many bytes they may hold together.
 
-    Also a :class:`~cache_server.storage.base.StoresPacks`, on by default: objects under ``.packs/`` beside
-    the namespaces, each read with ranged GETs.
+    Also a :class:`~cache_server.storage.abilities.StoresPacks`, on by default: objects under ``.packs/``
+    beside the namespaces, each read with ranged GETs.
     """
 
     read_ahead = 32
@@ -348,7 +348,7 @@ class GcsBlobStore:
 
     def batch(self) -> ConcurrentBatch:
         """Puts of many small blobs with their round trips overlapped (see
-        :class:`~cache_server.storage.base.PutsInBatches`): each is durable when GCS answers it."""
+        :class:`~cache_server.storage.abilities.PutsInBatches`): each is durable when GCS answers it."""
         return ConcurrentBatch(self, workers=BATCH_WORKERS, buffer_limit=BATCH_BUFFER)
 
     def close(self) -> None:
