@@ -1,8 +1,9 @@
 """What ``xla-cache stats``, ``evict``, ``tokens`` and ``purge-token`` print, and how they read sizes and
 durations.
 
-The commands themselves are in :mod:`client.cli` (one function per subcommand); this module turns the
-server's ``/admin/...`` answers into lines a person reads, and parses ``10GiB`` or ``7d`` style arguments.
+The commands themselves are in :mod:`client.admin_commands` (one function per subcommand); this module
+turns the server's ``/admin/...`` answers into lines a person reads, and parses ``10GiB`` or ``7d`` style
+arguments.
 """
 
 from __future__ import annotations

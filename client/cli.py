@@ -1,74 +1,41 @@
 """``xla-cache``: warm, push, stats, evict, doctor. One function per subcommand; ``--json`` for scripts.
 
-Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`.
+This module is the entry point (:func:`main`, :func:`build_parser`) and holds warm, push and doctor; the
+admin subcommands (stats, evict, tokens, quota, purge-token) are in :mod:`client.admin_commands`, and what
+every subcommand shares (common arguments, server and token, printing) in :mod:`client.cli_common`.
+
+Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`
+(an admin one in :func:`client.admin_commands.add_admin_commands`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE, name_problem
-from client.admin_cli import (
-    evict_lines,
-    parse_duration,
-    parse_size,
-    purge_lines,
-    quota_lines,
-    stats_lines,
-    token_lines,
-)
+from client.admin_commands import add_admin_commands
 from client.api import CacheApi
 from client.cachedir import read_fingerprint, scan
+from client.cli_common import (
+    add_common,
+    add_framework,
+    config_of,
+    emit,
+    progress_of,
+    runtime_fingerprint,
+    server_of,
+)
 from client.config import ClientConfig
 from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
 from client.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
-from client.progress import NullProgress, Progress, TqdmProgress
 
 __all__ = ["build_parser", "main"]
-
-
-def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
-    if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
-    else:
-        print("\n".join(lines))
-
-
-def _progress(args: argparse.Namespace) -> Progress:
-    if args.json or args.no_progress:
-        return NullProgress()
-    return TqdmProgress()
-
-
-def _config(args: argparse.Namespace) -> ClientConfig:
-    return ClientConfig.resolve(args.server, args.token, getattr(args, "cache_dir", None))
-
-
-def _server(config: ClientConfig) -> str:
-    if not config.server:
-        raise ClientError("no server: pass --server or set XLA_CACHE_SERVER")
-    return config.server
-
-
-def _runtime_fingerprint(args: argparse.Namespace) -> dict[str, Any]:
-    """This machine's fingerprint for ``--framework`` (``--spmd`` turns torch_xla's SPMD on first, as the
-    training job would)."""
-    framework = choose(args.framework)
-    framework.require()
-    if getattr(args, "spmd", False):
-        if framework.name != "torch_xla":
-            raise ClientError("--spmd is torch_xla's (torch_xla.runtime.use_spmd)")
-        import torch_xla.runtime as xr
-
-        xr.use_spmd()
-    return framework.fingerprint()
 
 
 def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
@@ -85,7 +52,7 @@ def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
 def _named_namespace(args: argparse.Namespace, config: ClientConfig) -> tuple[dict[str, Any], str]:
     """``--namespace``: its fingerprint as the server has it ({} if it has none) and whose cache it is
     (from that fingerprint, else ``--framework``, else the framework installed), without importing any."""
-    api = CacheApi(_server(config), config.token)
+    api = CacheApi(server_of(config), config.token)
     try:
         info = api.get_namespace(args.namespace, Deadline(args.timeout))
     finally:
@@ -102,13 +69,13 @@ def cmd_warm(args: argparse.Namespace) -> int:
     initialized; with ``--namespace`` it is not even imported)."""
     from client.warming import warm
 
-    config = _config(args)
+    config = config_of(args)
     if args.namespace:
         fingerprint, framework = _named_namespace(args, config)
     else:
-        fingerprint, framework = _runtime_fingerprint(args), args.framework
+        fingerprint, framework = runtime_fingerprint(args), args.framework
     report = warm(
-        _server(config),
+        server_of(config),
         config.cache_dir,
         framework=framework,
         token=config.token,
@@ -117,7 +84,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
         initialize=False,
         upload=False,
         fingerprint=fingerprint or None,
-        progress=_progress(args),
+        progress=progress_of(args),
         namespace=args.namespace,
         follow=args.follow,
     )
@@ -132,7 +99,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     lines += [f"error       {error}" for error in report.errors]
     lines.append("a job that does not call client.warm() uses it with:")
     lines += [f"    {line}" for line in framework_named(report.framework).setup_lines(Path(report.cache_dir))]
-    _emit(args, report.as_dict(), lines)
+    emit(args, report.as_dict(), lines)
     if args.follow and report.feed_cursor is not None:
         directory = Path(report.cache_dir)
         return _follow(args, config, report.namespace, directory, report.feed_cursor, report.framework)
@@ -157,7 +124,7 @@ def _follow(
     from client.warming import FOLLOW_UPLOAD_INTERVAL
 
     adapter = choose(framework)
-    api = CacheApi(_server(config), config.token)
+    api = CacheApi(server_of(config), config.token)
     follower = Follower(api, namespace, directory, cursor, check=adapter.entry_problem)
     uploader = Uploader(
         api,
@@ -183,7 +150,7 @@ def _follow(
         sent = uploader.flush()
         api.close()
     lines = [f"fetched {fetched.delivered} entries ({fetched.bytes} bytes), uploaded {sent.uploaded}"]
-    _emit(args, {"delivered": fetched.delivered, "bytes": fetched.bytes, "uploaded": sent.uploaded}, lines)
+    emit(args, {"delivered": fetched.delivered, "bytes": fetched.bytes, "uploaded": sent.uploaded}, lines)
     return 0
 
 
@@ -192,13 +159,13 @@ def cmd_push(args: argparse.Namespace) -> int:
     plain torch_xla or JAX cache directory)."""
     from client.transfer import upload_entries
 
-    config = _config(args)
+    config = config_of(args)
     if args.import_dir:
         return _push_import(args, config)
     directories = _namespace_dirs(config.cache_dir, args.namespace)
     if not directories:
         raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
-    api = CacheApi(_server(config), config.token)
+    api = CacheApi(server_of(config), config.token)
     results: list[dict[str, Any]] = []
     failed = False
     try:
@@ -219,7 +186,9 @@ def cmd_push(args: argparse.Namespace) -> int:
                         other = namespace_id(fingerprint)
                         raise ClientError(f"{directory}: its {FINGERPRINT_FILE} belongs to namespace {other}")
                     api.register_namespace(namespace, fingerprint, {}, deadline)
-                result = upload_entries(api, namespace, files, deadline, progress=_progress(args), workers=4)
+                result = upload_entries(
+                    api, namespace, files, deadline, progress=progress_of(args), workers=4
+                )
             except ServerProblem as exc:
                 row["error"] = exc.reason
                 failed = True
@@ -245,7 +214,7 @@ def cmd_push(args: argparse.Namespace) -> int:
                 f"{row['already_present']} already on the server, {row['conflicts']} conflicts"
                 + (f", {len(row['errors'])} errors" if row["errors"] else "")
             )
-    _emit(args, {"namespaces": results}, lines)
+    emit(args, {"namespaces": results}, lines)
     return 1 if failed else 0
 
 
@@ -274,7 +243,7 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
         namespace = args.namespace
         framework = _framework_of_directory(args.framework, directory)
     else:
-        fingerprint = _runtime_fingerprint(args)
+        fingerprint = runtime_fingerprint(args)
         namespace = namespace_id(fingerprint)
         framework = framework_named(str(fingerprint.get("framework", "torch_xla")))
     files = [
@@ -283,12 +252,12 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
         if framework.entry_problem(item.path) is None
     ]
     skipped = len(scan(directory, framework.is_entry)) - len(files)
-    api = CacheApi(_server(config), config.token)
+    api = CacheApi(server_of(config), config.token)
     deadline = Deadline(args.timeout)
     try:
         if fingerprint is not None:
             api.register_namespace(namespace, fingerprint, {}, deadline)
-        result = upload_entries(api, namespace, files, deadline, progress=_progress(args), workers=4)
+        result = upload_entries(api, namespace, files, deadline, progress=progress_of(args), workers=4)
     finally:
         api.close()
     row = {
@@ -309,122 +278,15 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
         + (f"; {skipped} it could not load were skipped)" if skipped else ")")
         + (f", {len(result.errors)} errors" if result.errors else "")
     ]
-    _emit(args, {"namespaces": [row]}, lines)
+    emit(args, {"namespaces": [row]}, lines)
     return 1 if result.errors else 0
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    """The namespace's entries, bytes and counters on the server, and the server's totals if allowed.
-
-    With ``--all`` only the server-wide part (no framework needed): totals, namespaces, top graphs.
-    """
-    namespace = None if args.all else args.namespace or namespace_id(_runtime_fingerprint(args))
-    config = _config(args)
-    api = CacheApi(_server(config), config.token)
-    try:
-        info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
-        totals: dict[str, Any] | None
-        admin_error: str | None
-        try:
-            totals = api.admin_stats(Deadline(args.timeout), limit=args.limit, after=args.after)
-        except ServerProblem as exc:
-            totals = None
-            admin_error = exc.reason
-        else:
-            admin_error = None
-    finally:
-        api.close()
-    data: dict[str, Any] = {"namespace": info, "admin": totals, "admin_error": admin_error}
-    lines = [f"namespace  {namespace}"] if namespace else []
-    for key in ("entries", "bytes", "hits", "misses", "uploads", "created_at", "last_used_at"):
-        if key in info:
-            lines.append(f"  {key:<12} {info[key]}")
-    if totals is not None:
-        lines += stats_lines(totals)
-    else:
-        lines.append(f"server totals unavailable ({admin_error})")
-    _emit(args, data, lines)
-    return 0 if totals is not None or namespace else 1
-
-
-def cmd_evict(args: argparse.Namespace) -> int:
-    """Evict least recently used entries on the server (``--dry-run`` lists what would go)."""
-    body: dict[str, Any] = {"dry_run": args.dry_run, "namespace": args.namespace}
-    try:
-        if args.max_total_bytes is not None:
-            body["max_total_bytes"] = parse_size(args.max_total_bytes)
-        if args.older_than is not None:
-            body["older_than_seconds"] = parse_duration(args.older_than)
-    except ValueError as exc:
-        raise ClientError(str(exc)) from None
-    config = _config(args)
-    api = CacheApi(_server(config), config.token)
-    try:
-        result = api.admin_evict(body, Deadline(args.timeout))
-    finally:
-        api.close()
-    _emit(args, result, evict_lines(result))
-    return 0
-
-
-def cmd_tokens(args: argparse.Namespace) -> int:
-    """Every token, its role and namespace patterns, and the entries it stored (admin token)."""
-    config = _config(args)
-    api = CacheApi(_server(config), config.token)
-    try:
-        listing = api.admin_tokens(Deadline(args.timeout))
-    finally:
-        api.close()
-    _emit(args, listing, token_lines(listing))
-    return 0
-
-
-def cmd_quota(args: argparse.Namespace) -> int:
-    """List the quotas, or set (``--clear``: remove) a namespace's or a token's (admin token)."""
-    config = _config(args)
-    api = CacheApi(_server(config), config.token)
-    try:
-        if args.namespace is None and args.token_name is None:
-            result = api.admin_quotas(Deadline(args.timeout))
-        else:
-            body: dict[str, Any] = {"max_entries": None, "max_bytes": None}
-            if not args.clear:
-                if args.max_entries is None and args.max_bytes is None:
-                    print("xla-cache quota: give --max-entries, --max-bytes or --clear", file=sys.stderr)
-                    return 2
-                body["max_entries"] = args.max_entries
-                try:
-                    body["max_bytes"] = parse_size(args.max_bytes) if args.max_bytes is not None else None
-                except ValueError as exc:
-                    print(f"xla-cache quota: --max-bytes: {exc}", file=sys.stderr)
-                    return 2
-            kind, subject = ("namespace", args.namespace) if args.namespace else ("token", args.token_name)
-            answer = api.admin_set_quota(kind, subject, body, Deadline(args.timeout))
-            result = answer if "quotas" in answer else {"quotas": [answer]}
-    finally:
-        api.close()
-    _emit(args, result, quota_lines(result["quotas"]))
-    return 0
-
-
-def cmd_purge_token(args: argparse.Namespace) -> int:
-    """Revoke a token and remove every entry it stored (``--dry-run`` lists what would go)."""
-    body = {"dry_run": args.dry_run, "revoke": not args.keep_token}
-    config = _config(args)
-    api = CacheApi(_server(config), config.token)
-    try:
-        result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
-    finally:
-        api.close()
-    _emit(args, result, purge_lines(result))
-    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Two-process self-test: does this torch_xla load its own persistent-cache entries?"""
     from client.doctor import run_doctor
 
-    config = _config(args)
+    config = config_of(args)
     report = run_doctor(server=config.server, token=config.token, timeout=args.timeout)
     lines = [
         f"torch_xla          {report.torch_xla_version}",
@@ -435,30 +297,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if report.server:
         state = "ready" if report.server_ready else f"NOT ready ({report.server_error})"
         lines.append(f"server             {report.server}: {state}")
-    _emit(args, report.as_dict(), lines)
+    emit(args, report.as_dict(), lines)
     if report.loads_own_entries is None:
         return 2
     return 0 if report.loads_own_entries and report.server_ready is not False else 1
 
 
 # -- parser -----------------------------------------------------------------------------------------------
-
-
-def _common(parser: argparse.ArgumentParser, *, timeout: float) -> None:
-    parser.add_argument("--server", help="server URL (default: $XLA_CACHE_SERVER)")
-    parser.add_argument("--token", help="bearer token (default: $XLA_CACHE_TOKEN)")
-    parser.add_argument("--timeout", type=float, default=timeout, help=f"seconds (default {timeout:g})")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-
-
-def _framework(parser: argparse.ArgumentParser) -> None:
-    names = sorted(all_frameworks())
-    parser.add_argument(
-        "--framework",
-        choices=[AUTO, *names],
-        default=AUTO,
-        help="whose cache: the one installed with auto (torch_xla first); default auto",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -468,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     warm = sub.add_parser("warm", help="download this runtime's entries into the cache directory")
-    _common(warm, timeout=30.0)
+    add_common(warm, timeout=30.0)
     warm.add_argument(
         "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
     )
@@ -481,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then keep running: fetch what other jobs store, upload what appears here (until Ctrl-C)",
     )
-    _framework(warm)
+    add_framework(warm)
     warm.add_argument(
         "--spmd", action="store_true", help="the job runs with SPMD (torch_xla.runtime.use_spmd)"
     )
@@ -490,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     warm.set_defaults(func=cmd_warm)
 
     push = sub.add_parser("push", help="upload local entries the server lacks")
-    _common(push, timeout=300.0)
+    add_common(push, timeout=300.0)
     push.add_argument(
         "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
     )
@@ -505,71 +350,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="upload a plain torch_xla or JAX cache directory (no fingerprint file) into this runtime's "
         "namespace, or into --namespace (then torch_xla or jax is not imported)",
     )
-    _framework(push)
+    add_framework(push)
     push.add_argument("--spmd", action="store_true", help="with --import: fingerprint torch_xla with SPMD on")
     push.add_argument("--no-progress", action="store_true", help="no progress bars")
     push.set_defaults(func=cmd_push)
 
-    stats = sub.add_parser("stats", help="the namespace's entries and counters, and server totals")
-    _common(stats, timeout=30.0)
-    stats.add_argument("--namespace", help="namespace (default: this runtime's)")
-    _framework(stats)
-    stats.add_argument("--spmd", action="store_true", help="fingerprint the torch_xla runtime with SPMD on")
-    stats.add_argument("--all", action="store_true", help="only the server-wide stats (no namespace)")
-    stats.add_argument("--limit", type=int, help="namespaces listed (a page; default: the server's, 100)")
-    stats.add_argument("--after", metavar="CURSOR", help="the next page of namespaces (the page says)")
-    stats.set_defaults(func=cmd_stats)
-
-    evict = sub.add_parser(
-        "evict",
-        help="evict least recently used entries on the server (admin token)",
-        description="With no limit given, the server applies its configured budgets.",
-    )
-    _common(evict, timeout=600.0)
-    evict.add_argument("--max-total-bytes", metavar="SIZE", help="keep at most this much, e.g. 500G or 10GiB")
-    evict.add_argument(
-        "--older-than", metavar="AGE", help="evict entries unused for this long, e.g. 30d or 12h"
-    )
-    evict.add_argument("--namespace", help="only this namespace (the size limit is then its own)")
-    evict.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
-    evict.set_defaults(func=cmd_evict)
-
-    tokens = sub.add_parser("tokens", help="every token and what it stored (admin token)")
-    _common(tokens, timeout=30.0)
-    tokens.set_defaults(func=cmd_tokens)
-
-    purge = sub.add_parser(
-        "purge-token",
-        help="revoke a token and remove every entry it stored (admin token)",
-        description="The answer to a leaked token: it is revoked first, then what it stored is removed.",
-    )
-    _common(purge, timeout=600.0)
-    purge.add_argument("token_name", metavar="NAME_OR_ID", help="the token's name or id (xla-cache tokens)")
-    purge.add_argument("--dry-run", action="store_true", help="list what would go; revoke and remove nothing")
-    purge.add_argument("--keep-token", action="store_true", help="remove its entries but do not revoke it")
-    purge.set_defaults(func=cmd_purge_token)
-
-    quota = sub.add_parser(
-        "quota",
-        help="list quotas, or set a namespace's or a token's (admin token)",
-        description="Uploads past a quota are refused with 507 before anything of them is stored.",
-    )
-    _common(quota, timeout=30.0)
-    subject = quota.add_mutually_exclusive_group()
-    subject.add_argument("--namespace", help="set this namespace's quota (it need not exist yet)")
-    subject.add_argument(
-        "--for-token",
-        dest="token_name",
-        metavar="NAME_OR_ID",
-        help="set the quota of these tokens",
-    )
-    quota.add_argument("--max-entries", type=int, help="at most this many entries")
-    quota.add_argument("--max-bytes", metavar="SIZE", help="at most this much, e.g. 500G or 10GiB")
-    quota.add_argument("--clear", action="store_true", help="remove the quota")
-    quota.set_defaults(func=cmd_quota)
+    add_admin_commands(sub)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
-    _common(doctor, timeout=300.0)
+    add_common(doctor, timeout=300.0)
     doctor.set_defaults(func=cmd_doctor)
     return parser
 
