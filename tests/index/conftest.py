@@ -25,3 +25,12 @@ def repo(db_settings: Settings) -> Iterator[EntryRepository]:
     database = Database.from_settings(db_settings)
     yield EntryRepository(database)
     database.dispose()
+
+
+@pytest.fixture
+def database(db_settings: Settings) -> Iterator[Database]:
+    """The index's Database over a migrated, empty database of each kind."""
+    upgrade(db_settings)
+    db = Database.from_settings(db_settings)
+    yield db
+    db.dispose()

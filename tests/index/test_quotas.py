@@ -2,28 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
-from cache_server.index.entries import EntryRecord
 from cache_server.index.quotas import NAMESPACE, TOKEN, QuotaRepository, QuotaRow
-from cache_server.migrate import upgrade
-from cache_server.settings import Settings
-
-
-@pytest.fixture
-def database(db_settings: Settings) -> Iterator[Database]:
-    upgrade(db_settings)
-    db = Database.from_settings(db_settings)
-    yield db
-    db.dispose()
-
-
-def record(namespace: str, key: str, size: int, token: str | None = None) -> EntryRecord:
-    return EntryRecord(namespace, key, size, "0" * 64, created_at=utcnow(), stored_by=token)
+from tests.support.entry_records import record
 
 
 def test_quotas_are_set_listed_removed_and_compared_with_usage(database: Database) -> None:

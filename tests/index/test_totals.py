@@ -4,29 +4,17 @@ PostgreSQL: after every kind of write, with writers running at once, and after t
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 from sqlalchemy import insert, inspect, select
 
 from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
-from cache_server.index.entries import AccessDelta, EntryRecord
+from cache_server.index.entries import AccessDelta
 from cache_server.index.models import Entry, EntryTotals, Namespace
 from cache_server.migrate import downgrade, upgrade
 from cache_server.settings import Settings
-
-
-@pytest.fixture
-def database(db_settings: Settings) -> Iterator[Database]:
-    upgrade(db_settings)
-    db = Database.from_settings(db_settings)
-    yield db
-    db.dispose()
-
-
-def record(namespace: str, key: str, size: int, token: str | None = None) -> EntryRecord:
-    return EntryRecord(namespace, key, size, "0" * 64, created_at=utcnow(), stored_by=token)
+from tests.support.entry_records import record
 
 
 def assert_consistent(admin: AdminRepository) -> None:

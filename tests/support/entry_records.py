@@ -1,0 +1,13 @@
+"""Index rows for the index tests: an entry of a given size (and token), its digest a placeholder."""
+
+from __future__ import annotations
+
+from cache_server.domain import utcnow
+from cache_server.index.entries import EntryRecord
+
+__all__ = ["record"]
+
+
+def record(namespace: str, key: str, size: int, token: str | None = None) -> EntryRecord:
+    """A row of ``size`` bytes stored now (by ``token``), with a placeholder digest."""
+    return EntryRecord(namespace, key, size, "0" * 64, created_at=utcnow(), stored_by=token)
