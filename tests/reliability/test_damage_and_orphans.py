@@ -223,8 +223,8 @@ def test_background_gc_removes_an_old_orphan_by_itself(
     ):
         assert put(client, "ns", "kept", b"an entry").status_code == 201
         orphan(blobs, "ns", "crashed", b"a crashed upload's blob")
-        wait_until(
-            lambda: not (blobs / "ns" / "crashed").exists(),
+        wait_until(  # the orphan gone, and the round's line logged (it comes once the round is over)
+            lambda: not (blobs / "ns" / "crashed").exists() and "background gc" in server.log(),
             timeout=20,
             message=lambda: f"background gc never removed the orphan:\n{server.log()}",
         )
