@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Date,
     DateTime,
     ForeignKey,
@@ -37,6 +38,9 @@ __all__ = [
     "EntryTotals",
     "Namespace",
     "Quota",
+    "Run",
+    "RunMiss",
+    "Tombstone",
     "UtcDateTime",
 ]
 
@@ -299,3 +303,88 @@ class Quota(Base):
     max_entries: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     max_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Run(Base):
+    """One job's run report (migration 0010): a process (or a host, where processes share a namespace)
+    that warmed, what it found, what it compiled and what that cost. The client sends its cumulative
+    numbers at exit and every few minutes while it runs; each report replaces the numbers of the last.
+
+    ``run_id`` is made by the client; ``reported_by`` is the id of the token that first reported it (None
+    with auth off): a later report of the same id from another token is refused. No foreign key to
+    ``namespaces``: a run's story outlives its namespace's deletion, and is pruned by age and count only.
+    Durations are whole milliseconds.
+    """
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index("ix_runs_namespace_started_at", "namespace", "started_at"),
+        Index("ix_runs_started_at", "started_at"),
+        Index("ix_runs_updated_at", "updated_at"),
+    )
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    framework: Mapped[str] = mapped_column(String(32))
+    host: Mapped[str] = mapped_column(String(256))
+    process_index: Mapped[int] = mapped_column(Integer, default=0)
+    reported_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    started_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)  # None: still running
+    warm_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    warm_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    warm_entries: Mapped[int] = mapped_column(BigInteger, default=0)
+    hits: Mapped[int] = mapped_column(BigInteger, default=0)
+    misses: Mapped[int] = mapped_column(BigInteger, default=0)  # compiles
+    compile_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # compile time paid
+    saved_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # compile time the hits saved (estimate)
+    uploaded_entries: Mapped[int] = mapped_column(BigInteger, default=0)
+    live_entries: Mapped[int] = mapped_column(BigInteger, default=0)
+    load_failures: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class RunMiss(Base):
+    """One compile a run reported: the key it wrote and what the client knew of it (migration 0010).
+
+    ``module`` is the graph's name where the client knew it (JAX's module name from the file name);
+    ``components`` maps JAX's cache-key component names to their hashes (``None`` for torch_xla or when
+    unknown); ``load_failed`` is True when an entry of this key was stored but failed to load. The reason
+    for the compile is worked out from these, the namespace's graphs and the tombstones when asked
+    (``cache_server.runs``). Goes away with its run.
+    """
+
+    __tablename__ = "run_misses"
+    __table_args__ = (
+        Index("ix_run_misses_namespace_module", "namespace", "module"),
+        Index("ix_run_misses_namespace_key", "namespace", "key"),
+    )
+
+    run_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    module: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    components: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    compile_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    load_failed: Mapped[bool] = mapped_column(Boolean, default=False)
+    reported_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Tombstone(Base):
+    """An entry that was stored and then removed, kept for a bounded time (migration 0010), so that a
+    later compile of the same key can be explained: when it went, and by which ``policy`` (``lru``,
+    ``max_age``, ``admin`` for an explicit eviction, ``namespace_deleted``, ``purge``, ``damaged``).
+    A new store of the key removes its tombstone. No foreign key: the entry is gone.
+    """
+
+    __tablename__ = "tombstones"
+    __table_args__ = (Index("ix_tombstones_removed_at", "removed_at"),)
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    removed_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    policy: Mapped[str] = mapped_column(String(32))
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    compile_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -1,0 +1,95 @@
+"""The run report: what a job tells the server about its run (issue 27). Both packages import it.
+
+A client that warmed sends ``POST /v1/runs`` at exit and every :data:`REPORT_INTERVAL_SECONDS` while it
+runs, so that a killed job leaves most of its story. Each report carries the run's cumulative numbers (it
+replaces the last report's numbers; it never adds to them) and the compiles (misses) not yet reported, at
+most :data:`MAX_MISSES_PER_REPORT` of them; the server keeps at most :data:`MAX_MISSES_PER_RUN` per run and
+counts the rest. The body (JSON)::
+
+    {
+      "run_id": "3f2c…",              # made by the client once per run (RUN_ID_PATTERN); the first token
+                                      # that reports an id owns it
+      "namespace": "cpu-tx2.7-…",     # the namespace the run warmed from; a scoped token must cover it
+      "framework": "torch_xla",       # one of FRAMEWORKS
+      "host": "tpu-vm-3",             # at most HOST_MAX_LENGTH characters
+      "process_index": 0,             # 0 .. MAX_PROCESS_INDEX
+      "started_at": 1764700000.0,     # unix seconds: when warm() was called
+      "ended_at": null,               # unix seconds at the final report (the exit), else null
+      "warm_seconds": 1.8, "warm_bytes": 1048576, "warm_entries": 2000,
+      "hits": 1990,                   # persistent-cache loads (torch_xla PersistentCacheHit; JAX cache_hits)
+      "misses": 10,                   # compiles (torch_xla UncachedCompile; JAX cache_misses)
+      "compile_seconds": 31.5,        # compile time paid (torch_xla CompileTime; JAX compile durations)
+      "uploaded_entries": 10, "live_entries": 0, "load_failures": 0,
+      "new_misses": [                 # the compiles not in an earlier report of this run
+        {"key": "…",                  # the cache key (file name) the compile wrote
+         "module": "jit_step",        # the graph's name where the client knows it, else null
+         "components": {"computation": "ab12…", "compile_options": "…"},  # JAX's cache-key component
+                                      # hashes (COMPONENT_NAMES), else null
+         "compile_seconds": 2.1,      # this compile's time where known, else null
+         "load_failed": false}        # an entry of this key was there but failed to load
+      ]
+    }
+
+Every count is an integer in ``0 .. MAX_COUNT``, every duration a number in ``0 .. MAX_SECONDS``; anything
+else, an unknown field, or a run id another token owns is refused with 4xx and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = [
+    "COMPONENT_NAMES",
+    "FRAMEWORKS",
+    "HOST_MAX_LENGTH",
+    "MAX_COUNT",
+    "MAX_MISSES_PER_REPORT",
+    "MAX_MISSES_PER_RUN",
+    "MAX_PROCESS_INDEX",
+    "MAX_SECONDS",
+    "MISS_REASONS",
+    "MODULE_MAX_LENGTH",
+    "REPORT_INTERVAL_SECONDS",
+    "RUN_ID_PATTERN",
+]
+
+RUN_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{7,63}")
+"""A run id: 8 to 64 of letters, digits, '.', '_' or '-' (the client uses a random UUID's 32 hex digits)."""
+FRAMEWORKS: Final = ("torch_xla", "jax", "torchax")
+HOST_MAX_LENGTH: Final = 256
+MODULE_MAX_LENGTH: Final = 256
+MAX_PROCESS_INDEX: Final = 2**31 - 1
+MAX_COUNT: Final = 2**53
+"""The largest count a report may carry (larger is refused, not clipped)."""
+MAX_SECONDS: Final = 10.0**9
+"""The largest duration a report may carry, in seconds (about 31 years)."""
+MAX_MISSES_PER_REPORT: Final = 1_000
+MAX_MISSES_PER_RUN: Final = 10_000
+REPORT_INTERVAL_SECONDS: Final = 300.0
+"""How often a running job reports (the client's default; ``XLA_CACHE_REPORT_INTERVAL`` overrides it)."""
+
+COMPONENT_NAMES: Final = (
+    "computation",
+    "jax_lib version",
+    "backend version",
+    "XLA flags",
+    "compile_options",
+    "accelerator_config",
+    "compression",
+    "custom_hook",
+)
+"""The components of JAX's persistent-cache key (``jax._src.cache_key``), by the names JAX logs them under
+at DEBUG level (``get_cache_key hash of serialized <name>: <hex>``; the cumulative hash logged after the
+last component is the hex part of the key itself, which ties the components to their key). A miss's
+``components`` map uses these names; other names a later JAX adds are kept as they come."""
+
+MISS_REASONS: Final = (
+    "new_graph",  # (a) no entry of this module was ever stored in the namespace
+    "new_shapes",  # (b) the module is known, at other parameter shapes
+    "different_key",  # (c) same module and shapes, another cache key (JAX: which component differs)
+    "load_failed",  # (d) the entry was stored but failed to load
+    "evicted",  # (e) the entry was stored once and removed (a tombstone says when and why)
+    "unknown",  # the bytes are opaque (TPU executables) and the client knew too little
+)
+"""Why a run compiled a key, as the server explains each reported miss."""
