@@ -102,7 +102,7 @@ def differing_dimensions(ours: Signature, theirs: Signature) -> list[Dimension] 
     sizes (another number of parameters, another element type or rank): then no dimension explains it."""
     if len(ours.params) != len(theirs.params):
         return None
-    found = []
+    found: list[Dimension] = []
     for index, (a, b) in enumerate(zip(ours.params, theirs.params, strict=True)):
         if a.element != b.element or len(a.dims) != len(b.dims):
             return None
