@@ -38,8 +38,14 @@ __all__ = [
     "PACKED_LATER",
     "REQUESTS",
     "REQUEST_SECONDS",
+    "RUNS",
+    "RUN_COMPILE_SECONDS",
+    "RUN_HITS",
+    "RUN_MISSES",
+    "RUN_SAVED_SECONDS",
     "UNKNOWN_NAMESPACE",
     "NamespaceLabels",
+    "StorageBudgetCollector",
     "StoredCollector",
     "multiprocess_directory",
     "render",
@@ -76,6 +82,22 @@ MEMORY_ANSWERS = Counter(
 PACKED_LATER = Counter(
     "xla_cache_packed_later_entries",
     "Entries stored without a copy in a pack that packing later gave one (cache_server.admin.packing).",
+)
+
+# Run reports (issue 27), by framework (cache_protocol.runs.FRAMEWORKS): counted once per run, and the
+# counters by the delta between a run's consecutive reports (each report carries the run's totals).
+RUNS = Counter("xla_cache_runs", "Runs first reported (POST /v1/runs), by framework.", ["framework"])
+RUN_HITS = Counter(
+    "xla_cache_run_hits", "Persistent-cache loads the runs reported, by framework.", ["framework"]
+)
+RUN_MISSES = Counter("xla_cache_run_misses", "Compiles the runs reported, by framework.", ["framework"])
+RUN_COMPILE_SECONDS = Counter(
+    "xla_cache_run_compile_seconds", "Compile seconds the runs reported paying, by framework.", ["framework"]
+)
+RUN_SAVED_SECONDS = Counter(
+    "xla_cache_run_saved_seconds",
+    "Compile seconds the runs' cache loads saved (the stored compile times of the entries), by framework.",
+    ["framework"],
 )
 
 
@@ -178,17 +200,36 @@ class StoredCollector(Collector):
         yield size
 
 
-def render(stored: Collector) -> bytes:
-    """The text exposition of every metric: this process's (or all workers') plus what is stored."""
+class StorageBudgetCollector(Collector):
+    """The configured storage budget (``XLA_CACHE_MAX_TOTAL_BYTES``), 0 when none is set: the same in every
+    worker, so it is rendered at scrape time rather than kept per process."""
+
+    def __init__(self, budget_bytes: int | None) -> None:
+        self._budget = budget_bytes or 0
+
+    def collect(self) -> Iterator[Metric]:
+        budget = GaugeMetricFamily(
+            "xla_cache_storage_budget_bytes",
+            "The storage budget background eviction keeps the whole store under (XLA_CACHE_MAX_TOTAL_BYTES), "
+            "0 when none is set.",
+        )
+        budget.add_metric([], self._budget)
+        yield budget
+
+
+def render(*at_scrape: Collector) -> bytes:
+    """The text exposition of every metric: this process's (or all workers') plus those ``at_scrape``
+    collects now (what is stored, the budget)."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         body = generate_latest(registry)
     else:
         body = generate_latest(REGISTRY)
-    from_index = CollectorRegistry(auto_describe=False)
-    from_index.register(stored)
-    return body + generate_latest(from_index)
+    now = CollectorRegistry(auto_describe=False)
+    for collector in at_scrape:
+        now.register(collector)
+    return body + generate_latest(now)
 
 
 @contextmanager
