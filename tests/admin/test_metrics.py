@@ -74,6 +74,7 @@ def test_metrics_after_known_traffic(client: TestClient) -> None:
     assert after[("xla_cache_stored_entries", (("namespace", "m-ns"),))] == 1
     assert after[("xla_cache_stored_bytes", (("namespace", "m-ns"),))] == 1000
     assert after[("xla_cache_index_up", ())] == 1
+    assert after[("xla_cache_storage_budget_bytes", ())] == 0  # no XLA_CACHE_MAX_TOTAL_BYTES here
 
 
 def test_access_log_is_one_json_line_per_request_without_tokens(
