@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from cache_server.errors import CacheError
 
 __all__ = [
+    "BULK_MEMBERS",
     "BYTES_RECEIVED",
     "BYTES_SENT",
     "CONTENT_TYPE",
@@ -67,6 +68,12 @@ REQUEST_SECONDS = Histogram(
 )
 BYTES_RECEIVED = Counter("xla_cache_http_received_bytes", "Request body bytes received, by route.", ["route"])
 BYTES_SENT = Counter("xla_cache_http_sent_bytes", "Response body bytes sent, by route.", ["route"])
+BULK_MEMBERS = Counter(
+    "xla_cache_bulk_members",
+    "Members of bulk uploads answered, by the status a PUT of each would have had (201 stored, 200 stored "
+    "already, 409, and the refusals: 400, 413, 507...); the request itself is 200.",
+    ["status"],
+)
 HITS = Counter(
     "xla_cache_hits", "Entries served (downloads and bundle members), by namespace.", ["namespace"]
 )

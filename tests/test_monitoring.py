@@ -52,7 +52,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def scrape(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real server's ``/metrics`` after a little traffic (an entry stored, read and asked for, a refused
-    upload, a bulk upload), with a storage budget set."""
+    upload, a bulk upload with a refused member), with a storage budget set."""
     data_dir = tmp_path_factory.mktemp("monitoring")
     with (
         run_server(data_dir, {"XLA_CACHE_MAX_TOTAL_BYTES": str(BUDGET_BYTES)}) as server,
@@ -62,7 +62,9 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> str:
         assert http.get("/v1/namespaces/mon-ns/entries/a").status_code == 200
         assert http.get("/v1/namespaces/mon-ns/entries/missing").status_code == 404
         assert put(http, "mon-ns", "b", b"b", digest="0" * 64).status_code == 400
-        assert post_bulk(http, "mon-ns", [member("c", b"c" * 10)]).status_code == 200
+        bulk = post_bulk(http, "mon-ns", [member("c", b"c" * 10), member("d", b"d", digest="0" * 64)])
+        assert bulk.status_code == 200
+        assert bulk.json()["refused"] == 1
         response = http.get("/metrics")
         assert response.status_code == 200
         return response.text

@@ -5,6 +5,7 @@ entry writer (:mod:`cache_server.service.writer`)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from starlette.requests import ClientDisconnect
 
 from cache_protocol import COMPILE_TIME_HEADER
 from cache_protocol.tar import BadTar, TarReader, TarTooLarge
+from cache_server import metrics
 from cache_server.api.auth import principal
 from cache_server.api.bodies import BulkLimits, UploadBody, blocking_body
 from cache_server.api.deps import ServiceDep, get_settings, get_tokens, get_upload_slots
@@ -237,12 +239,16 @@ def _bulk_body(namespace: str, result: BulkResult) -> bytes:
     """The :class:`BulkOut` of ``result``, written straight from its members (on the worker thread): a
     model per member, validated and serialized in the event loop, cost as much as storing small ones."""
     stored, already = result.stored, result.already_stored
+    members = [_member_out(member) for member in result.results]
+    # Refused members hide in a 200 answer: counted by status here, for the uploads-refused alert.
+    for code, count in Counter(str(member["status"]) for member in members).items():
+        metrics.BULK_MEMBERS.labels(code).inc(count)
     out = {
         "namespace": namespace,
         "stored": stored,
         "already_stored": already,
         "refused": len(result.results) - stored - already,
-        "results": [_member_out(member) for member in result.results],
+        "results": members,
     }
     return json_body(out)
 
