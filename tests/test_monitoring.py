@@ -25,6 +25,7 @@ from tests.support.monitoring import (
     as_recording_rules,
     dashboard_expressions,
     exported_names,
+    firing_alerts_test,
     load_dashboard,
     load_rules,
     metric_names,
@@ -33,7 +34,8 @@ from tests.support.monitoring import (
 from tests.support.needs import require_binary
 from tests.support.server import run_server
 
-BUDGET_BYTES = 1_000_000
+BUDGET_BYTES = 120
+"""The storage budget of the scraped server: its 110 bytes stored are past 90% of it."""
 RUN_METRICS = (
     "xla_cache_runs_total",
     "xla_cache_run_hits_total",
@@ -52,7 +54,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def scrape(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real server's ``/metrics`` after a little traffic (an entry stored, read and asked for, a refused
-    upload, a bulk upload with a refused member), with a storage budget set."""
+    upload, a bulk upload with a refused member: 110 bytes stored), with a storage budget set."""
     data_dir = tmp_path_factory.mktemp("monitoring")
     with (
         run_server(data_dir, {"XLA_CACHE_MAX_TOTAL_BYTES": str(BUDGET_BYTES)}) as server,
@@ -86,6 +88,20 @@ def test_the_rules_pass_their_unit_tests() -> None:
     result = promtool("test", "rules", str(RULE_TESTS))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_the_alerts_fire_on_a_real_servers_series(scrape: str, tmp_path: Path) -> None:
+    """The scraped server's own series, its traffic repeated every minute for an hour: half the entries
+    uploaded are refused with 400 (a PUT and a bulk member with wrong digests) and 110 of 120 bytes are
+    stored, so those two alerts fire, with the labels the server writes; no other does (no 5xx, no runs)."""
+    test = tmp_path / "real-series.test.yml"
+    firing = [
+        {"alertname": "XlaCacheUploadsRefused", "status": "400"},
+        {"alertname": "XlaCacheStorageNearBudget"},
+    ]
+    test.write_text(firing_alerts_test(scrape, firing))
+    result = promtool("test", "rules", str(test))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_each_alert_is_tested_firing_and_quiet() -> None:
@@ -130,6 +146,20 @@ def test_the_dashboard_has_a_datasource_and_a_framework_variable() -> None:
     run_panels = [p for p in panels if any("xla_cache_run" in t["expr"] for t in p["targets"])]
     assert run_panels
     assert all('framework=~"$framework"' in t["expr"] for p in run_panels for t in p["targets"])
+
+
+def test_the_dashboard_panels_have_ids_and_fit_the_grid_without_overlap() -> None:
+    panels = load_dashboard()["panels"]
+    ids = [panel["id"] for panel in panels]
+    assert len(set(ids)) == len(ids)
+    cells: dict[tuple[int, int], str] = {}
+    for panel in panels:
+        place = panel["gridPos"]
+        assert place["x"] >= 0 and place["x"] + place["w"] <= 24, panel["title"]  # Grafana's grid: 24 wide
+        for x in range(place["x"], place["x"] + place["w"]):
+            for y in range(place["y"], place["y"] + place["h"]):
+                assert (x, y) not in cells, f"{panel['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = panel["title"]
 
 
 def _all_expressions() -> Iterator[Expression]:

@@ -27,6 +27,7 @@ __all__ = [
     "as_recording_rules",
     "dashboard_expressions",
     "exported_names",
+    "firing_alerts_test",
     "load_dashboard",
     "load_rules",
     "metric_names",
@@ -172,3 +173,46 @@ def as_recording_rules(expressions: list[Expression]) -> str:
         for number, expression in enumerate(expressions)
     ]
     return yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, sort_keys=False)
+
+
+def _series_name(name: str, labels: dict[str, str]) -> str:
+    escaped = (value.replace("\\", "\\\\").replace('"', '\\"') for value in labels.values())
+    pairs = ", ".join(f'{label}="{value}"' for label, value in zip(labels, escaped, strict=True))
+    return f"{name}{{{pairs}}}"
+
+
+def firing_alerts_test(scrape: str, firing: list[dict[str, str]], *, minutes: int = 60) -> str:
+    """A ``promtool test rules`` file (YAML) over :data:`RULES`: the ``xla_cache_*`` series of ``scrape``
+    as if its traffic came again every minute for ``minutes`` (counters grow by their value each minute,
+    gauges stay), scraped as job ``xla-cache``; at the end exactly the alerts ``firing`` (each its
+    ``alertname`` and the labels it is told apart by) fire."""
+    series = []
+    for family in text_string_to_metric_families(scrape):
+        grows = family.type in ("counter", "histogram", "summary")
+        for sample in family.samples:
+            if not sample.name.startswith("xla_cache_") or sample.name.endswith("_created"):
+                continue
+            labels = {**sample.labels, "job": "xla-cache", "instance": "server"}
+            value = f"{sample.value:g}"
+            values = f"0+{value}x{minutes}" if grows else f"{value}x{minutes}"
+            series.append({"series": _series_name(sample.name, labels), "values": values})
+    told_apart = sorted({label for alert in firing for label in alert} | {"alertname"})
+    expected = [{"labels": _series_name("", alert), "value": 1} for alert in firing]
+    test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "eval_time": f"{minutes}m",
+                        "expr": f'count by ({", ".join(told_apart)}) (ALERTS{{alertstate="firing"}})',
+                        "exp_samples": expected,
+                    }
+                ],
+            }
+        ],
+    }
+    return yaml.safe_dump(test, sort_keys=False)
