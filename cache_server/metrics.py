@@ -91,19 +91,19 @@ PACKED_LATER = Counter(
     "Entries stored without a copy in a pack that packing later gave one (cache_server.admin.packing).",
 )
 
-# Run reports (issue 27), by framework (cache_protocol.runs.FRAMEWORKS): counted once per run, and the
-# counters by the delta between a run's consecutive reports (each report carries the run's totals).
 RUNS = Counter("xla_cache_runs", "Runs first reported (POST /v1/runs), by framework.", ["framework"])
 RUN_HITS = Counter(
     "xla_cache_run_hits", "Persistent-cache loads the runs reported, by framework.", ["framework"]
 )
-RUN_MISSES = Counter("xla_cache_run_misses", "Compiles the runs reported, by framework.", ["framework"])
+RUN_MISSES = Counter(
+    "xla_cache_run_misses", "Compiles (misses) the runs reported, by framework.", ["framework"]
+)
 RUN_COMPILE_SECONDS = Counter(
     "xla_cache_run_compile_seconds", "Compile seconds the runs reported paying, by framework.", ["framework"]
 )
 RUN_SAVED_SECONDS = Counter(
     "xla_cache_run_saved_seconds",
-    "Compile seconds the runs' cache loads saved (the stored compile times of the entries), by framework.",
+    "Compile seconds the runs' hits saved (the stored entries' compile times), by framework.",
     ["framework"],
 )
 
