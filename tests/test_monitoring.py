@@ -8,6 +8,7 @@ developer machine and fail in CI.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +17,11 @@ import httpx
 import pytest
 import yaml
 
+from cache_server.settings import Settings
 from tests.support.api import member, post_bulk, put, put_ok
 from tests.support.metrics import metric_samples
 from tests.support.monitoring import (
+    DASHBOARD,
     RULE_TESTS,
     RULES,
     Expression,
@@ -160,6 +163,14 @@ def test_the_dashboard_panels_have_ids_and_fit_the_grid_without_overlap() -> Non
             for y in range(place["y"], place["y"] + place["h"]):
                 assert (x, y) not in cells, f"{panel['title']!r} overlaps {cells[(x, y)]!r}"
                 cells[(x, y)] = panel["title"]
+
+
+def test_every_setting_the_files_name_is_one_the_server_reads() -> None:
+    """What an alert tells an operator to change exists (XLA_CACHE_MAX_TOTAL_BYTES, ...)."""
+    settings = {f"XLA_CACHE_{name.upper()}" for name in Settings.model_fields}
+    named = set(re.findall(r"\bXLA_CACHE_[A-Z0-9_]+", RULES.read_text() + DASHBOARD.read_text()))
+    assert named
+    assert named <= settings, sorted(named - settings)
 
 
 def _all_expressions() -> Iterator[Expression]:
