@@ -1,6 +1,7 @@
 """The monitoring files of deploy/: the Prometheus alerting rules pass ``promtool check rules`` and their
-unit tests (``promtool test rules``), and every expression of the rules and of the Grafana dashboard names
-only metrics a real server exports on ``/metrics``.
+unit tests (``promtool test rules``); every expression of the rules and of the Grafana dashboard parses and
+names only metrics a real server exports on ``/metrics``; and that server's own series, replayed through
+the rules, fire the alerts its traffic should fire and no other.
 
 promtool is Debian's ``prometheus`` package (scripts/test installs it): missing, these tests skip on a
 developer machine and fail in CI.
