@@ -40,6 +40,7 @@ from tests.support.server import run_server
 
 BUDGET_BYTES = 120
 """The storage budget of the scraped server: its 110 bytes stored are past 90% of it."""
+MAX_ENTRY = {"XLA_CACHE_MAX_ENTRY_BYTES": "1000"}
 RUN_METRICS = (
     "xla_cache_runs_total",
     "xla_cache_run_hits_total",
@@ -57,20 +58,25 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def scrape(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A real server's ``/metrics`` after a little traffic (an entry stored, read and asked for, a refused
-    upload, a bulk upload with a refused member: 110 bytes stored), with a storage budget set."""
+    """A real server's ``/metrics`` after a little traffic, with a storage budget set: an entry stored, read
+    and asked for; uploads refused each way: a PUT (400, wrong digest), a member of a bulk upload (413, too
+    large) and a whole bulk upload (415, gzip); 110 bytes stored."""
     data_dir = tmp_path_factory.mktemp("monitoring")
     with (
-        run_server(data_dir, {"XLA_CACHE_MAX_TOTAL_BYTES": str(BUDGET_BYTES)}) as server,
+        run_server(data_dir, {"XLA_CACHE_MAX_TOTAL_BYTES": str(BUDGET_BYTES), **MAX_ENTRY}) as server,
         httpx.Client(base_url=server.url, timeout=30) as http,
     ):
         put_ok(http, "mon-ns", "a", b"a" * 100)
         assert http.get("/v1/namespaces/mon-ns/entries/a").status_code == 200
         assert http.get("/v1/namespaces/mon-ns/entries/missing").status_code == 404
         assert put(http, "mon-ns", "b", b"b", digest="0" * 64).status_code == 400
-        bulk = post_bulk(http, "mon-ns", [member("c", b"c" * 10), member("d", b"d", digest="0" * 64)])
+        bulk = post_bulk(http, "mon-ns", [member("c", b"c" * 10), member("d", b"d" * 2000)])
         assert bulk.status_code == 200
-        assert bulk.json()["refused"] == 1
+        assert [result["status"] for result in bulk.json()["results"]] == [201, 413]
+        gzipped = http.post(
+            "/v1/namespaces/mon-ns/entries", content=b"x", headers={"Content-Encoding": "gzip"}
+        )
+        assert gzipped.status_code == 415
         response = http.get("/metrics")
         assert response.status_code == 200
         return response.text
@@ -95,17 +101,29 @@ def test_the_rules_pass_their_unit_tests() -> None:
 
 
 def test_the_alerts_fire_on_a_real_servers_series(scrape: str, tmp_path: Path) -> None:
-    """The scraped server's own series, its traffic repeated every minute for an hour: half the entries
-    uploaded are refused with 400 (a PUT and a bulk member with wrong digests) and 110 of 120 bytes are
-    stored, so those two alerts fire, with the labels the server writes; no other does (no 5xx, no runs)."""
+    """The scraped server's own series, its traffic repeated every minute for an hour: of the five entries
+    offered a minute, one PUT is refused with 400, one bulk member with 413 and one bulk upload with 415,
+    and 110 of 120 bytes are stored, so those alerts fire, matched on the labels the server writes (its
+    route names); no other does (no 5xx, no runs)."""
     test = tmp_path / "real-series.test.yml"
     firing = [
         {"alertname": "XlaCacheUploadsRefused", "status": "400"},
+        {"alertname": "XlaCacheUploadsRefused", "status": "413"},
+        {"alertname": "XlaCacheUploadsRefused", "status": "415"},
         {"alertname": "XlaCacheStorageNearBudget"},
     ]
     test.write_text(firing_alerts_test(scrape, firing))
     result = promtool("test", "rules", str(test))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dashboard_matches_routes_as_the_rules_do() -> None:
+    """The rules' route matchers are checked on a real server's labels (above); the dashboard uses them."""
+    matcher = re.compile(r'route=~?"(?:[^"\\]|\\.)*"')
+    in_rules = {found for expression in rule_expressions() for found in matcher.findall(expression.promql)}
+    in_dashboard = {found for expr in dashboard_expressions() for found in matcher.findall(expr.promql)}
+    assert in_dashboard
+    assert in_dashboard <= in_rules
 
 
 def test_each_alert_is_tested_firing_and_quiet() -> None:
