@@ -38,6 +38,11 @@ __all__ = [
     "PACKED_LATER",
     "REQUESTS",
     "REQUEST_SECONDS",
+    "RUNS",
+    "RUN_COMPILE_SECONDS",
+    "RUN_HITS",
+    "RUN_MISSES",
+    "RUN_SAVED_SECONDS",
     "UNKNOWN_NAMESPACE",
     "NamespaceLabels",
     "StoredCollector",
@@ -76,6 +81,22 @@ MEMORY_ANSWERS = Counter(
 PACKED_LATER = Counter(
     "xla_cache_packed_later_entries",
     "Entries stored without a copy in a pack that packing later gave one (cache_server.admin.packing).",
+)
+
+RUNS = Counter("xla_cache_runs", "Runs first reported (POST /v1/runs), by framework.", ["framework"])
+RUN_HITS = Counter(
+    "xla_cache_run_hits", "Persistent-cache loads the runs reported, by framework.", ["framework"]
+)
+RUN_MISSES = Counter(
+    "xla_cache_run_misses", "Compiles (misses) the runs reported, by framework.", ["framework"]
+)
+RUN_COMPILE_SECONDS = Counter(
+    "xla_cache_run_compile_seconds", "Compile seconds the runs reported paying, by framework.", ["framework"]
+)
+RUN_SAVED_SECONDS = Counter(
+    "xla_cache_run_saved_seconds",
+    "Compile seconds the runs' hits saved (the stored entries' compile times), by framework.",
+    ["framework"],
 )
 
 
