@@ -83,7 +83,7 @@ def run_detail(
     runs: RunsDep,
     limit: Annotated[
         int, Query(ge=0, le=MAX_MISSES_PER_RUN, description="At most this many misses listed.")
-    ] = 1000,
+    ] = 100,
 ) -> RunDetailOut:
     """A run and why it compiled: each miss (in the order reported) with its reason and what supports it
     (the differing dimensions, the differing JAX cache-key components, the tombstone)."""
