@@ -158,6 +158,14 @@ def _explain(miss: MissRecord, context: _Context) -> ExplainedMiss:
             policy=tombstone.policy,
         )
     opaque = own is not None and own.module is None  # stored, and its bytes do not parse
+    if module is None and tombstone is not None:  # removed after the miss: its graph went with it
+        when = tombstone.removed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return _with(
+            base,
+            "unknown",
+            f"the entry was stored, then removed {when} by policy {tombstone.policy}: its graph is no "
+            "longer known",
+        )
     if module is None:
         return _with(base, "unknown", _opaque(miss))
     position = context.order.get(miss.key, len(context.order))
