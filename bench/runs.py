@@ -97,6 +97,44 @@ def measure(client: TestClient, label: str, path: str, reps: int = 20) -> float:
     return median
 
 
+def measure_all(client: TestClient, name: str) -> None:
+    """Every figure, through ``client``."""
+    print(f"index: PostgreSQL ({name}), through the app in process")
+    measure(client, "GET /admin/runs (latest 100)", "/admin/runs")
+    measure(client, "GET /admin/runs?limit=1000", "/admin/runs?limit=1000")
+    measure(client, "GET /admin/runs?namespace=ns7", "/admin/runs?namespace=ns7")
+    measure(client, "GET /admin/runs?host=host-42", "/admin/runs?host=host-42")
+    measure(
+        client,
+        "GET /admin/runs?framework=jax&host=host-3",
+        "/admin/runs?framework=jax&host=host-3",
+    )
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 20 * 86400))
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 19 * 86400))
+    measure(
+        client,
+        "GET /admin/runs?since=-20d&until=-19d",
+        f"/admin/runs?since={since}&until={until}",
+    )
+    measure(client, "GET /admin/runs?host=no-such-host (scans every run)", "/admin/runs?host=nowhere")
+    run_id = client.get("/admin/runs?namespace=ns3&limit=1").json()["runs"][0]["run_id"]
+    measure(client, "GET /admin/runs/{id} (5 misses, 10,000-entry namespace)", f"/admin/runs/{run_id}")
+    measure(
+        client,
+        f"GET /admin/runs/{{id}} (100 of {HEAVY_MISSES:,} misses, {SEED_VARIANTS:,} shapes)",
+        "/admin/runs/heavy-run-0001",
+    )
+    measure(
+        client,
+        f"GET /admin/runs/{{id}}?limit=1000 (all {HEAVY_MISSES:,} misses listed)",
+        "/admin/runs/heavy-run-0001?limit=1000",
+        reps=5,
+    )
+    heavy = client.get("/admin/runs/heavy-run-0001?limit=1000").json()
+    reasons = {m["reason"] for m in heavy["misses"]}
+    print(f"heavy run: {len(heavy['misses'])} misses listed, reasons {sorted(reasons)}")
+
+
 def timed_setup(label: str, work: Callable[[], None]) -> None:
     start = time.perf_counter()
     work()
@@ -108,7 +146,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--existing", default="", help="measure an index filled before (skip the setup)")
     args = parser.parse_args()
+    if args.existing:
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = Settings(data_dir=Path(tmp), database_url=args.existing, gc_interval_seconds=0)
+            with TestClient(create_app(settings)) as client:
+                measure_all(client, args.existing.rsplit("/", 1)[-1])
+        return
     name = f"xla_cache_bench_{uuid.uuid4().hex[:10]}"
     admin = create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -138,44 +183,7 @@ def main() -> None:
             )
             engine.dispose()
             with TestClient(create_app(settings)) as client:
-                print(f"index: PostgreSQL ({name}), through the app in process")
-                measure(client, "GET /admin/runs (latest 100)", "/admin/runs")
-                measure(client, "GET /admin/runs?limit=1000", "/admin/runs?limit=1000")
-                measure(client, "GET /admin/runs?namespace=ns7", "/admin/runs?namespace=ns7")
-                measure(client, "GET /admin/runs?host=host-42", "/admin/runs?host=host-42")
-                measure(
-                    client,
-                    "GET /admin/runs?framework=jax&host=host-3",
-                    "/admin/runs?framework=jax&host=host-3",
-                )
-                since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 20 * 86400))
-                until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 19 * 86400))
-                measure(
-                    client,
-                    "GET /admin/runs?since=-20d&until=-19d",
-                    f"/admin/runs?since={since}&until={until}",
-                )
-                measure(
-                    client, "GET /admin/runs?host=no-such-host (scans every run)", "/admin/runs?host=nowhere"
-                )
-                run_id = client.get("/admin/runs?namespace=ns3&limit=1").json()["runs"][0]["run_id"]
-                measure(
-                    client, "GET /admin/runs/{id} (5 misses, 10,000-entry namespace)", f"/admin/runs/{run_id}"
-                )
-                measure(
-                    client,
-                    f"GET /admin/runs/{{id}} (100 of {HEAVY_MISSES:,} misses, {SEED_VARIANTS:,} shapes)",
-                    "/admin/runs/heavy-run-0001",
-                )
-                measure(
-                    client,
-                    f"GET /admin/runs/{{id}}?limit=1000 (all {HEAVY_MISSES:,} misses listed)",
-                    "/admin/runs/heavy-run-0001?limit=1000",
-                    reps=5,
-                )
-                heavy = client.get("/admin/runs/heavy-run-0001?limit=1000").json()
-                reasons = {m["reason"] for m in heavy["misses"]}
-                print(f"heavy run: {len(heavy['misses'])} misses listed, reasons {sorted(reasons)}")
+                measure_all(client, name)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

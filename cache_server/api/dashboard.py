@@ -86,7 +86,9 @@ def dashboard_runs(runs: RunsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 
     return RunsOut(runs=[RunOut.of(run) for run in runs.list_runs(RunFilter(limit=limit))])
 
 
-@router.get("/dashboard/runs/{run_id}", response_model=RunDetailOut)
+@router.get(
+    "/dashboard/runs/{run_id}", response_model=RunDetailOut, responses={404: {"description": "No such run"}}
+)
 def dashboard_run(
     run_id: str, runs: RunsDep, limit: Annotated[int, Query(ge=0, le=1000)] = 100
 ) -> RunDetailOut:

@@ -24,7 +24,14 @@ router = APIRouter(tags=["runs"])
 MAX_LIST = 1000
 
 
-@router.post("/v1/runs", response_model=RunOut)
+@router.post(
+    "/v1/runs",
+    response_model=RunOut,
+    responses={
+        403: {"description": "run_owned: another token reported this run id first"},
+        409: {"description": "run_conflict: the run was reported with another namespace or framework"},
+    },
+)
 def report_run(body: RunReportIn, request: Request, runs: RunsDep, tokens: TokensDep) -> RunOut:
     """Store a run's report: its cumulative numbers (each kept as the larger of this and the last report's)
     and its misses not reported before (at most ``MAX_MISSES_PER_RUN`` kept per run, the rest counted).
@@ -76,7 +83,9 @@ def list_runs(
     return RunsOut(runs=[RunOut.of(run) for run in runs.list_runs(query)])
 
 
-@router.get("/admin/runs/{run_id}", response_model=RunDetailOut)
+@router.get(
+    "/admin/runs/{run_id}", response_model=RunDetailOut, responses={404: {"description": "No such run"}}
+)
 def run_detail(
     run_id: str,
     request: Request,
