@@ -278,6 +278,8 @@ def _start_background(
             baseline=present,
             unloadable=unloadable,
             interval=settings.interval,
+            timeout=options.timeout,
+            unanswered=talked.unavailable,
         )
     uploading = options.upload and api is not None and not talked.read_only and framework.uploads_here()
     uploader = Uploader(

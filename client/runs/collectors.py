@@ -118,6 +118,8 @@ class TorchXlaCollector(RunCollector):
         )
 
     def process_index(self) -> int:
+        if "torch_xla" not in sys.modules:
+            return 0
         import torch_xla.runtime as xr
 
         return int(xr.process_index())

@@ -210,6 +210,8 @@ class JaxCollector(RunCollector):
         )
 
     def process_index(self) -> int:
+        if "jax" not in sys.modules:
+            return 0
         import jax
 
         return int(jax.process_index())

@@ -40,7 +40,7 @@ from cache_protocol.runs import (
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan
 from client.deadline import Deadline
-from client.errors import ServerError, ServerProblem
+from client.errors import ServerError, ServerProblem, ServerUnavailable
 from client.frameworks import Framework
 from client.runs.collectors import CompileCounts, RunCollector
 
@@ -104,6 +104,7 @@ class _State:
     ended_at: float | None = None
     disabled: str | None = None  # why no more reports are sent
     failing: bool = False  # the last report failed (warned once)
+    unanswered: bool = False  # ... because the server did not answer it (not a refusal)
 
 
 def _count(value: int) -> int:
@@ -115,7 +116,11 @@ def _seconds(value: float) -> float:
 
 
 class RunReporter:
-    """Reports one run of one process to the server (``api``; None: it only keeps the numbers)."""
+    """Reports one run of one process to the server (``api``; None: it only keeps the numbers).
+
+    ``timeout`` bounds each report (the warm's timeout); ``unanswered``: the warm's conversation ended with
+    the server not answering, so the exit sends nothing until a periodic report got through.
+    """
 
     def __init__(
         self,
@@ -129,6 +134,8 @@ class RunReporter:
         baseline: Mapping[str, LocalFile],
         unloadable: Iterable[str] = (),
         interval: float,
+        timeout: float = REPORT_SECONDS,
+        unanswered: bool = False,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -145,7 +152,8 @@ class RunReporter:
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()
-        self._state = _State()
+        self._state = _State(unanswered=unanswered)
+        self._timeout = timeout
         self._warm: WarmFacts | None = None
         self._next_due = 0.0
         self._host = socket.gethostname()[:HOST_MAX_LENGTH] or "unknown"
@@ -171,17 +179,20 @@ class RunReporter:
                 return  # the exit's report is on its way
             try:
                 self._next_due = self._clock() + self.interval
-                self._send(final=False, deadline=Deadline(REPORT_SECONDS))
+                self._send(final=False, deadline=Deadline(min(REPORT_SECONDS, self._timeout)))
             finally:
                 self._lock.release()
         except Exception:
             logger.debug("xla-cache: a run report failed", exc_info=True)
 
     def finish(self, bound: float = EXIT_SECONDS) -> None:
-        """The last report(s) of the run, with ``ended_at``, within ``bound`` seconds (never raises)."""
+        """The last report(s) of the run, with ``ended_at``, within ``bound`` seconds (at most the warm's
+        timeout; never raises). Skipped while the server does not answer: the warm's conversation or the
+        last report timed out or could not connect."""
         try:
             if self._warm is None:
                 return
+            bound = min(bound, self._timeout)
             deadline = Deadline(bound)
             if not self._lock.acquire(timeout=bound):
                 return
@@ -190,6 +201,10 @@ class RunReporter:
                     return  # finished already (stop, then exit)
                 self._state.ended_at = self._wall()
                 if self.api is None:
+                    return
+                if self._state.unanswered:
+                    # A server that did not answer the last report must not cost the job's exit a wait.
+                    logger.info("xla-cache: not sending the last run report: the server did not answer")
                     return
                 # The misses not yet reported go in as many reports as they need, while time is left.
                 while self._send(final=True, deadline=deadline) and self._unsent() and not deadline.expired():
@@ -306,12 +321,14 @@ class RunReporter:
             return False
         state.sent += len(batch)
         state.reports += 1
+        state.unanswered = False
         if state.failing:
             logger.info("xla-cache: run reports reach the server again")
             state.failing = False
         return True
 
     def _failed(self, problem: ServerProblem, *, final: bool) -> None:
+        self._state.unanswered = isinstance(problem, ServerUnavailable)
         if not self._state.failing or final:
             logger.warning(
                 "xla-cache: could not send %s run report of %s: %s%s",

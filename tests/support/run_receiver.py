@@ -222,6 +222,18 @@ class RunReceiver:
         if problems:
             self.refused.append((body, problems))
             return 400, {"error": "run_report_invalid", "detail": "; ".join(problems)}
+        # The fields a report may leave out, as the server defaults them
+        body = {
+            "process_index": 0,
+            "ended_at": None,
+            **dict.fromkeys(_COUNTS, 0),
+            **dict.fromkeys(_DURATIONS, 0.0),
+            **body,
+            "new_misses": [
+                {"module": None, "components": None, "compile_seconds": None, "load_failed": False, **miss}
+                for miss in body.get("new_misses", [])
+            ],
+        }
         with self._lock:
             self._reports.append(body)
         return 200, self.run(body["run_id"])
