@@ -26,7 +26,7 @@ from client.frameworks import all_frameworks
 from client.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
 from client.runs.jax_events import JaxEvents, KeyComponentLog, key_hash, module_of
 from tests.support.clock import ManualMonotonic
-from tests.support.run_receiver import RunReceiver, report_problems
+from tests.support.run_receiver import RunReceiver, no_run_routes, report_problems
 from tests.support.server import free_port
 from tests.support.threaded_server import serve_in_thread
 
@@ -206,19 +206,8 @@ def test_a_failing_server_costs_one_warning_and_the_misses_wait(
     assert "reach the server again" in caplog.text
 
 
-async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
-    """A server that predates run reports (every route 404)."""
-    if scope["type"] == "http":
-        await send({"type": "http.response.start", "status": 404, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
-    elif scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-
-
 def test_a_server_without_run_reports_is_told_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with serve_in_thread(not_found) as url, caplog.at_level(logging.INFO, logger="xla_cache"):
+    with serve_in_thread(no_run_routes) as url, caplog.at_level(logging.INFO, logger="xla_cache"):
         setup = Setup(tmp_path, url)
         setup.reporter.tick()
         setup.clock.advance(INTERVAL)

@@ -14,7 +14,7 @@ from client.api import CacheApi
 from client.cli import main
 from client.deadline import Deadline
 from client.runs_cli import since_of
-from tests.support.run_receiver import RunReceiver
+from tests.support.run_receiver import RunReceiver, no_run_routes
 from tests.support.threaded_server import serve_in_thread
 
 HEX = "ab" * 32
@@ -77,9 +77,7 @@ def test_one_run_lists_its_compiles(server: str, capsys: pytest.CaptureFixture[s
 
 
 def test_a_server_without_run_reports_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.client.test_run_reports import not_found
-
-    with serve_in_thread(not_found) as url:
+    with serve_in_thread(no_run_routes) as url:
         assert main(["runs", "--server", url]) == 2
     assert "keeps no run reports" in capsys.readouterr().err
 

@@ -70,24 +70,24 @@ def test_a_killed_job_keeps_what_its_periodic_reports_sent(
     """A server of its own: the job must compile, not load what the other test stored."""
     args = ["--server", "URL", "--cache-dir", str(tmp_path / "K"), "--shapes", "2", "--then-wait"]
     with receiving_server(tmp_path / "server") as (url, taken):
-        job = subprocess.Popen(
+        with subprocess.Popen(
             [sys.executable, str(JOB), *[url if a == "URL" else a for a in args]],
             env=jax_env({"XLA_CACHE_REPORT_INTERVAL": "1"}),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-        )
-        try:
-            assert job.stdout is not None and job.stdout.readline().strip() == "COMPILED"
+        ) as job:
+            try:
+                assert job.stdout is not None and job.stdout.readline().strip() == "COMPILED"
 
-            def reported() -> str | None:
-                runs = taken.runs()
-                return runs[0] if runs and len(taken.misses_of(runs[0])) == 2 else None
+                def reported() -> str | None:
+                    runs = taken.runs()
+                    return runs[0] if runs and len(taken.misses_of(runs[0])) == 2 else None
 
-            run_id = wait_until(reported, timeout=60, message="no report carried the job's compiles")
-        finally:
-            job.send_signal(signal.SIGKILL)
-            job.wait(timeout=30)
+                run_id = wait_until(reported, timeout=60, message="no report carried the job's compiles")
+            finally:
+                job.send_signal(signal.SIGKILL)
+                job.wait(timeout=30)
         assert job.returncode == -signal.SIGKILL
         reports = taken.reports_of(run_id)
         assert all(r["ended_at"] is None for r in reports)  # it never reached its exit

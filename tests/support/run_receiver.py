@@ -41,7 +41,7 @@ from cache_protocol.runs import (
     RUN_ID_PATTERN,
 )
 
-__all__ = ["RunReceiver", "receiving_server", "report_problems"]
+__all__ = ["RunReceiver", "no_run_routes", "receiving_server", "report_problems"]
 
 _COUNTS = (
     "warm_bytes",
@@ -262,6 +262,17 @@ class RunReceiver:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
+
+
+async def no_run_routes(scope: Scope, receive: Receive, send: Send) -> None:
+    """A server that predates run reports: every route answers 404."""
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+    elif scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
 
 
 async def _body(receive: Receive) -> bytes:
