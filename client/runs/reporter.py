@@ -107,6 +107,14 @@ class _State:
     unanswered: bool = False  # ... because the server did not answer it (not a refusal)
 
 
+def _refused(problem: ServerProblem) -> bool:
+    """The server refused the report itself (4xx other than a timeout or a rate limit): sending it again
+    would not help."""
+    return (
+        isinstance(problem, ServerError) and 400 <= problem.status < 500 and problem.status not in (408, 429)
+    )
+
+
 def _count(value: int) -> int:
     return max(0, min(int(value), MAX_COUNT))
 
@@ -306,26 +314,45 @@ class RunReporter:
         batch = state.misses[state.sent : state.sent + MAX_MISSES_PER_REPORT]
         body = self._numbers()
         body["new_misses"] = [miss.as_dict() for miss in batch]
+        problem = self._post(body, deadline)
+        if problem is not None and batch and _refused(problem):
+            # Something in these compiles is out of the server's bounds: they are dropped, not the run.
+            logger.warning(
+                "xla-cache: the server refused %d compiles of run %s (%s); reporting without them",
+                len(batch),
+                self.run_id,
+                problem.reason,
+            )
+            state.sent += len(batch)
+            batch, body["new_misses"] = [], []
+            problem = self._post(body, deadline)
+        if problem is None:
+            state.sent += len(batch)
+            state.reports += 1
+            state.unanswered = False
+            if state.failing:
+                logger.info("xla-cache: run reports reach the server again")
+                state.failing = False
+            return True
+        if _refused(problem):
+            state.disabled = problem.reason
+            level = (
+                logging.INFO
+                if isinstance(problem, ServerError) and problem.status in (403, 404, 405)
+                else logging.WARNING
+            )
+            logger.log(level, "xla-cache: not sending run reports (%s)", problem.reason)
+        else:
+            self._failed(problem, final=final)
+        return False
+
+    def _post(self, body: dict[str, Any], deadline: Deadline) -> ServerProblem | None:
+        assert self.api is not None
         try:
             self.api.post_run(body, deadline)
-        except ServerError as exc:
-            if 400 <= exc.status < 500 and exc.status not in (408, 429):
-                state.disabled = exc.reason
-                level = logging.WARNING if exc.status not in (403, 404, 405) else logging.INFO
-                logger.log(level, "xla-cache: not sending run reports (%s)", exc.reason)
-                return False
-            self._failed(exc, final=final)
-            return False
         except ServerProblem as exc:
-            self._failed(exc, final=final)
-            return False
-        state.sent += len(batch)
-        state.reports += 1
-        state.unanswered = False
-        if state.failing:
-            logger.info("xla-cache: run reports reach the server again")
-            state.failing = False
-        return True
+            return exc
+        return None
 
     def _failed(self, problem: ServerProblem, *, final: bool) -> None:
         self._state.unanswered = isinstance(problem, ServerUnavailable)

@@ -67,11 +67,13 @@ class Setup:
 
     made: ClassVar[list[Setup]] = []
 
-    def __init__(self, directory: Path, url: str, **kwargs: Any) -> None:
+    def __init__(
+        self, directory: Path, url: str, collector: FakeCollector | None = None, **kwargs: Any
+    ) -> None:
         Setup.made.append(self)
         self.directory = directory
         self.api = CacheApi(url)
-        self.collector = FakeCollector()
+        self.collector = collector or FakeCollector()
         self.clock = ManualMonotonic()
         self.transfers = Transfers()
         self.reporter = RunReporter(
@@ -204,6 +206,33 @@ def test_a_failing_server_costs_one_warning_and_the_misses_wait(
     assert len(warnings) == 1 and "HTTP 503" in warnings[0].getMessage()
     assert [m["key"] for m in taken.misses_of(setup.reporter.run_id)] == [key]
     assert "reach the server again" in caplog.text
+
+
+class Odd(FakeCollector):
+    """Facts the server refuses (a component without a name) for keys of module ``jit_odd``."""
+
+    def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
+        found = super().facts(files)
+        return {
+            k: MissFacts(module="jit_odd", components={"": "x"}) if "odd" in k else v
+            for k, v in found.items()
+        }
+
+
+def test_compiles_the_server_refuses_are_dropped_not_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    taken = RunReceiver()
+    with serve_in_thread(taken) as url:
+        setup = Setup(tmp_path, url, Odd())
+        entry(tmp_path, 1, "jit_odd")
+        setup.reporter.tick()
+        good = entry(tmp_path, 2)
+        setup.reporter.finish()
+    assert len(taken.refused) == 1 and "components" in taken.refused[0][1][0]
+    first, last = taken.reports_of(setup.reporter.run_id)
+    assert first["new_misses"] == [] and [m["key"] for m in last["new_misses"]] == [good]
+    assert "the server refused 1 compiles" in caplog.text
 
 
 def test_a_server_without_run_reports_is_told_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
