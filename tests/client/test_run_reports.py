@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
+import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,7 +26,7 @@ from client.cachedir import LocalFile, scan
 from client.config import run_report_settings
 from client.frameworks import all_frameworks
 from client.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
-from client.runs.jax_events import JaxEvents, KeyComponentLog, key_hash, module_of
+from client.runs.jax_events import JaxCollector, JaxEvents, KeyComponentLog, key_hash, module_of
 from tests.support.clock import ManualMonotonic
 from tests.support.run_receiver import RunReceiver, no_run_routes, report_problems
 from tests.support.server import free_port
@@ -364,3 +366,11 @@ def test_the_receiver_refuses_what_the_server_refuses() -> None:
         {"ended_at": 0.5},
     ):
         assert report_problems({**good, **change}), change
+
+
+def test_a_job_that_imported_torchax_reports_as_torchax(monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = JaxCollector(JaxEvents(KeyComponentLog()))
+    monkeypatch.delitem(sys.modules, "torchax", raising=False)
+    assert collector.framework() == "jax"
+    monkeypatch.setitem(sys.modules, "torchax", types.ModuleType("torchax"))
+    assert collector.framework() == "torchax"
