@@ -39,12 +39,22 @@ from cache_protocol.runs import (
 )
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan
+from client.config import run_report_settings
 from client.deadline import Deadline
 from client.errors import ServerError, ServerProblem, ServerUnavailable
 from client.frameworks import Framework
-from client.runs.collectors import CompileCounts, RunCollector
+from client.plan import WarmPlan
+from client.runs.collectors import CompileCounts, RunCollector, collector_for
 
-__all__ = ["EXIT_SECONDS", "REPORT_SECONDS", "Miss", "RunReporter", "Transfers", "WarmFacts"]
+__all__ = [
+    "EXIT_SECONDS",
+    "REPORT_SECONDS",
+    "Miss",
+    "RunReporter",
+    "Transfers",
+    "WarmFacts",
+    "reporter_for",
+]
 
 logger = logging.getLogger("xla_cache")
 
@@ -365,3 +375,34 @@ class RunReporter:
                 "" if final else "; trying again later",
             )
         self._state.failing = True
+
+
+def reporter_for(
+    plan: WarmPlan,
+    api: CacheApi | None,
+    *,
+    baseline: Mapping[str, LocalFile],
+    unloadable: Iterable[str],
+    transfers: Callable[[], Transfers],
+    unanswered: bool,
+) -> RunReporter | None:
+    """The reporter of a warm that points the framework at ``plan``'s directory (None with
+    ``XLA_CACHE_RUN_REPORTS=0``): ``baseline`` is the directory's entries after the warm, ``unloadable``
+    the keys the warm removed because the framework could not load them, ``unanswered`` whether the warm's
+    conversation ended with the server not answering."""
+    settings = run_report_settings()
+    if not settings.enabled:
+        return None
+    return RunReporter(
+        api=api,
+        namespace=plan.namespace,
+        directory=plan.directory,
+        adapter=plan.options.framework,
+        collector=collector_for(plan.options.framework),
+        transfers=transfers,
+        baseline=baseline,
+        unloadable=unloadable,
+        interval=settings.interval,
+        timeout=plan.options.timeout,
+        unanswered=unanswered,
+    )
