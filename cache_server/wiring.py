@@ -20,11 +20,13 @@ from cache_server.domain import Clock, utcnow
 from cache_server.graphs.worker import ParserProcess
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.quotas import Quotas
 from cache_server.reindex import Reindexer
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.storage import BlobStore, open_store
 
@@ -45,6 +47,7 @@ class Services:
     reindexer: Reindexer
     activity: Activity
     quotas: Quotas
+    nearest: NearestNamespaces
 
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
@@ -117,4 +120,7 @@ def build_services(
         reindexer=Reindexer(entries, store),
         activity=activity,
         quotas=quotas,
+        nearest=NearestNamespaces(
+            entries, NearestRepository(database), candidates=settings.nearest_candidates
+        ),
     )

@@ -3,7 +3,9 @@
 ``XLA_CACHE_SERVER`` (the server's URL), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``) and
 ``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel
-zstd-compressed; see :func:`wants_compression`). ``warm()``, the CLI and ``doctor`` all resolve them here.
+zstd-compressed; see :func:`wants_compression`) and ``XLA_CACHE_REDACT_FLAG_VALUES`` (``1``: the
+fingerprint names each XLA flag but not its value; see :func:`redacts_flag_values`). ``warm()``, the CLI and
+``doctor`` all resolve them here.
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "COMPRESSION_ENV",
+    "REDACT_FLAG_VALUES_ENV",
     "ClientConfig",
     "Compression",
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
+    "redacts_flag_values",
     "wants_compression",
 ]
 
 COMPRESSION_ENV = "XLA_CACHE_COMPRESSION"
+REDACT_FLAG_VALUES_ENV = "XLA_CACHE_REDACT_FLAG_VALUES"
 logger = logging.getLogger("xla_cache")
 
 
@@ -66,6 +71,15 @@ def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> 
     if value != "auto":
         logger.warning("xla-cache: %s=%r is not auto, on or off; using auto", COMPRESSION_ENV, value)
     return Compression(uploads=True, bundles=not is_loopback(server_url))
+
+
+def redacts_flag_values(env: Mapping[str, str] | None = None) -> bool:
+    """``XLA_CACHE_REDACT_FLAG_VALUES``: ``1`` (or ``true``, ``yes``, ``on``) keeps the values of XLA flags
+    out of the fingerprint the server stores (their names stay, so the server can still say which flags set
+    two namespaces apart); for sites whose flags hold paths or names they do not want on the server. The
+    namespace id does not change: it hashes a digest of the flags either way."""
+    env = os.environ if env is None else env
+    return env.get(REDACT_FLAG_VALUES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -48,6 +48,8 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", f"{_NS}/manifest"): Role.READ,
     ("POST", f"{_NS}/bundle"): Role.READ,
     ("POST", f"{_NS}/urls"): Role.READ,
+    ("GET", f"{_NS}/nearest"): Role.READ,
+    ("POST", f"{_NS}/nearest"): Role.READ,
     ("GET", "/admin/stats"): Role.ADMIN,
     ("POST", "/admin/evict"): Role.ADMIN,
     ("POST", "/admin/gc"): Role.ADMIN,
@@ -60,13 +62,17 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("PUT", "/admin/quotas/token/{token}"): Role.ADMIN,
     ("GET", "/"): Role.READ,
     ("GET", "/dashboard/data"): Role.READ,
+    ("GET", "/dashboard/namespaces/{namespace}"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace
     ("GET", "/openapi.json"): Role.READ,
     ("GET", "/docs"): Role.READ,
 }
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
-BROWSER_ROUTES = frozenset({"/", "/dashboard/data", "/openapi.json", "/docs"})
+BROWSER_ROUTES = frozenset(
+    {"/", "/dashboard/data", "/dashboard/namespaces/{namespace}", "/openapi.json", "/docs"}
+)
 UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
+NAMESPACE_ROUTES = ("/v1/namespaces/", "/dashboard/namespaces/")  # their {namespace} is checked for scope
 
 
 def role_for(method: str, path: str) -> Role:
@@ -111,7 +117,7 @@ def _check_token(request: Request, path: str) -> None:
     action = f"{request.method} {path}"
     tokens.authorize(principal, role_for(request.method, path), action)
     if path not in UNSCOPED_ROUTES:
-        namespace = request.path_params.get("namespace") if path.startswith("/v1/namespaces/") else None
+        namespace = request.path_params.get("namespace") if path.startswith(NAMESPACE_ROUTES) else None
         tokens.authorize_namespace(principal, namespace, action)
 
 

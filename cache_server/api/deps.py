@@ -12,17 +12,20 @@ from cache_server.auth import TokenManager
 from cache_server.feed import FeedWatcher
 from cache_server.quotas import Quotas
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
+    "NearestDep",
     "QuotasDep",
     "ServiceDep",
     "SettingsDep",
     "TokensDep",
     "get_admin",
     "get_feed_watcher",
+    "get_nearest",
     "get_service",
     "get_settings",
     "get_tokens",
@@ -37,6 +40,10 @@ def _services(request: Request) -> Services:
 
 def get_service(request: Request) -> CacheService:
     return _services(request).cache
+
+
+def get_nearest(request: Request) -> NearestNamespaces:
+    return _services(request).nearest
 
 
 def get_admin(request: Request) -> AdminService:
@@ -78,6 +85,10 @@ async def _admin(request: Request) -> AdminService:
     return get_admin(request)
 
 
+async def _nearest(request: Request) -> NearestNamespaces:
+    return get_nearest(request)
+
+
 async def _tokens(request: Request) -> TokenManager:
     return get_tokens(request)
 
@@ -92,6 +103,7 @@ async def _quotas(request: Request) -> Quotas:
 
 ServiceDep = Annotated[CacheService, Depends(_service)]
 AdminDep = Annotated[AdminService, Depends(_admin)]
+NearestDep = Annotated[NearestNamespaces, Depends(_nearest)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]
