@@ -158,5 +158,5 @@ def differences(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[int
             if resolved:
                 found += resolved
                 continue
-        found.append(Difference(flag.variable if flag else field, mine.get(field), other.get(field)))
+        found.append(Difference(field, mine.get(field), other.get(field)))  # a digest stays one
     return count, found

@@ -92,3 +92,52 @@ def test_the_line_reads_ages_counts_and_several_fields() -> None:
         "XLA_FLAGS: --xla_a=1 (theirs: unset), unset (theirs: --xla_b); torch_xla_git: abc (theirs: def)"
     )
     assert nearest_line(3, [], now) == ""
+
+
+def test_cli_warm_prints_why(
+    real_server: RealServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from client import cli
+
+    _seed(real_server, build_fingerprint(FACTS, env={}), 12)
+    ours = _seed(real_server, build_fingerprint(FACTS, env={"XLA_FLAGS": FAST}), 0)
+    monkeypatch.setattr(cli, "CacheApi", real_server.api)
+    args = ["warm", "--namespace", ours, "--server", real_server.url, "--cache-dir", str(tmp_path)]
+    assert cli.main(args) == 0
+    why = [line for line in capsys.readouterr().out.splitlines() if line.startswith("why ")]
+    assert len(why) == 1 and why[0].endswith(
+        "differs in XLA_FLAGS: --xla_cpu_enable_fast_math=true (theirs: unset)"
+    )
+    assert cli.main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nearest"][0]["entries"] == 12
+
+
+def test_doctor_names_the_nearest_namespace_of_its_runtime(
+    real_server: RealServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from client import cli, doctor
+
+    _seed(real_server, build_fingerprint(FACTS, env={}), 12)
+    ours = build_fingerprint(FACTS, env={"XLA_FLAGS": FAST})
+    run = {
+        "torch_xla_version": "2.7.0",
+        "graphs": 1,
+        "entries": ["1"],
+        "counters": {"PersistentCacheHit": 1, "UncachedCompile": 0},
+        "outputs": [[1.0]],
+        "namespace": namespace_id(ours),
+        "fingerprint": ours,
+    }
+    monkeypatch.setattr(doctor, "CacheApi", real_server.api)
+    report = doctor.run_doctor(server=real_server.url, runner=lambda directory, timeout: run)
+    assert report.server_ready is True and report.namespace_entries == 0
+    assert [d.text for d in report.nearest[0].differences] == [f"{FAST} (theirs: unset)"]
+
+    monkeypatch.setattr(doctor, "run_doctor", lambda **_: report)
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "namespace entries  namespace new (0 entries); nearest: " in out
+    assert f"differs in XLA_FLAGS: {FAST} (theirs: unset)" in out
