@@ -97,6 +97,10 @@ def _ago(iso: str, now: dt.datetime) -> str:
     return f"{seconds:.0f} s ago"
 
 
+def _entries(count: int) -> str:
+    return f"{count:,} {'entry' if count == 1 else 'entries'}"
+
+
 def nearest_line(entries: int, nearest: list[NearNamespace], now: dt.datetime | None = None) -> str:
     """One line: ``namespace new (0 entries); nearest: <ns>… (32 entries, used 13 s ago) differs in
     XLA_FLAGS: --xla_cpu_enable_fast_math=true (theirs: unset)``."""
@@ -106,8 +110,8 @@ def nearest_line(entries: int, nearest: list[NearNamespace], now: dt.datetime | 
     now = now or dt.datetime.now(dt.UTC)
     state = "new" if entries == 0 else "thin"
     text = (
-        f"namespace {state} ({entries:,} entries); nearest: {_short(near.namespace)} "
-        f"({near.entries:,} entries, used {_ago(near.last_used_at, now)})"
+        f"namespace {state} ({_entries(entries)}); nearest: {_short(near.namespace)} "
+        f"({_entries(near.entries)}, used {_ago(near.last_used_at, now)})"
     )
     if not near.differences:
         return text + " has the same fingerprint"

@@ -65,7 +65,7 @@ def test_a_populated_namespace_reports_no_nearest_but_a_thin_one_does(
     _seed(real_server, thin, 1)  # 1 < 10 % of 12
     report = warm(real_server.url, tmp_path, initialize=False, fingerprint=thin, timeout=TIMEOUT)
     assert report.manifest_entries == 1 and [n.entries for n in report.nearest] == [12]
-    assert report.summary().splitlines()[1].startswith("namespace thin (1 entries); nearest: ")
+    assert report.summary().splitlines()[1].startswith("namespace thin (1 entry); nearest: ")
 
 
 def test_trouble_asking_is_ignored(fake_server: FakeCacheServer, tmp_path: Path) -> None:
