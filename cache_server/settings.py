@@ -203,6 +203,15 @@ class Settings(BaseSettings):
             "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
         ),
     )
+    nearest_candidates: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description=(
+            "How many populated namespaces of a framework (the most recently used) GET "
+            "/v1/namespaces/{ns}/nearest compares with the namespace's fingerprint: the bound on its work."
+        ),
+    )
     orphan_grace_seconds: float = Field(
         default=300.0,
         ge=0,

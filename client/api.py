@@ -233,6 +233,19 @@ class CacheApi:
         what = "the namespace query"
         return dict(self._json(self._call("GET", f"/v1/namespaces/{_seg(namespace)}", what, deadline), what))
 
+    def nearest(
+        self, namespace: str, fingerprint: Mapping[str, Any] | None, deadline: Deadline
+    ) -> dict[str, Any]:
+        """``POST /v1/namespaces/{ns}/nearest`` with ``fingerprint`` (``GET``, the registered one's, when
+        None): the nearest populated namespaces of the same framework and how they differ."""
+        what = "the nearest-namespaces query"
+        path = f"/v1/namespaces/{_seg(namespace)}/nearest"
+        if fingerprint is None:
+            response = self._call("GET", path, what, deadline)
+        else:
+            response = self._call("POST", path, what, deadline, json={"fingerprint": dict(fingerprint)})
+        return dict(self._json(response, what))
+
     def manifest(
         self,
         namespace: str,

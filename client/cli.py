@@ -35,6 +35,7 @@ from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
 from client.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
+from client.nearest import nearest_line
 from client.runs_cli import add_runs_command
 
 __all__ = ["build_parser", "main"]
@@ -98,6 +99,8 @@ def cmd_warm(args: argparse.Namespace) -> int:
         f"present     {report.present_entries} entries, {report.present_bytes} bytes",
         f"seconds     {report.seconds:.2f}",
     ]
+    if report.nearest:
+        lines.append(f"why         {nearest_line(report.manifest_entries, report.nearest)}")
     lines += [f"error       {error}" for error in report.errors]
     lines.append("a job that does not call client.warm() uses it with:")
     lines += [f"    {line}" for line in framework_named(report.framework).setup_lines(Path(report.cache_dir))]
@@ -299,6 +302,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if report.server:
         state = "ready" if report.server_ready else f"NOT ready ({report.server_error})"
         lines.append(f"server             {report.server}: {state}")
+    if report.nearest:
+        lines.append(f"namespace entries  {nearest_line(report.namespace_entries or 0, report.nearest)}")
     emit(args, report.as_dict(), lines)
     if report.loads_own_entries is None:
         return 2

@@ -3,9 +3,11 @@
 ``XLA_CACHE_SERVER`` (the server's URL), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``) and
 ``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel
-zstd-compressed; see :func:`wants_compression`). ``warm()``, the CLI and ``doctor`` all resolve them here.
-``XLA_CACHE_RUN_REPORTS`` (``0`` turns run reports off) and ``XLA_CACHE_REPORT_INTERVAL`` (seconds between
-a running job's reports) are read by :func:`run_report_settings`.
+zstd-compressed; see :func:`wants_compression`) and ``XLA_CACHE_REDACT_FLAG_VALUES`` (``1``: the
+fingerprint names each XLA flag but not its value; see :func:`redacts_flag_values`). ``warm()``, the CLI and
+``doctor`` all resolve them here. ``XLA_CACHE_RUN_REPORTS`` (``0`` turns run reports off) and
+``XLA_CACHE_REPORT_INTERVAL`` (seconds between a running job's reports) are read by
+:func:`run_report_settings`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from cache_protocol.runs import REPORT_INTERVAL_SECONDS
 
 __all__ = [
     "COMPRESSION_ENV",
+    "REDACT_FLAG_VALUES_ENV",
     "REPORT_INTERVAL_ENV",
     "RUN_REPORTS_ENV",
     "ClientConfig",
@@ -30,6 +33,7 @@ __all__ = [
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
+    "redacts_flag_values",
     "run_report_settings",
     "wants_compression",
 ]
@@ -37,6 +41,7 @@ __all__ = [
 COMPRESSION_ENV = "XLA_CACHE_COMPRESSION"
 RUN_REPORTS_ENV = "XLA_CACHE_RUN_REPORTS"
 REPORT_INTERVAL_ENV = "XLA_CACHE_REPORT_INTERVAL"
+REDACT_FLAG_VALUES_ENV = "XLA_CACHE_REDACT_FLAG_VALUES"
 logger = logging.getLogger("xla_cache")
 
 
@@ -108,6 +113,15 @@ def run_report_settings(env: Mapping[str, str] | None = None) -> RunReportSettin
             )
             interval = REPORT_INTERVAL_SECONDS
     return RunReportSettings(enabled=enabled, interval=interval)
+
+
+def redacts_flag_values(env: Mapping[str, str] | None = None) -> bool:
+    """``XLA_CACHE_REDACT_FLAG_VALUES``: ``1`` (or ``true``, ``yes``, ``on``) keeps the values of XLA flags
+    out of the fingerprint the server stores (their names stay, so the server can still say which flags set
+    two namespaces apart); for sites whose flags hold paths or names they do not want on the server. The
+    namespace id does not change: it hashes a digest of the flags either way."""
+    env = os.environ if env is None else env
+    return env.get(REDACT_FLAG_VALUES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:

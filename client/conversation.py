@@ -2,7 +2,8 @@
 
 The worker's steps run straight down, each returning what it found: lock the namespace's directory,
 register the namespace, take the change feed's cursor (when following), read the manifest and split it
-into entries present and entries needed (:class:`Survey`), download the needed. :func:`talk` returns the
+into entries present and entries needed (:class:`Survey`), download the needed, and when the namespace
+turns out empty or thin, ask which namespaces are nearest (:mod:`client.nearest`). :func:`talk` returns the
 worker's :class:`Conversation`. Whatever the server does (refuse, hang, fail, send garbage), it returns
 within the timeout: when the time is up first, it cancels the worker and returns what the worker had
 reported so far (the survey, and each entry once it was in place), so a warm cut short still counts every
@@ -22,6 +23,7 @@ from client.cachedir import remove_temp_files
 from client.deadline import Deadline
 from client.dirlock import DirLock
 from client.errors import ServerError, ServerProblem, ServerUnavailable
+from client.nearest import NearNamespace, ask_nearest
 from client.plan import WarmPlan
 from client.transfer import DownloadOptions, DownloadResult, download, split_present
 
@@ -64,6 +66,7 @@ class Conversation:
     unavailable: bool = False  # the last failure was the server not answering (not a refusal)
     read_only: bool = False  # the token may read but not write: nothing is uploaded
     feed_cursor: int | None = None  # where following starts (taken before the manifest)
+    nearest: list[NearNamespace] = field(default_factory=list)  # when the namespace is empty or thin
 
     def counts(self) -> WarmCounts:
         present = self.survey.present
@@ -132,6 +135,7 @@ def _converse(
     errors: list[str] = []
     read_only, cursor, unavailable = False, None, False
     survey, fetched = Survey(), DownloadResult()
+    nearest: list[NearNamespace] = []
     lock = DirLock(plan.directory)
     try:
         if not lock.acquire(deadline.remaining()):
@@ -167,6 +171,8 @@ def _converse(
             )
             errors += fetched.errors
             unavailable = bool(fetched.errors) and cancel.is_set()
+        if not cancel.is_set():
+            nearest = ask_nearest(api, plan.namespace, plan.fingerprint, survey.manifest_entries, deadline)
     except ServerProblem as exc:
         errors.append(exc.reason)
         unavailable = isinstance(exc, ServerUnavailable)
@@ -183,6 +189,7 @@ def _converse(
         unavailable=unavailable,
         read_only=read_only,
         feed_cursor=cursor,
+        nearest=nearest,
     )
 
 

@@ -32,6 +32,7 @@ from client.conversation import Conversation, WarmCounts, talk
 from client.errors import ClientError
 from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
+from client.nearest import NearNamespace, nearest_line
 from client.plan import WarmOptions, WarmPlan
 from client.progress import Progress
 from client.runs import RunReporter, Transfers, WarmFacts, reporter_for
@@ -62,13 +63,16 @@ class WarmReport(WarmCounts):
     feed_cursor: int | None = None  # with follow: the change feed's position before the manifest
     fingerprint: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None  # the id this run's reports carry (None: no reports, XLA_CACHE_RUN_REPORTS=0)
+    # when the namespace is empty or thin: the nearest populated namespaces and how they differ
+    nearest: list[NearNamespace] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
 
     def summary(self) -> str:
-        """The one log line."""
+        """The log line; a second line when the namespace is empty or thin, naming the nearest populated
+        namespace and how it differs (:func:`client.nearest.nearest_line`)."""
         text = (
             f"xla-cache warm: {self.framework} namespace {self.namespace}: {self.downloaded_entries} entries "
             f"({self.downloaded_bytes} bytes) downloaded, {self.present_entries} already present, "
@@ -76,6 +80,8 @@ class WarmReport(WarmCounts):
         )
         if self.errors:
             text += f", {len(self.errors)} errors"
+        if self.nearest:
+            text += "\n" + nearest_line(self.manifest_entries, self.nearest)
         return text
 
 
@@ -204,6 +210,7 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
         errors=errors,
         fingerprint=plan.fingerprint,
         feed_cursor=talked.feed_cursor,
+        nearest=talked.nearest,
         removed_entries=len(removed),
         initialized=options.initialize,
         uploading=background is not None and background.uploading,

@@ -48,6 +48,8 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", f"{_NS}/manifest"): Role.READ,
     ("POST", f"{_NS}/bundle"): Role.READ,
     ("POST", f"{_NS}/urls"): Role.READ,
+    ("GET", f"{_NS}/nearest"): Role.READ,
+    ("POST", f"{_NS}/nearest"): Role.READ,
     ("GET", "/admin/stats"): Role.ADMIN,
     ("POST", "/admin/evict"): Role.ADMIN,
     ("POST", "/admin/gc"): Role.ADMIN,
@@ -65,17 +67,27 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/dashboard/data"): Role.READ,
     ("GET", "/dashboard/runs"): Role.READ,
     ("GET", "/dashboard/runs/{run_id}"): Role.READ,
+    ("GET", "/dashboard/namespaces/{namespace}"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace
     ("GET", "/openapi.json"): Role.READ,
     ("GET", "/docs"): Role.READ,
 }
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
 BROWSER_ROUTES = frozenset(
-    {"/", "/dashboard/data", "/dashboard/runs", "/dashboard/runs/{run_id}", "/openapi.json", "/docs"}
+    {
+        "/",
+        "/dashboard/data",
+        "/dashboard/runs",
+        "/dashboard/runs/{run_id}",
+        "/dashboard/namespaces/{namespace}",
+        "/openapi.json",
+        "/docs",
+    }
 )
 UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
 # name their namespaces elsewhere (a body, a stored run): the route itself checks a scoped token's reach
 SELF_SCOPED_ROUTES = frozenset({"/v1/runs", "/admin/runs", "/admin/runs/{run_id}"})
+NAMESPACE_ROUTES = ("/v1/namespaces/", "/dashboard/namespaces/")  # their {namespace} is checked for scope
 
 
 def role_for(method: str, path: str) -> Role:
@@ -120,7 +132,7 @@ def _check_token(request: Request, path: str) -> None:
     action = f"{request.method} {path}"
     tokens.authorize(principal, role_for(request.method, path), action)
     if path not in UNSCOPED_ROUTES and path not in SELF_SCOPED_ROUTES:
-        namespace = request.path_params.get("namespace") if path.startswith("/v1/namespaces/") else None
+        namespace = request.path_params.get("namespace") if path.startswith(NAMESPACE_ROUTES) else None
         tokens.authorize_namespace(principal, namespace, action)
 
 

@@ -13,11 +13,13 @@ from cache_server.feed import FeedWatcher
 from cache_server.quotas import Quotas
 from cache_server.runs import RunService
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
+    "NearestDep",
     "QuotasDep",
     "RunsDep",
     "ServiceDep",
@@ -25,6 +27,7 @@ __all__ = [
     "TokensDep",
     "get_admin",
     "get_feed_watcher",
+    "get_nearest",
     "get_runs",
     "get_service",
     "get_settings",
@@ -40,6 +43,10 @@ def _services(request: Request) -> Services:
 
 def get_service(request: Request) -> CacheService:
     return _services(request).cache
+
+
+def get_nearest(request: Request) -> NearestNamespaces:
+    return _services(request).nearest
 
 
 def get_admin(request: Request) -> AdminService:
@@ -85,6 +92,10 @@ async def _admin(request: Request) -> AdminService:
     return get_admin(request)
 
 
+async def _nearest(request: Request) -> NearestNamespaces:
+    return get_nearest(request)
+
+
 async def _tokens(request: Request) -> TokenManager:
     return get_tokens(request)
 
@@ -103,6 +114,7 @@ async def _runs(request: Request) -> RunService:
 
 ServiceDep = Annotated[CacheService, Depends(_service)]
 AdminDep = Annotated[AdminService, Depends(_admin)]
+NearestDep = Annotated[NearestNamespaces, Depends(_nearest)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]

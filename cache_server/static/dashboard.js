@@ -186,7 +186,7 @@ function renderNamespaces(namespaces) {
   renderTable("ns-table",
     [["namespace", "text"], ["framework", "text"], ["entries"], ["bytes"], ["hits"], ["misses"], ["hit rate"],
       ["uploads"], ["evictions"], ["compile time saved"], ["last used", "text"]],
-    namespaces.map((n) => [el("code", {}, n.namespace), n.framework || "-", fmtCount(n.entries),
+    namespaces.map((n) => [namespaceLink(n.namespace), n.framework || "-", fmtCount(n.entries),
       fmtBytes(n.bytes), fmtCount(n.hits),
       fmtCount(n.misses), fmtRate(n.hit_rate), fmtCount(n.uploads), fmtCount(n.evictions),
       fmtSeconds(n.compile_seconds_saved), fmtWhen(n.last_used_at)]));

@@ -122,6 +122,12 @@ def test_other_xla_flags_land_in_another_namespace_and_warm_nothing(
     assert other.warm["namespace"] != first.warm["namespace"]
     assert other.warm["fingerprint"]["xla_flags_digest"] != first.warm["fingerprint"]["xla_flags_digest"]
     assert (other.warm["manifest_entries"], other.warm["downloaded_entries"]) == (0, 0)
+    # The warm names the namespace it would have used and the flag that set them apart (torch_xla sets
+    # --xla_cpu_enable_fast_math=false in XLA_FLAGS on import when the flag is not given).
+    text = "--xla_cpu_enable_fast_math=true (theirs: --xla_cpu_enable_fast_math=false)"
+    nearest = {near["namespace"]: near for near in other.warm["nearest"]}
+    assert [d["text"] for d in nearest[first.warm["namespace"]]["differences"]] == [text]
+    assert f"differs in XLA_FLAGS: {text}" in other.stderr
     assert other.counters["PersistentCacheHit"] == 0
     assert other.counters["UncachedCompile"] == 10
     # The job never called flush(): its exit handler uploaded the 10 new entries to the new namespace.

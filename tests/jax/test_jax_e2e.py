@@ -133,3 +133,31 @@ def test_warm_again_after_stop_and_too_late_elsewhere(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TOO LATE: JAX's persistent compilation cache is already bound to" in done.stdout
+
+
+def test_a_job_with_one_more_xla_flag_is_told_which_namespace_is_nearest_and_why(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    """Job A compiles in its namespace; job B, the same job with one more XLA flag, gets a new namespace with
+    nothing in it, and its warm report names the flag with both values."""
+    flag = "--xla_cpu_enable_fast_math=true"
+    first, _ = run_jax_job(["--server", live_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", "3"])
+    assert first["uploaded"]["uploaded"] == 3
+    second, log = run_jax_job(
+        ["--server", live_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", "1"],
+        env={"XLA_FLAGS": flag},
+    )
+    warmed = second["warm"]
+    assert warmed["namespace"] != first["warm"]["namespace"]
+    assert warmed["manifest_entries"] == 0 and warmed["errors"] == []
+    assert warmed["fingerprint"]["xla_flags"] == {"--xla_cpu_enable_fast_math": "true"}
+    near = warmed["nearest"][0]
+    assert near["namespace"] == first["warm"]["namespace"] and near["entries"] >= 3
+    assert near["differences"] == [
+        {"field": "XLA_FLAGS", "ours": flag, "theirs": None, "text": f"{flag} (theirs: unset)"}
+    ]
+    prefix, digest = first["warm"]["namespace"].rsplit("-", 1)
+    line = next(line for line in log.splitlines() if line.startswith("namespace new (0 entries)"))
+    assert line.startswith(f"namespace new (0 entries); nearest: {prefix}-{digest[:8]}… (")
+    assert line.endswith(f" ago) differs in XLA_FLAGS: {flag} (theirs: unset)")
+    print(line)  # the README quotes it
