@@ -10,6 +10,7 @@ from cache_server.admin.service import AdminService
 from cache_server.api.bodies import UploadSlots
 from cache_server.auth import TokenManager
 from cache_server.feed import FeedWatcher
+from cache_server.graphs.report import GraphReports
 from cache_server.quotas import Quotas
 from cache_server.service import CacheService
 from cache_server.settings import Settings
@@ -17,12 +18,14 @@ from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
+    "GraphsDep",
     "QuotasDep",
     "ServiceDep",
     "SettingsDep",
     "TokensDep",
     "get_admin",
     "get_feed_watcher",
+    "get_graphs",
     "get_service",
     "get_settings",
     "get_tokens",
@@ -49,6 +52,10 @@ def get_tokens(request: Request) -> TokenManager:
 
 def get_quotas(request: Request) -> Quotas:
     return _services(request).quotas
+
+
+def get_graphs(request: Request) -> GraphReports:
+    return _services(request).graphs
 
 
 def get_settings(request: Request) -> Settings:
@@ -86,6 +93,10 @@ async def _settings(request: Request) -> Settings:
     return get_settings(request)
 
 
+async def _graphs(request: Request) -> GraphReports:
+    return get_graphs(request)
+
+
 async def _quotas(request: Request) -> Quotas:
     return get_quotas(request)
 
@@ -95,3 +106,4 @@ AdminDep = Annotated[AdminService, Depends(_admin)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]
+GraphsDep = Annotated[GraphReports, Depends(_graphs)]
