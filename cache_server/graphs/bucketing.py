@@ -125,19 +125,24 @@ def _elements(dims: tuple[int, ...]) -> int:
 
 
 def _outcome(
-    scheme: Scheme, variants: list[_Dims], varying: set[tuple[int, int]], others: int
+    scheme: Scheme, variants: list[_Dims], varying: Sequence[tuple[int, int]], others: int
 ) -> SchemeOutcome:
-    buckets: set[_Dims] = set()
+    # each varying dimension's sizes padded once per distinct size (a graph has thousands of variants
+    # and few distinct sizes)
+    padded_size = {size: scheme.pad(size) for size in {dims[p][d] for dims in variants for p, d in varying}}
+    positions = {param: [d for p, d in varying if p == param] for param, _ in varying}
+    buckets: set[tuple[int, ...]] = set()
     overheads: list[float] = []
-    padded_params = sorted({param for param, _ in varying})
     for dims in variants:
-        padded = tuple(
-            tuple(scheme.pad(size) if (p, d) in varying else size for d, size in enumerate(shape))
-            for p, shape in enumerate(dims)
-        )
-        buckets.add(padded)
-        real = sum(_elements(dims[p]) for p in padded_params)
-        extra = sum(_elements(padded[p]) for p in padded_params) - real
+        buckets.add(tuple(padded_size[dims[p][d]] for p, d in varying))
+        real = extra = 0
+        for param, padded_dims in positions.items():
+            shape = list(dims[param])
+            elements = _elements(dims[param])
+            for d in padded_dims:
+                shape[d] = padded_size[shape[d]]
+            real += elements
+            extra += _elements(tuple(shape)) - elements
         overheads.append(extra / real if real else 0.0)
     return SchemeOutcome(
         scheme=scheme.name,
@@ -158,7 +163,7 @@ def analyse(
     """
     distinct = list(dict.fromkeys(s.params for s in signatures))
     if not distinct:
-        return BucketingReport(0, 0, (), tuple(_outcome(s, [], set(), 0) for s in schemes))
+        return BucketingReport(0, 0, (), tuple(_outcome(s, [], [], 0) for s in schemes))
     layouts = Counter(_layout(params) for params in distinct)
     common = layouts.most_common(1)[0][0]
     variants: list[_Dims] = [
@@ -173,7 +178,7 @@ def analyse(
                 found.append(
                     VaryingDimension(param, dim, len(sizes), sizes[0], sizes[-1], tuple(sizes[:values_shown]))
                 )
-    varying = {(v.param, v.dim) for v in found}
+    varying = [(v.param, v.dim) for v in found]
     return BucketingReport(
         variants=len(distinct),
         other_layouts=others,
