@@ -88,6 +88,8 @@ def fill(database: Any, entries: int) -> None:
     graphs: list[dict[str, Any]] = []
 
     def flush() -> None:
+        if not records:
+            return
         _insert(database, repository, records)
         with database.transaction() as session:
             session.execute(insert(EntryGraph), graphs)
