@@ -19,11 +19,12 @@ after bucketing. Pure functions: no I/O, no index.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cache_server.graphs.shapes import Shape, Signature
+from cache_server.graphs.shapes import Signature
 
 __all__ = [
     "SCHEMES",
@@ -113,42 +114,32 @@ class BucketingReport:
 _Dims = tuple[tuple[int, ...], ...]  # a variant's parameter sizes, parameter by parameter
 
 
-def _layout(params: tuple[Shape, ...]) -> tuple[tuple[str, int], ...]:
-    return tuple((shape.element, len(shape.dims)) for shape in params)
-
-
-def _elements(dims: tuple[int, ...]) -> int:
-    count = 1
-    for size in dims:
-        count *= size
-    return count
-
-
 def _outcome(
     scheme: Scheme, variants: list[_Dims], varying: Sequence[tuple[int, int]], others: int
 ) -> SchemeOutcome:
     # each varying dimension's sizes padded once per distinct size (a graph has thousands of variants
     # and few distinct sizes)
     padded_size = {size: scheme.pad(size) for size in {dims[p][d] for dims in variants for p, d in varying}}
-    positions = {param: [d for p, d in varying if p == param] for param, _ in varying}
+    positions = [
+        (param, [d for p, d in varying if p == param]) for param in dict.fromkeys(p for p, _ in varying)
+    ]
     buckets: set[tuple[int, ...]] = set()
     overheads: list[float] = []
     for dims in variants:
         buckets.add(tuple(padded_size[dims[p][d]] for p, d in varying))
-        real = extra = 0
-        for param, padded_dims in positions.items():
+        real = padded = 0
+        for param, padded_dims in positions:
             shape = list(dims[param])
-            elements = _elements(dims[param])
+            real += math.prod(shape)
             for d in padded_dims:
                 shape[d] = padded_size[shape[d]]
-            real += elements
-            extra += _elements(tuple(shape)) - elements
-        overheads.append(extra / real if real else 0.0)
+            padded += math.prod(shape)
+        overheads.append((padded - real) / real if real else 0.0)
     return SchemeOutcome(
         scheme=scheme.name,
         description=scheme.description,
         variants=len(buckets) + others,
-        mean_overhead=sum(overheads) / len(overheads) if overheads else 0.0,
+        mean_overhead=math.fsum(overheads) / len(overheads) if overheads else 0.0,
         max_overhead=max(overheads, default=0.0),
     )
 
@@ -161,13 +152,18 @@ def analyse(
     ``signatures`` are the graph's variants, one per distinct shape (repeats of a parameter shape count
     once). Only the variants of the most common layout are compared (the rest: ``other_layouts``).
     """
-    distinct = list(dict.fromkeys(s.params for s in signatures))
+    # plain tuples, not the Shape objects: hashed in C (a graph may have thousands of variants)
+    distinct = list(
+        dict.fromkeys(tuple((p.element, p.dims, p.dynamic) for p in s.params) for s in signatures)
+    )
     if not distinct:
         return BucketingReport(0, 0, (), tuple(_outcome(s, [], [], 0) for s in schemes))
-    layouts = Counter(_layout(params) for params in distinct)
-    common = layouts.most_common(1)[0][0]
+    layouts = [tuple((element, len(dims)) for element, dims, _ in params) for params in distinct]
+    common = Counter(layouts).most_common(1)[0][0]
     variants: list[_Dims] = [
-        tuple(shape.dims for shape in params) for params in distinct if _layout(params) == common
+        tuple(dims for _, dims, _ in params)
+        for params, layout in zip(distinct, layouts, strict=True)
+        if layout == common
     ]
     others = len(distinct) - len(variants)
     found: list[VaryingDimension] = []
