@@ -17,9 +17,11 @@ from cache_server.activity import Activity
 from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
+from cache_server.graphs.report import GraphReports
 from cache_server.graphs.worker import ParserProcess
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
@@ -51,6 +53,7 @@ class Services:
     quotas: Quotas
     runs: RunService
     nearest: NearestNamespaces
+    graphs: GraphReports
 
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
@@ -128,4 +131,5 @@ def build_services(
         nearest=NearestNamespaces(
             entries, NearestRepository(database), candidates=settings.nearest_candidates
         ),
+        graphs=GraphReports(GraphVariantsRepository(database)),
     )
