@@ -141,7 +141,7 @@ class Signer:
     @classmethod
     def from_text(cls, text: str) -> Signer:
         """Read ``ed25519-private:<base64 seed>`` (the first key line of a key file's text)."""
-        lines = [line for line in _key_lines(text)]
+        lines = list(_key_lines(text))
         if len(lines) != 1:
             raise BadKey(f"a signing key is one line {PRIVATE_PREFIX}<base64>; found {len(lines)} key lines")
         return cls(Ed25519PrivateKey.from_private_bytes(_decode(lines[0], PRIVATE_PREFIX, "a signing key")))
@@ -164,16 +164,17 @@ class Signer:
 
 
 def _key_lines(text: str) -> Iterable[str]:
+    """The keys of a text: per line, before any ``#``, comma-separated items, each a key and maybe a label."""
     for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            yield line.split()[0]
+        for item in line.split("#", 1)[0].split(","):
+            if item.strip():
+                yield item.split()[0]
 
 
 def parse_public_keys(text: str) -> dict[str, bytes]:
     """The public keys in a key file's text (or several, separated by commas or whitespace), by key id."""
     keys: dict[str, bytes] = {}
-    for line in _key_lines(text.replace(",", "\n")):
+    for line in _key_lines(text):
         raw = _decode(line, PUBLIC_PREFIX, "a public key")
         keys[key_id(raw)] = raw
     return keys

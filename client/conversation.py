@@ -24,6 +24,7 @@ from client.dirlock import DirLock
 from client.errors import ServerError, ServerProblem, ServerUnavailable
 from client.plan import WarmPlan
 from client.transfer import DownloadOptions, DownloadResult, download, split_present
+from client.trust import EntryTrust
 
 __all__ = ["Conversation", "Survey", "WarmCounts", "talk"]
 
@@ -41,6 +42,7 @@ class WarmCounts:
     downloaded_bytes: int = 0
     present_entries: int = 0  # already in the directory with the right size and SHA-256
     present_bytes: int = 0
+    unverified_entries: int = 0  # skipped: no trusted key signed them (XLA_CACHE_TRUSTED_KEYS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +66,8 @@ class Conversation:
     unavailable: bool = False  # the last failure was the server not answering (not a refusal)
     read_only: bool = False  # the token may read but not write: nothing is uploaded
     feed_cursor: int | None = None  # where following starts (taken before the manifest)
+    unverified: int = 0  # entries skipped because no trusted key signed them
+    unverified_reasons: str = ""  # "3 unsigned, 1 bad signature"
 
     def counts(self) -> WarmCounts:
         present = self.survey.present
@@ -73,6 +77,7 @@ class Conversation:
             downloaded_bytes=self.fetched.bytes,
             present_entries=len(present),
             present_bytes=sum(entry.size for entry in present),
+            unverified_entries=self.unverified,
         )
 
     def on_server(self) -> set[str]:
@@ -132,6 +137,7 @@ def _converse(
     errors: list[str] = []
     read_only, cursor, unavailable = False, None, False
     survey, fetched = Survey(), DownloadResult()
+    trust = EntryTrust(plan.options.trusted, plan.namespace) if plan.options.trusted else None
     lock = DirLock(plan.directory)
     try:
         if not lock.acquire(deadline.remaining()):
@@ -163,6 +169,7 @@ def _converse(
                     cancel=cancel,
                     on_placed=report,
                     bundle_streams=survey.bundle_streams,
+                    trust=trust,
                 ),
             )
             errors += fetched.errors
@@ -183,6 +190,8 @@ def _converse(
         unavailable=unavailable,
         read_only=read_only,
         feed_cursor=cursor,
+        unverified=trust.refused if trust is not None else 0,
+        unverified_reasons=trust.reasons() if trust is not None else "",
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
+from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import BLOCK, END, member_header, padding
 from client.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
 from client.bundle import extract_bundle
@@ -37,6 +38,7 @@ from client.cachedir import (
 from client.deadline import Deadline
 from client.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
 from client.progress import NullProgress, Progress
+from client.trust import EntryTrust
 
 __all__ = [
     "BUNDLE_MAX_BYTES",
@@ -103,6 +105,7 @@ class DownloadOptions:
     cancel: threading.Event | None = None  # once set, nothing more is started or placed
     on_placed: Callable[[RemoteEntry], None] | None = None  # each entry once it is in place (any thread)
     bundle_streams: int | None = None  # bundles at once, as the manifest says (None: DOWNLOAD_WORKERS)
+    trust: EntryTrust | None = None  # with trusted keys: only entries they signed are placed
 
 
 def _plan(needed: list[RemoteEntry], large_entry_bytes: int, streams: int) -> list[list[RemoteEntry]]:
@@ -158,6 +161,8 @@ def download(
     result = DownloadResult()
     try:
         jobs = _plan(needed, fetch.large, min(workers, options.bundle_streams or workers))
+        if options.trust is not None:  # checked while they download, in the order they are asked for
+            options.trust.check_ahead([entry for job in jobs for entry in job])
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
             for placed, errors in pool.map(fetch.run, jobs):
                 result.entries += len(placed)
@@ -203,6 +208,8 @@ class _Fetch:
             return placed, [f"cannot write into {self.directory} ({exc})"]
 
     def _one(self, entry: RemoteEntry, placed: list[RemoteEntry]) -> None:
+        if self.options.trust is not None and not self.options.trust.allows(entry):
+            return  # not fetched at all
         size, sha256, check = entry.size, entry.sha256, self.options.check
         with (
             self.api.entry(self.namespace, entry.key, self.options.deadline) as (_, chunks),
@@ -227,6 +234,7 @@ class _Fetch:
                 on_entry=lambda entry: self._placed(entry, placed),
                 should_stop=self.stopped,
                 check=self.options.check,
+                trust=self.options.trust,
             )
         return outcome.errors
 
@@ -424,7 +432,10 @@ def _send_bulk(
                 result.retry.append(item.key)
                 result.errors.append(f"{item.key}: {exc.strerror or exc}")
                 continue
-            records = {BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
+            sha256 = hashlib.sha256(data).hexdigest()
+            records = {BUNDLE_SHA256_PAX: sha256}
+            if (signature := api.signature(namespace, item.key, sha256)) is not None:
+                records[SIGNATURE_PAX] = signature
             if item.key in compile_times:
                 records[BUNDLE_COMPILE_TIME_PAX] = str(compile_times[item.key])
             sent[item.key] = len(data)
