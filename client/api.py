@@ -438,6 +438,17 @@ class CacheApi:
         path = f"/admin/quotas/{_seg(kind)}/{_seg(subject)}"
         return dict(self._json(self._call("PUT", path, what, deadline, json=body), what))
 
+    def admin_signers(self, deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/signers``: entries and bytes per signer key id (admin token)."""
+        what = "the signers request"
+        return dict(self._json(self._call("GET", "/admin/signers", what, deadline), what))
+
+    def admin_purge_signer(self, signer: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+        """``POST /admin/signers/{key id or unsigned}/purge``: remove what a key signed (admin token)."""
+        what = f"the purge of signer {signer!r}"
+        path = f"/admin/signers/{_seg(signer)}/purge"
+        return dict(self._json(self._call("POST", path, what, deadline, json=body), what))
+
     def admin_purge_token(self, token: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /admin/tokens/{token}/purge``: revoke a token and remove what it stored (admin token)."""
         what = f"the purge of token {token!r}"

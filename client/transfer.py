@@ -296,6 +296,7 @@ class UploadResult:
     errors: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)  # keys the server has now (ours or an equal-key entry)
     retry: list[str] = field(default_factory=list)  # keys to try again later
+    refused: list[str] = field(default_factory=list)  # keys the server refuses for good (403: a signature)
     problem: ServerProblem | None = None  # the first server failure met, if any
 
 
@@ -456,6 +457,10 @@ def _send_bulk(
             result.already_present += 1
         elif status == 409:
             result.conflicts += 1
+        elif status == 403:  # the namespace requires a signature this job cannot give: not retried
+            result.refused.append(key)
+            result.errors.append(f"{key}: {member.get('detail') or member.get('error')}")
+            continue
         else:
             result.retry.append(key)
             result.errors.append(f"{key}: {member.get('detail') or member.get('error')}")
