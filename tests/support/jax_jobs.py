@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,14 @@ def jax_env() -> dict[str, str]:
     return env
 
 
-def run_jax_job(args: list[str], script: Path = JOB) -> tuple[dict[str, Any], str]:
-    """Run a job script of this folder (tests/jax/jax_job.py) on the CPU; its JSON result and its log."""
+def run_jax_job(
+    args: list[str], script: Path = JOB, env: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
+    """Run a job script of this folder (tests/jax/jax_job.py) on the CPU, ``env`` added to its environment;
+    its JSON result and its log."""
     done = subprocess.run(
         [sys.executable, str(script), *args],
-        env=jax_env(),
+        env={**jax_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=JOB_TIMEOUT,
