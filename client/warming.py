@@ -73,7 +73,7 @@ class WarmReport(WarmCounts):
             f"{self.seconds:.2f} s ({self.server_seconds:.2f} s with the server), cache dir {self.cache_dir}"
         )
         if self.unverified_entries:
-            text += f", {self.unverified_entries} skipped unsigned by a trusted key"
+            text += f", {self.unverified_entries} skipped (signed by no trusted key)"
         if self.errors:
             text += f", {len(self.errors)} errors"
         return text
