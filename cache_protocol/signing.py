@@ -26,7 +26,7 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 __all__ = [
     "KEY_ID_PATTERN",
+    "MAX_DEPTH",
     "PRIVATE_PREFIX",
     "PUBLIC_PREFIX",
     "SIGNATURE_HEADER",
@@ -61,8 +62,12 @@ PRIVATE_PREFIX = "ed25519-private:"
 KEY_ID_PATTERN = re.compile(r"[0-9a-f]{16}")
 """A signer's key id: the first 16 hex digits of the SHA-256 of its raw public key."""
 _SIGNATURE_B64 = re.compile(r"[A-Za-z0-9+/]{86}==")  # 64 bytes in standard base64
-SIGNATURE_MAX_LENGTH = 16 + 1 + 88
 _DOMAIN = b"xla-cache-entry-v1\x00"
+_BATCH_DOMAIN = b"xla-cache-batch-v1\x00"  # what a batch signature signs: this, then the tree's root
+MAX_DEPTH = 16
+"""The deepest batch tree a signature may prove a leaf of (65,536 entries signed together)."""
+SIGNATURE_MAX_LENGTH = 800
+"""The longest wire signature: a batch one at :data:`MAX_DEPTH` is 16+1+88+1+5+1+684 characters."""
 
 
 class BadKey(ValueError):
@@ -86,27 +91,72 @@ def key_id(public: bytes) -> str:
     return hashlib.sha256(public).hexdigest()[:16]
 
 
+def _leaf(message: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + message).digest()
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _root(leaf: bytes, index: int, path: bytes) -> bytes:
+    """The root of the tree that ``path`` (the siblings, leaf level first) proves ``leaf`` at ``index`` of."""
+    node = leaf
+    for depth in range(len(path) // 32):
+        sibling = path[32 * depth : 32 * depth + 32]
+        node = _node(sibling, node) if (index >> depth) & 1 else _node(node, sibling)
+    return node
+
+
 @dataclass(frozen=True)
 class Signature:
-    """A parsed signature: who signed (``signer``, a key id) and the 64 signature bytes."""
+    """A parsed signature: who signed (``signer``, a key id) and the 64 signature bytes; for a batch
+    signature also the entry's place in the batch's tree (``index``) and its siblings there (``path``)."""
 
     signer: str
     raw: bytes
+    index: int | None = None
+    path: bytes = b""
 
     def text(self) -> str:
-        """The wire form, ``<key id>:<base64>``."""
-        return f"{self.signer}:{base64.b64encode(self.raw).decode()}"
+        """The wire form: ``<key id>:<base64 signature>``, for a batch with ``:<index>:<base64 path>``."""
+        single = f"{self.signer}:{base64.b64encode(self.raw).decode()}"
+        if self.index is None:
+            return single
+        return f"{single}:{self.index}:{base64.b64encode(self.path).decode()}"
+
+
+_FORM = (
+    "a signature is '<key id>:<base64 signature>' (16 lowercase hex digits, a colon, the 64-byte Ed25519 "
+    "signature in standard base64), for a batch followed by ':<index>:<base64 path>'"
+)
 
 
 def parse_signature(text: str) -> Signature:
     """Read a wire signature; :class:`ValueError` naming what is wrong with it."""
-    signer, sep, encoded = text.strip().partition(":")
-    if not sep or not KEY_ID_PATTERN.fullmatch(signer) or not _SIGNATURE_B64.fullmatch(encoded):
-        raise ValueError(
-            "a signature is '<key id>:<base64 signature>': 16 lowercase hex digits, a colon, and the 64-byte "
-            "Ed25519 signature in standard base64"
-        )
-    return Signature(signer, base64.b64decode(encoded))
+    parts = text.strip().split(":")
+    if (
+        len(parts) not in (2, 4)
+        or len(text) > SIGNATURE_MAX_LENGTH
+        or not KEY_ID_PATTERN.fullmatch(parts[0])
+        or not _SIGNATURE_B64.fullmatch(parts[1])
+    ):
+        raise ValueError(_FORM)
+    raw = base64.b64decode(parts[1])
+    if len(parts) == 2:
+        return Signature(parts[0], raw)
+    index_text, path_text = parts[2], parts[3]
+    try:
+        path = base64.b64decode(path_text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(_FORM) from None
+    depth = len(path) // 32
+    if not (index_text.isascii() and index_text.isdigit() and len(index_text) <= 6):
+        raise ValueError(_FORM)
+    index = int(index_text)
+    if len(path) % 32 or not 1 <= depth <= MAX_DEPTH or index >> depth:
+        raise ValueError(f"{_FORM}; the path is whole 32-byte hashes, 1 to {MAX_DEPTH}, and holds the index")
+    return Signature(parts[0], raw, index, path)
 
 
 def _decode(text: str, prefix: str, what: str) -> bytes:
@@ -162,6 +212,30 @@ class Signer:
         raw = self._private.sign(signed_message(namespace, key, sha256, self.key_id))
         return Signature(self.key_id, raw).text()
 
+    def sign_batch(self, namespace: str, entries: Sequence[tuple[str, str]]) -> list[str]:
+        """The wire signatures of many entries (``(key, sha256)`` each), with one Ed25519 signature: over
+        the root of a hash tree whose leaves are the entries' :func:`signed_message`; each entry's
+        signature carries its place and its path to the root, so each verifies on its own, and a verifier
+        checks the one signature once per batch. One entry alone gets a plain signature."""
+        if len(entries) <= 1:
+            return [self.sign(namespace, key, sha256) for key, sha256 in entries]
+        if len(entries) > 1 << MAX_DEPTH:
+            raise ValueError(f"at most {1 << MAX_DEPTH} entries are signed together")
+        level = [_leaf(signed_message(namespace, key, sha256, self.key_id)) for key, sha256 in entries]
+        width = 1 << (len(level) - 1).bit_length()
+        level += [level[-1]] * (width - len(level))  # a power of two: the last leaf again
+        levels = [level]
+        while len(level) > 1:
+            level = [_node(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+            levels.append(level)
+        raw = self._private.sign(_BATCH_DOMAIN + level[0])
+        return [
+            Signature(
+                self.key_id, raw, i, b"".join(levels[d][(i >> d) ^ 1] for d in range(len(levels) - 1))
+            ).text()
+            for i in range(len(entries))
+        ]
+
 
 def _key_lines(text: str) -> Iterable[str]:
     """The keys of a text: per line, before any ``#``, comma-separated items, each a key and maybe a label."""
@@ -197,6 +271,7 @@ class Verifier:
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         self._keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in keys.items()}
+        self._roots: set[tuple[str, bytes, bytes]] = set()  # batch signatures verified: (key id, sig, root)
 
     @property
     def key_ids(self) -> frozenset[str]:
@@ -210,13 +285,22 @@ class Verifier:
         ``untrusted signer``, ``bad signature``."""
         if not signature:
             return "unsigned"
-        signer = signature[:16]
-        public = self._keys.get(signer)
+        public = self._keys.get(signature[:16])
         if public is None:
             return "untrusted signer"
         try:
             parsed = parse_signature(signature)
-            public.verify(parsed.raw, signed_message(namespace, key, sha256, signer))
+            message = signed_message(namespace, key, sha256, parsed.signer)
+            if parsed.index is None:
+                public.verify(parsed.raw, message)
+                return None
+            root = _root(_leaf(message), parsed.index, parsed.path)
+            verified = (parsed.signer, parsed.raw, root)
+            if verified not in self._roots:  # once per batch; a wrong root is never added
+                public.verify(parsed.raw, _BATCH_DOMAIN + root)
+                if len(self._roots) >= 100_000:
+                    self._roots.clear()
+                self._roots.add(verified)
         except (ValueError, InvalidSignature):
             return "bad signature"
         return None

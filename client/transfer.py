@@ -421,8 +421,23 @@ def _send_bulk(
     progress: Progress,
 ) -> None:
     """One bulk request for ``group``; each member's answer goes into ``result``. A file that vanished
-    or cannot be read is retried later."""
+    or cannot be read is retried later.
+
+    With a signing key the group is signed as one batch (:meth:`Signer.sign_batch`: one Ed25519 signature,
+    so a warm verifies one per batch), which needs every digest before the first member is sent: the files
+    are hashed first, and a file that changed before it is sent is refused by the server (400: its digest)
+    and retried later."""
     sent: dict[str, int] = {}
+    signatures: dict[str, tuple[str, str]] = {}  # key -> (sha256, signature)
+    if api.signer is not None:
+        digests: dict[str, str] = {}
+        for item in group:
+            try:
+                digests[item.key] = file_sha256(item.path)
+            except OSError:
+                continue  # the stream meets it again and retries it
+        batch = api.signer.sign_batch(namespace, list(digests.items()))
+        signatures = {key: (digest, sig) for (key, digest), sig in zip(digests.items(), batch, strict=True)}
 
     def stream() -> Iterator[bytes]:
         sent.clear()
@@ -433,10 +448,11 @@ def _send_bulk(
                 result.retry.append(item.key)
                 result.errors.append(f"{item.key}: {exc.strerror or exc}")
                 continue
-            sha256 = hashlib.sha256(data).hexdigest()
-            records = {BUNDLE_SHA256_PAX: sha256}
-            if (signature := api.signature(namespace, item.key, sha256)) is not None:
-                records[SIGNATURE_PAX] = signature
+            if item.key in signatures:
+                sha256, signature = signatures[item.key]
+                records = {BUNDLE_SHA256_PAX: sha256, SIGNATURE_PAX: signature}
+            else:
+                records = {BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
             if item.key in compile_times:
                 records[BUNDLE_COMPILE_TIME_PAX] = str(compile_times[item.key])
             sent[item.key] = len(data)

@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from cache_protocol.signing import SIGNATURE_MAX_LENGTH
 from cache_server.domain import utcnow
 
 __all__ = [
@@ -157,7 +158,7 @@ class Entry(Base):
     pack_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # The uploader's Ed25519 signature (cache_protocol.signing: "<key id>:<base64>") and its key id.
     signer: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    signature: Mapped[str | None] = mapped_column(String(105), nullable=True)
+    signature: Mapped[str | None] = mapped_column(String(SIGNATURE_MAX_LENGTH), nullable=True)
 
 
 # The manifest's order, whole: a manifest reads its first rows off this index and stops, instead of sorting

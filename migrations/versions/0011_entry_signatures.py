@@ -1,6 +1,7 @@
 """entries.signer and entries.signature: each entry's Ed25519 signature by the job that compiled it (issue 28)
 
-``signature`` is the wire form ``<key id>:<base64>`` as the uploader sent it (also kept in the blob's
+``signature`` is the wire form ``<key id>:<base64>`` (a batch's with its place and path: at most 800
+characters, ``cache_protocol.signing.SIGNATURE_MAX_LENGTH``) as the uploader sent it (also kept in the blob's
 metadata, so reindex restores it); ``signer`` its key id, indexed for the stats per signer and for purging a
 leaked key's entries. Both NULL for an unsigned entry. Columns only: servers of the old version keep working.
 
@@ -22,7 +23,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("entries", sa.Column("signer", sa.String(length=16), nullable=True))
-    op.add_column("entries", sa.Column("signature", sa.String(length=105), nullable=True))
+    op.add_column("entries", sa.Column("signature", sa.String(length=800), nullable=True))
     op.create_index("ix_entries_signer", "entries", ["signer"], unique=False)
 
 
