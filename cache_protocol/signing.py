@@ -271,7 +271,32 @@ class Verifier:
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         self._keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in keys.items()}
-        self._roots: set[tuple[str, bytes, bytes]] = set()  # batch signatures verified: (key id, sig, root)
+        # The nodes of batch trees whose root's signature was verified, as (key id, signature, depth, hash):
+        # a later entry of the batch stops at the first of them on its path (most at the first or second).
+        self._known: set[tuple[str, bytes, int, bytes]] = set()
+
+    def _verify_in_batch(self, public: Ed25519PublicKey, parsed: Signature, leaf: bytes) -> None:
+        """Walk from ``leaf`` up its path until a node known to be in a verified tree of this signature, or
+        to the root, whose signature is then verified; :class:`InvalidSignature` if it does not verify."""
+        assert parsed.index is not None
+        signer, raw, index, path = parsed.signer, parsed.raw, parsed.index, parsed.path
+        known = self._known
+        node, walked = leaf, []
+        depth = 0
+        for depth in range(len(path) // 32):
+            if (signer, raw, depth, node) in known:
+                break
+            walked.append((signer, raw, depth, node))
+            sibling = path[32 * depth : 32 * depth + 32]
+            node = _node(sibling, node) if (index >> depth) & 1 else _node(node, sibling)
+        else:
+            depth = len(path) // 32
+            if (signer, raw, depth, node) not in known:
+                public.verify(raw, _BATCH_DOMAIN + node)  # the root: once per batch
+                walked.append((signer, raw, depth, node))
+        if len(known) > 1_000_000:
+            known.clear()
+        known.update(walked)
 
     @property
     def key_ids(self) -> frozenset[str]:
@@ -294,13 +319,7 @@ class Verifier:
             if parsed.index is None:
                 public.verify(parsed.raw, message)
                 return None
-            root = _root(_leaf(message), parsed.index, parsed.path)
-            verified = (parsed.signer, parsed.raw, root)
-            if verified not in self._roots:  # once per batch; a wrong root is never added
-                public.verify(parsed.raw, _BATCH_DOMAIN + root)
-                if len(self._roots) >= 100_000:
-                    self._roots.clear()
-                self._roots.add(verified)
+            self._verify_in_batch(public, parsed, _leaf(message))
         except (ValueError, InvalidSignature):
             return "bad signature"
         return None

@@ -30,9 +30,13 @@ def test_every_entry_of_a_batch_verifies_and_none_for_another(signer: Signer, co
         assert verifier.why_not("other-ns", key, sha, signature) == "bad signature"
         assert verifier.why_not("ns", key + "x", sha, signature) == "bad signature"
         assert verifier.why_not("ns", key, digest("other bytes"), signature) == "bad signature"
-    if count > 1:  # one signature is checked once per batch, and another entry's proof proves nothing here
+    if count > 1:  # one Ed25519 signature per batch; another entry's proof does not prove this one
         assert len({parse_signature(s).raw for s in signatures}) == 1
-        assert verifier.why_not("ns", entries[0][0], entries[0][1], signatures[1]) == "bad signature"
+        fresh = Verifier({signer.key_id: signer.public})
+        assert fresh.why_not("ns", entries[0][0], entries[0][1], signatures[1]) == "bad signature"
+        assert fresh.why_not("ns", entries[1][0], entries[1][1], signatures[1]) is None
+        # ... nor does a known batch vouch for an entry outside it
+        assert fresh.why_not("ns", "stranger", digest("s"), signatures[0]) == "bad signature"
 
 
 def test_malformed_untrusted_and_absent_signatures(signer: Signer) -> None:
