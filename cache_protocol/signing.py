@@ -9,7 +9,10 @@ for no other entry, namespace or purpose.
 On the wire a signature is one string, ``<key id>:<base64 signature>`` (the ``X-Entry-Signature`` header of
 a PUT and a single read, the ``XLA_CACHE.signature`` PAX record of a bulk or bundle member, ``signature`` in
 manifests and the change feed). A key id is the first 16 hex digits of the SHA-256 of the raw 32-byte public
-key.
+key. Entries uploaded together are signed as one batch (:meth:`Signer.sign_batch`): one signature over the
+root of a hash tree (leaves ``sha256(0x00 || message)``, nodes ``sha256(0x01 || left || right)``) of their
+messages, each entry's wire form adding ``:<index>:<base64 path>`` (its place and the siblings up to the
+root), so each still verifies on its own and a verifier checks one Ed25519 signature per batch.
 
 Keys are one-line texts, so that they fit an environment variable as well as a file:
 ``ed25519-private:<base64 of the 32-byte seed>`` and ``ed25519:<base64 of the 32-byte public key>``. A key
