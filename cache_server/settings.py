@@ -223,6 +223,21 @@ class Settings(BaseSettings):
             "one bulk member (a bulk upload commits each group once it has been open a quarter of this)."
         ),
     )
+    signer_keys: str = Field(
+        default="",
+        description=(
+            "Public keys of the uploaders whose entry signatures this server checks: keys "
+            "(ed25519:<base64>) or paths of key files, comma separated (xla-cache keys create makes them)."
+        ),
+    )
+    require_signatures: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            'Namespaces that require signed uploads, as JSON {"<namespace pattern>": ["<key id>", ...]}: '
+            "an upload into a matching namespace (the first pattern that matches) must be signed by one of "
+            "those keys (* : any key of XLA_CACHE_SIGNER_KEYS), or it is refused with 403."
+        ),
+    )
     gc_interval_seconds: float = Field(
         default=3600.0,
         ge=0,

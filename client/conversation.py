@@ -26,6 +26,7 @@ from client.errors import ServerError, ServerProblem, ServerUnavailable
 from client.nearest import NearNamespace, ask_nearest
 from client.plan import WarmPlan
 from client.transfer import DownloadOptions, DownloadResult, download, split_present
+from client.trust import EntryTrust
 
 __all__ = ["Conversation", "Survey", "WarmCounts", "talk"]
 
@@ -43,6 +44,7 @@ class WarmCounts:
     downloaded_bytes: int = 0
     present_entries: int = 0  # already in the directory with the right size and SHA-256
     present_bytes: int = 0
+    unverified_entries: int = 0  # skipped: no trusted key signed them (XLA_CACHE_TRUSTED_KEYS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +69,8 @@ class Conversation:
     read_only: bool = False  # the token may read but not write: nothing is uploaded
     feed_cursor: int | None = None  # where following starts (taken before the manifest)
     nearest: list[NearNamespace] = field(default_factory=list)  # when the namespace is empty or thin
+    unverified: int = 0  # entries skipped because no trusted key signed them
+    unverified_reasons: str = ""  # "3 unsigned, 1 bad signature"
 
     def counts(self) -> WarmCounts:
         present = self.survey.present
@@ -76,6 +80,7 @@ class Conversation:
             downloaded_bytes=self.fetched.bytes,
             present_entries=len(present),
             present_bytes=sum(entry.size for entry in present),
+            unverified_entries=self.unverified,
         )
 
     def on_server(self) -> set[str]:
@@ -136,6 +141,7 @@ def _converse(
     read_only, cursor, unavailable = False, None, False
     survey, fetched = Survey(), DownloadResult()
     nearest: list[NearNamespace] = []
+    trust = EntryTrust(plan.options.trusted, plan.namespace) if plan.options.trusted else None
     lock = DirLock(plan.directory)
     try:
         if not lock.acquire(deadline.remaining()):
@@ -167,6 +173,7 @@ def _converse(
                     cancel=cancel,
                     on_placed=report,
                     bundle_streams=survey.bundle_streams,
+                    trust=trust,
                 ),
             )
             errors += fetched.errors
@@ -190,6 +197,8 @@ def _converse(
         read_only=read_only,
         feed_cursor=cursor,
         nearest=nearest,
+        unverified=trust.refused if trust is not None else 0,
+        unverified_reasons=trust.reasons() if trust is not None else "",
     )
 
 

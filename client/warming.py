@@ -78,6 +78,8 @@ class WarmReport(WarmCounts):
             f"({self.downloaded_bytes} bytes) downloaded, {self.present_entries} already present, "
             f"{self.seconds:.2f} s ({self.server_seconds:.2f} s with the server), cache dir {self.cache_dir}"
         )
+        if self.unverified_entries:
+            text += f", {self.unverified_entries} skipped (signed by no trusted key)"
         if self.errors:
             text += f", {len(self.errors)} errors"
         if self.nearest:
@@ -126,8 +128,11 @@ def warm(
     one runs (and uploads this job's new compilations within a second of being written).
     """
     started = time.monotonic()
+    config = ClientConfig.resolve(server, token, cache_dir)
     options = WarmOptions(
-        config=ClientConfig.resolve(server, token, cache_dir),
+        config=config,
+        signer=config.signer(),
+        trusted=config.verifier(),
         framework=_framework(framework, fingerprint),
         initialize=initialize,
         all_compilations=all_compilations,
@@ -174,7 +179,8 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
     api: CacheApi | None = None
     talked, server_seconds = Conversation(), 0.0
     if options.config.server:
-        api = CacheApi(options.config.server, options.config.token)  # the one place the URL is normalised
+        # the one place the URL is normalised
+        api = CacheApi(options.config.server, options.config.token, signer=options.signer)
         # The bound covers the server conversation only: importing the framework and starting its runtime
         # are costs the job pays anyway.
         talked, server_seconds = talk(api, plan)
@@ -190,6 +196,14 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
             server,
             _summarize(errors),
             len(scan(plan.directory, options.framework.is_entry)),
+        )
+    if talked.unverified:
+        logger.warning(
+            "xla-cache: skipped %d entries of namespace %s that no trusted key signed (%s; "
+            "XLA_CACHE_TRUSTED_KEYS): the job compiles them itself",
+            talked.unverified,
+            plan.namespace,
+            talked.unverified_reasons,
         )
     on_server = talked.on_server()
     removed = _remove_unloadable(plan, on_server)
@@ -292,7 +306,7 @@ def _start_background(
     uploader.start()
     if options.follow and api is not None and talked.feed_cursor is not None:
         cursor, check = talked.feed_cursor, framework.entry_problem
-        follower = Follower(api, plan.namespace, plan.directory, cursor, check=check)
+        follower = Follower(api, plan.namespace, plan.directory, cursor, check=check, trusted=options.trusted)
         follower.start()
     return _Background(uploader, follower, api, reporter)
 

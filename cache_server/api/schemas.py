@@ -176,6 +176,10 @@ class ManifestEntry(BaseModel):
             "cheaply, so a client splitting a warm into several bundles keeps them in one."
         ),
     )
+    signature: str | None = Field(
+        default=None,
+        description="The uploader's Ed25519 signature, '<key id>:<base64>' (null: unsigned).",
+    )
 
 
 class ManifestOut(BaseModel):
@@ -197,6 +201,10 @@ class FeedEntryOut(BaseModel):
     size: int
     sha256: str
     compile_time_ms: int | None = None
+    signature: str | None = Field(
+        default=None,
+        description="The uploader's Ed25519 signature, '<key id>:<base64>' (null: unsigned).",
+    )
 
 
 class FeedOut(BaseModel):

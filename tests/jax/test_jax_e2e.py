@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from cache_protocol.signing import Signer
 from tests.support.jax_jobs import TORCHAX_JOB, run_jax_job
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
@@ -23,8 +24,11 @@ SHAPES = 32
 
 
 def test_a_job_warmed_in_another_directory_hits_every_shape(live_server: LiveServer, tmp_path: Path) -> None:
+    # The first job signs what it uploads; the second verifies every entry against that key and loads all.
+    signer = Signer.generate()
     first, _ = run_jax_job(
-        ["--server", live_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", str(SHAPES)]
+        ["--server", live_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", str(SHAPES)],
+        env={"XLA_CACHE_SIGNING_KEY": signer.private_text()},
     )
     namespace = first["warm"]["namespace"]
     assert namespace.startswith("cpu-jax0.10.")
@@ -35,9 +39,11 @@ def test_a_job_warmed_in_another_directory_hits_every_shape(live_server: LiveSer
     assert first["uploaded"]["uploaded"] == SHAPES and first["uploaded"]["errors"] == []
 
     second, log = run_jax_job(
-        ["--server", live_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", str(SHAPES)]
+        ["--server", live_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", str(SHAPES)],
+        env={"XLA_CACHE_TRUSTED_KEYS": signer.public_text()},
     )
     assert second["warm"]["namespace"] == namespace
+    assert second["warm"]["unverified_entries"] == 0
     assert (
         second["warm"]["cache_dir"] != first["warm"]["cache_dir"]
     )  # another path: the keys do not contain it
