@@ -374,3 +374,21 @@ def test_a_job_that_imported_torchax_reports_as_torchax(monkeypatch: pytest.Monk
     assert collector.framework() == "jax"
     monkeypatch.setitem(sys.modules, "torchax", types.ModuleType("torchax"))
     assert collector.framework() == "torchax"
+
+
+def test_a_run_keeps_the_framework_it_began_with(tmp_path: Path, receiver: tuple[str, RunReceiver]) -> None:
+    """The server refuses a run whose framework changes: torchax imported after the warm changes nothing."""
+
+    class Changing(FakeCollector):
+        name = "jax"
+
+        def framework(self) -> str:
+            return self.name
+
+    url, taken = receiver
+    collector = Changing()
+    setup = Setup(tmp_path, url, collector)
+    collector.name = "torchax"
+    setup.reporter.tick()
+    setup.reporter.finish()
+    assert [r["framework"] for r in taken.reports_of(setup.reporter.run_id)] == ["jax", "jax"]
