@@ -188,6 +188,8 @@ def test_doctor_says_this_torch_xla_loads_its_own_entries(live_server: LiveServe
     assert report["second_run"]["counters"]["PersistentCacheHit"] == report["second_run"]["graphs"] == 3
     assert report["second_run"]["counters"]["UncachedCompile"] == 0
     assert report["server_ready"] is True
+    # the self-test runtime's namespace was looked up on the server (what it holds depends on the other tests)
+    assert isinstance(report["namespace_entries"], int)
 
 
 TOO_LATE = """
