@@ -13,19 +13,35 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 __all__ = [
     "COUNTERS",
+    "REMOVAL_POLICIES",
     "Clock",
     "Counters",
     "EntryInfo",
     "EntryRef",
     "NamespaceInfo",
+    "RemovalPolicy",
     "TokenInfo",
     "counter_description",
     "utcnow",
 ]
+
+RemovalPolicy = Literal["lru", "max_age", "admin", "namespace_deleted", "purge", "damaged", "lost"]
+"""Why an entry was removed, as its tombstone records it: eviction to meet a budget (``lru``) or of what
+was unused too long (``max_age``), an explicit removal of the entry (``admin``), its namespace deleted, its
+token purged, its bytes found damaged, or its blob found lost (gc). Every removal names one."""
+REMOVAL_POLICIES: Final[tuple[RemovalPolicy, ...]] = (
+    "lru",
+    "max_age",
+    "admin",
+    "namespace_deleted",
+    "purge",
+    "damaged",
+    "lost",
+)
 
 Clock = Callable[[], dt.datetime]
 """What the services read the time from (aware UTC); tests pass their own to age entries without sleeping."""
@@ -103,6 +119,8 @@ class EntryInfo:
     stored_by: str | None = None  # the id of the token that stored it (None with auth off)
     pack: str | None = None  # the pack holding a copy of its bytes, if one does (cache_server.packs)
     pack_offset: int | None = None  # where in that pack
+    signer: str | None = None  # the key id of the uploader's signature, if it signed (cache_protocol.signing)
+    signature: str | None = None  # that signature, "<key id>:<base64>"
 
 
 class EntryRef(NamedTuple):
@@ -117,6 +135,7 @@ class EntryRef(NamedTuple):
     created_at: dt.datetime
     pack: str | None = None
     pack_offset: int | None = None
+    signature: str | None = None  # the uploader's signature, "<key id>:<base64>", if signed
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,11 @@ __all__ = [
     "InvalidName",
     "NamespaceNotFound",
     "QuotaExceeded",
+    "RunConflict",
+    "RunNotFound",
+    "RunOwned",
+    "SignatureInvalid",
+    "SignatureRequired",
     "SignedUrlsUnavailable",
     "StorageUnavailable",
     "TokenNotFound",
@@ -178,6 +183,20 @@ class Forbidden(CacheError):
     code = "forbidden"
 
 
+class SignatureRequired(Forbidden):
+    """An unsigned upload into a namespace that requires signatures (``XLA_CACHE_REQUIRE_SIGNATURES``);
+    nothing of it is stored."""
+
+    code = "signature_required"
+
+
+class SignatureInvalid(Forbidden):
+    """An upload whose signature is not a valid one, by a key the namespace accepts, over exactly this
+    namespace, key and digest; nothing of it is stored."""
+
+    code = "signature_invalid"
+
+
 class TokenRevoked(Unauthorized):
     """The token an upload was sent with was revoked while the upload was in flight: the upload stopped,
     and what it stored after the revoke was removed (see the README's trust model)."""
@@ -197,3 +216,21 @@ class QuotaExceeded(CacheError):
     namespaces it may create; nothing of it is stored."""
 
     code = "quota_exceeded"
+
+
+class RunOwned(Forbidden):
+    """A run id another token reported first (the first token to report a run id owns it)."""
+
+    code = "run_owned"
+
+
+class RunConflict(CacheError):
+    """A report of an existing run id with another namespace or framework than the run has."""
+
+    code = "run_conflict"
+
+
+class RunNotFound(CacheError):
+    """No run report has this id (or the token may not see it)."""
+
+    code = "run_not_found"

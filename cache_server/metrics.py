@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from cache_server.errors import CacheError
 
 __all__ = [
+    "BULK_MEMBERS",
     "BYTES_RECEIVED",
     "BYTES_SENT",
     "CONTENT_TYPE",
@@ -38,8 +39,14 @@ __all__ = [
     "PACKED_LATER",
     "REQUESTS",
     "REQUEST_SECONDS",
+    "RUNS",
+    "RUN_COMPILE_SECONDS",
+    "RUN_HITS",
+    "RUN_MISSES",
+    "RUN_SAVED_SECONDS",
     "UNKNOWN_NAMESPACE",
     "NamespaceLabels",
+    "StorageBudgetCollector",
     "StoredCollector",
     "multiprocess_directory",
     "render",
@@ -61,6 +68,12 @@ REQUEST_SECONDS = Histogram(
 )
 BYTES_RECEIVED = Counter("xla_cache_http_received_bytes", "Request body bytes received, by route.", ["route"])
 BYTES_SENT = Counter("xla_cache_http_sent_bytes", "Response body bytes sent, by route.", ["route"])
+BULK_MEMBERS = Counter(
+    "xla_cache_bulk_members",
+    "Members of bulk uploads answered, by the status a PUT of each would have had (201 stored, 200 stored "
+    "already, 409, and the refusals: 400, 413, 507...); the request itself is 200.",
+    ["status"],
+)
 HITS = Counter(
     "xla_cache_hits", "Entries served (downloads and bundle members), by namespace.", ["namespace"]
 )
@@ -76,6 +89,22 @@ MEMORY_ANSWERS = Counter(
 PACKED_LATER = Counter(
     "xla_cache_packed_later_entries",
     "Entries stored without a copy in a pack that packing later gave one (cache_server.admin.packing).",
+)
+
+RUNS = Counter("xla_cache_runs", "Runs first reported (POST /v1/runs), by framework.", ["framework"])
+RUN_HITS = Counter(
+    "xla_cache_run_hits", "Persistent-cache loads the runs reported, by framework.", ["framework"]
+)
+RUN_MISSES = Counter(
+    "xla_cache_run_misses", "Compiles (misses) the runs reported, by framework.", ["framework"]
+)
+RUN_COMPILE_SECONDS = Counter(
+    "xla_cache_run_compile_seconds", "Compile seconds the runs reported paying, by framework.", ["framework"]
+)
+RUN_SAVED_SECONDS = Counter(
+    "xla_cache_run_saved_seconds",
+    "Compile seconds the runs' hits saved (the stored entries' compile times), by framework.",
+    ["framework"],
 )
 
 
@@ -178,17 +207,36 @@ class StoredCollector(Collector):
         yield size
 
 
-def render(stored: Collector) -> bytes:
-    """The text exposition of every metric: this process's (or all workers') plus what is stored."""
+class StorageBudgetCollector(Collector):
+    """The configured storage budget (``XLA_CACHE_MAX_TOTAL_BYTES``), 0 when none is set: the same in every
+    worker, so it is rendered at scrape time rather than kept per process."""
+
+    def __init__(self, budget_bytes: int | None) -> None:
+        self._budget = budget_bytes or 0
+
+    def collect(self) -> Iterator[Metric]:
+        budget = GaugeMetricFamily(
+            "xla_cache_storage_budget_bytes",
+            "The storage budget background eviction keeps the whole store under (XLA_CACHE_MAX_TOTAL_BYTES), "
+            "0 when none is set.",
+        )
+        budget.add_metric([], self._budget)
+        yield budget
+
+
+def render(*at_scrape: Collector) -> bytes:
+    """The text exposition of every metric: this process's (or all workers') plus those ``at_scrape``
+    collects now (what is stored, the budget)."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         body = generate_latest(registry)
     else:
         body = generate_latest(REGISTRY)
-    from_index = CollectorRegistry(auto_describe=False)
-    from_index.register(stored)
-    return body + generate_latest(from_index)
+    now = CollectorRegistry(auto_describe=False)
+    for collector in at_scrape:
+        now.register(collector)
+    return body + generate_latest(now)
 
 
 @contextmanager

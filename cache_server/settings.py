@@ -203,6 +203,15 @@ class Settings(BaseSettings):
             "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
         ),
     )
+    nearest_candidates: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description=(
+            "How many populated namespaces of a framework (the most recently used) GET "
+            "/v1/namespaces/{ns}/nearest compares with the namespace's fingerprint: the bound on its work."
+        ),
+    )
     orphan_grace_seconds: float = Field(
         default=300.0,
         ge=0,
@@ -214,6 +223,21 @@ class Settings(BaseSettings):
             "one bulk member (a bulk upload commits each group once it has been open a quarter of this)."
         ),
     )
+    signer_keys: str = Field(
+        default="",
+        description=(
+            "Public keys of the uploaders whose entry signatures this server checks: keys "
+            "(ed25519:<base64>) or paths of key files, comma separated (xla-cache keys create makes them)."
+        ),
+    )
+    require_signatures: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            'Namespaces that require signed uploads, as JSON {"<namespace pattern>": ["<key id>", ...]}: '
+            "an upload into a matching namespace (the first pattern that matches) must be signed by one of "
+            "those keys (* : any key of XLA_CACHE_SIGNER_KEYS), or it is refused with 403."
+        ),
+    )
     gc_interval_seconds: float = Field(
         default=3600.0,
         ge=0,
@@ -222,6 +246,30 @@ class Settings(BaseSettings):
             "XLA_CACHE_ORPHAN_GRACE_SECONDS, rows whose blob is gone, damaged blobs set aside; 0: only "
             "when an admin asks, POST /admin/gc)."
         ),
+    )
+
+    run_retention_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Run reports (POST /v1/runs) older than this many days are pruned by background gc.",
+    )
+    max_runs: int = Field(
+        default=100_000,
+        ge=1,
+        description="At most this many run reports are kept; background gc prunes the oldest beyond it.",
+    )
+    tombstone_days: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "A removed entry's tombstone (when and by which policy it went, to explain a later compile of "
+            "its key) is kept this many days; background gc prunes older ones."
+        ),
+    )
+    max_tombstones: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="At most this many tombstones are kept; background gc prunes the oldest beyond it.",
     )
 
     @field_validator("log_level")

@@ -22,11 +22,15 @@ from cache_server.graphs.worker import ParserProcess
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.quotas import Quotas
 from cache_server.reindex import Reindexer
+from cache_server.runs import RunService
+from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.storage import BlobStore, open_store
 
@@ -47,6 +51,8 @@ class Services:
     reindexer: Reindexer
     activity: Activity
     quotas: Quotas
+    runs: RunService
+    nearest: NearestNamespaces
     graphs: GraphReports
 
     def start(self) -> None:
@@ -104,6 +110,7 @@ def build_services(
         clock=clock,
         graph_parser=graph_parser,
         forget_entries=hot.forget,
+        prune_history=lambda: prune_history(database, settings, clock()),
     )
     quotas = Quotas(QuotaRepository(database), settings.max_namespaces_per_token, clock=clock)
     cache = CacheService(
@@ -120,5 +127,9 @@ def build_services(
         reindexer=Reindexer(entries, store),
         activity=activity,
         quotas=quotas,
+        runs=RunService(database, clock=clock),
+        nearest=NearestNamespaces(
+            entries, NearestRepository(database), candidates=settings.nearest_candidates
+        ),
         graphs=GraphReports(GraphVariantsRepository(database)),
     )

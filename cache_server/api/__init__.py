@@ -14,7 +14,9 @@ from cache_server.api import (
     health,
     metrics,
     namespaces,
+    nearest,
     quotas,
+    runs,
     signed_urls,
     uploads,
 )
@@ -27,6 +29,7 @@ router.include_router(entries.router)
 router.include_router(uploads.router)
 router.include_router(feed.router)
 router.include_router(namespaces.router)
+router.include_router(nearest.router)
 router.include_router(signed_urls.router)
 router.include_router(health.router)
 router.include_router(metrics.router)
@@ -34,4 +37,5 @@ router.include_router(docs.router)
 router.include_router(admin.router)
 router.include_router(graphs.router)
 router.include_router(quotas.router)
+router.include_router(runs.router)
 router.include_router(dashboard.router)

@@ -12,20 +12,26 @@ from cache_server.auth import TokenManager
 from cache_server.feed import FeedWatcher
 from cache_server.graphs.report import GraphReports
 from cache_server.quotas import Quotas
+from cache_server.runs import RunService
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
     "GraphsDep",
+    "NearestDep",
     "QuotasDep",
+    "RunsDep",
     "ServiceDep",
     "SettingsDep",
     "TokensDep",
     "get_admin",
     "get_feed_watcher",
     "get_graphs",
+    "get_nearest",
+    "get_runs",
     "get_service",
     "get_settings",
     "get_tokens",
@@ -42,6 +48,10 @@ def get_service(request: Request) -> CacheService:
     return _services(request).cache
 
 
+def get_nearest(request: Request) -> NearestNamespaces:
+    return _services(request).nearest
+
+
 def get_admin(request: Request) -> AdminService:
     return _services(request).admin
 
@@ -52,6 +62,10 @@ def get_tokens(request: Request) -> TokenManager:
 
 def get_quotas(request: Request) -> Quotas:
     return _services(request).quotas
+
+
+def get_runs(request: Request) -> RunService:
+    return _services(request).runs
 
 
 def get_graphs(request: Request) -> GraphReports:
@@ -85,6 +99,10 @@ async def _admin(request: Request) -> AdminService:
     return get_admin(request)
 
 
+async def _nearest(request: Request) -> NearestNamespaces:
+    return get_nearest(request)
+
+
 async def _tokens(request: Request) -> TokenManager:
     return get_tokens(request)
 
@@ -101,9 +119,15 @@ async def _quotas(request: Request) -> Quotas:
     return get_quotas(request)
 
 
+async def _runs(request: Request) -> RunService:
+    return get_runs(request)
+
+
 ServiceDep = Annotated[CacheService, Depends(_service)]
 AdminDep = Annotated[AdminService, Depends(_admin)]
+NearestDep = Annotated[NearestNamespaces, Depends(_nearest)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]
+RunsDep = Annotated[RunService, Depends(_runs)]
 GraphsDep = Annotated[GraphReports, Depends(_graphs)]

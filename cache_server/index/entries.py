@@ -14,10 +14,11 @@ from typing import Any, cast
 from sqlalchemy import Select, Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, NamespaceInfo
+from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, NamespaceInfo, RemovalPolicy
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
 from cache_server.index.models import Entry, EntryFeed, EntryTotals, Namespace
+from cache_server.index.tombstones import Removed, bury
 
 __all__ = [
     "AccessDelta",
@@ -59,6 +60,7 @@ class FeedEntry:
     size: int
     sha256: str
     compile_time_ms: int | None
+    signature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class EntryRecord:
     stored_by: str | None = None
     pack: str | None = None  # where a copy of the bytes lies in a pack, if one does
     pack_offset: int | None = None
+    signer: str | None = None  # the signature's key id, if signed
+    signature: str | None = None  # "<key id>:<base64>" (cache_protocol.signing)
 
     def row(self) -> dict[str, Any]:
         """The ``entries`` row of a new entry: never used yet."""
@@ -322,7 +326,7 @@ class EntryRepository:
     def feed(self, namespace: str, after: int, limit: int) -> list[FeedEntry]:
         """The namespace's entries stored after position ``after``, oldest first, at most ``limit``."""
         stmt = (
-            select(EntryFeed.seq, Entry.key, Entry.size, Entry.sha256, Entry.compile_time_ms)
+            select(EntryFeed.seq, Entry.key, Entry.size, Entry.sha256, Entry.compile_time_ms, Entry.signature)
             .join(Entry, (Entry.namespace == EntryFeed.namespace) & (Entry.key == EntryFeed.key))
             .where(EntryFeed.namespace == namespace, EntryFeed.seq > after)
             .order_by(EntryFeed.seq)
@@ -330,8 +334,8 @@ class EntryRepository:
         )
         with self._db.transaction() as session:
             return [
-                FeedEntry(int(seq), key, int(size), sha, ms)
-                for seq, key, size, sha, ms in session.execute(stmt)
+                FeedEntry(int(seq), key, int(size), sha, ms, signature)
+                for seq, key, size, sha, ms, signature in session.execute(stmt)
             ]
 
     def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:
@@ -356,15 +360,27 @@ class EntryRepository:
                 added += len(session.execute(stmt).all())
         return added
 
-    def delete_entry(self, namespace: str, key: str, *, sha256: str | None = None) -> EntryInfo | None:
-        """Remove an entry's row (only if it still has digest ``sha256``, when given); returns what was
-        removed."""
+    def delete_entry(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        policy: RemovalPolicy,
+        when: dt.datetime,
+        sha256: str | None = None,
+    ) -> EntryInfo | None:
+        """Remove an entry's row (only if it still has digest ``sha256``, when given), with a tombstone
+        saying ``when`` and by which ``policy``; returns what was removed."""
         with self._db.transaction() as session:
             row = session.get(Entry, (namespace, key))
             if row is None or (sha256 is not None and row.sha256 != sha256):
                 return None
+            info = entry_info(row)
             session.delete(row)
-            return entry_info(row)
+            session.flush()
+            removed = Removed(namespace, key, row.size, row.compile_time_ms)
+            bury(self._db, session, [removed], policy, when)
+            return info
 
     def manifest(self, namespace: str, *, max_bytes: int | None, max_entries: int | None) -> list[EntryRef]:
         """The most useful entries first (most hits, then most recently used), within the bounds.

@@ -1,0 +1,285 @@
+"""Why a run compiled each key it reported: worked out when asked, from what the index knows then.
+
+In this order, the first that applies (:data:`cache_protocol.runs.MISS_REASONS`):
+
+- ``load_failed``: the client found an entry of the key and could not load it;
+- ``evicted``: the key was stored once and removed before the miss (its tombstone: when, which policy);
+- ``new_graph``: no entry of the miss's module was stored in the namespace before it. "Before" counts the
+  misses of the same run in the order reported: of three shapes of one new module compiled by one run, the
+  first is a new graph and the other two are new shapes of it;
+- ``new_shapes``: the module is known at other shapes: the parameter dimensions that differ from the
+  nearest stored variant (:func:`cache_server.graphs.shapes.nearest`) are named;
+- ``different_key``: the module is known at these very shapes, under another key. Where the client recorded
+  JAX's cache-key components, the ones that differ from the nearest earlier miss of the module that recorded
+  them are named;
+- ``unknown``: the bytes are opaque (a TPU executable does not parse) and nothing above applies; the detail
+  says what the client knew (its module name).
+
+The module and shapes of a miss are those parsed from its own stored entry; where that is not stored or not
+parseable, the module the client reported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from cache_server.graphs.shapes import Dimension, Signature, differing_dimensions, parse_signature
+from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
+from cache_server.index.runs import MissRecord
+from cache_server.runs.variants import ModuleVariants, Variant, VariantsCache
+
+__all__ = ["ComponentDifference", "ExplainedMiss", "explain"]
+
+
+@dataclass(frozen=True)
+class ComponentDifference:
+    """A JAX cache-key component whose hash differs from the nearest earlier miss's."""
+
+    component: str
+    ours: str | None
+    theirs: str | None
+
+
+@dataclass(frozen=True)
+class ExplainedMiss:
+    """One miss with its reason and what supports it."""
+
+    key: str
+    module: str | None
+    reason: str
+    detail: str
+    compile_ms: int | None
+    load_failed: bool
+    components: dict[str, str] | None
+    shapes: str | None = None
+    nearest_key: str | None = None
+    dimensions: list[Dimension] = field(default_factory=list)
+    differing_components: list[ComponentDifference] = field(default_factory=list)
+    removed_at: dt.datetime | None = None
+    policy: str | None = None
+
+
+COMPARED_MISSES = 200
+"""Earlier misses with components a miss is compared with (the latest ones before it)."""
+
+
+class _Context:
+    """What one explanation shares across its misses: the run's order and each module's variants and
+    earlier misses, indexed once."""
+
+    def __init__(self, run_keys: Sequence[str], facts: MissFacts, cache: VariantsCache) -> None:
+        self.order = {key: index for index, key in enumerate(run_keys)}
+        self.facts = facts
+        self._cache = cache
+        self._variants: dict[str, ModuleVariants] = {}
+        self._firsts: dict[str, tuple[dt.datetime | None, int | None]] = {}
+        self._recorded: dict[str, tuple[list[dt.datetime], list[ComponentMiss]]] = {}
+
+    def variants(self, module: str) -> ModuleVariants:
+        if module not in self._variants:
+            graphs = self.facts.variants.get(module, [])
+            self._variants[module] = self._cache.get(self.facts.namespace, module, graphs)
+        return self._variants[module]
+
+    def any_before(self, module: str, position: int, at: dt.datetime | None) -> bool:
+        """Whether an entry of ``module`` was stored before the miss at ``position`` of its run."""
+        if module not in self._firsts:
+            graphs = self.facts.variants.get(module, [])
+            outside = [g.created_at for g in graphs if g.key not in self.order]
+            inside = [self.order[g.key] for g in graphs if g.key in self.order]
+            self._firsts[module] = (min(outside, default=None), min(inside, default=None))
+        first_outside, first_inside = self._firsts[module]
+        if first_inside is not None and first_inside < position:
+            return True
+        return first_outside is not None and (at is None or first_outside <= at)
+
+    def earlier_misses(self, modules: Sequence[str], key: str, at: dt.datetime | None) -> list[ComponentMiss]:
+        """The latest misses (other than ``key``) of these modules that recorded components, before ``at``."""
+        found: list[ComponentMiss] = []
+        for module in dict.fromkeys(modules):
+            if module not in self._recorded:
+                ascending = sorted(self.facts.component_misses.get(module, []), key=lambda m: m.reported_at)
+                self._recorded[module] = ([m.reported_at for m in ascending], ascending)
+            times, ascending = self._recorded[module]
+            end = len(times) if at is None else bisect_left(times, at)
+            found.extend(
+                m for m in reversed(ascending[max(0, end - COMPARED_MISSES - 1) : end]) if m.key != key
+            )
+        return found[: 2 * COMPARED_MISSES]
+
+
+@lru_cache(maxsize=20_000)
+def _signature(shapes: str) -> Signature | None:
+    return parse_signature(shapes)
+
+
+def explain(
+    misses: Sequence[MissRecord],
+    run_keys: Sequence[str],
+    facts: MissFacts,
+    cache: VariantsCache | None = None,
+) -> list[ExplainedMiss]:
+    """The reason of each of ``misses`` (some of one run's, in report order); ``run_keys`` are every key
+    the run reported, in order (a later miss of the run is not "before" an earlier one). ``cache`` keeps
+    the modules' variant indexes between calls."""
+    context = _Context(run_keys, facts, cache or VariantsCache())
+    return [_explain(miss, context) for miss in misses]
+
+
+def _explain(miss: MissRecord, context: _Context) -> ExplainedMiss:
+    facts = context.facts
+    own = facts.own.get(miss.key)
+    module = own.module if own is not None and own.module is not None else miss.module
+    shapes = own.shapes if own is not None else None
+    base = ExplainedMiss(
+        key=miss.key,
+        module=module,
+        reason="unknown",
+        detail="",
+        compile_ms=miss.compile_ms,
+        load_failed=miss.load_failed,
+        components=miss.components,
+        shapes=shapes,
+    )
+    if miss.load_failed:
+        return _with(base, "load_failed", "an entry of this key was stored, but it failed to load")
+    tombstone = facts.tombstones.get(miss.key)
+    if tombstone is not None and (miss.reported_at is None or tombstone.removed_at <= miss.reported_at):
+        when = tombstone.removed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return _with(
+            base,
+            "evicted",
+            f"stored once, removed {when} by policy {tombstone.policy}",
+            removed_at=tombstone.removed_at,
+            policy=tombstone.policy,
+        )
+    opaque = own is not None and own.module is None  # stored, and its bytes do not parse
+    if module is None and tombstone is not None:  # removed after the miss: its graph went with it
+        when = tombstone.removed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return _with(
+            base,
+            "unknown",
+            f"the entry was stored, then removed {when} by policy {tombstone.policy}: its graph is no "
+            "longer known",
+        )
+    if module is None:
+        return _with(base, "unknown", _opaque(miss))
+    position = context.order.get(miss.key, len(context.order))
+
+    def before(graph: StoredGraph) -> bool:
+        return graph.key != miss.key and _before(graph, position, context.order, miss.reported_at)
+
+    names = [module] if miss.module in (None, module) else [module, miss.module]  # the client's name too
+    earlier_misses = context.earlier_misses(names, miss.key, miss.reported_at)
+    if opaque:
+        return _opaque_reason(base, miss, earlier_misses)
+    any_prior = context.any_before(module, position, miss.reported_at)
+    if not any_prior and not earlier_misses:
+        return _with(base, "new_graph", f"no entry of module {module} was stored in this namespace before")
+    variants = context.variants(module)
+    ours = _signature(shapes) if shapes else None
+    same_shapes = [g for g in variants.by_shapes.get(shapes or "", []) if before(g)]
+    if ours is not None and any_prior and not same_shapes:
+        return _new_shapes(base, module, ours, variants.nearest(shapes or "", before))
+    if same_shapes or (ours is None and earlier_misses):
+        by_components = _same_computation(base, miss, earlier_misses)
+        if by_components is not None:
+            return by_components
+        if same_shapes:
+            return _with(
+                base,
+                "different_key",
+                f"module {module} is stored at these shapes under key {same_shapes[0].key}; the key differs"
+                + ("" if miss.components else " (no cache-key components recorded to say which part)"),
+                nearest_key=same_shapes[0].key,
+            )
+    if not any_prior:
+        return _with(base, "unknown", _opaque(miss))
+    return _with(base, "unknown", _opaque(miss) + f"; module {module} has stored entries")
+
+
+def _same_computation(
+    base: ExplainedMiss, miss: MissRecord, earlier: list[ComponentMiss]
+) -> ExplainedMiss | None:
+    """``different_key`` naming the JAX cache-key components that differ from the nearest earlier miss
+    of the same computation; None when no earlier miss has the same computation hash."""
+    found = _component_difference(miss, earlier)
+    if found is None:
+        return None
+    other, diffs = found
+    if not diffs or any(d.component == "computation" for d in diffs):
+        return None
+    names = ", ".join(d.component for d in diffs)
+    return _with(
+        base,
+        "different_key",
+        f"same computation as key {other.key}; JAX's cache key differs in {names}",
+        nearest_key=other.key,
+        differing_components=diffs,
+    )
+
+
+def _opaque_reason(base: ExplainedMiss, miss: MissRecord, earlier: list[ComponentMiss]) -> ExplainedMiss:
+    """A miss whose stored bytes do not parse: its components may still say which part of the key
+    differs; otherwise unknown, with what the client knew."""
+    return _same_computation(base, miss, earlier) or _with(base, "unknown", _opaque(miss))
+
+
+def _before(graph: StoredGraph, position: int, order: dict[str, int], at: dt.datetime | None) -> bool:
+    """Whether a stored entry counts as there before a miss (at ``position`` in its run's order)."""
+    own_position = order.get(graph.key)
+    if own_position is not None:  # compiled by the same run: before only if reported earlier
+        return own_position < position
+    return at is None or graph.created_at <= at
+
+
+def _new_shapes(base: ExplainedMiss, module: str, ours: Signature, found: Variant | None) -> ExplainedMiss:
+    theirs = None if found is None or found.graph.shapes is None else _signature(found.graph.shapes)
+    if found is None or theirs is None:
+        return _with(
+            base,
+            "new_shapes",
+            f"module {module} is stored only with parameters of another number, type or rank",
+        )
+    dims = differing_dimensions(ours, theirs) or []
+    named = "; ".join(d.describe() for d in dims) or "the result's shape differs"
+    return _with(
+        base,
+        "new_shapes",
+        f"new shapes of module {module}: {named}",
+        nearest_key=found.graph.key,
+        dimensions=dims,
+    )
+
+
+def _component_difference(
+    miss: MissRecord, earlier: list[ComponentMiss]
+) -> tuple[ComponentMiss, list[ComponentDifference]] | None:
+    """The earlier miss whose components differ from ``miss``'s in the fewest (the latest of equals),
+    with the differing components; None without components on either side."""
+    if not miss.components:
+        return None
+    best: tuple[int, ComponentMiss, list[ComponentDifference]] | None = None
+    for other in earlier:  # latest first
+        names = sorted(set(miss.components) | set(other.components))
+        diffs = [
+            ComponentDifference(name, miss.components.get(name), other.components.get(name))
+            for name in names
+            if miss.components.get(name) != other.components.get(name)
+        ]
+        if best is None or len(diffs) < best[0]:
+            best = (len(diffs), other, diffs)
+    return None if best is None else (best[1], best[2])
+
+
+def _opaque(miss: MissRecord) -> str:
+    known = f"module {miss.module}" if miss.module else "no module name"
+    return f"the entry's bytes were not parsed (opaque, or not stored); the client knew {known}"
+
+
+def _with(base: ExplainedMiss, reason: str, detail: str, **more: object) -> ExplainedMiss:
+    return replace(base, reason=reason, detail=detail, **more)  # type: ignore[arg-type]
