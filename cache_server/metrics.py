@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from cache_server.errors import CacheError
 
 __all__ = [
+    "BULK_MEMBERS",
     "BYTES_RECEIVED",
     "BYTES_SENT",
     "CONTENT_TYPE",
@@ -45,6 +46,7 @@ __all__ = [
     "RUN_SAVED_SECONDS",
     "UNKNOWN_NAMESPACE",
     "NamespaceLabels",
+    "StorageBudgetCollector",
     "StoredCollector",
     "multiprocess_directory",
     "render",
@@ -66,6 +68,12 @@ REQUEST_SECONDS = Histogram(
 )
 BYTES_RECEIVED = Counter("xla_cache_http_received_bytes", "Request body bytes received, by route.", ["route"])
 BYTES_SENT = Counter("xla_cache_http_sent_bytes", "Response body bytes sent, by route.", ["route"])
+BULK_MEMBERS = Counter(
+    "xla_cache_bulk_members",
+    "Members of bulk uploads answered, by the status a PUT of each would have had (201 stored, 200 stored "
+    "already, 409, and the refusals: 400, 413, 507...); the request itself is 200.",
+    ["status"],
+)
 HITS = Counter(
     "xla_cache_hits", "Entries served (downloads and bundle members), by namespace.", ["namespace"]
 )
@@ -199,17 +207,36 @@ class StoredCollector(Collector):
         yield size
 
 
-def render(stored: Collector) -> bytes:
-    """The text exposition of every metric: this process's (or all workers') plus what is stored."""
+class StorageBudgetCollector(Collector):
+    """The configured storage budget (``XLA_CACHE_MAX_TOTAL_BYTES``), 0 when none is set: the same in every
+    worker, so it is rendered at scrape time rather than kept per process."""
+
+    def __init__(self, budget_bytes: int | None) -> None:
+        self._budget = budget_bytes or 0
+
+    def collect(self) -> Iterator[Metric]:
+        budget = GaugeMetricFamily(
+            "xla_cache_storage_budget_bytes",
+            "The storage budget background eviction keeps the whole store under (XLA_CACHE_MAX_TOTAL_BYTES), "
+            "0 when none is set.",
+        )
+        budget.add_metric([], self._budget)
+        yield budget
+
+
+def render(*at_scrape: Collector) -> bytes:
+    """The text exposition of every metric: this process's (or all workers') plus those ``at_scrape``
+    collects now (what is stored, the budget)."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         body = generate_latest(registry)
     else:
         body = generate_latest(REGISTRY)
-    from_index = CollectorRegistry(auto_describe=False)
-    from_index.register(stored)
-    return body + generate_latest(from_index)
+    now = CollectorRegistry(auto_describe=False)
+    for collector in at_scrape:
+        now.register(collector)
+    return body + generate_latest(now)
 
 
 @contextmanager

@@ -17,9 +17,12 @@ from cache_server.activity import Activity
 from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
+from cache_server.graphs.report import GraphReports
 from cache_server.graphs.worker import ParserProcess
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.quotas import Quotas
@@ -27,6 +30,7 @@ from cache_server.reindex import Reindexer
 from cache_server.runs import RunService
 from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.storage import BlobStore, open_store
 
@@ -48,6 +52,8 @@ class Services:
     activity: Activity
     quotas: Quotas
     runs: RunService
+    nearest: NearestNamespaces
+    graphs: GraphReports
 
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
@@ -122,4 +128,8 @@ def build_services(
         activity=activity,
         quotas=quotas,
         runs=RunService(database, clock=clock),
+        nearest=NearestNamespaces(
+            entries, NearestRepository(database), candidates=settings.nearest_candidates
+        ),
+        graphs=GraphReports(GraphVariantsRepository(database)),
     )

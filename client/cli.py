@@ -1,8 +1,9 @@
-"""``xla-cache``: warm, push, stats, evict, doctor. One function per subcommand; ``--json`` for scripts.
+"""``xla-cache``: warm, push, stats, evict, runs, doctor. One function per subcommand; ``--json`` for scripts.
 
 This module is the entry point (:func:`main`, :func:`build_parser`) and holds warm, push and doctor; the
-admin subcommands (stats, evict, tokens, quota, purge-token) are in :mod:`client.admin_commands`, and what
-every subcommand shares (common arguments, server and token, printing) in :mod:`client.cli_common`.
+admin subcommands (stats, evict, tokens, quota, purge-token) are in :mod:`client.admin_commands`, ``runs``
+in :mod:`client.runs_cli`, and what every subcommand shares (common arguments, server and token, printing)
+in :mod:`client.cli_common`.
 
 Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`
 (an admin one in :func:`client.admin_commands.add_admin_commands`).
@@ -34,6 +35,10 @@ from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
 from client.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
+from client.graphs_cli import add_graphs_command
+from client.nearest import nearest_line
+from client.runs_cli import add_runs_command
+from client.signing_commands import add_signing_commands
 
 __all__ = ["build_parser", "main"]
 
@@ -94,8 +99,15 @@ def cmd_warm(args: argparse.Namespace) -> int:
         f"cache dir   {report.cache_dir}",
         f"downloaded  {report.downloaded_entries} entries, {report.downloaded_bytes} bytes",
         f"present     {report.present_entries} entries, {report.present_bytes} bytes",
+        *(
+            [f"unverified  {report.unverified_entries} entries skipped: no trusted key signed them"]
+            if report.unverified_entries
+            else []
+        ),
         f"seconds     {report.seconds:.2f}",
     ]
+    if report.nearest:
+        lines.append(f"why         {nearest_line(report.manifest_entries, report.nearest)}")
     lines += [f"error       {error}" for error in report.errors]
     lines.append("a job that does not call client.warm() uses it with:")
     lines += [f"    {line}" for line in framework_named(report.framework).setup_lines(Path(report.cache_dir))]
@@ -124,8 +136,10 @@ def _follow(
     from client.warming import FOLLOW_UPLOAD_INTERVAL
 
     adapter = choose(framework)
-    api = CacheApi(server_of(config), config.token)
-    follower = Follower(api, namespace, directory, cursor, check=adapter.entry_problem)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
+    follower = Follower(
+        api, namespace, directory, cursor, check=adapter.entry_problem, trusted=config.verifier()
+    )
     uploader = Uploader(
         api,
         namespace,
@@ -165,7 +179,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     directories = _namespace_dirs(config.cache_dir, args.namespace)
     if not directories:
         raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
-    api = CacheApi(server_of(config), config.token)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
     results: list[dict[str, Any]] = []
     failed = False
     try:
@@ -252,7 +266,7 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
         if framework.entry_problem(item.path) is None
     ]
     skipped = len(scan(directory, framework.is_entry)) - len(files)
-    api = CacheApi(server_of(config), config.token)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
     deadline = Deadline(args.timeout)
     try:
         if fingerprint is not None:
@@ -297,6 +311,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if report.server:
         state = "ready" if report.server_ready else f"NOT ready ({report.server_error})"
         lines.append(f"server             {report.server}: {state}")
+    if report.nearest:
+        lines.append(f"namespace entries  {nearest_line(report.namespace_entries or 0, report.nearest)}")
     emit(args, report.as_dict(), lines)
     if report.loads_own_entries is None:
         return 2
@@ -356,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     push.set_defaults(func=cmd_push)
 
     add_admin_commands(sub)
+    add_runs_command(sub)
+    add_graphs_command(sub)
+    add_signing_commands(sub)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)

@@ -10,9 +10,11 @@ from cache_server.api import (
     docs,
     entries,
     feed,
+    graphs,
     health,
     metrics,
     namespaces,
+    nearest,
     quotas,
     runs,
     signed_urls,
@@ -27,11 +29,13 @@ router.include_router(entries.router)
 router.include_router(uploads.router)
 router.include_router(feed.router)
 router.include_router(namespaces.router)
+router.include_router(nearest.router)
 router.include_router(signed_urls.router)
 router.include_router(health.router)
 router.include_router(metrics.router)
 router.include_router(docs.router)
 router.include_router(admin.router)
+router.include_router(graphs.router)
 router.include_router(quotas.router)
 router.include_router(runs.router)
 router.include_router(dashboard.router)

@@ -10,14 +10,18 @@ from cache_server.admin.service import AdminService
 from cache_server.api.bodies import UploadSlots
 from cache_server.auth import TokenManager
 from cache_server.feed import FeedWatcher
+from cache_server.graphs.report import GraphReports
 from cache_server.quotas import Quotas
 from cache_server.runs import RunService
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
+    "GraphsDep",
+    "NearestDep",
     "QuotasDep",
     "RunsDep",
     "ServiceDep",
@@ -25,6 +29,8 @@ __all__ = [
     "TokensDep",
     "get_admin",
     "get_feed_watcher",
+    "get_graphs",
+    "get_nearest",
     "get_runs",
     "get_service",
     "get_settings",
@@ -42,6 +48,10 @@ def get_service(request: Request) -> CacheService:
     return _services(request).cache
 
 
+def get_nearest(request: Request) -> NearestNamespaces:
+    return _services(request).nearest
+
+
 def get_admin(request: Request) -> AdminService:
     return _services(request).admin
 
@@ -56,6 +66,10 @@ def get_quotas(request: Request) -> Quotas:
 
 def get_runs(request: Request) -> RunService:
     return _services(request).runs
+
+
+def get_graphs(request: Request) -> GraphReports:
+    return _services(request).graphs
 
 
 def get_settings(request: Request) -> Settings:
@@ -85,12 +99,20 @@ async def _admin(request: Request) -> AdminService:
     return get_admin(request)
 
 
+async def _nearest(request: Request) -> NearestNamespaces:
+    return get_nearest(request)
+
+
 async def _tokens(request: Request) -> TokenManager:
     return get_tokens(request)
 
 
 async def _settings(request: Request) -> Settings:
     return get_settings(request)
+
+
+async def _graphs(request: Request) -> GraphReports:
+    return get_graphs(request)
 
 
 async def _quotas(request: Request) -> Quotas:
@@ -103,7 +125,9 @@ async def _runs(request: Request) -> RunService:
 
 ServiceDep = Annotated[CacheService, Depends(_service)]
 AdminDep = Annotated[AdminService, Depends(_admin)]
+NearestDep = Annotated[NearestNamespaces, Depends(_nearest)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]
 RunsDep = Annotated[RunService, Depends(_runs)]
+GraphsDep = Annotated[GraphReports, Depends(_graphs)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from cache_server.api.deps import AdminDep
-from cache_server.metrics import CONTENT_TYPE, StoredCollector, render
+from cache_server.api.deps import AdminDep, SettingsDep
+from cache_server.metrics import CONTENT_TYPE, StorageBudgetCollector, StoredCollector, render
 
 __all__ = ["router"]
 
@@ -13,8 +13,11 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/metrics", response_class=Response)
-def prometheus_metrics(admin: AdminDep) -> Response:
-    """Requests by route and status with latency histograms, hits, misses, bytes in and out, evictions
-    (summed over all workers), and entries and bytes stored (read from the index now)."""
-    body = render(StoredCollector(admin.stored_by_namespace))
+def prometheus_metrics(admin: AdminDep, settings: SettingsDep) -> Response:
+    """Requests by route and status with latency histograms, hits, misses, bytes in and out, evictions,
+    run reports by framework (summed over all workers), entries and bytes stored (read from the index
+    now), and the storage budget."""
+    body = render(
+        StoredCollector(admin.stored_by_namespace), StorageBudgetCollector(settings.max_total_bytes)
+    )
     return Response(content=body, headers={"Content-Type": CONTENT_TYPE})

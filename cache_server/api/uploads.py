@@ -5,6 +5,7 @@ entry writer (:mod:`cache_server.service.writer`)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from starlette.requests import ClientDisconnect
 
 from cache_protocol import COMPILE_TIME_HEADER
 from cache_protocol.tar import BadTar, TarReader, TarTooLarge
+from cache_server import metrics
 from cache_server.api.auth import principal
 from cache_server.api.bodies import BulkLimits, UploadBody, blocking_body
 from cache_server.api.deps import ServiceDep, get_settings, get_tokens, get_upload_slots
@@ -75,6 +77,7 @@ async def put_entry(
     x_content_sha256: Annotated[str | None, Header()] = None,
     x_compile_time_ms: Annotated[str | None, Header()] = None,
     x_uploader: Annotated[str | None, Header()] = None,
+    x_entry_signature: Annotated[str | None, Header()] = None,
 ) -> PutOut:
     """Upload an entry's bytes, streamed and checked against ``X-Content-SHA256``.
 
@@ -87,6 +90,8 @@ async def put_entry(
     ``XLA_CACHE_MAX_NAMESPACES_PER_TOKEN`` already: refused by the declared Content-Length before the body
     is read (without one, once measured: its blob is then removed). A client that disconnects mid-body is
     logged in one line and counted as 499. Whatever ends an upload early, nothing of it is stored.
+    ``X-Entry-Signature``: the uploader's Ed25519 signature, kept with the entry; 403 ``signature_required``
+    or ``signature_invalid`` where ``XLA_CACHE_REQUIRE_SIGNATURES`` refuses it, before the body is read.
     """
     check_namespace(namespace)
     check_key(key)
@@ -112,6 +117,7 @@ async def put_entry(
                     declared_size=declared,
                     compile_time_ms=compile_ms,
                     uploader=x_uploader,
+                    signature=x_entry_signature,
                     stored_by=stored_by,
                     still_allowed=still_allowed,
                 ),
@@ -237,12 +243,16 @@ def _bulk_body(namespace: str, result: BulkResult) -> bytes:
     """The :class:`BulkOut` of ``result``, written straight from its members (on the worker thread): a
     model per member, validated and serialized in the event loop, cost as much as storing small ones."""
     stored, already = result.stored, result.already_stored
+    members = [_member_out(member) for member in result.results]
+    # Refused members hide in a 200 answer: counted by status here, for the uploads-refused alert.
+    for code, count in Counter(str(member["status"]) for member in members).items():
+        metrics.BULK_MEMBERS.labels(code).inc(count)
     out = {
         "namespace": namespace,
         "stored": stored,
         "already_stored": already,
         "refused": len(result.results) - stored - already,
-        "results": [_member_out(member) for member in result.results],
+        "results": members,
     }
     return json_body(out)
 

@@ -19,7 +19,7 @@ from cache_server.errors import IndexUnavailable
 from cache_server.metrics import UNKNOWN_NAMESPACE, NamespaceLabels
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
-from tests.support.api import put_ok, sha
+from tests.support.api import member, post_bulk, put_ok, sha
 from tests.support.apps import client_for
 from tests.support.clock import ManualMonotonic
 from tests.support.metrics import Samples, metric_samples
@@ -74,6 +74,29 @@ def test_metrics_after_known_traffic(client: TestClient) -> None:
     assert after[("xla_cache_stored_entries", (("namespace", "m-ns"),))] == 1
     assert after[("xla_cache_stored_bytes", (("namespace", "m-ns"),))] == 1000
     assert after[("xla_cache_index_up", ())] == 1
+    assert after[("xla_cache_storage_budget_bytes", ())] == 0  # no XLA_CACHE_MAX_TOTAL_BYTES here
+
+
+def test_bulk_members_are_counted_by_status_refused_ones_included(client: TestClient) -> None:
+    """A bulk upload is 200 whatever its members' fates: each member counts under the status a PUT of it
+    would have had, so refused ones show on /metrics (the uploads-refused alert reads them)."""
+    put_ok(client, "bulk-ns", "there", b"t" * 10)
+    before = scrape(client.get)
+    members = [
+        member("new", b"n" * 10),
+        member("there", b"t" * 10),
+        member("bad", b"b" * 10, digest="0" * 64),
+        member("other", b"o" * 10),
+    ]
+    answer = post_bulk(client, "bulk-ns", members)
+    assert answer.status_code == 200
+    assert answer.json()["refused"] == 1
+    after = scrape(client.get)
+    counted = {
+        code: delta(after, before, "xla_cache_bulk_members_total", status=code)
+        for code in ("201", "200", "400")
+    }
+    assert counted == {"201": 2, "200": 1, "400": 1}
 
 
 def test_access_log_is_one_json_line_per_request_without_tokens(
