@@ -30,7 +30,7 @@ from client.errors import (
 )
 from client.fingerprint import collect_fingerprint, namespace_id
 from client.uploader import UploadReport
-from client.warming import WarmReport, flush, stop, warm
+from client.warming import WarmReport, flush, run_report, stop, warm
 
 __all__ = [
     "CacheAlreadyInitialized",
@@ -49,6 +49,7 @@ __all__ = [
     "flush",
     "namespace_dir",
     "namespace_id",
+    "run_report",
     "stop",
     "warm",
 ]

@@ -427,3 +427,26 @@ class CacheApi:
         what = f"the purge of token {token!r}"
         path = f"/admin/tokens/{_seg(token)}/purge"
         return dict(self._json(self._call("POST", path, what, deadline, json=body), what))
+
+    # -- run reports (issue 27) ---------------------------------------------------------------------------
+
+    def post_run(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+        """``POST /v1/runs``: one report of a run (:mod:`cache_protocol.runs`)."""
+        what = "the run report"
+        response = self._call("POST", "/v1/runs", what, deadline, json=body)
+        with contextlib.suppress(ServerError):
+            answer = self._json(response, what)
+            return dict(answer) if isinstance(answer, dict) else {}
+        return {}
+
+    def admin_runs(self, params: Mapping[str, Any], deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/runs``: the runs reported, newest first, filtered by ``params`` (namespace,
+        framework, host, since, until, limit)."""
+        what = "the run listing"
+        query = {name: value for name, value in params.items() if value is not None}
+        return dict(self._json(self._call("GET", "/admin/runs", what, deadline, params=query), what))
+
+    def admin_run(self, run_id: str, deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/runs/{id}``: one run with its misses and why each compiled."""
+        what = f"run {run_id}"
+        return dict(self._json(self._call("GET", f"/admin/runs/{_seg(run_id)}", what, deadline), what))

@@ -1,8 +1,9 @@
-"""``xla-cache``: warm, push, stats, evict, doctor. One function per subcommand; ``--json`` for scripts.
+"""``xla-cache``: warm, push, stats, evict, runs, doctor. One function per subcommand; ``--json`` for scripts.
 
 This module is the entry point (:func:`main`, :func:`build_parser`) and holds warm, push and doctor; the
-admin subcommands (stats, evict, tokens, quota, purge-token) are in :mod:`client.admin_commands`, and what
-every subcommand shares (common arguments, server and token, printing) in :mod:`client.cli_common`.
+admin subcommands (stats, evict, tokens, quota, purge-token) are in :mod:`client.admin_commands`, ``runs``
+in :mod:`client.runs_cli`, and what every subcommand shares (common arguments, server and token, printing)
+in :mod:`client.cli_common`.
 
 Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`
 (an admin one in :func:`client.admin_commands.add_admin_commands`).
@@ -34,6 +35,7 @@ from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
 from client.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
+from client.runs_cli import add_runs_command
 
 __all__ = ["build_parser", "main"]
 
@@ -356,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     push.set_defaults(func=cmd_push)
 
     add_admin_commands(sub)
+    add_runs_command(sub)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)

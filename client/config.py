@@ -4,6 +4,8 @@
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``) and
 ``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel
 zstd-compressed; see :func:`wants_compression`). ``warm()``, the CLI and ``doctor`` all resolve them here.
+``XLA_CACHE_RUN_REPORTS`` (``0`` turns run reports off) and ``XLA_CACHE_REPORT_INTERVAL`` (seconds between
+a running job's reports) are read by :func:`run_report_settings`.
 """
 
 from __future__ import annotations
@@ -16,17 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cache_protocol.runs import REPORT_INTERVAL_SECONDS
+
 __all__ = [
     "COMPRESSION_ENV",
+    "REPORT_INTERVAL_ENV",
+    "RUN_REPORTS_ENV",
     "ClientConfig",
     "Compression",
+    "RunReportSettings",
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
+    "run_report_settings",
     "wants_compression",
 ]
 
 COMPRESSION_ENV = "XLA_CACHE_COMPRESSION"
+RUN_REPORTS_ENV = "XLA_CACHE_RUN_REPORTS"
+REPORT_INTERVAL_ENV = "XLA_CACHE_REPORT_INTERVAL"
 logger = logging.getLogger("xla_cache")
 
 
@@ -66,6 +76,38 @@ def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> 
     if value != "auto":
         logger.warning("xla-cache: %s=%r is not auto, on or off; using auto", COMPRESSION_ENV, value)
     return Compression(uploads=True, bundles=not is_loopback(server_url))
+
+
+@dataclass(frozen=True)
+class RunReportSettings:
+    """Whether a job that warms sends run reports, and how many seconds apart while it runs."""
+
+    enabled: bool
+    interval: float
+
+
+def run_report_settings(env: Mapping[str, str] | None = None) -> RunReportSettings:
+    """``XLA_CACHE_RUN_REPORTS`` (on unless ``0``, ``off``, ``false`` or ``no``) and
+    ``XLA_CACHE_REPORT_INTERVAL`` (seconds, default :data:`cache_protocol.runs.REPORT_INTERVAL_SECONDS`; a
+    value that is not a positive number is warned about and the default used)."""
+    env = os.environ if env is None else env
+    enabled = env.get(RUN_REPORTS_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    raw = env.get(REPORT_INTERVAL_ENV, "").strip()
+    interval = REPORT_INTERVAL_SECONDS
+    if raw:
+        try:
+            interval = float(raw)
+            if not (0 < interval < float("inf")):
+                raise ValueError(raw)
+        except ValueError:
+            logger.warning(
+                "xla-cache: %s=%r is not a positive number of seconds; using %g",
+                REPORT_INTERVAL_ENV,
+                raw,
+                REPORT_INTERVAL_SECONDS,
+            )
+            interval = REPORT_INTERVAL_SECONDS
+    return RunReportSettings(enabled=enabled, interval=interval)
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:

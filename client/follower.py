@@ -62,6 +62,7 @@ class Follower:
         self.wait = wait
         self._check = check
         self._handled: set[str] = set()  # keys already placed or found here: the feed repeats a few
+        self._placed: set[str] = set()  # keys this follower placed (or is placing): not the job's compiles
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -87,6 +88,11 @@ class Follower:
                 self._report.already_here,
                 list(self._report.errors),
             )
+
+    def placed_keys(self) -> frozenset[str]:
+        """The keys this follower placed in the directory (and the one it is placing now)."""
+        with self._lock:
+            return frozenset(self._placed)
 
     def _run(self) -> None:
         backoff = 0.5
@@ -115,6 +121,9 @@ class Follower:
             with self._lock:
                 self._report.already_here += 1
             return
+        with self._lock:
+            self._placed.add(key)  # before the file appears: a run report must not take it for a compile
+        placed = False
         try:
             with (
                 self.api.entry(self.namespace, key, Deadline(60.0), live=True) as (_, chunks),
@@ -134,6 +143,10 @@ class Follower:
             with self._lock:
                 self._report.errors.append(f"{key}: {exc}")
             return
+        finally:
+            if not placed:
+                with self._lock:
+                    self._placed.discard(key)
         self._handled.add(key)
         with self._lock:
             if placed:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,8 @@ class Uploader:
 
     ``framework`` says which files are entries, what they took to compile and whether uploading must stop
     (torch_xla: SPMD switched after the warm changes the namespace); ``fingerprint`` is the namespace's.
-    With ``api=None`` it only watches the framework's load failures (``upload=False``).
+    With ``api=None`` it only watches the framework's load failures (``upload=False``). ``on_tick`` is
+    called after each background pass (the run reporter sends its periodic reports from there).
     """
 
     def __init__(
@@ -69,8 +70,10 @@ class Uploader:
         timeout: float = 30.0,
         server_failed: bool = False,
         last_failure_unavailable: bool = False,
+        on_tick: Callable[[], None] | None = None,
     ) -> None:
         self.api = api
+        self._on_tick = on_tick
         self.namespace = namespace
         self.directory = directory
         self.interval = interval
@@ -119,6 +122,11 @@ class Uploader:
                     self._pass(final=False, deadline=Deadline(self.timeout), wait=False)
             except Exception:  # never let the thread die silently, never disturb the job
                 logger.debug("xla-cache uploader pass failed", exc_info=True)
+            if self._on_tick is not None:
+                try:
+                    self._on_tick()
+                except Exception:
+                    logger.debug("xla-cache uploader tick hook failed", exc_info=True)
 
     # -- public -------------------------------------------------------------------------------------------
 

@@ -27,16 +27,17 @@ from typing import Any
 
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan, write_fingerprint
-from client.config import ClientConfig
+from client.config import ClientConfig, run_report_settings
 from client.conversation import Conversation, WarmCounts, talk
 from client.errors import ClientError
 from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
 from client.plan import WarmOptions, WarmPlan
 from client.progress import Progress
+from client.runs import RunReporter, Transfers, WarmFacts, collector_for
 from client.uploader import Uploader, UploadReport
 
-__all__ = ["FOLLOW_UPLOAD_INTERVAL", "WarmCounts", "WarmReport", "flush", "stop", "warm"]
+__all__ = ["FOLLOW_UPLOAD_INTERVAL", "WarmCounts", "WarmReport", "flush", "run_report", "stop", "warm"]
 
 logger = logging.getLogger("xla_cache")
 
@@ -60,6 +61,7 @@ class WarmReport(WarmCounts):
     following: bool = False  # the background follower fetches what other jobs store meanwhile
     feed_cursor: int | None = None  # with follow: the change feed's position before the manifest
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None  # the id this run's reports carry (None: no reports, XLA_CACHE_RUN_REPORTS=0)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -188,7 +190,7 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
     background: _Background | None = None
     if options.initialize:
         options.framework.initialize(plan.directory, all_compilations=options.all_compilations)
-        background = _start_background(plan, api, talked, on_server, failed=bool(errors))
+        background = _start_background(plan, api, talked, on_server, failed=bool(errors), unloadable=removed)
         _PROCESS.run(background)
     elif api is not None:
         api.close()
@@ -202,12 +204,22 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
         errors=errors,
         fingerprint=plan.fingerprint,
         feed_cursor=talked.feed_cursor,
-        removed_entries=removed,
+        removed_entries=len(removed),
         initialized=options.initialize,
         uploading=background is not None and background.uploading,
         following=background is not None and background.follower is not None,
         seconds=round(time.monotonic() - started, 3),
     )
+    if background is not None and background.reporter is not None:
+        report.run_id = background.reporter.run_id
+        background.reporter.begin(
+            WarmFacts(
+                started_at=time.time() - (time.monotonic() - started),
+                seconds=report.seconds,
+                bytes=report.downloaded_bytes + report.present_bytes,
+                entries=report.downloaded_entries + report.present_entries,
+            )
+        )
     logger.info(report.summary())
     return report
 
@@ -225,16 +237,50 @@ def _prepare(plan: WarmPlan) -> list[str]:
 
 
 def _start_background(
-    plan: WarmPlan, api: CacheApi | None, talked: Conversation, on_server: set[str], *, failed: bool
+    plan: WarmPlan,
+    api: CacheApi | None,
+    talked: Conversation,
+    on_server: set[str],
+    *,
+    failed: bool,
+    unloadable: list[str],
 ) -> _Background:
     """Start the uploader (which uploads only when there is a server, the token may write and this process
-    writes the cache; ``failed``: the warm met trouble, warned of once) and, when following, the follower
-    from the cursor taken before the manifest."""
+    writes the cache; ``failed``: the warm met trouble, warned of once), the run reporter (unless
+    ``XLA_CACHE_RUN_REPORTS=0``; it reports from the uploader's thread) and, when following, the follower
+    from the cursor taken before the manifest. ``unloadable``: the keys removed because the framework could
+    not load them."""
     options = plan.options
     framework = options.framework
-    known: dict[str, LocalFile] = {
-        key: item for key, item in scan(plan.directory, framework.is_entry).items() if key in on_server
-    }
+    present = scan(plan.directory, framework.is_entry)
+    known: dict[str, LocalFile] = {key: item for key, item in present.items() if key in on_server}
+    settings = run_report_settings()
+    follower: Follower | None = None
+    uploader: Uploader | None = None
+
+    def transfers() -> Transfers:  # read once the uploader and follower run
+        live = follower.report().delivered if follower is not None else 0
+        return Transfers(
+            uploaded=uploader.report().uploaded if uploader is not None else 0,
+            live=live,
+            live_keys=follower.placed_keys() if follower is not None else frozenset(),
+        )
+
+    reporter = None
+    if settings.enabled:
+        reporter = RunReporter(
+            api=api,
+            namespace=plan.namespace,
+            directory=plan.directory,
+            adapter=framework,
+            collector=collector_for(framework),
+            transfers=transfers,
+            baseline=present,
+            unloadable=unloadable,
+            interval=settings.interval,
+            timeout=options.timeout,
+            unanswered=talked.unavailable,
+        )
     uploading = options.upload and api is not None and not talked.read_only and framework.uploads_here()
     uploader = Uploader(
         api if uploading else None,
@@ -246,16 +292,16 @@ def _start_background(
         timeout=options.timeout,
         server_failed=failed,
         last_failure_unavailable=talked.unavailable,
+        on_tick=reporter.tick if reporter is not None else None,
         # Following: each new compilation goes up within about half a second of being written.
         **({"interval": FOLLOW_UPLOAD_INTERVAL, "settle": FOLLOW_UPLOAD_INTERVAL} if options.follow else {}),
     )
     uploader.start()
-    follower = None
     if options.follow and api is not None and talked.feed_cursor is not None:
         cursor, check = talked.feed_cursor, framework.entry_problem
         follower = Follower(api, plan.namespace, plan.directory, cursor, check=check)
         follower.start()
-    return _Background(uploader, follower, api)
+    return _Background(uploader, follower, api, reporter)
 
 
 def _summarize(errors: list[str], limit: int = 3) -> str:
@@ -269,15 +315,15 @@ def _summarize(errors: list[str], limit: int = 3) -> str:
 _SETTLED_SECONDS = 60.0  # an entry file untouched this long is not being written by anyone
 
 
-def _remove_unloadable(plan: WarmPlan, on_server: set[str]) -> int:
-    """Remove local entries the framework could not load, so that it writes them again.
+def _remove_unloadable(plan: WarmPlan, on_server: set[str]) -> list[str]:
+    """Remove local entries the framework could not load, so that it writes them again; their keys.
 
     Only in the process that writes the cache (the others may share its directory on one host), never an
     entry the server vouched for, and never a file modified in the last minute (it may be being written).
     """
     if not plan.options.framework.uploads_here():
-        return 0
-    removed = 0
+        return []
+    removed: list[str] = []
     settled = time.time() - _SETTLED_SECONDS
     for item in scan(plan.directory, plan.options.framework.is_entry, skip=on_server).values():
         if item.mtime_ns / 1e9 > settled:
@@ -292,7 +338,7 @@ def _remove_unloadable(plan: WarmPlan, on_server: set[str]) -> int:
             )
             with contextlib.suppress(FileNotFoundError):
                 item.path.unlink()
-            removed += 1
+            removed.append(item.key)
     return removed
 
 
@@ -303,6 +349,7 @@ class _Background:
     uploader: Uploader
     follower: Follower | None
     api: CacheApi | None  # theirs to use, closed with them
+    reporter: RunReporter | None = None
 
     @property
     def uploading(self) -> bool:
@@ -314,6 +361,8 @@ class _Background:
             self.follower.stop()
         self.uploader.stop()
         report = self.uploader.flush() if flush else self.uploader.report()
+        if self.reporter is not None:
+            self.reporter.finish()
         if self.api is not None:
             self.api.close()
         return report
@@ -394,6 +443,13 @@ class _Process:
                 report.bytes,
                 uploader.namespace,
             )
+        if background.reporter is not None:
+            background.reporter.finish()
+
+    def run_report(self) -> dict[str, Any] | None:
+        background = self._background
+        reporter = background.reporter if background is not None else None
+        return reporter.current() if reporter is not None else None
 
 
 _PROCESS = _Process()
@@ -405,6 +461,14 @@ def flush(timeout: float | None = None) -> UploadReport:
     Returns the uploader's running totals; an empty report when :func:`warm` started no uploader.
     """
     return _PROCESS.flush(timeout)
+
+
+def run_report() -> dict[str, Any] | None:
+    """This process's run as its reports tell it (:mod:`client.runs`): the run id, the cumulative numbers
+    (hits, misses, compile seconds, uploads, ...), every compile's key found so far (``missed_keys``: key,
+    module, JAX's key components, seconds) and how many of those no report carried yet. None when no warm
+    pointed the framework at its cache in this process, or with ``XLA_CACHE_RUN_REPORTS=0``."""
+    return _PROCESS.run_report()
 
 
 def stop(*, flush: bool = True) -> UploadReport:

@@ -3,7 +3,8 @@
 Like the user's multimodal model: image tokens and text tokens of varying counts are embedded, concatenated
 and padded to a fixed length. Every (image count, text count) pair is a new XLA graph. The job warms the
 cache with ``client.warm()`` first (unless ``--no-warm``), runs the shapes, flushes uploads, and prints one
-JSON line: torch_xla's cache counters, the warm and upload reports, and a digest of every output.
+JSON line: torch_xla's cache counters, the warm and upload reports, a digest of every output and the run as
+its reports tell it (``client.run_report()``).
 
     python tests/e2e/fuse_job.py --server URL --cache-dir DIR --shapes 60 [--spmd] [--corrupt-local]
         [--order-seed N] [--follow] [--no-warm | --no-cache] [--seq-len 128]
@@ -159,6 +160,7 @@ def main() -> int:
                 "warm_seconds": warm_seconds,
                 "upload": upload.__dict__,
                 "pid": os.getpid(),
+                "run": client.run_report(),
             }
         ),
         flush=True,

@@ -9,7 +9,8 @@ and upload reports, the entry files and a digest of every output.
         [--order-seed N] [--follow]
 
 ``--order-seed`` runs the shapes in that shuffled order (digests keyed by shape too); ``--follow`` warms with
-``follow=True``.
+``follow=True``; ``--then-wait`` prints ``COMPILED`` after the shapes and waits to be killed. The JSON line
+also holds the run as its reports tell it (``client.run_report()``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import hashlib
 import json
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ def main() -> int:
     parser.add_argument("--no-warm", action="store_true", help="point JAX at the directory itself")
     parser.add_argument("--order-seed", type=int, help="run the shapes in this shuffled order")
     parser.add_argument("--follow", action="store_true", help="follow the namespace while running")
+    parser.add_argument("--then-wait", action="store_true", help="after the shapes, wait to be killed")
     args = job_arguments(parser)
 
     import jax
@@ -69,6 +72,9 @@ def main() -> int:
         out = np.asarray(step(x)).tobytes()
         digest.update(out)
         by_shape[n] = hashlib.sha256(out).hexdigest()
+    if args.then_wait:
+        print("COMPILED", flush=True)
+        threading.Event().wait()
     uploaded = asdict(client.flush(timeout=args.timeout)) if not args.no_warm else {}
     print(
         json.dumps(
@@ -81,6 +87,7 @@ def main() -> int:
                 "entries": sorted(p.name for p in directory.iterdir() if p.is_file()),
                 "digest": digest.hexdigest(),
                 "digests_by_shape": by_shape,
+                "run": client.run_report(),
             }
         ),
         flush=True,

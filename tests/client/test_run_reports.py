@@ -1,0 +1,337 @@
+"""Run reports, client side: what the reporter sends and when, what it takes for a compile, how it fails
+open, and how JAX's cache-key log lines become a key's components.
+
+Reports go over real HTTP to the test receiver (:mod:`tests.support.run_receiver`), which checks every body
+against the wire contract (:mod:`cache_protocol.runs`); a report it refuses fails the test.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from starlette.types import Receive, Scope, Send
+
+from cache_protocol.runs import COMPONENT_NAMES, MAX_MISSES_PER_REPORT, REPORT_INTERVAL_SECONDS
+from client.api import CacheApi
+from client.cachedir import LocalFile, scan
+from client.config import run_report_settings
+from client.frameworks import all_frameworks
+from client.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
+from client.runs.jax_events import JaxEvents, KeyComponentLog, key_hash, module_of
+from tests.support.clock import ManualMonotonic
+from tests.support.run_receiver import RunReceiver, no_run_routes, report_problems
+from tests.support.server import free_port
+from tests.support.threaded_server import serve_in_thread
+
+INTERVAL = 60.0
+HEX = "ab" * 32
+
+
+def entry(directory: Path, n: int, module: str = "jit_step") -> str:
+    """Write a JAX-named entry file; its key."""
+    key = f"{module}-{n:064x}-cache"
+    (directory / key).write_bytes(b"executable")
+    return key
+
+
+class FakeCollector(RunCollector):
+    """Counts the test sets, and JAX's facts of a file: its module from the name, components made up."""
+
+    def __init__(self) -> None:
+        self.now = CompileCounts()
+
+    def framework(self) -> str:
+        return "jax"
+
+    def counts(self) -> CompileCounts:
+        return self.now
+
+    def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
+        return {
+            f.key: MissFacts(
+                module=module_of(f.key), components={"computation": "c0ffee"}, compile_seconds=0.5
+            )
+            for f in files
+        }
+
+
+class Setup:
+    """A reporter over ``directory`` reporting to ``url``, on a clock the test moves."""
+
+    made: ClassVar[list[Setup]] = []
+
+    def __init__(self, directory: Path, url: str, **kwargs: Any) -> None:
+        Setup.made.append(self)
+        self.directory = directory
+        self.api = CacheApi(url)
+        self.collector = FakeCollector()
+        self.clock = ManualMonotonic()
+        self.transfers = Transfers()
+        self.reporter = RunReporter(
+            api=self.api,
+            namespace="cpu-jax0.10.2-test",
+            directory=directory,
+            adapter=all_frameworks()["jax"],
+            collector=self.collector,
+            transfers=lambda: self.transfers,
+            baseline=scan(directory),
+            interval=INTERVAL,
+            clock=self.clock,
+            **kwargs,
+        )
+        self.reporter.begin(WarmFacts(started_at=time.time(), seconds=1.25, bytes=4096, entries=2))
+
+
+@pytest.fixture(autouse=True)
+def _close_apis() -> Iterator[None]:
+    yield
+    while Setup.made:
+        Setup.made.pop().api.close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, RunReceiver]]:
+    """The run receiver alone on a loopback port."""
+    alone = RunReceiver()
+    with serve_in_thread(alone) as url:
+        yield url, alone
+    assert alone.refused == [], alone.refused  # every report the client made keeps the contract
+
+
+def test_reports_carry_cumulative_numbers_and_each_new_compile_once(
+    tmp_path: Path, receiver: tuple[str, RunReceiver]
+) -> None:
+    url, taken = receiver
+    warmed = entry(tmp_path, 1)
+    setup = Setup(tmp_path, url)
+    run_id = setup.reporter.run_id
+    compiled = [entry(tmp_path, 2), entry(tmp_path, 3, "jit_loss")]
+    setup.collector.now = CompileCounts(hits=1, misses=2, compile_seconds=1.5)
+    setup.transfers = Transfers(uploaded=2)
+
+    setup.reporter.tick()  # the first tick after the warm reports
+    setup.reporter.tick()  # not due again yet
+    (first,) = taken.reports_of(run_id)
+    numbers = (first["hits"], first["misses"], first["compile_seconds"], first["uploaded_entries"])
+    assert numbers == (1, 2, 1.5, 2)
+    assert (first["warm_entries"], first["warm_bytes"], first["warm_seconds"]) == (2, 4096, 1.25)
+    assert first["framework"] == "jax" and first["ended_at"] is None
+    assert sorted(m["key"] for m in first["new_misses"]) == sorted(compiled)  # not the warmed entry
+    assert {m["module"] for m in first["new_misses"]} == {"jit_step", "jit_loss"}
+    assert all(m["components"] == {"computation": "c0ffee"} for m in first["new_misses"])
+
+    setup.clock.advance(INTERVAL)
+    setup.collector.now = CompileCounts(hits=5, misses=2, compile_seconds=1.5)
+    setup.reporter.tick()
+    later = entry(tmp_path, 4)
+    setup.reporter.finish()
+    setup.reporter.finish()  # stop, then the exit handler: one last report
+    _, second, last = taken.reports_of(run_id)
+    assert second["hits"] == 5 and second["new_misses"] == [] and second["ended_at"] is None
+    assert [m["key"] for m in last["new_misses"]] == [later] and last["ended_at"] >= last["started_at"]
+    assert warmed not in {m["key"] for m in taken.misses_of(run_id)}
+    now = setup.reporter.current()
+    assert (now["reports_sent"], now["unreported_misses"], len(now["missed_keys"])) == (3, 0, 3)
+
+
+def test_entries_the_follower_placed_are_no_compiles_and_rewritten_ones_failed_to_load(
+    tmp_path: Path, receiver: tuple[str, RunReceiver]
+) -> None:
+    url, taken = receiver
+    stale = entry(tmp_path, 1)
+    setup = Setup(tmp_path, url, unloadable=[f"jit_step-{2:064x}-cache"])
+    removed = entry(tmp_path, 2)  # removed by the warm as unloadable, written again by the job
+    live = entry(tmp_path, 3)
+    setup.transfers = Transfers(live=1, live_keys=frozenset({live}))
+    old = (tmp_path / stale).stat().st_mtime_ns
+    (tmp_path / stale).write_bytes(b"written again")  # the framework could not load it: it compiled again
+    os.utime(tmp_path / stale, ns=(old + 10**9, old + 10**9))
+    setup.reporter.finish()
+    (report,) = taken.reports_of(setup.reporter.run_id)
+    assert {m["key"]: m["load_failed"] for m in report["new_misses"]} == {stale: True, removed: True}
+    assert report["live_entries"] == 1 and report["load_failures"] == 1  # the one the warm removed
+
+
+def test_misses_past_one_report_wait_for_the_next(tmp_path: Path, receiver: tuple[str, RunReceiver]) -> None:
+    url, taken = receiver
+    setup = Setup(tmp_path, url)
+    keys = [entry(tmp_path, n) for n in range(MAX_MISSES_PER_REPORT + 5)]
+    setup.reporter.tick()
+    assert len(taken.misses_of(setup.reporter.run_id)) == MAX_MISSES_PER_REPORT
+    assert setup.reporter.current()["unreported_misses"] == 5
+    setup.reporter.finish()  # at exit, the rest go too
+    sent = [m["key"] for m in taken.misses_of(setup.reporter.run_id)]
+    assert sorted(sent) == sorted(keys) and len(sent) == len(set(sent))
+
+
+class Flaky:
+    """Answers 503 to the first ``failures`` requests, then hands them to ``app``."""
+
+    def __init__(self, app: RunReceiver, failures: int) -> None:
+        self.app, self.failures = app, failures
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.failures > 0:
+            self.failures -= 1
+            await send({"type": "http.response.start", "status": 503, "headers": []})
+            await send({"type": "http.response.body", "body": b"busy"})
+            return
+        await self.app(scope, receive, send)
+
+
+def test_a_failing_server_costs_one_warning_and_the_misses_wait(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    taken = RunReceiver()
+    with serve_in_thread(Flaky(taken, failures=2)) as url:
+        setup = Setup(tmp_path, url)
+        key = entry(tmp_path, 1)
+        with caplog.at_level(logging.INFO, logger="xla_cache"):
+            setup.reporter.tick()
+            setup.clock.advance(INTERVAL)
+            setup.reporter.tick()
+            assert taken.runs() == []
+            setup.clock.advance(INTERVAL)
+            setup.reporter.tick()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "HTTP 503" in warnings[0].getMessage()
+    assert [m["key"] for m in taken.misses_of(setup.reporter.run_id)] == [key]
+    assert "reach the server again" in caplog.text
+
+
+def test_a_server_without_run_reports_is_told_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with serve_in_thread(no_run_routes) as url, caplog.at_level(logging.INFO, logger="xla_cache"):
+        setup = Setup(tmp_path, url)
+        setup.reporter.tick()
+        setup.clock.advance(INTERVAL)
+        setup.reporter.tick()
+        setup.reporter.finish()
+    told = [r for r in caplog.records if "not sending run reports" in r.getMessage()]
+    assert len(told) == 1 and told[0].levelno == logging.INFO and "HTTP 404" in told[0].getMessage()
+    assert setup.reporter.current()["reporting"] is False
+
+
+def test_a_server_that_does_not_answer_does_not_delay_the_exit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    setup = Setup(tmp_path, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    entry(tmp_path, 1)
+    with caplog.at_level(logging.INFO, logger="xla_cache"):
+        setup.reporter.tick()
+        started = time.monotonic()
+        setup.reporter.finish()
+    assert time.monotonic() - started < 0.5
+    assert "cannot connect" in caplog.text and "not sending the last run report" in caplog.text
+    assert setup.reporter.current()["unreported_misses"] == 1
+
+
+def test_settings_come_from_the_environment(caplog: pytest.LogCaptureFixture) -> None:
+    assert run_report_settings({}).enabled and run_report_settings({}).interval == REPORT_INTERVAL_SECONDS
+    assert not run_report_settings({"XLA_CACHE_RUN_REPORTS": "0"}).enabled
+    assert run_report_settings({"XLA_CACHE_REPORT_INTERVAL": "1.5"}).interval == 1.5
+    for bad in ("soon", "-1", "inf", "0"):
+        assert run_report_settings({"XLA_CACHE_REPORT_INTERVAL": bad}).interval == REPORT_INTERVAL_SECONDS
+    assert "XLA_CACHE_REPORT_INTERVAL='soon' is not a positive number" in caplog.text
+
+
+# -- JAX's cache-key log ------------------------------------------------------------------------------------
+
+
+def key_lines(components: dict[str, str], final: str) -> list[str]:
+    """The DEBUG lines jax._src.cache_key logs for one key (running hashes made up, the last ``final``)."""
+    lines = []
+    names = list(components)
+    for number, name in enumerate(names):
+        lines.append(f"get_cache_key hash of serialized {name}: {components[name]}")
+        running = final if number == len(names) - 1 else f"{number:02x}" * 32
+        lines.append(f"get_cache_key hash after serializing {name}: {running}")
+    return lines
+
+
+def test_the_components_of_a_key_are_tied_to_it_by_the_last_running_hash() -> None:
+    log = KeyComponentLog()
+    one = {name: f"{n:x}" * 64 for n, name in enumerate(COMPONENT_NAMES, start=1)}
+    two = {**one, "compile_options": "f" * 64}
+    later = {**one, "a component JAX 0.11 adds": "e" * 64}  # not assumed away
+    other = "cd" * 32
+    first, second = key_lines(one, HEX), key_lines(two, other)
+    for a, b in zip(first, second, strict=True):  # two threads computing keys at once
+        log.read(a, thread=1)
+        log.read(b, thread=2)
+    for line in key_lines(later, "ef" * 32):
+        log.read(line, thread=1)
+    assert log.components(HEX) == one and log.components(other) == two
+    assert log.components("ef" * 32) == later
+    assert log.components(HEX) is None  # handed out once
+    assert log.components("00" * 32) is None  # a running hash that was not the last: forgotten
+
+
+def test_the_filter_reads_every_line_and_passes_only_what_the_job_would_have_seen() -> None:
+    quiet = KeyComponentLog(passes_below=logging.WARNING)
+    verbose = KeyComponentLog(passes_below=logging.DEBUG)
+    records = [
+        logging.LogRecord("jax._src.cache_key", logging.DEBUG, __file__, 1, line, None, None)
+        for line in key_lines({"computation": "1" * 64}, HEX)
+    ]
+    assert [quiet.filter(r) for r in records] == [False, False]
+    assert [verbose.filter(r) for r in records] == [True, True]
+    assert quiet.components(HEX) == verbose.components(HEX) == {"computation": "1" * 64}
+
+
+def test_a_jax_file_name_gives_its_module_and_key_hash() -> None:
+    assert module_of(f"jit_train-step-{HEX}-cache") == "jit_train-step"
+    assert key_hash(f"jit_train-step-{HEX}-cache") == HEX
+    assert module_of("123456789") is None and key_hash(f"jit_f-{HEX}-atime") is None
+
+
+def test_compile_seconds_count_compiles_not_loads() -> None:
+    """JAX times each lookup as a backend compile: a hit's time is its load, not a compile."""
+    events = JaxEvents(KeyComponentLog())
+
+    def compile_one(final: str, *, hit: bool, seconds: float) -> None:
+        for line in key_lines({"computation": "1" * 64}, final):
+            events.key_log.read(line, threading.get_ident())
+        events.on_event("/jax/compilation_cache/compile_requests_use_cache")
+        if hit:
+            events.on_event("/jax/compilation_cache/cache_hits")
+        events.on_duration("/jax/core/compile/backend_compile_duration", seconds, fun_name="step")
+
+    worker = threading.Thread(target=compile_one, args=(HEX,), kwargs={"hit": False, "seconds": 2.0})
+    worker.start()
+    worker.join()
+    compile_one("cd" * 32, hit=True, seconds=0.25)
+    compile_one("ef" * 32, hit=False, seconds=0.5)
+    counts = events.snapshot()
+    assert (counts.hits, counts.misses, counts.compile_seconds) == (1, 2, 2.5)
+    assert events.duration(HEX) == 2.0 and events.duration("cd" * 32) is None
+
+
+def test_the_receiver_refuses_what_the_server_refuses() -> None:
+    good: dict[str, Any] = {
+        "run_id": "a" * 32,
+        "namespace": "cpu-jax0.10.2-x",
+        "framework": "jax",
+        "host": "h",
+        "started_at": 1.0,
+        "new_misses": [{"key": f"jit_f-{HEX}-cache"}],
+    }
+    assert report_problems(good) == []
+    for change in (
+        {"hits": 2**53 + 1},
+        {"hits": True},
+        {"compile_seconds": float("nan")},
+        {"surprise": 1},
+        {"run_id": "../x"},
+        {"framework": "tensorflow"},
+        {"new_misses": [{"key": "../etc"}]},
+        {"new_misses": [{"key": f"k{n}"} for n in range(MAX_MISSES_PER_REPORT + 1)]},
+        {"ended_at": 0.5},
+    ):
+        assert report_problems({**good, **change}), change
