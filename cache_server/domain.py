@@ -13,19 +13,35 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 __all__ = [
     "COUNTERS",
+    "REMOVAL_POLICIES",
     "Clock",
     "Counters",
     "EntryInfo",
     "EntryRef",
     "NamespaceInfo",
+    "RemovalPolicy",
     "TokenInfo",
     "counter_description",
     "utcnow",
 ]
+
+RemovalPolicy = Literal["lru", "max_age", "admin", "namespace_deleted", "purge", "damaged", "lost"]
+"""Why an entry was removed, as its tombstone records it: eviction to meet a budget (``lru``) or of what
+was unused too long (``max_age``), an explicit removal of the entry (``admin``), its namespace deleted, its
+token purged, its bytes found damaged, or its blob found lost (gc). Every removal names one."""
+REMOVAL_POLICIES: Final[tuple[RemovalPolicy, ...]] = (
+    "lru",
+    "max_age",
+    "admin",
+    "namespace_deleted",
+    "purge",
+    "damaged",
+    "lost",
+)
 
 Clock = Callable[[], dt.datetime]
 """What the services read the time from (aware UTC); tests pass their own to age entries without sleeping."""

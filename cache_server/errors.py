@@ -22,6 +22,9 @@ __all__ = [
     "InvalidName",
     "NamespaceNotFound",
     "QuotaExceeded",
+    "RunConflict",
+    "RunNotFound",
+    "RunOwned",
     "SignedUrlsUnavailable",
     "StorageUnavailable",
     "TokenNotFound",
@@ -197,3 +200,21 @@ class QuotaExceeded(CacheError):
     namespaces it may create; nothing of it is stored."""
 
     code = "quota_exceeded"
+
+
+class RunOwned(Forbidden):
+    """A run id another token reported first (the first token to report a run id owns it)."""
+
+    code = "run_owned"
+
+
+class RunConflict(CacheError):
+    """A report of an existing run id with another namespace or framework than the run has."""
+
+    code = "run_conflict"
+
+
+class RunNotFound(CacheError):
+    """No run report has this id (or the token may not see it)."""
+
+    code = "run_not_found"

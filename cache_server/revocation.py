@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from cache_server.domain import utcnow
 from cache_server.errors import TokenRevoked
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.storage.base import BlobStore, blob_name
@@ -57,7 +58,9 @@ def undo_if_revoked(
     if still_allowed is None or still_allowed():
         return
     for record in created:
-        entries.delete_entry(record.namespace, record.key, sha256=record.sha256)
+        entries.delete_entry(
+            record.namespace, record.key, policy="purge", when=utcnow(), sha256=record.sha256
+        )
     for record in created:
         store.delete(blob_name(record.namespace, record.key))
     raise _revoked()

@@ -224,6 +224,30 @@ class Settings(BaseSettings):
         ),
     )
 
+    run_retention_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Run reports (POST /v1/runs) older than this many days are pruned by background gc.",
+    )
+    max_runs: int = Field(
+        default=100_000,
+        ge=1,
+        description="At most this many run reports are kept; background gc prunes the oldest beyond it.",
+    )
+    tombstone_days: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "A removed entry's tombstone (when and by which policy it went, to explain a later compile of "
+            "its key) is kept this many days; background gc prunes older ones."
+        ),
+    )
+    max_tombstones: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="At most this many tombstones are kept; background gc prunes the oldest beyond it.",
+    )
+
     @field_validator("log_level")
     @classmethod
     def _lower(cls, value: str) -> str:

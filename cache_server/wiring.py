@@ -24,6 +24,8 @@ from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.quotas import Quotas
 from cache_server.reindex import Reindexer
+from cache_server.runs import RunService
+from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.storage import BlobStore, open_store
@@ -45,6 +47,7 @@ class Services:
     reindexer: Reindexer
     activity: Activity
     quotas: Quotas
+    runs: RunService
 
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
@@ -101,6 +104,7 @@ def build_services(
         clock=clock,
         graph_parser=graph_parser,
         forget_entries=hot.forget,
+        prune_history=lambda: prune_history(database, settings, clock()),
     )
     quotas = Quotas(QuotaRepository(database), settings.max_namespaces_per_token, clock=clock)
     cache = CacheService(
@@ -117,4 +121,5 @@ def build_services(
         reindexer=Reindexer(entries, store),
         activity=activity,
         quotas=quotas,
+        runs=RunService(database, clock=clock),
     )

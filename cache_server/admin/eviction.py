@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cache_server import metrics
-from cache_server.domain import Clock, utcnow
+from cache_server.domain import Clock, RemovalPolicy, utcnow
 from cache_server.errors import BadRequest, CacheError
 from cache_server.index.admin import AdminRepository, EvictionCandidate
 from cache_server.names import check_namespace
@@ -28,6 +28,8 @@ __all__ = ["BATCH", "EvictionResult", "Evictor"]
 log = logging.getLogger(__name__)
 BATCH = 5000  # rows per delete transaction
 BLOB_DELETERS = 8  # concurrent blob deletes (one HTTP call each on GCS)
+_PURGE: RemovalPolicy = "purge"
+_EVICTIONS: frozenset[RemovalPolicy] = frozenset({"lru", "max_age"})  # counted as evictions
 
 
 @dataclass
@@ -115,9 +117,8 @@ class Evictor:
         """Remove every entry these tokens stored (rows, then blobs, in batches); not counted as evictions."""
         if not token_ids:
             return EvictionResult(dry_run=dry_run)
-        return self._run(
-            self._repository.iter_stored_by(token_ids), dry_run=dry_run, list_limit=list_limit, evicted=False
-        )
+        victims = ((ref, _PURGE) for ref in self._repository.iter_stored_by(token_ids))
+        return self._run(victims, dry_run=dry_run, list_limit=list_limit)
 
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace: its entries (rows, then blobs, in batches) and then its row."""
@@ -125,7 +126,7 @@ class Evictor:
         result = EvictionResult()
         with _BlobDeleter(self._store) as blobs:
             while page := self._repository.keys_page(namespace, after=None, limit=BATCH):
-                removed = self._delete_rows([(namespace, key) for key, _ in page], evicted=False)
+                removed = self._delete_rows([(namespace, key) for key, _ in page], "namespace_deleted")
                 blobs.delete(removed)
                 result.evicted += len(removed)
                 result.freed_bytes += sum(size for _, _, size in removed)
@@ -158,57 +159,73 @@ class Evictor:
 
     def _victims(
         self, only: str | None, cutoff: dt.datetime | None, over: dict[str, int], excess: int
-    ) -> Iterator[EvictionCandidate]:
+    ) -> Iterator[tuple[EvictionCandidate, RemovalPolicy]]:
         """One pass in least-recently-used order. An entry goes if its namespace is over its budget, or the
-        store is over the total budget, or it is older than the cutoff. Equivalent to cutting each namespace
-        first and then the store, from one snapshot of what is stored."""
+        store is over the total budget (policy ``lru``), or it is older than the cutoff (``max_age``).
+        Equivalent to cutting each namespace first and then the store, from one snapshot of what is
+        stored."""
         for ref in self._repository.iter_lru(namespace=only):
+            policy: RemovalPolicy = "lru"
             if over.get(ref.namespace, 0) > 0:
                 over[ref.namespace] -= ref.size
                 if over[ref.namespace] <= 0:
                     del over[ref.namespace]
             elif excess > 0 or (cutoff is not None and ref.last_access_at < cutoff):
+                policy = "lru" if excess > 0 else "max_age"
                 excess -= ref.size
             elif not over:
                 return  # nothing after this one is older, and no budget is exceeded any more
             else:
                 continue  # only other namespaces still have to lose bytes
-            yield ref
+            yield ref, policy
 
     def _run(
-        self, victims: Iterable[EvictionCandidate], *, dry_run: bool, list_limit: int, evicted: bool = True
+        self,
+        victims: Iterable[tuple[EvictionCandidate, RemovalPolicy]],
+        *,
+        dry_run: bool,
+        list_limit: int,
     ) -> EvictionResult:
         result = EvictionResult(dry_run=dry_run)
-        batch: list[EvictionCandidate] = []
+        batch: list[tuple[EvictionCandidate, RemovalPolicy]] = []
         with _BlobDeleter(self._store) as blobs:
 
             def flush() -> None:
                 if dry_run:
                     result.evicted += len(batch)
-                    result.freed_bytes += sum(ref.size for ref in batch)
+                    result.freed_bytes += sum(ref.size for ref, _ in batch)
                 else:
-                    removed = self._delete_rows([(ref.namespace, ref.key) for ref in batch], evicted=evicted)
+                    removed = []
+                    for policy in dict.fromkeys(policy for _, policy in batch):
+                        refs = [(ref.namespace, ref.key) for ref, p in batch if p == policy]
+                        removed.extend(self._delete_rows(refs, policy))
                     blobs.delete(removed)
                     result.evicted += len(removed)
                     result.freed_bytes += sum(size for _, _, size in removed)
                 batch.clear()
 
-            for ref in victims:
+            for ref, policy in victims:
                 if len(result.entries) < list_limit:
                     result.entries.append(ref)
                 else:
                     result.listed_all = False
-                batch.append(ref)
+                batch.append((ref, policy))
                 if len(batch) >= BATCH:
                     flush()
             flush()
         return result
 
-    def _delete_rows(self, refs: Sequence[tuple[str, str]], *, evicted: bool) -> list[tuple[str, str, int]]:
-        """Delete rows (one transaction); returns those this call really deleted, whose blobs may go now."""
+    def _delete_rows(
+        self, refs: Sequence[tuple[str, str]], policy: RemovalPolicy
+    ) -> list[tuple[str, str, int]]:
+        """Delete rows (one transaction, with their tombstones); returns those this call really deleted,
+        whose blobs may go now. Budget and age evictions are counted as evictions."""
         if not refs:
             return []
-        removed = self._repository.delete_entries(refs, evicted_on=self._clock().date() if evicted else None)
+        evicted = policy in _EVICTIONS
+        removed = self._repository.delete_entries(
+            refs, policy=policy, when=self._clock(), count_evictions=evicted
+        )
         self._forget([(namespace, key) for namespace, key, _ in removed])
         if evicted:
             counts: Counter[str] = Counter()

@@ -130,7 +130,7 @@ def _set_aside_damaged(
     if now is None or unreadable(now) is None:
         return
     namespace, key = split_blob_name(info.name)
-    removed = repository.delete_entries([(namespace, key)])
+    removed = repository.delete_entries([(namespace, key)], policy="damaged", when=utcnow())
     forget([(ns, k) for ns, k, _ in removed])
     store.set_aside(info.name)
 
@@ -160,7 +160,7 @@ def _drop_lost_rows(
         if result.dry_run:
             result.rows_dropped += len(lost)
         elif lost:
-            removed = repository.delete_entries([(namespace, k) for k in lost])
+            removed = repository.delete_entries([(namespace, k) for k in lost], policy="lost", when=utcnow())
             forget([(namespace, key) for _, key, _ in removed])
             result.rows_dropped += len(removed)
 

@@ -24,6 +24,7 @@ from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
 from cache_server.packs import packing_store
 from cache_server.periodic import Periodic
+from cache_server.runs.retention import Pruned
 from cache_server.settings import Settings
 from cache_server.storage.abilities import StoresPacks
 from cache_server.storage.base import BlobStore
@@ -54,6 +55,7 @@ class AdminService:
         clock: Clock = utcnow,
         graph_parser: ParserProcess | None = None,
         forget_entries: Callable[[Sequence[tuple[str, str]]], None] = lambda refs: None,
+        prune_history: Callable[[], Pruned] = lambda: Pruned(runs=0, tombstones=0),
     ) -> None:
         self._settings = settings
         self._repository = repository
@@ -64,6 +66,7 @@ class AdminService:
         self._packs_swept_at = -PACK_SWEEP_SECONDS
         self._graphs = GraphIndexer(repository, store, activity=activity, parser=graph_parser)
         self._forget_entries = forget_entries
+        self._prune_history = prune_history
         self.evictor = Evictor(
             settings, repository, store, before=flush_access, clock=clock, forget=forget_entries
         )
@@ -203,6 +206,7 @@ class AdminService:
     def _gc_round(self) -> None:
         """Background gc (``XLA_CACHE_GC_INTERVAL_SECONDS``): orphans older than the orphan grace period."""
         result = self.gc(grace_seconds=self._settings.orphan_grace_seconds)
+        self.prune_history()
         if result.orphan_blobs_removed or result.rows_dropped or result.damaged_blobs:
             log.info(
                 "background gc: %d orphan blobs removed, %d rows dropped, %d damaged blobs set aside",
@@ -210,6 +214,14 @@ class AdminService:
                 result.rows_dropped,
                 result.damaged_blobs,
             )
+
+    def prune_history(self) -> Pruned:
+        """Remove the run reports and tombstones past their bounds (:mod:`cache_server.runs.retention`);
+        background gc does this each round."""
+        pruned = self._prune_history()
+        if pruned.runs or pruned.tombstones:
+            log.info("pruned %d run reports and %d tombstones", pruned.runs, pruned.tombstones)
+        return pruned
 
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace with all its entries; :class:`NamespaceNotFound` if it does not exist."""

@@ -14,6 +14,7 @@ from cache_server.api import (
     metrics,
     namespaces,
     quotas,
+    runs,
     signed_urls,
     uploads,
 )
@@ -32,4 +33,5 @@ router.include_router(metrics.router)
 router.include_router(docs.router)
 router.include_router(admin.router)
 router.include_router(quotas.router)
+router.include_router(runs.router)
 router.include_router(dashboard.router)

@@ -58,6 +58,9 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/admin/quotas"): Role.ADMIN,
     ("PUT", "/admin/quotas/namespace/{namespace}"): Role.ADMIN,
     ("PUT", "/admin/quotas/token/{token}"): Role.ADMIN,
+    ("POST", "/v1/runs"): Role.WRITE,  # the namespace is in the body: checked by the route
+    ("GET", "/admin/runs"): Role.WRITE,  # admin, or a scoped write token (its namespaces): the route checks
+    ("GET", "/admin/runs/{run_id}"): Role.WRITE,
     ("GET", "/"): Role.READ,
     ("GET", "/dashboard/data"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace
@@ -67,6 +70,8 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
 BROWSER_ROUTES = frozenset({"/", "/dashboard/data", "/openapi.json", "/docs"})
 UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
+# name their namespaces elsewhere (a body, a stored run): the route itself checks a scoped token's reach
+SELF_SCOPED_ROUTES = frozenset({"/v1/runs", "/admin/runs", "/admin/runs/{run_id}"})
 
 
 def role_for(method: str, path: str) -> Role:
@@ -110,7 +115,7 @@ def _check_token(request: Request, path: str) -> None:
     request.scope[PRINCIPAL_KEY] = principal
     action = f"{request.method} {path}"
     tokens.authorize(principal, role_for(request.method, path), action)
-    if path not in UNSCOPED_ROUTES:
+    if path not in UNSCOPED_ROUTES and path not in SELF_SCOPED_ROUTES:
         namespace = request.path_params.get("namespace") if path.startswith("/v1/namespaces/") else None
         tokens.authorize_namespace(principal, namespace, action)
 

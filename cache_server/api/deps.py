@@ -11,6 +11,7 @@ from cache_server.api.bodies import UploadSlots
 from cache_server.auth import TokenManager
 from cache_server.feed import FeedWatcher
 from cache_server.quotas import Quotas
+from cache_server.runs import RunService
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
@@ -18,11 +19,13 @@ from cache_server.wiring import Services
 __all__ = [
     "AdminDep",
     "QuotasDep",
+    "RunsDep",
     "ServiceDep",
     "SettingsDep",
     "TokensDep",
     "get_admin",
     "get_feed_watcher",
+    "get_runs",
     "get_service",
     "get_settings",
     "get_tokens",
@@ -49,6 +52,10 @@ def get_tokens(request: Request) -> TokenManager:
 
 def get_quotas(request: Request) -> Quotas:
     return _services(request).quotas
+
+
+def get_runs(request: Request) -> RunService:
+    return _services(request).runs
 
 
 def get_settings(request: Request) -> Settings:
@@ -90,8 +97,13 @@ async def _quotas(request: Request) -> Quotas:
     return get_quotas(request)
 
 
+async def _runs(request: Request) -> RunService:
+    return get_runs(request)
+
+
 ServiceDep = Annotated[CacheService, Depends(_service)]
 AdminDep = Annotated[AdminService, Depends(_admin)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]
+RunsDep = Annotated[RunService, Depends(_runs)]

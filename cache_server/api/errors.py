@@ -50,6 +50,9 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.TokenRevoked: 401,
     errors.UploadTooLarge: 413,
     errors.QuotaExceeded: 507,
+    errors.RunOwned: 403,
+    errors.RunConflict: 409,
+    errors.RunNotFound: 404,
 }
 
 HTTP_CODES = {

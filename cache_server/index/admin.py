@@ -15,11 +15,12 @@ from typing import cast
 from sqlalchemy import Select, Table, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo
+from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo, RemovalPolicy
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
 from cache_server.index.entries import entry_info, namespace_info, stored_per_namespace
 from cache_server.index.models import NO_TOKEN, DailyStats, Entry, EntryGraph, EntryTotals, Namespace
+from cache_server.index.tombstones import Removed, bury
 
 __all__ = ["AdminRepository", "EvictionCandidate", "GraphGroup", "GraphRecord"]
 
@@ -290,12 +291,18 @@ class AdminRepository:
                 yield EvictionCandidate(*row)
 
     def delete_entries(
-        self, refs: Iterable[tuple[str, str]], *, evicted_on: dt.date | None = None
+        self,
+        refs: Iterable[tuple[str, str]],
+        *,
+        policy: RemovalPolicy,
+        when: dt.datetime,
+        count_evictions: bool = False,
     ) -> list[tuple[str, str, int]]:
-        """Delete these entries' rows in one transaction; returns the (namespace, key, size) really deleted.
+        """Delete these entries' rows in one transaction, with a tombstone for each saying ``when`` and
+        by which ``policy`` it went; returns the (namespace, key, size) really deleted.
 
-        With ``evicted_on`` the namespaces and that day's rollup count them as evictions. Rows another process
-        deleted first are not returned, so each blob is removed (and counted) by exactly one caller.
+        With ``count_evictions`` the namespaces and that day's rollup count them as evictions. Rows another
+        process deleted first are not returned, so each blob is removed (and counted) by exactly one caller.
         """
         by_namespace: dict[str, list[str]] = defaultdict(list)
         for namespace, key in refs:
@@ -303,17 +310,18 @@ class AdminRepository:
         gone: list[tuple[str, str, int]] = []
         with self._db.transaction() as session:
             for namespace, keys in by_namespace.items():
-                removed: list[tuple[str, str, int]] = []
+                removed: list[Removed] = []
                 for part in chunked(keys):
                     result = session.execute(
                         delete(Entry)
                         .where(Entry.namespace == namespace, Entry.key.in_(part))
-                        .returning(Entry.namespace, Entry.key, Entry.size)
+                        .returning(Entry.namespace, Entry.key, Entry.size, Entry.compile_time_ms)
                     )
-                    removed.extend((ns, key, int(size)) for ns, key, size in result)
-                if evicted_on is not None and removed:
-                    add_counts(self._db, session, namespace, evicted_on, evictions=len(removed))
-                gone.extend(removed)
+                    removed.extend(Removed(ns, key, int(size), ms) for ns, key, size, ms in result)
+                if count_evictions and removed:
+                    add_counts(self._db, session, namespace, when.date(), evictions=len(removed))
+                bury(self._db, session, removed, policy, when)
+                gone.extend((r.namespace, r.key, r.size) for r in removed)
         return gone
 
     def keys_page(self, namespace: str, *, after: str | None, limit: int) -> list[tuple[str, dt.datetime]]:

@@ -14,10 +14,11 @@ from typing import Any, cast
 from sqlalchemy import Select, Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, NamespaceInfo
+from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, NamespaceInfo, RemovalPolicy
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
 from cache_server.index.models import Entry, EntryFeed, EntryTotals, Namespace
+from cache_server.index.tombstones import Removed, bury
 
 __all__ = [
     "AccessDelta",
@@ -356,15 +357,27 @@ class EntryRepository:
                 added += len(session.execute(stmt).all())
         return added
 
-    def delete_entry(self, namespace: str, key: str, *, sha256: str | None = None) -> EntryInfo | None:
-        """Remove an entry's row (only if it still has digest ``sha256``, when given); returns what was
-        removed."""
+    def delete_entry(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        policy: RemovalPolicy,
+        when: dt.datetime,
+        sha256: str | None = None,
+    ) -> EntryInfo | None:
+        """Remove an entry's row (only if it still has digest ``sha256``, when given), with a tombstone
+        saying ``when`` and by which ``policy``; returns what was removed."""
         with self._db.transaction() as session:
             row = session.get(Entry, (namespace, key))
             if row is None or (sha256 is not None and row.sha256 != sha256):
                 return None
+            info = entry_info(row)
             session.delete(row)
-            return entry_info(row)
+            session.flush()
+            removed = Removed(namespace, key, row.size, row.compile_time_ms)
+            bury(self._db, session, [removed], policy, when)
+            return info
 
     def manifest(self, namespace: str, *, max_bytes: int | None, max_entries: int | None) -> list[EntryRef]:
         """The most useful entries first (most hits, then most recently used), within the bounds.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from cache_server import metrics
 from cache_server.access import AccessRecorder
-from cache_server.domain import EntryInfo
+from cache_server.domain import EntryInfo, utcnow
 from cache_server.errors import EntryNotFound
 from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRepository
@@ -189,7 +189,7 @@ class Reads:
         """Remove an entry: index row first, then the blob."""
         check_namespace(namespace)
         check_key(key)
-        if self._entries.delete_entry(namespace, key) is None:
+        if self._entries.delete_entry(namespace, key, policy="admin", when=utcnow()) is None:
             raise _not_found(namespace, key)
         self._hot.forget([(namespace, key)])
         self._store.delete(blob_name(namespace, key))

@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 
-from cache_server.domain import EntryInfo, EntryRef
+from cache_server.domain import EntryInfo, EntryRef, utcnow
 from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRepository
 from cache_server.storage.base import BlobReader, BlobStore, blob_name
@@ -88,7 +88,10 @@ class Verifier:
         """
         name = blob_name(entry.namespace, entry.key)
         try:
-            if self._entries.delete_entry(entry.namespace, entry.key, sha256=entry.sha256) is None:
+            removed = self._entries.delete_entry(
+                entry.namespace, entry.key, policy="damaged", when=utcnow(), sha256=entry.sha256
+            )
+            if removed is None:
                 return
             self._hot.forget([(entry.namespace, entry.key)])
             info = self._store.stat(name)

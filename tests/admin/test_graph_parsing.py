@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from cache_server.activity import Activity
+from cache_server.domain import utcnow
 from cache_server.graphs import indexing, worker
 from cache_server.graphs.indexing import GraphIndexer
 from cache_server.graphs.worker import ParserProcess, ParserResting, parse_blob
@@ -90,7 +91,7 @@ def test_parsing_catches_up_when_overdue_however_busy(
 
 def test_records_of_a_batch_skip_an_entry_evicted_meanwhile(settings: Settings, services: Services) -> None:
     keys = _store_real_entries(settings, services, "batch")
-    EntryRepository(services.database).delete_entry("batch", keys[0])
+    EntryRepository(services.database).delete_entry("batch", keys[0], policy="admin", when=utcnow())
     repository = AdminRepository(services.database)
     records = [GraphRecord("batch", key, module=f"m{i}") for i, key in enumerate(keys)]
     assert repository.record_graphs(records) == len(keys) - 1

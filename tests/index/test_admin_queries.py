@@ -78,7 +78,9 @@ def test_eviction_counts_once_and_keeps_the_recently_used(services: Services) ->
         "k11",
     }
     repository = AdminRepository(services.database)
-    again = repository.delete_entries([("ns", "k01"), ("ns", "k08")], evicted_on=utcnow().date())
+    again = repository.delete_entries(
+        [("ns", "k01"), ("ns", "k08")], policy="lru", when=utcnow(), count_evictions=True
+    )
     assert again == [("ns", "k08", 100)]  # k01 was already gone: not deleted, not counted twice
     assert services.admin.stats().totals.counters.evictions == 8
 

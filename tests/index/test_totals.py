@@ -23,7 +23,7 @@ def assert_consistent(admin: AdminRepository) -> None:
 
 def test_every_write_keeps_the_totals(database: Database) -> None:
     entries, admin = EntryRepository(database), AdminRepository(database)
-    today = utcnow().date()
+    now = utcnow()
     assert admin.kept_totals() == {} and admin.stored_by_namespace() == {}
 
     assert entries.record_entry(record("a", "k1", 10), replace=True)  # single upload
@@ -44,15 +44,19 @@ def test_every_write_keeps_the_totals(database: Database) -> None:
     )
     assert_consistent(admin)
 
-    entries.delete_entry("a", "k1")  # DELETE of one entry
-    admin.delete_entries([("a", f"b{i}") for i in range(100)], evicted_on=today)  # eviction
-    admin.delete_entries([(ref.namespace, ref.key) for ref in admin.iter_stored_by(["t2"])])  # purge
-    admin.delete_entries([("c", "r1"), ("c", "nothing")])  # gc's dropped rows
+    entries.delete_entry("a", "k1", policy="admin", when=utcnow())  # DELETE of one entry
+    admin.delete_entries(
+        [("a", f"b{i}") for i in range(100)], policy="lru", when=now, count_evictions=True
+    )  # eviction
+    admin.delete_entries(
+        [(ref.namespace, ref.key) for ref in admin.iter_stored_by(["t2"])], policy="purge", when=now
+    )  # purge
+    admin.delete_entries([("c", "r1"), ("c", "nothing")], policy="lost", when=now)  # gc's dropped rows
     assert_consistent(admin)
     assert "t2" not in admin.stored_by_token()
 
     for key, _ in admin.keys_page("c", after=None, limit=100):  # delete a namespace
-        admin.delete_entries([("c", key)])
+        admin.delete_entries([("c", key)], policy="lost", when=utcnow())
     assert admin.drop_namespace_row("c")
     assert_consistent(admin)
     assert "c" not in admin.stored_by_namespace()
@@ -103,7 +107,7 @@ def test_concurrent_uploads_and_evictions_lose_no_count(database: Database) -> N
         for part in range(20):
             victims = [("shared", f"seed{i}") for i in range(part * 20, part * 20 + 20)]
             victims += [(f"ns{j}", f"t1-{part * 3 + j}") for j in range(3)]
-            admin.delete_entries(victims, evicted_on=utcnow().date())
+            admin.delete_entries(victims, policy="lru", when=utcnow(), count_evictions=True)
 
     threads = [
         threading.Thread(target=run, args=(work,))

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
+from cache_server.domain import utcnow
 from cache_server.index import Database, EntryRepository
 from cache_server.migrate import downgrade, upgrade
 from cache_server.reindex import Reindexer
@@ -120,7 +121,7 @@ def test_untrustworthy_blobs_are_left_out_and_verify_decides(
     good = repo.get_entry("ns", "good")
     assert good is not None and good.created_at.isoformat() == "2024-05-01T12:00:00+00:00"
 
-    repo.delete_entry("ns", "rotten")
+    repo.delete_entry("ns", "rotten", policy="admin", when=utcnow())
     verified = reindexer.run(verify=True)
     assert verified.added == 1 and verified.already_indexed == 1
     assert set(verified.skipped) == {"ns/rotten", "ns/moved"}

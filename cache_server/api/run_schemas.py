@@ -1,0 +1,253 @@
+"""Bodies of the run routes: the report a job sends (``POST /v1/runs``, the contract of
+:mod:`cache_protocol.runs`: strict bounds, no unknown field) and the runs the admin routes answer with."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+
+from cache_protocol.runs import (
+    HOST_MAX_LENGTH,
+    MAX_COUNT,
+    MAX_MISSES_PER_REPORT,
+    MAX_PROCESS_INDEX,
+    MAX_SECONDS,
+    MODULE_MAX_LENGTH,
+    RUN_ID_PATTERN,
+)
+from cache_server.index.runs import MissRecord, RunInfo
+from cache_server.names import check_key, check_namespace
+from cache_server.runs import ExplainedMiss, RunDetail, RunReport
+
+__all__ = ["RunDetailOut", "RunOut", "RunReportIn", "RunsOut"]
+
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+UnixTime = Annotated[float, Field(ge=0, le=2**34, allow_inf_nan=False, description="Unix seconds.")]
+MAX_COMPONENTS = 32
+ComponentName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_. -]+$")]
+ComponentHash = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MissIn(_Strict):
+    """A compile the run made: the key it wrote and what the client knew of it."""
+
+    key: str = Field(min_length=1, max_length=256)
+    module: str | None = Field(default=None, min_length=1, max_length=MODULE_MAX_LENGTH, pattern=PRINTABLE)
+    components: dict[ComponentName, ComponentHash] | None = Field(default=None, max_length=MAX_COMPONENTS)
+    compile_seconds: Seconds | None = None
+    load_failed: StrictBool = False
+
+    @model_validator(mode="after")
+    def _key(self) -> MissIn:
+        check_key(self.key)  # InvalidName: the one error mapping answers 400
+        return self
+
+
+class RunReportIn(_Strict):
+    """One report of a run (cumulative numbers; the misses not reported before)."""
+
+    run_id: str = Field(min_length=8, max_length=64, pattern=f"^{RUN_ID_PATTERN.pattern}$")
+    namespace: str = Field(min_length=1, max_length=128)
+    framework: Literal["torch_xla", "jax", "torchax"]
+    host: str = Field(min_length=1, max_length=HOST_MAX_LENGTH, pattern=PRINTABLE)
+    process_index: StrictInt = Field(default=0, ge=0, le=MAX_PROCESS_INDEX)
+    started_at: UnixTime
+    ended_at: UnixTime | None = None
+    warm_seconds: Seconds = 0.0
+    warm_bytes: Count = 0
+    warm_entries: Count = 0
+    hits: Count = 0
+    misses: Count = 0
+    compile_seconds: Seconds = 0.0
+    uploaded_entries: Count = 0
+    live_entries: Count = 0
+    load_failures: Count = 0
+    new_misses: list[MissIn] = Field(default_factory=list, max_length=MAX_MISSES_PER_REPORT)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunReportIn:
+        check_namespace(self.namespace)
+        if self.ended_at is not None and self.ended_at < self.started_at:
+            raise ValueError("ended_at is before started_at")
+        if len({miss.key for miss in self.new_misses}) != len(self.new_misses):
+            raise ValueError("new_misses names a key twice")
+        return self
+
+    def report(self) -> RunReport:
+        """The report as the service takes it."""
+        return RunReport(
+            run_id=self.run_id,
+            namespace=self.namespace,
+            framework=self.framework,
+            host=self.host,
+            process_index=self.process_index,
+            started_at=_time(self.started_at),
+            ended_at=None if self.ended_at is None else _time(self.ended_at),
+            warm_seconds=self.warm_seconds,
+            warm_bytes=self.warm_bytes,
+            warm_entries=self.warm_entries,
+            hits=self.hits,
+            misses=self.misses,
+            compile_seconds=self.compile_seconds,
+            uploaded_entries=self.uploaded_entries,
+            live_entries=self.live_entries,
+            load_failures=self.load_failures,
+            new_misses=[
+                MissRecord(
+                    key=m.key,
+                    module=m.module,
+                    components=m.components,
+                    compile_ms=None if m.compile_seconds is None else round(m.compile_seconds * 1000),
+                    load_failed=m.load_failed,
+                )
+                for m in self.new_misses
+            ],
+        )
+
+
+def _time(unix: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(unix, dt.timezone.utc)
+
+
+class _RunFields(BaseModel):
+    run_id: str
+    namespace: str
+    framework: str
+    host: str
+    process_index: int
+    started_at: dt.datetime
+    updated_at: dt.datetime
+    ended_at: dt.datetime | None
+    warm_seconds: float
+    warm_bytes: int
+    warm_entries: int
+    hits: int
+    hit_rate: float | None
+    compile_seconds: float
+    saved_seconds: float
+    uploaded_entries: int
+    live_entries: int
+    load_failures: int
+
+
+def _run_fields(run: RunInfo) -> dict[str, object]:
+    n = run.numbers
+    looked = n.hits + n.misses
+    return {
+        "run_id": run.run_id,
+        "namespace": run.namespace,
+        "framework": run.framework,
+        "host": run.host,
+        "process_index": run.process_index,
+        "started_at": run.started_at,
+        "updated_at": run.updated_at,
+        "ended_at": run.ended_at,
+        "warm_seconds": n.warm_ms / 1000,
+        "warm_bytes": n.warm_bytes,
+        "warm_entries": n.warm_entries,
+        "hits": n.hits,
+        "hit_rate": n.hits / looked if looked else None,
+        "compile_seconds": n.compile_ms / 1000,
+        "saved_seconds": n.saved_ms / 1000,
+        "uploaded_entries": n.uploaded_entries,
+        "live_entries": n.live_entries,
+        "load_failures": n.load_failures,
+    }
+
+
+class RunOut(_RunFields):
+    """A run: who, where, when, and its numbers (seconds as numbers; the hit rate of its lookups,
+    ``hits / (hits + misses)``; ``saved_seconds`` the compile time its hits saved, estimated)."""
+
+    misses: int
+
+    @classmethod
+    def of(cls, run: RunInfo) -> RunOut:
+        return cls.model_validate({**_run_fields(run), "misses": run.numbers.misses})
+
+
+class RunsOut(BaseModel):
+    runs: list[RunOut]
+
+
+class DimensionOut(BaseModel):
+    param: int
+    dim: int
+    ours: int
+    theirs: int
+
+
+class ComponentOut(BaseModel):
+    component: str
+    ours: str | None
+    theirs: str | None
+
+
+class MissOut(BaseModel):
+    """A compile of the run and why it happened (``reason`` one of cache_protocol.runs.MISS_REASONS)."""
+
+    key: str
+    module: str | None
+    reason: str
+    detail: str
+    compile_seconds: float | None
+    load_failed: bool
+    components: dict[str, str] | None
+    shapes: str | None
+    nearest_key: str | None
+    dimensions: list[DimensionOut]
+    differing_components: list[ComponentOut]
+    removed_at: dt.datetime | None
+    policy: str | None
+
+    @classmethod
+    def of(cls, miss: ExplainedMiss) -> MissOut:
+        return cls(
+            key=miss.key,
+            module=miss.module,
+            reason=miss.reason,
+            detail=miss.detail,
+            compile_seconds=None if miss.compile_ms is None else miss.compile_ms / 1000,
+            load_failed=miss.load_failed,
+            components=miss.components,
+            shapes=miss.shapes,
+            nearest_key=miss.nearest_key,
+            dimensions=[
+                DimensionOut(param=d.param, dim=d.dim, ours=d.ours, theirs=d.theirs) for d in miss.dimensions
+            ],
+            differing_components=[
+                ComponentOut(component=c.component, ours=c.ours, theirs=c.theirs)
+                for c in miss.differing_components
+            ],
+            removed_at=miss.removed_at,
+            policy=miss.policy,
+        )
+
+
+class RunDetailOut(_RunFields):
+    """A run's fields, with ``misses`` the list of its compiles (the first ``limit``) each with its reason,
+    ``misses_total`` how many it reported in all, ``misses_explained`` how many listed have a reason other
+    than unknown."""
+
+    misses: list[MissOut]
+    misses_total: int
+    misses_explained: int
+
+    @classmethod
+    def of(cls, detail: RunDetail) -> RunDetailOut:
+        return cls.model_validate(
+            {
+                **_run_fields(detail.run),
+                "misses": [MissOut.of(m) for m in detail.misses],
+                "misses_total": detail.misses_total,
+                "misses_explained": detail.misses_explained,
+            }
+        )

@@ -1,0 +1,97 @@
+"""Run reports: a job reports its run (``POST /v1/runs``, write role), and the runs are listed and explained
+(``GET /admin/runs``, ``GET /admin/runs/{run_id}``: admin, or a write token limited to namespace patterns,
+which sees the runs of the namespaces it covers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+
+from cache_protocol.runs import MAX_MISSES_PER_RUN
+from cache_server.api.auth import principal
+from cache_server.api.deps import RunsDep, TokensDep
+from cache_server.api.run_schemas import RunDetailOut, RunOut, RunReportIn, RunsOut
+from cache_server.auth import Role
+from cache_server.errors import Forbidden
+from cache_server.index.runs import RunFilter
+from cache_server.names import check_namespace
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["runs"])
+MAX_LIST = 1000
+
+
+@router.post("/v1/runs", response_model=RunOut)
+def report_run(body: RunReportIn, request: Request, runs: RunsDep, tokens: TokensDep) -> RunOut:
+    """Store a run's report: its cumulative numbers (each kept as the larger of this and the last report's)
+    and its misses not reported before (at most ``MAX_MISSES_PER_RUN`` kept per run, the rest counted).
+    403 ``run_owned`` if another token reported this run id first; 409 ``run_conflict`` if the run was
+    reported with another namespace or framework; 400 for anything out of bounds. Nothing is stored then."""
+    who = principal(request)
+    if who is not None:
+        tokens.authorize_namespace(who, body.namespace, "POST /v1/runs")
+    run = runs.report(body.report(), reported_by=None if who is None else who.token_id)
+    return RunOut.of(run)
+
+
+def _visible(request: Request) -> tuple[str, ...] | None:
+    """The namespace patterns the caller may see runs of (None: every namespace)."""
+    who = principal(request)
+    if who is None or who.role >= Role.ADMIN:
+        return None
+    if who.namespaces is None:
+        raise Forbidden(
+            f"The token {who.name!r} has the {who.role.label} role; the runs of every namespace need the "
+            "admin role (a write token limited to namespace patterns sees the runs of those namespaces)."
+        )
+    return who.namespaces
+
+
+@router.get("/admin/runs", response_model=RunsOut)
+def list_runs(
+    request: Request,
+    runs: RunsDep,
+    namespace: Annotated[str | None, Query(max_length=128, description="Only this namespace.")] = None,
+    framework: Annotated[Literal["torch_xla", "jax", "torchax"] | None, Query()] = None,
+    host: Annotated[str | None, Query(max_length=256, description="Only runs of this host.")] = None,
+    since: Annotated[dt.datetime | None, Query(description="Runs started at or after this time.")] = None,
+    until: Annotated[dt.datetime | None, Query(description="Runs started before this time.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIST, description="At most this many runs.")] = 100,
+) -> RunsOut:
+    """Runs, the latest started first, with their hit rate and the compile seconds they paid and saved."""
+    if namespace is not None:
+        check_namespace(namespace)
+    query = RunFilter(
+        namespace=namespace,
+        framework=framework,
+        host=host,
+        since=_aware(since),
+        until=_aware(until),
+        patterns=_visible(request),
+        limit=limit,
+    )
+    return RunsOut(runs=[RunOut.of(run) for run in runs.list_runs(query)])
+
+
+@router.get("/admin/runs/{run_id}", response_model=RunDetailOut)
+def run_detail(
+    run_id: str,
+    request: Request,
+    runs: RunsDep,
+    limit: Annotated[
+        int, Query(ge=0, le=MAX_MISSES_PER_RUN, description="At most this many misses listed.")
+    ] = 1000,
+) -> RunDetailOut:
+    """A run and why it compiled: each miss (in the order reported) with its reason and what supports it
+    (the differing dimensions, the differing JAX cache-key components, the tombstone)."""
+    return RunDetailOut.of(runs.detail(run_id, patterns=_visible(request), limit=limit))
+
+
+def _aware(value: dt.datetime | None) -> dt.datetime | None:
+    """A time without a zone is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=dt.timezone.utc)

@@ -1,0 +1,275 @@
+"""Run reports over HTTP: POST /v1/runs stores them (bounded, owned, merged), GET /admin/runs lists them and
+GET /admin/runs/{id} says why each compile happened, from entries stored through the real upload path."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cache_protocol.runs import MAX_COUNT, MAX_MISSES_PER_REPORT
+from cache_server import metrics
+from cache_server.wiring import Services
+from tests.support.api import entry_url, put_ok
+from tests.support.real_entries import real_entries
+
+# the real torch_xla entries: three shapes of SyncTensorsGraph.15 (parameter 1 is f32[n,16]) and one other
+B8 = "141073805730141206780902128710512802542"  # (f32[16,3], f32[8,16])
+B2 = "299184862721481437114806396320747224705"  # (f32[16,3], f32[2,16])
+OTHER = "304900209432311687315369713663855754870"  # SyncTensorsGraph.12
+B4 = "309309220741466217388041336712701653489"  # (f32[16,3], f32[4,16])
+NS = "cpu-job"
+
+
+def report(run_id: str = "run-00000001", **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "run_id": run_id,
+        "namespace": NS,
+        "framework": "torch_xla",
+        "host": "host-1",
+        "process_index": 0,
+        "started_at": time.time() - 60,
+        "hits": 0,
+        "misses": 0,
+    }
+    return {**body, **fields}
+
+
+def miss(key: str, **fields: Any) -> dict[str, Any]:
+    return {"key": key, "module": None, "compile_seconds": 1.5, **fields}
+
+
+def post(client: TestClient, body: dict[str, Any], **headers: str) -> Any:
+    return client.post("/v1/runs", json=body, headers=headers)
+
+
+def reasons(client: TestClient, run_id: str) -> dict[str, tuple[str, str]]:
+    detail = client.get(f"/admin/runs/{run_id}").json()
+    return {m["key"]: (m["reason"], m["detail"]) for m in detail["misses"]}
+
+
+def store_real(client: TestClient, services: Services, keys: list[str], namespace: str = NS) -> None:
+    entries = real_entries()
+    for key in keys:
+        put_ok(client, namespace, key, entries[key], compile_ms=2000)
+    assert services.admin.wait_parsed(30)
+
+
+def test_a_run_reported_twice_keeps_the_larger_numbers_and_adds_its_misses(client: TestClient) -> None:
+    first = post(client, report(hits=10, misses=2, compile_seconds=3.0, new_misses=[miss("k1"), miss("k2")]))
+    assert first.status_code == 200, first.text
+    # a late report from before the first one arrives last: it lowers nothing
+    late = post(client, report(hits=4, misses=1, compile_seconds=1.0, new_misses=[miss("k1")]))
+    assert late.status_code == 200
+    final = post(
+        client, report(hits=12, misses=3, compile_seconds=4.5, ended_at=time.time(), new_misses=[miss("k3")])
+    )
+    assert final.status_code == 200
+    runs = client.get("/admin/runs").json()["runs"]
+    assert len(runs) == 1
+    run = runs[0]
+    assert (run["hits"], run["misses"], run["compile_seconds"]) == (12, 3, 4.5)
+    assert run["hit_rate"] == pytest.approx(12 / 15)
+    assert run["ended_at"] is not None
+    detail = client.get("/admin/runs/run-00000001").json()
+    assert [m["key"] for m in detail["misses"]] == ["k1", "k2", "k3"]
+    assert detail["misses_total"] == 3
+    assert client.get("/admin/runs/no-such-run").status_code == 404
+
+
+def test_listing_filters(client: TestClient) -> None:
+    now = time.time()
+    post(client, report("run-a-000001", host="h1", started_at=now - 7200))
+    post(client, report("run-b-000001", host="h2", framework="jax", started_at=now - 60))
+    post(client, report("run-c-000001", host="h2", namespace="other-ns", started_at=now - 30))
+
+    def ids(**params: Any) -> list[str]:
+        response = client.get("/admin/runs", params=params)
+        assert response.status_code == 200, response.text
+        return [r["run_id"] for r in response.json()["runs"]]
+
+    assert ids() == ["run-c-000001", "run-b-000001", "run-a-000001"]  # latest started first
+    assert ids(namespace=NS) == ["run-b-000001", "run-a-000001"]
+    assert ids(framework="jax") == ["run-b-000001"]
+    assert ids(host="h2", limit=1) == ["run-c-000001"]
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 3600))
+    assert ids(since=since) == ["run-c-000001", "run-b-000001"]
+    assert ids(until=since) == ["run-a-000001"]
+    assert client.get("/admin/runs", params={"limit": 0}).status_code == 400
+    assert client.get("/admin/runs", params={"framework": "tensorflow"}).status_code == 400
+
+
+def test_each_reason_from_entries_stored_through_uploads(client: TestClient, services: Services) -> None:
+    entries = real_entries()
+    # run 1 compiles three shapes of a graph never stored, and another graph; it uploads them
+    misses = [miss(B2), miss(B4), miss(B8), miss(OTHER)]
+    assert post(client, report("run-first-01", misses=4, new_misses=misses)).status_code == 200
+    store_real(client, services, [B2, B4, B8, OTHER])
+    got = reasons(client, "run-first-01")
+    assert got[B2] == (
+        "new_graph",
+        "no entry of module SyncTensorsGraph.15 was stored in this namespace before",
+    )
+    assert got[OTHER][0] == "new_graph"
+    # the other two are new shapes of the first: parameter 1's dimension 0 differs from the nearest
+    assert got[B4] == (
+        "new_shapes",
+        "new shapes of module SyncTensorsGraph.15: parameter 1 dimension 0: 4 (nearest stored: 2)",
+    )
+    assert got[B8][0] == "new_shapes" and "parameter 1 dimension 0: 8 (nearest stored: 4)" in got[B8][1]
+    detail = client.get("/admin/runs/run-first-01").json()
+    b4 = next(m for m in detail["misses"] if m["key"] == B4)
+    assert b4["dimensions"] == [{"param": 1, "dim": 0, "ours": 4, "theirs": 2}]
+    assert b4["nearest_key"] == B2 and b4["shapes"] == "(f32[16,3], f32[4,16]) -> (f32[3])"
+    assert detail["misses_explained"] == 4
+
+    # run 2: the same graph at the same shapes under another key (torch_xla: no components to name)
+    put_ok(client, NS, "same-graph-other-key", entries[B2])
+    # a key stored once and removed since; a key that failed to load; opaque bytes the client named
+    put_ok(client, NS, "gone-key", b"removed later")
+    assert client.delete(entry_url(NS, "gone-key")).status_code == 204
+    put_ok(client, NS, "opaque-key", b"a TPU executable: opaque bytes")
+    assert services.admin.wait_parsed(30)
+    run2 = [
+        miss("same-graph-other-key"),
+        miss("gone-key"),
+        miss(B8, load_failed=True),
+        miss("opaque-key", module="jit_step"),
+    ]
+    assert post(client, report("run-second-1", misses=4, new_misses=run2)).status_code == 200
+    got = reasons(client, "run-second-1")
+    assert got["same-graph-other-key"][0] == "different_key"
+    assert B2 in got["same-graph-other-key"][1] or "under key" in got["same-graph-other-key"][1]
+    assert got["gone-key"][0] == "evicted" and "by policy admin" in got["gone-key"][1]
+    assert got[B8] == ("load_failed", "an entry of this key was stored, but it failed to load")
+    assert got["opaque-key"][0] == "unknown" and "module jit_step" in got["opaque-key"][1]
+    gone = next(m for m in client.get("/admin/runs/run-second-1").json()["misses"] if m["key"] == "gone-key")
+    assert gone["policy"] == "admin" and gone["removed_at"] is not None
+
+
+def test_different_key_names_the_jax_components_that_differ(client: TestClient, services: Services) -> None:
+    entries = real_entries()
+    first = {"computation": "aa11", "jax_lib version": "bb22", "compile_options": "cc33"}
+    second = {**first, "compile_options": "dd44"}  # job D: one per-call compiler option more
+    module = "SyncTensorsGraph.15"  # what the client knew of the module (the stored bytes say the same)
+    for run_id, key, components in (("run-jax-a-01", "key-a", first), ("run-jax-d-01", "key-d", second)):
+        new = [miss(key, module=module, components=components)]
+        assert post(client, report(run_id, framework="jax", new_misses=new)).status_code == 200
+        put_ok(client, NS, key, entries[B2])
+    assert services.admin.wait_parsed(30)
+    detail = client.get("/admin/runs/run-jax-d-01").json()
+    (only,) = detail["misses"]
+    assert only["reason"] == "different_key"
+    assert only["differing_components"] == [
+        {"component": "compile_options", "ours": "dd44", "theirs": "cc33"}
+    ]
+    assert only["detail"] == "same computation as key key-a; JAX's cache key differs in compile_options"
+
+
+def test_misses_beyond_the_run_bound_are_counted_not_stored(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cache_server.index.runs.MAX_MISSES_PER_RUN", 3)
+    post(client, report(misses=2, new_misses=[miss("k1"), miss("k2")]))
+    post(client, report(misses=5, new_misses=[miss("k3"), miss("k4"), miss("k5")]))
+    detail = client.get("/admin/runs/run-00000001").json()
+    assert [m["key"] for m in detail["misses"]] == ["k1", "k2", "k3"]
+    assert detail["misses_total"] == 5
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"hits": -1},
+        {"hits": MAX_COUNT + 1},
+        {"hits": 1.5},
+        {"hits": True},
+        {"hits": "12"},
+        {"compile_seconds": 1e12},
+        {"compile_seconds": -0.1},
+        {"unknown_field": 1},
+        {"run_id": "short"},
+        {"run_id": "../../etc/passwd-x"},
+        {"run_id": "x" * 65},
+        {"namespace": "../escape"},
+        {"namespace": "a" * 129},
+        {"framework": "tensorflow"},
+        {"host": ""},
+        {"host": "h" * 257},
+        {"host": "evil\nline"},
+        {"process_index": -1},
+        {"started_at": -5},
+        {"ended_at": 1.0},  # before started_at
+        {"new_misses": [miss(f"k{i}") for i in range(MAX_MISSES_PER_REPORT + 1)]},
+        {"new_misses": [miss("k1"), miss("k1")]},
+        {"new_misses": [miss("../k")]},
+        {"new_misses": [miss("k", module="m" * 257)]},
+        {"new_misses": [miss("k", components={f"c{i}": "ab" for i in range(33)})]},
+        {"new_misses": [miss("k", components={"computation": "not hex!"})]},
+        {"new_misses": [miss("k", surprise=1)]},
+        {"new_misses": [miss("k", load_failed="yes")]},
+    ],
+)
+def test_hostile_reports_are_refused_and_store_nothing(client: TestClient, change: dict[str, Any]) -> None:
+    response = post(client, report(**change))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] in ("bad_request", "invalid_name")
+    assert client.get("/admin/runs").json()["runs"] == []
+
+
+def test_a_report_not_json_or_too_big_is_refused(client: TestClient) -> None:
+    assert (
+        client.post(
+            "/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"}
+        ).status_code
+        == 400
+    )
+    assert (
+        client.post("/v1/runs", content=b"[]", headers={"Content-Type": "application/json"}).status_code
+        == 400
+    )
+    assert client.get("/admin/runs").json()["runs"] == []
+
+
+def test_a_run_keeps_its_namespace_and_framework(client: TestClient) -> None:
+    assert post(client, report()).status_code == 200
+    for change in ({"namespace": "another-ns"}, {"framework": "jax"}):
+        response = post(client, report(**change, hits=5))
+        assert response.status_code == 409 and response.json()["error"] == "run_conflict"
+    assert client.get("/admin/runs").json()["runs"][0]["hits"] == 0
+
+
+def test_metrics_grow_by_the_difference_between_reports(client: TestClient) -> None:
+    def value(name: str) -> float:
+        return metrics.REGISTRY.get_sample_value(name, {"framework": "torchax"}) or 0.0
+
+    before = {
+        n: value(n)
+        for n in (
+            "xla_cache_runs_total",
+            "xla_cache_run_hits_total",
+            "xla_cache_run_misses_total",
+            "xla_cache_run_compile_seconds_total",
+        )
+    }
+    post(client, report("run-metrics-1", framework="torchax", hits=10, misses=2, compile_seconds=4.0))
+    post(client, report("run-metrics-1", framework="torchax", hits=15, misses=3, compile_seconds=5.5))
+    post(client, report("run-metrics-1", framework="torchax", hits=12, misses=3, compile_seconds=5.0))  # late
+    assert value("xla_cache_runs_total") - before["xla_cache_runs_total"] == 1
+    assert value("xla_cache_run_hits_total") - before["xla_cache_run_hits_total"] == 15
+    assert value("xla_cache_run_misses_total") - before["xla_cache_run_misses_total"] == 3
+    assert value("xla_cache_run_compile_seconds_total") - before[
+        "xla_cache_run_compile_seconds_total"
+    ] == pytest.approx(5.5)
+    scrape = client.get("/metrics").text
+    assert 'xla_cache_run_hits_total{framework="torchax"}' in scrape
+
+
+def test_saved_seconds_estimated_from_the_namespace_hits(client: TestClient, services: Services) -> None:
+    put_ok(client, NS, "k", b"bytes", compile_ms=3000)
+    assert client.get(entry_url(NS, "k")).status_code == 200  # one hit that saved 3 s
+    services.access.flush()
+    post(client, report(hits=4))
+    assert client.get("/admin/runs").json()["runs"][0]["saved_seconds"] == pytest.approx(12.0)
