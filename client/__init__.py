@@ -13,6 +13,8 @@ the job compiles; ``client.flush()`` uploads now. Importing this package never i
 torch_xla's cache directory is ``<cache_dir>/<namespace>``: one per runtime fingerprint (see
 :mod:`client.fingerprint`), so without SPMD one per process. Server trouble never raises: it costs at most
 ``timeout`` seconds and one logged warning (logger ``xla_cache``), and training goes on with the local cache.
+Each warmed process reports its run to the server (hits, compiles, compile seconds, the keys it compiled;
+:mod:`client.runs`); ``client.run_report()`` returns it as it stands.
 """
 
 from __future__ import annotations

@@ -27,14 +27,14 @@ from typing import Any
 
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan, write_fingerprint
-from client.config import ClientConfig, run_report_settings
+from client.config import ClientConfig
 from client.conversation import Conversation, WarmCounts, talk
 from client.errors import ClientError
 from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
 from client.plan import WarmOptions, WarmPlan
 from client.progress import Progress
-from client.runs import RunReporter, Transfers, WarmFacts, collector_for
+from client.runs import RunReporter, Transfers, WarmFacts, reporter_for
 from client.uploader import Uploader, UploadReport
 
 __all__ = ["FOLLOW_UPLOAD_INTERVAL", "WarmCounts", "WarmReport", "flush", "run_report", "stop", "warm"]
@@ -254,33 +254,19 @@ def _start_background(
     framework = options.framework
     present = scan(plan.directory, framework.is_entry)
     known: dict[str, LocalFile] = {key: item for key, item in present.items() if key in on_server}
-    settings = run_report_settings()
     follower: Follower | None = None
     uploader: Uploader | None = None
 
     def transfers() -> Transfers:  # read once the uploader and follower run
-        live = follower.report().delivered if follower is not None else 0
         return Transfers(
             uploaded=uploader.report().uploaded if uploader is not None else 0,
-            live=live,
+            live=follower.report().delivered if follower is not None else 0,
             live_keys=follower.placed_keys() if follower is not None else frozenset(),
         )
 
-    reporter = None
-    if settings.enabled:
-        reporter = RunReporter(
-            api=api,
-            namespace=plan.namespace,
-            directory=plan.directory,
-            adapter=framework,
-            collector=collector_for(framework),
-            transfers=transfers,
-            baseline=present,
-            unloadable=unloadable,
-            interval=settings.interval,
-            timeout=options.timeout,
-            unanswered=talked.unavailable,
-        )
+    reporter = reporter_for(
+        plan, api, baseline=present, unloadable=unloadable, transfers=transfers, unanswered=talked.unavailable
+    )
     uploading = options.upload and api is not None and not talked.read_only and framework.uploads_here()
     uploader = Uploader(
         api if uploading else None,

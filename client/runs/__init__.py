@@ -8,7 +8,7 @@ knows of each compile. The wire contract is :mod:`cache_protocol.runs`.
 from __future__ import annotations
 
 from client.runs.collectors import CompileCounts, MissFacts, RunCollector, collector_for
-from client.runs.reporter import EXIT_SECONDS, Miss, RunReporter, Transfers, WarmFacts
+from client.runs.reporter import EXIT_SECONDS, Miss, RunReporter, Transfers, WarmFacts, reporter_for
 
 __all__ = [
     "EXIT_SECONDS",
@@ -20,4 +20,5 @@ __all__ = [
     "Transfers",
     "WarmFacts",
     "collector_for",
+    "reporter_for",
 ]

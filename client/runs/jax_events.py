@@ -36,8 +36,12 @@ from client.runs.collectors import CompileCounts, MissFacts, RunCollector
 __all__ = ["CACHE_KEY_LOGGER", "JaxCollector", "JaxEvents", "KeyComponentLog", "key_hash", "module_of"]
 
 CACHE_KEY_LOGGER = "jax._src.cache_key"
-_COMPONENT = re.compile(r"get_cache_key hash of serialized (?P<name>.+?): (?P<hex>[0-9a-f]{16,128})\s*$")
-_RUNNING = re.compile(r"get_cache_key hash after serializing (?P<name>.+?): (?P<hex>[0-9a-f]{16,128})\s*$")
+# A component's name as the server takes it (letters, digits, "_", ".", "-", spaces; 64 at most): a line
+# naming another is left out rather than making the server refuse the report.
+_NAME = r"(?P<name>[A-Za-z0-9_. -]{1,64})"
+_COMPONENT = re.compile(rf"get_cache_key hash of serialized {_NAME}: (?P<hex>[0-9a-f]{{16,128}})\s*$")
+_RUNNING = re.compile(rf"get_cache_key hash after serializing {_NAME}: (?P<hex>[0-9a-f]{{16,128}})\s*$")
+MAX_COMPONENTS = 32
 _ENTRY = re.compile(r"(?P<module>.+)-(?P<hex>[0-9a-f]{64})(?:-cache)?")
 _CACHE_EVENTS = "/jax/compilation_cache/"
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -98,7 +102,8 @@ class KeyComponentLog(logging.Filter):
                 if found.group("name") in current:  # the first component again: another key begins
                     current = self._current[thread] = {}
                     self._running.pop(thread, None)
-                current[found.group("name")] = found.group("hex")
+                if len(current) < MAX_COMPONENTS:
+                    current[found.group("name")] = found.group("hex")
         elif (found := _RUNNING.match(message)) is not None:
             with self._lock:
                 current = self._current.get(thread, {})

@@ -39,12 +39,22 @@ from cache_protocol.runs import (
 )
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan
+from client.config import run_report_settings
 from client.deadline import Deadline
 from client.errors import ServerError, ServerProblem, ServerUnavailable
 from client.frameworks import Framework
-from client.runs.collectors import CompileCounts, RunCollector
+from client.plan import WarmPlan
+from client.runs.collectors import CompileCounts, RunCollector, collector_for
 
-__all__ = ["EXIT_SECONDS", "REPORT_SECONDS", "Miss", "RunReporter", "Transfers", "WarmFacts"]
+__all__ = [
+    "EXIT_SECONDS",
+    "REPORT_SECONDS",
+    "Miss",
+    "RunReporter",
+    "Transfers",
+    "WarmFacts",
+    "reporter_for",
+]
 
 logger = logging.getLogger("xla_cache")
 
@@ -105,6 +115,14 @@ class _State:
     disabled: str | None = None  # why no more reports are sent
     failing: bool = False  # the last report failed (warned once)
     unanswered: bool = False  # ... because the server did not answer it (not a refusal)
+
+
+def _refused(problem: ServerProblem) -> bool:
+    """The server refused the report itself (4xx other than a timeout or a rate limit): sending it again
+    would not help."""
+    return (
+        isinstance(problem, ServerError) and 400 <= problem.status < 500 and problem.status not in (408, 429)
+    )
 
 
 def _count(value: int) -> int:
@@ -306,26 +324,45 @@ class RunReporter:
         batch = state.misses[state.sent : state.sent + MAX_MISSES_PER_REPORT]
         body = self._numbers()
         body["new_misses"] = [miss.as_dict() for miss in batch]
+        problem = self._post(body, deadline)
+        if problem is not None and batch and _refused(problem):
+            # Something in these compiles is out of the server's bounds: they are dropped, not the run.
+            logger.warning(
+                "xla-cache: the server refused %d compiles of run %s (%s); reporting without them",
+                len(batch),
+                self.run_id,
+                problem.reason,
+            )
+            state.sent += len(batch)
+            batch, body["new_misses"] = [], []
+            problem = self._post(body, deadline)
+        if problem is None:
+            state.sent += len(batch)
+            state.reports += 1
+            state.unanswered = False
+            if state.failing:
+                logger.info("xla-cache: run reports reach the server again")
+                state.failing = False
+            return True
+        if _refused(problem):
+            state.disabled = problem.reason
+            level = (
+                logging.INFO
+                if isinstance(problem, ServerError) and problem.status in (403, 404, 405)
+                else logging.WARNING
+            )
+            logger.log(level, "xla-cache: not sending run reports (%s)", problem.reason)
+        else:
+            self._failed(problem, final=final)
+        return False
+
+    def _post(self, body: dict[str, Any], deadline: Deadline) -> ServerProblem | None:
+        assert self.api is not None
         try:
             self.api.post_run(body, deadline)
-        except ServerError as exc:
-            if 400 <= exc.status < 500 and exc.status not in (408, 429):
-                state.disabled = exc.reason
-                level = logging.WARNING if exc.status not in (403, 404, 405) else logging.INFO
-                logger.log(level, "xla-cache: not sending run reports (%s)", exc.reason)
-                return False
-            self._failed(exc, final=final)
-            return False
         except ServerProblem as exc:
-            self._failed(exc, final=final)
-            return False
-        state.sent += len(batch)
-        state.reports += 1
-        state.unanswered = False
-        if state.failing:
-            logger.info("xla-cache: run reports reach the server again")
-            state.failing = False
-        return True
+            return exc
+        return None
 
     def _failed(self, problem: ServerProblem, *, final: bool) -> None:
         self._state.unanswered = isinstance(problem, ServerUnavailable)
@@ -338,3 +375,34 @@ class RunReporter:
                 "" if final else "; trying again later",
             )
         self._state.failing = True
+
+
+def reporter_for(
+    plan: WarmPlan,
+    api: CacheApi | None,
+    *,
+    baseline: Mapping[str, LocalFile],
+    unloadable: Iterable[str],
+    transfers: Callable[[], Transfers],
+    unanswered: bool,
+) -> RunReporter | None:
+    """The reporter of a warm that points the framework at ``plan``'s directory (None with
+    ``XLA_CACHE_RUN_REPORTS=0``): ``baseline`` is the directory's entries after the warm, ``unloadable``
+    the keys the warm removed because the framework could not load them, ``unanswered`` whether the warm's
+    conversation ended with the server not answering."""
+    settings = run_report_settings()
+    if not settings.enabled:
+        return None
+    return RunReporter(
+        api=api,
+        namespace=plan.namespace,
+        directory=plan.directory,
+        adapter=plan.options.framework,
+        collector=collector_for(plan.options.framework),
+        transfers=transfers,
+        baseline=baseline,
+        unloadable=unloadable,
+        interval=settings.interval,
+        timeout=plan.options.timeout,
+        unanswered=unanswered,
+    )

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
+import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,7 +26,7 @@ from client.cachedir import LocalFile, scan
 from client.config import run_report_settings
 from client.frameworks import all_frameworks
 from client.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
-from client.runs.jax_events import JaxEvents, KeyComponentLog, key_hash, module_of
+from client.runs.jax_events import JaxCollector, JaxEvents, KeyComponentLog, key_hash, module_of
 from tests.support.clock import ManualMonotonic
 from tests.support.run_receiver import RunReceiver, no_run_routes, report_problems
 from tests.support.server import free_port
@@ -67,11 +69,13 @@ class Setup:
 
     made: ClassVar[list[Setup]] = []
 
-    def __init__(self, directory: Path, url: str, **kwargs: Any) -> None:
+    def __init__(
+        self, directory: Path, url: str, collector: FakeCollector | None = None, **kwargs: Any
+    ) -> None:
         Setup.made.append(self)
         self.directory = directory
         self.api = CacheApi(url)
-        self.collector = FakeCollector()
+        self.collector = collector or FakeCollector()
         self.clock = ManualMonotonic()
         self.transfers = Transfers()
         self.reporter = RunReporter(
@@ -206,6 +210,33 @@ def test_a_failing_server_costs_one_warning_and_the_misses_wait(
     assert "reach the server again" in caplog.text
 
 
+class Odd(FakeCollector):
+    """Facts the server refuses (a component without a name) for keys of module ``jit_odd``."""
+
+    def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
+        found = super().facts(files)
+        return {
+            k: MissFacts(module="jit_odd", components={"": "x"}) if "odd" in k else v
+            for k, v in found.items()
+        }
+
+
+def test_compiles_the_server_refuses_are_dropped_not_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    taken = RunReceiver()
+    with serve_in_thread(taken) as url:
+        setup = Setup(tmp_path, url, Odd())
+        entry(tmp_path, 1, "jit_odd")
+        setup.reporter.tick()
+        good = entry(tmp_path, 2)
+        setup.reporter.finish()
+    assert len(taken.refused) == 1 and "components" in taken.refused[0][1][0]
+    first, last = taken.reports_of(setup.reporter.run_id)
+    assert first["new_misses"] == [] and [m["key"] for m in last["new_misses"]] == [good]
+    assert "the server refused 1 compiles" in caplog.text
+
+
 def test_a_server_without_run_reports_is_told_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with serve_in_thread(no_run_routes) as url, caplog.at_level(logging.INFO, logger="xla_cache"):
         setup = Setup(tmp_path, url)
@@ -335,3 +366,11 @@ def test_the_receiver_refuses_what_the_server_refuses() -> None:
         {"ended_at": 0.5},
     ):
         assert report_problems({**good, **change}), change
+
+
+def test_a_job_that_imported_torchax_reports_as_torchax(monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = JaxCollector(JaxEvents(KeyComponentLog()))
+    monkeypatch.delitem(sys.modules, "torchax", raising=False)
+    assert collector.framework() == "jax"
+    monkeypatch.setitem(sys.modules, "torchax", types.ModuleType("torchax"))
+    assert collector.framework() == "torchax"
