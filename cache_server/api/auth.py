@@ -63,12 +63,16 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/admin/runs/{run_id}"): Role.WRITE,
     ("GET", "/"): Role.READ,
     ("GET", "/dashboard/data"): Role.READ,
+    ("GET", "/dashboard/runs"): Role.READ,
+    ("GET", "/dashboard/runs/{run_id}"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace
     ("GET", "/openapi.json"): Role.READ,
     ("GET", "/docs"): Role.READ,
 }
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
-BROWSER_ROUTES = frozenset({"/", "/dashboard/data", "/openapi.json", "/docs"})
+BROWSER_ROUTES = frozenset(
+    {"/", "/dashboard/data", "/dashboard/runs", "/dashboard/runs/{run_id}", "/openapi.json", "/docs"}
+)
 UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
 # name their namespaces elsewhere (a body, a stored run): the route itself checks a scoped token's reach
 SELF_SCOPED_ROUTES = frozenset({"/v1/runs", "/admin/runs", "/admin/runs/{run_id}"})

@@ -19,7 +19,9 @@ from cache_server.admin.stats import StatsQuery
 from cache_server.api.admin import PAGE_AFTER, PAGE_LIMIT
 from cache_server.api.admin_schemas import StatsOut
 from cache_server.api.auth import COOKIE_NAME
-from cache_server.api.deps import AdminDep, SettingsDep
+from cache_server.api.deps import AdminDep, RunsDep, SettingsDep
+from cache_server.api.run_schemas import RunDetailOut, RunOut, RunsOut
+from cache_server.index.runs import RunFilter
 
 __all__ = ["router"]
 
@@ -76,6 +78,22 @@ def dashboard_data(
     ``limit`` and ``after`` as there)."""
     limit = limit or settings.stats_page_namespaces
     return StatsOut.of(admin.stats(StatsQuery(days=days, top=top, limit=limit, after=after)))
+
+
+@router.get("/dashboard/runs", response_model=RunsOut)
+def dashboard_runs(runs: RunsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> RunsOut:
+    """The latest runs the dashboard charts (the same as ``GET /admin/runs``, for the dashboard's role)."""
+    return RunsOut(runs=[RunOut.of(run) for run in runs.list_runs(RunFilter(limit=limit))])
+
+
+@router.get(
+    "/dashboard/runs/{run_id}", response_model=RunDetailOut, responses={404: {"description": "No such run"}}
+)
+def dashboard_run(
+    run_id: str, runs: RunsDep, limit: Annotated[int, Query(ge=0, le=1000)] = 100
+) -> RunDetailOut:
+    """One run and why it compiled (the same as ``GET /admin/runs/{run_id}``)."""
+    return RunDetailOut.of(runs.detail(run_id, patterns=None, limit=limit))
 
 
 @router.get("/static/{name}", response_class=Response, include_in_schema=False)

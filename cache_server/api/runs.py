@@ -24,7 +24,14 @@ router = APIRouter(tags=["runs"])
 MAX_LIST = 1000
 
 
-@router.post("/v1/runs", response_model=RunOut)
+@router.post(
+    "/v1/runs",
+    response_model=RunOut,
+    responses={
+        403: {"description": "run_owned: another token reported this run id first"},
+        409: {"description": "run_conflict: the run was reported with another namespace or framework"},
+    },
+)
 def report_run(body: RunReportIn, request: Request, runs: RunsDep, tokens: TokensDep) -> RunOut:
     """Store a run's report: its cumulative numbers (each kept as the larger of this and the last report's)
     and its misses not reported before (at most ``MAX_MISSES_PER_RUN`` kept per run, the rest counted).
@@ -76,14 +83,16 @@ def list_runs(
     return RunsOut(runs=[RunOut.of(run) for run in runs.list_runs(query)])
 
 
-@router.get("/admin/runs/{run_id}", response_model=RunDetailOut)
+@router.get(
+    "/admin/runs/{run_id}", response_model=RunDetailOut, responses={404: {"description": "No such run"}}
+)
 def run_detail(
     run_id: str,
     request: Request,
     runs: RunsDep,
     limit: Annotated[
         int, Query(ge=0, le=MAX_MISSES_PER_RUN, description="At most this many misses listed.")
-    ] = 1000,
+    ] = 100,
 ) -> RunDetailOut:
     """A run and why it compiled: each miss (in the order reported) with its reason and what supports it
     (the differing dimensions, the differing JAX cache-key components, the tombstone)."""

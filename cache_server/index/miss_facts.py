@@ -48,6 +48,7 @@ class ComponentMiss:
 class MissFacts:
     """Everything one explanation reads, in a few queries."""
 
+    namespace: str
     own: dict[str, StoredGraph]  # the misses' own keys, stored and parsed
     variants: dict[str, list[StoredGraph]]  # module -> the stored entries of that module, parsed
     component_misses: dict[str, list[ComponentMiss]]  # module -> misses with components, latest first
@@ -99,6 +100,7 @@ def read_facts(db: Database, namespace: str, keys: Sequence[str], modules: Seque
                         ComponentMiss(miss.run_id, miss.key, miss.module, miss.components, miss.reported_at)
                     )
     return MissFacts(
+        namespace=namespace,
         own=own,
         variants=dict(variants),
         component_misses=dict(component_misses),

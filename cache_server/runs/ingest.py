@@ -21,6 +21,7 @@ from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRepository
 from cache_server.runs.reasons import ExplainedMiss, explain
+from cache_server.runs.variants import VariantsCache
 
 __all__ = ["RunDetail", "RunReport", "RunService"]
 
@@ -69,6 +70,7 @@ class RunService:
         self._repository = RunRepository(database)
         self._database = database
         self._clock = clock
+        self._variants = VariantsCache()
 
     def report(self, report: RunReport, *, reported_by: str | None) -> RunInfo:
         """Store ``report`` for the token ``reported_by`` (None with auth off) and count it in the metrics;
@@ -118,7 +120,7 @@ class RunService:
         listed = stored[:limit]
         modules = sorted({m.module for m in listed if m.module is not None})
         facts = read_facts(self._database, run.namespace, [m.key for m in listed], modules)
-        explained = explain(listed, [m.key for m in stored], facts)
+        explained = explain(listed, [m.key for m in stored], facts, self._variants)
         return RunDetail(
             run=run,
             misses=explained,

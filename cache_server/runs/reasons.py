@@ -22,13 +22,15 @@ parseable, the module the client reported.
 from __future__ import annotations
 
 import datetime as dt
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from cache_server.graphs.shapes import Dimension, Signature, nearest, parse_signature
+from cache_server.graphs.shapes import Dimension, Signature, differing_dimensions, parse_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
 from cache_server.index.runs import MissRecord
+from cache_server.runs.variants import ModuleVariants, Variant, VariantsCache
 
 __all__ = ["ComponentDifference", "ExplainedMiss", "explain"]
 
@@ -61,19 +63,75 @@ class ExplainedMiss:
     policy: str | None = None
 
 
-@lru_cache(maxsize=4096)
+COMPARED_MISSES = 200
+"""Earlier misses with components a miss is compared with (the latest ones before it)."""
+
+
+class _Context:
+    """What one explanation shares across its misses: the run's order and each module's variants and
+    earlier misses, indexed once."""
+
+    def __init__(self, run_keys: Sequence[str], facts: MissFacts, cache: VariantsCache) -> None:
+        self.order = {key: index for index, key in enumerate(run_keys)}
+        self.facts = facts
+        self._cache = cache
+        self._variants: dict[str, ModuleVariants] = {}
+        self._firsts: dict[str, tuple[dt.datetime | None, int | None]] = {}
+        self._recorded: dict[str, tuple[list[dt.datetime], list[ComponentMiss]]] = {}
+
+    def variants(self, module: str) -> ModuleVariants:
+        if module not in self._variants:
+            graphs = self.facts.variants.get(module, [])
+            self._variants[module] = self._cache.get(self.facts.namespace, module, graphs)
+        return self._variants[module]
+
+    def any_before(self, module: str, position: int, at: dt.datetime | None) -> bool:
+        """Whether an entry of ``module`` was stored before the miss at ``position`` of its run."""
+        if module not in self._firsts:
+            graphs = self.facts.variants.get(module, [])
+            outside = [g.created_at for g in graphs if g.key not in self.order]
+            inside = [self.order[g.key] for g in graphs if g.key in self.order]
+            self._firsts[module] = (min(outside, default=None), min(inside, default=None))
+        first_outside, first_inside = self._firsts[module]
+        if first_inside is not None and first_inside < position:
+            return True
+        return first_outside is not None and (at is None or first_outside <= at)
+
+    def earlier_misses(self, modules: Sequence[str], key: str, at: dt.datetime | None) -> list[ComponentMiss]:
+        """The latest misses (other than ``key``) of these modules that recorded components, before ``at``."""
+        found: list[ComponentMiss] = []
+        for module in dict.fromkeys(modules):
+            if module not in self._recorded:
+                ascending = sorted(self.facts.component_misses.get(module, []), key=lambda m: m.reported_at)
+                self._recorded[module] = ([m.reported_at for m in ascending], ascending)
+            times, ascending = self._recorded[module]
+            end = len(times) if at is None else bisect_left(times, at)
+            found.extend(
+                m for m in reversed(ascending[max(0, end - COMPARED_MISSES - 1) : end]) if m.key != key
+            )
+        return found[: 2 * COMPARED_MISSES]
+
+
+@lru_cache(maxsize=20_000)
 def _signature(shapes: str) -> Signature | None:
     return parse_signature(shapes)
 
 
-def explain(misses: Sequence[MissRecord], run_keys: Sequence[str], facts: MissFacts) -> list[ExplainedMiss]:
+def explain(
+    misses: Sequence[MissRecord],
+    run_keys: Sequence[str],
+    facts: MissFacts,
+    cache: VariantsCache | None = None,
+) -> list[ExplainedMiss]:
     """The reason of each of ``misses`` (some of one run's, in report order); ``run_keys`` are every key
-    the run reported, in order (a later miss of the run is not "before" an earlier one)."""
-    order = {key: index for index, key in enumerate(run_keys)}
-    return [_explain(miss, order, facts) for miss in misses]
+    the run reported, in order (a later miss of the run is not "before" an earlier one). ``cache`` keeps
+    the modules' variant indexes between calls."""
+    context = _Context(run_keys, facts, cache or VariantsCache())
+    return [_explain(miss, context) for miss in misses]
 
 
-def _explain(miss: MissRecord, order: dict[str, int], facts: MissFacts) -> ExplainedMiss:
+def _explain(miss: MissRecord, context: _Context) -> ExplainedMiss:
+    facts = context.facts
     own = facts.own.get(miss.key)
     module = own.module if own is not None and own.module is not None else miss.module
     shapes = own.shapes if own is not None else None
@@ -100,30 +158,33 @@ def _explain(miss: MissRecord, order: dict[str, int], facts: MissFacts) -> Expla
             policy=tombstone.policy,
         )
     opaque = own is not None and own.module is None  # stored, and its bytes do not parse
+    if module is None and tombstone is not None:  # removed after the miss: its graph went with it
+        when = tombstone.removed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return _with(
+            base,
+            "unknown",
+            f"the entry was stored, then removed {when} by policy {tombstone.policy}: its graph is no "
+            "longer known",
+        )
     if module is None:
         return _with(base, "unknown", _opaque(miss))
-    position = order.get(miss.key, len(order))
-    prior = [
-        graph
-        for graph in facts.variants.get(module, [])
-        if graph.key != miss.key and _before(graph, position, order, miss.reported_at)
-    ]
-    recorded = facts.component_misses.get(module, [])
-    if miss.module is not None and miss.module != module:  # the client's name for it, where it differs
-        recorded = recorded + facts.component_misses.get(miss.module, [])
-    earlier_misses = [
-        m
-        for m in recorded
-        if m.key != miss.key and (miss.reported_at is None or m.reported_at < miss.reported_at)
-    ]
+    position = context.order.get(miss.key, len(context.order))
+
+    def before(graph: StoredGraph) -> bool:
+        return graph.key != miss.key and _before(graph, position, context.order, miss.reported_at)
+
+    names = [module] if miss.module in (None, module) else [module, miss.module]  # the client's name too
+    earlier_misses = context.earlier_misses(names, miss.key, miss.reported_at)
     if opaque:
         return _opaque_reason(base, miss, earlier_misses)
-    if not prior and not earlier_misses:
+    any_prior = context.any_before(module, position, miss.reported_at)
+    if not any_prior and not earlier_misses:
         return _with(base, "new_graph", f"no entry of module {module} was stored in this namespace before")
+    variants = context.variants(module)
     ours = _signature(shapes) if shapes else None
-    same_shapes = [g for g in prior if shapes is not None and g.shapes == shapes]
-    if ours is not None and prior and not same_shapes:
-        return _new_shapes(base, module, ours, prior)
+    same_shapes = [g for g in variants.by_shapes.get(shapes or "", []) if before(g)]
+    if ours is not None and any_prior and not same_shapes:
+        return _new_shapes(base, module, ours, variants.nearest(shapes or "", before))
     if same_shapes or (ours is None and earlier_misses):
         by_components = _same_computation(base, miss, earlier_misses)
         if by_components is not None:
@@ -136,7 +197,7 @@ def _explain(miss: MissRecord, order: dict[str, int], facts: MissFacts) -> Expla
                 + ("" if miss.components else " (no cache-key components recorded to say which part)"),
                 nearest_key=same_shapes[0].key,
             )
-    if not prior:
+    if not any_prior:
         return _with(base, "unknown", _opaque(miss))
     return _with(base, "unknown", _opaque(miss) + f"; module {module} has stored entries")
 
@@ -176,27 +237,21 @@ def _before(graph: StoredGraph, position: int, order: dict[str, int], at: dt.dat
     return at is None or graph.created_at <= at
 
 
-def _new_shapes(base: ExplainedMiss, module: str, ours: Signature, prior: list[StoredGraph]) -> ExplainedMiss:
-    by_shapes: dict[str, StoredGraph] = {}
-    for graph in prior:  # the latest stored first: one candidate per distinct shapes
-        if graph.shapes is not None:
-            by_shapes.setdefault(graph.shapes, graph)
-    signatures = {text: sig for text in by_shapes if (sig := _signature(text)) is not None}
-    found = nearest(ours, list(signatures.values()))
-    if found is None:
+def _new_shapes(base: ExplainedMiss, module: str, ours: Signature, found: Variant | None) -> ExplainedMiss:
+    theirs = None if found is None or found.graph.shapes is None else _signature(found.graph.shapes)
+    if found is None or theirs is None:
         return _with(
             base,
             "new_shapes",
             f"module {module} is stored only with parameters of another number, type or rank",
         )
-    theirs, dims = found
-    text = next(t for t, sig in signatures.items() if sig == theirs)
+    dims = differing_dimensions(ours, theirs) or []
     named = "; ".join(d.describe() for d in dims) or "the result's shape differs"
     return _with(
         base,
         "new_shapes",
         f"new shapes of module {module}: {named}",
-        nearest_key=by_shapes[text].key,
+        nearest_key=found.graph.key,
         dimensions=dims,
     )
 

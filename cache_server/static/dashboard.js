@@ -244,6 +244,97 @@ async function loadMoreNamespaces() {
   }
 }
 
+// Runs (GET /dashboard/runs): compile seconds paid and saved per run, oldest left; a run opens its misses.
+async function fetchJson(path) {
+  const response = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+  return body;
+}
+
+function renderRunsChart(runs) {
+  const fig = document.getElementById("runs-chart");
+  if (runs.length === 0) {
+    empty(fig, "No run reported yet: jobs that warm from the cache report their runs.");
+    return;
+  }
+  clear(fig);
+  const ordered = runs.slice().reverse(); // oldest first, left to right
+  const W = 900, H = 220, L = 56, R = 16, T = 12, B = 36;
+  const plotW = W - L - R, plotH = H - T - B;
+  const max = niceMax(Math.max(...ordered.map((r) => Math.max(r.compile_seconds, r.saved_seconds))));
+  const step = plotW / ordered.length;
+  const barW = Math.min(40, Math.max(2, step * 0.35));
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": "Compile seconds paid and saved per run" });
+  for (let i = 0; i <= 4; i++) {
+    const y = T + plotH - (plotH * i) / 4;
+    svg.appendChild(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: y, y2: y }));
+    svg.appendChild(svgEl("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, fmtSeconds((max * i) / 4)));
+  }
+  ordered.forEach((r, i) => {
+    const x = L + i * step + step / 2 - barW;
+    const title = `${r.run_id} (${r.namespace}, ${r.host}): paid ${fmtSeconds(r.compile_seconds)}, ` +
+      `saved ${fmtSeconds(r.saved_seconds)}, hit rate ${fmtRate(r.hit_rate)}`;
+    for (const [cls, value, dx] of [["bar-paid", r.compile_seconds, 0], ["bar-saved", r.saved_seconds, barW]]) {
+      const h = Math.max(value > 0 ? 1 : 0, (plotH * value) / max);
+      const bar = svgEl("rect", { class: `bar ${cls}`, x: x + dx, y: T + plotH - h, width: barW, height: h });
+      bar.appendChild(svgEl("title", {}, title));
+      svg.appendChild(bar);
+    }
+    if (ordered.length <= 12 || i % Math.ceil(ordered.length / 8) === 0) {
+      svg.appendChild(svgEl("text", { x: x + barW, y: H - B + 16, "text-anchor": "middle" },
+        new Date(r.started_at).toLocaleDateString()));
+    }
+  });
+  fig.appendChild(svg);
+  const legend = el("figcaption", { class: "legend" });
+  legend.appendChild(el("span", { class: "paid" }, "compile time paid"));
+  legend.appendChild(el("span", { class: "saved" }, "compile time saved by hits"));
+  fig.appendChild(legend);
+}
+
+function renderRuns(runs) {
+  renderRunsChart(runs);
+  renderTable("runs-table",
+    [["run", "text"], ["started", "text"], ["namespace", "text"], ["framework", "text"], ["host", "text"],
+      ["hits"], ["misses"], ["hit rate"], ["compile paid"], ["saved"], ["state", "text"]],
+    runs.map((r) => {
+      const open = el("button", { type: "button", "data-run": r.run_id }, r.run_id.slice(0, 12));
+      open.addEventListener("click", () => showRun(r.run_id));
+      return [open, fmtWhen(r.started_at), el("code", {}, r.namespace), r.framework, r.host,
+        fmtCount(r.hits), fmtCount(r.misses), fmtRate(r.hit_rate), fmtSeconds(r.compile_seconds),
+        fmtSeconds(r.saved_seconds), r.ended_at ? "ended" : "running"];
+    }));
+}
+
+async function showRun(runId) {
+  const error = document.getElementById("error");
+  try {
+    const run = await fetchJson(`/dashboard/runs/${encodeURIComponent(runId)}`);
+    document.getElementById("run-detail-title").textContent = `Run ${run.run_id}`;
+    document.getElementById("run-detail-summary").textContent =
+      `${run.framework} on ${run.host} in ${run.namespace}: ${fmtCount(run.hits)} hits, ` +
+      `${fmtCount(run.misses_total)} compiles (${fmtSeconds(run.compile_seconds)} paid), ` +
+      `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained.`;
+    renderTable("run-misses",
+      [["key", "text"], ["module", "text"], ["reason", "text"], ["why", "text"], ["compile"]],
+      run.misses.map((m) => [el("code", {}, m.key), m.module || "–",
+        el("span", { class: `reason reason-${m.reason}` }, m.reason), m.detail,
+        m.compile_seconds === null ? "–" : fmtSeconds(m.compile_seconds)]));
+    document.getElementById("run-detail").hidden = false;
+    document.body.dataset.runShown = run.run_id;
+  } catch (exc) {
+    error.textContent = `Could not load the run: ${exc.message}`;
+    error.hidden = false;
+  }
+}
+
+async function loadRuns() {
+  const body = await fetchJson("/dashboard/runs?limit=50");
+  renderRuns(body.runs);
+}
+
 async function load() {
   const error = document.getElementById("error");
   try {
@@ -258,6 +349,7 @@ async function load() {
     renderHits(body.daily);
     renderNamespacePages();
     renderGraphs(body.top_graphs);
+    await loadRuns();
     document.getElementById("updated").textContent = `Updated ${fmtWhen(body.generated_at)}; refreshes every 30 s.`;
     error.hidden = true;
     document.body.dataset.loaded = "true";

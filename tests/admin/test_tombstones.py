@@ -5,6 +5,7 @@ lost blob; and a later compile of the key is explained as evicted."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
@@ -13,7 +14,8 @@ from cache_server.index.tombstones import tombstones_of
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.support.api import bearer, entry_url, put_ok
-from tests.support.apps import services_of
+from tests.support.apps import client_for, services_of
+from tests.support.wait import wait_until
 
 
 def policies(services: Services, namespace: str, keys: list[str]) -> dict[str, str]:
@@ -78,3 +80,23 @@ def test_a_recompile_after_budget_eviction_is_explained(client: TestClient, serv
     (only,) = client.get("/admin/runs/run-after-evict").json()["misses"]
     assert (only["reason"], only["policy"]) == ("evicted", "lru")
     assert only["detail"].endswith("by policy lru")
+
+
+def test_background_gc_prunes_runs_beyond_the_bound(tmp_path: Path) -> None:
+    with client_for(tmp_path, max_runs=2, gc_interval_seconds=0.2) as client:
+        for index in range(4):
+            body = {
+                "run_id": f"run-pruned-{index:04d}",
+                "namespace": "ns",
+                "framework": "jax",
+                "host": "h",
+                "started_at": time.time() - 100 + index,
+            }
+            assert client.post("/v1/runs", json=body).status_code == 200
+            time.sleep(0.01)  # reported one after the other: the oldest reports go first
+
+        def kept() -> list[str]:
+            return sorted(r["run_id"] for r in client.get("/admin/runs").json()["runs"])
+
+        wait_until(lambda: len(kept()) <= 2, timeout=30, interval=0.1, message="no gc round pruned the runs")
+        assert kept() == ["run-pruned-0002", "run-pruned-0003"]

@@ -33,6 +33,8 @@ from tests.support.server import SERVER_BIN, LiveServer, run_server
 from tests.support.wait import wait_until
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "test-output" / "dashboard.png"
+RUNS_SCREENSHOT = SCREENSHOT.with_name("dashboard-runs.png")
+RUN_ID = "3f2c9a0e5b7d4c1e8a6f0b2d4e6c8a0f"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--no-sandbox",
@@ -109,6 +111,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 url = f"/v1/namespaces/vision-tpu-v5e/entries/{first}"
                 assert http.get(url, headers=live).status_code == 200
             assert http.get("/v1/namespaces/text-gpu/entries/nope").status_code == 404
+            # the run of the job that compiled the real graphs (its report names them in compile order)
+            run = {
+                "run_id": RUN_ID,
+                "namespace": "vision-tpu-v5e",
+                "framework": "torch_xla",
+                "host": "trainer-0",
+                "started_at": dt.datetime.now(dt.timezone.utc).timestamp() - 600,
+                "hits": 6,
+                "misses": 4,
+                "compile_seconds": 168.0,
+                "new_misses": [{"key": key, "compile_seconds": 42.0} for key in real_entries()],
+            }
+            assert http.post("/v1/runs", json=run).status_code == 200
             admin = {"Authorization": f"Bearer {tokens['admin']}"}
             # The entries are parsed in the background: wait until all the real ones are (the first
             # graph can show up before its other variants are parsed).
@@ -201,3 +216,51 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert (
         json.loads(httpx.get(f"{srv.url}/dashboard/data").text)["error"] == "unauthorized"
     )  # no cookie here
+
+
+def test_runs_view_lists_runs_and_says_why_a_run_compiled(server: tuple[LiveServer, dict[str, str]]) -> None:
+    srv, tokens = server
+    assert CHROMIUM is not None
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.set_default_timeout(30_000)
+            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
+            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            tab.goto(f"{srv.url}/?token={tokens['read']}")
+            tab.wait_for_selector("body[data-loaded='true']", state="attached")
+            listed: dict[str, Any] = tab.evaluate(
+                """(() => ({
+                  rows: [...document.querySelectorAll("#runs-table tbody tr")].map(
+                    (tr) => [...tr.children].map((td) => td.textContent)),
+                  paid: document.querySelectorAll("#runs-chart rect.bar-paid").length,
+                  saved: document.querySelectorAll("#runs-chart rect.bar-saved").length,
+                }))()"""
+            )
+            tab.click(f"#runs-table button[data-run='{RUN_ID}']")
+            tab.wait_for_selector(f"body[data-run-shown='{RUN_ID}']", state="attached")
+            misses = tab.evaluate(
+                """[...document.querySelectorAll("#run-misses tbody tr")].map(
+                     (tr) => [...tr.children].map((td) => td.textContent))"""
+            )
+            summary = tab.evaluate("""document.getElementById("run-detail-summary").textContent""")
+            tab.locator("#run-detail").scroll_into_view_if_needed()
+            tab.screenshot(path=RUNS_SCREENSHOT, full_page=True)
+        finally:
+            browser.close()
+    assert len(listed["rows"]) == 1 and (listed["paid"], listed["saved"]) == (1, 1)
+    row = listed["rows"][0]
+    assert row[0] == RUN_ID[:12] and row[2] == "vision-tpu-v5e" and row[4] == "trainer-0"
+    assert (row[5], row[6], row[7], row[8]) == ("6", "4", "60.0 %", "2.8 min")
+    reasons = {cells[1]: [] for cells in misses}
+    for cells in misses:
+        reasons[cells[1]].append(cells[2])
+    # the first shape of each graph is a new graph; the other two shapes of the first graph, new shapes
+    assert sorted(reasons["SyncTensorsGraph.15"]) == ["new_graph", "new_shapes", "new_shapes"]
+    assert reasons["SyncTensorsGraph.12"] == ["new_graph"]
+    assert any("parameter 1 dimension 0" in cells[3] for cells in misses)
+    assert "4 of 4 listed explained" in summary
+    assert errors == []
+    assert RUNS_SCREENSHOT.stat().st_size > 20_000
