@@ -17,9 +17,11 @@ from cache_server.activity import Activity
 from cache_server.admin.service import AdminService
 from cache_server.auth import TokenManager
 from cache_server.domain import Clock, utcnow
+from cache_server.graphs.report import GraphReports
 from cache_server.graphs.worker import ParserProcess
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.quotas import Quotas
@@ -48,6 +50,7 @@ class Services:
     activity: Activity
     quotas: Quotas
     runs: RunService
+    graphs: GraphReports
 
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
@@ -122,4 +125,5 @@ def build_services(
         activity=activity,
         quotas=quotas,
         runs=RunService(database, clock=clock),
+        graphs=GraphReports(GraphVariantsRepository(database)),
     )

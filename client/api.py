@@ -398,6 +398,13 @@ class CacheApi:
         params = {name: value for name, value in (("limit", limit), ("after", after)) if value is not None}
         return dict(self._json(self._call("GET", "/admin/stats", what, deadline, params=params), what))
 
+    def admin_graphs(self, namespace: str, deadline: Deadline, *, top: int = 10) -> dict[str, Any]:
+        """``GET /admin/graphs``: the namespace's bucketing report (an admin token, or one whose namespace
+        patterns cover it)."""
+        what = "the graphs report"
+        params = {"namespace": namespace, "top": top}
+        return dict(self._json(self._call("GET", "/admin/graphs", what, deadline, params=params), what))
+
     def admin_evict(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /admin/evict`` (needs an admin token when auth is on)."""
         what = "the eviction request"

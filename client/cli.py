@@ -35,6 +35,7 @@ from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
 from client.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
+from client.graphs_cli import add_graphs_command
 from client.runs_cli import add_runs_command
 
 __all__ = ["build_parser", "main"]
@@ -359,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_admin_commands(sub)
     add_runs_command(sub)
+    add_graphs_command(sub)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)

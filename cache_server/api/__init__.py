@@ -10,6 +10,7 @@ from cache_server.api import (
     docs,
     entries,
     feed,
+    graphs,
     health,
     metrics,
     namespaces,
@@ -32,6 +33,7 @@ router.include_router(health.router)
 router.include_router(metrics.router)
 router.include_router(docs.router)
 router.include_router(admin.router)
+router.include_router(graphs.router)
 router.include_router(quotas.router)
 router.include_router(runs.router)
 router.include_router(dashboard.router)

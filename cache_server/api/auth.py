@@ -23,6 +23,7 @@ from cache_server.auth import Principal, Role
 __all__ = [
     "BROWSER_ROUTES",
     "COOKIE_NAME",
+    "NAMESPACE_QUERY_ROUTES",
     "OPEN_ROUTES",
     "ROUTE_ROLES",
     "authorize",
@@ -54,6 +55,7 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("POST", "/admin/pack"): Role.ADMIN,
     ("DELETE", "/admin/namespaces/{namespace}"): Role.ADMIN,
     ("GET", "/admin/tokens"): Role.ADMIN,
+    ("GET", "/admin/graphs"): Role.ADMIN,
     ("POST", "/admin/tokens/{token}/purge"): Role.ADMIN,
     ("GET", "/admin/quotas"): Role.ADMIN,
     ("PUT", "/admin/quotas/namespace/{namespace}"): Role.ADMIN,
@@ -65,17 +67,32 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/dashboard/data"): Role.READ,
     ("GET", "/dashboard/runs"): Role.READ,
     ("GET", "/dashboard/runs/{run_id}"): Role.READ,
+    ("GET", "/dashboard/graphs"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace
     ("GET", "/openapi.json"): Role.READ,
     ("GET", "/docs"): Role.READ,
 }
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
 BROWSER_ROUTES = frozenset(
-    {"/", "/dashboard/data", "/dashboard/runs", "/dashboard/runs/{run_id}", "/openapi.json", "/docs"}
+    {
+        "/",
+        "/dashboard/data",
+        "/dashboard/runs",
+        "/dashboard/runs/{run_id}",
+        "/dashboard/graphs",
+        "/openapi.json",
+        "/docs",
+    }
 )
 UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
 # name their namespaces elsewhere (a body, a stored run): the route itself checks a scoped token's reach
 SELF_SCOPED_ROUTES = frozenset({"/v1/runs", "/admin/runs", "/admin/runs/{run_id}"})
+# Routes about the one namespace of their ``namespace`` query parameter, and the role a token limited to
+# namespace patterns needs there (it reaches the namespaces it covers); others need the ROUTE_ROLES role.
+NAMESPACE_QUERY_ROUTES: dict[tuple[str, str], Role] = {
+    ("GET", "/admin/graphs"): Role.READ,
+    ("GET", "/dashboard/graphs"): Role.READ,
+}
 
 
 def role_for(method: str, path: str) -> Role:
@@ -118,9 +135,16 @@ def _check_token(request: Request, path: str) -> None:
     principal = tokens.authenticate(token)
     request.scope[PRINCIPAL_KEY] = principal
     action = f"{request.method} {path}"
-    tokens.authorize(principal, role_for(request.method, path), action)
+    scoped_role = NAMESPACE_QUERY_ROUTES.get((request.method, path))
+    needed = role_for(request.method, path)
+    if scoped_role is not None and principal.namespaces is not None:
+        needed = scoped_role  # a namespace-limited token: it reaches only the namespaces it covers
+    tokens.authorize(principal, needed, action)
     if path not in UNSCOPED_ROUTES and path not in SELF_SCOPED_ROUTES:
         namespace = request.path_params.get("namespace") if path.startswith("/v1/namespaces/") else None
+        if scoped_role is not None:  # one namespace named once, or none (no scoped token passes then)
+            named = request.query_params.getlist("namespace")
+            namespace = named[0] if len(named) == 1 else None
         tokens.authorize_namespace(principal, namespace, action)
 
 

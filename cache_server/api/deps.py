@@ -10,6 +10,7 @@ from cache_server.admin.service import AdminService
 from cache_server.api.bodies import UploadSlots
 from cache_server.auth import TokenManager
 from cache_server.feed import FeedWatcher
+from cache_server.graphs.report import GraphReports
 from cache_server.quotas import Quotas
 from cache_server.runs import RunService
 from cache_server.service import CacheService
@@ -18,6 +19,7 @@ from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
+    "GraphsDep",
     "QuotasDep",
     "RunsDep",
     "ServiceDep",
@@ -25,6 +27,7 @@ __all__ = [
     "TokensDep",
     "get_admin",
     "get_feed_watcher",
+    "get_graphs",
     "get_runs",
     "get_service",
     "get_settings",
@@ -56,6 +59,10 @@ def get_quotas(request: Request) -> Quotas:
 
 def get_runs(request: Request) -> RunService:
     return _services(request).runs
+
+
+def get_graphs(request: Request) -> GraphReports:
+    return _services(request).graphs
 
 
 def get_settings(request: Request) -> Settings:
@@ -93,6 +100,10 @@ async def _settings(request: Request) -> Settings:
     return get_settings(request)
 
 
+async def _graphs(request: Request) -> GraphReports:
+    return get_graphs(request)
+
+
 async def _quotas(request: Request) -> Quotas:
     return get_quotas(request)
 
@@ -107,3 +118,4 @@ TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]
 RunsDep = Annotated[RunService, Depends(_runs)]
+GraphsDep = Annotated[GraphReports, Depends(_graphs)]

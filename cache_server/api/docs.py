@@ -68,6 +68,7 @@ _ROUTE_ANSWERS: dict[tuple[str, str], dict[str, str]] = {
     ("head", _ENTRY): {"404": "No such entry"},
     ("delete", _ENTRY): {"404": "No such entry"},
     ("delete", "/admin/namespaces/{namespace}"): {"404": "No such namespace"},
+    ("get", "/admin/graphs"): {"404": "The namespace has never been registered"},
     ("post", "/admin/tokens/{token}/purge"): {"404": "No token has this name or id"},
 }
 

@@ -9,6 +9,7 @@ a known graph: parameter 0 dimension 1 is 77, the nearest stored variant has 64"
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 __all__ = ["Dimension", "Shape", "Signature", "differing_dimensions", "nearest", "parse_signature"]
 
 _ARRAY = re.compile(r"([A-Za-z0-9_]+)\[([^\]]*)\]")
+_FLAT = re.compile(r"[^\[\]()]*(?:\[[^\[\]()]*\][^\[\]()]*)*")  # no parentheses, brackets paired, unnested
+_COMMA_OUTSIDE = re.compile(r",(?![^\[]*\])")  # in such a text: a comma not inside brackets
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,12 @@ class Dimension:
 
 def _split_top(text: str) -> list[str]:
     """``text`` split at the commas outside brackets and parentheses."""
-    parts: list[str] = []
+    if _FLAT.fullmatch(text):  # the common case (no tuple parameter), at the speed of one regex
+        parts = [part.strip() for part in _COMMA_OUTSIDE.split(text)]
+        if parts and not parts[-1]:
+            parts.pop()
+        return parts
+    parts = []
     depth = 0
     start = 0
     for i, ch in enumerate(text):
@@ -67,7 +75,8 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-def _arrays(text: str) -> list[Shape]:
+@functools.lru_cache(maxsize=4096)  # a graph's variants share most parameters: parsed once each
+def _arrays(text: str) -> tuple[Shape, ...]:
     shapes = []
     for match in _ARRAY.finditer(text):
         dims: list[int] = []
@@ -77,10 +86,10 @@ def _arrays(text: str) -> list[Shape]:
             try:
                 dims.append(int(raw[2:] if bounded else raw))
             except ValueError:
-                return []
+                return ()
             dynamic.append(bounded)
         shapes.append(Shape(match.group(1), tuple(dims), tuple(dynamic)))
-    return shapes
+    return tuple(shapes)
 
 
 def parse_signature(text: str | None) -> Signature | None:

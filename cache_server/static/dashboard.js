@@ -209,6 +209,92 @@ function renderGraphs(graphs) {
       el("code", {}, g.examples.join("\n"))]));
 }
 
+// The graph view: one namespace's graphs, their varying dimensions and what each padding scheme leaves.
+const buckets = { namespace: null };
+
+function fmtOverhead(r) { return "+" + (100 * r).toFixed(r < 0.1 ? 1 : 0) + " %"; }
+
+function renderBuckets(report) {
+  const box = document.getElementById("buckets");
+  clear(box);
+  if (report.graphs.length === 0) {
+    empty(box, "No parsed graphs in this namespace.");
+    return;
+  }
+  for (const g of report.graphs) {
+    const part = el("div", { class: "bucket-graph", "data-module": g.module });
+    const title = el("h3");
+    title.appendChild(el("code", {}, g.module));
+    title.appendChild(document.createTextNode(
+      ` ${fmtCount(g.variants)} variant${g.variants === 1 ? "" : "s"}, ` +
+      `${fmtCount(g.entries)} entr${g.entries === 1 ? "y" : "ies"}`));
+    part.appendChild(title);
+    if (g.read < g.variants) {
+      part.appendChild(el("p", { class: "explain" },
+        `Analysed ${fmtCount(g.read)} of its ${fmtCount(g.variants)} variants (a sample).`));
+    }
+    const varying = el("p", { class: "varying" });
+    if (g.varying.length === 0) {
+      varying.textContent = "No dimension varies.";
+    } else {
+      varying.appendChild(document.createTextNode("Varying: "));
+      g.varying.forEach((d, i) => {
+        if (i) varying.appendChild(document.createTextNode("; "));
+        const shown = d.values.join(", ") + (d.count > d.values.length ? ", …" : "");
+        const item = el("span", { class: "dimension", title: `sizes: ${shown}` });
+        item.appendChild(el("code", {}, d.label));
+        item.appendChild(document.createTextNode(` ${d.min}..${d.max} (${fmtCount(d.count)} sizes)`));
+        varying.appendChild(item);
+      });
+    }
+    part.appendChild(varying);
+    box.appendChild(part);
+    if (g.varying.length === 0) continue; // nothing to pad
+    const table = el("table", { class: "schemes" });
+    part.appendChild(table);
+    table.id = `schemes-${box.children.length}`;
+    renderTable(table.id,
+      [["padding", "text"], ["compilations left"], ["mean padding overhead"], ["largest overhead"]],
+      [["none (as now)", fmtCount(g.variants), "–", "–"]].concat(g.schemes.map((s) => [
+        s.description, fmtCount(s.variants), fmtOverhead(s.mean_overhead), fmtOverhead(s.max_overhead)])));
+  }
+}
+
+async function loadBuckets() {
+  if (!buckets.namespace) return;
+  const error = document.getElementById("error");
+  try {
+    const query = new URLSearchParams({ namespace: buckets.namespace, top: 5 }).toString();
+    const response = await fetch("/dashboard/graphs?" + query, { credentials: "same-origin", cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+    renderBuckets(body);
+  } catch (exc) {
+    error.textContent = `Could not load the graphs of ${buckets.namespace}: ${exc.message}`;
+    error.hidden = false;
+  }
+}
+
+// The namespaces to choose from: those of the graphs with the most variants, the first one chosen.
+function renderBucketChoice(graphs) {
+  const select = document.getElementById("buckets-namespace");
+  const names = [...new Set(graphs.map((g) => g.namespace))];
+  if (names.length === 0) {
+    buckets.namespace = null;
+    clear(select);
+    empty(document.getElementById("buckets"), "No parsed graphs yet.");
+    return;
+  }
+  if (!names.includes(buckets.namespace)) buckets.namespace = names[0];
+  clear(select);
+  for (const name of names) {
+    const option = el("option", { value: name }, name);
+    if (name === buckets.namespace) option.selected = true;
+    select.appendChild(option);
+  }
+  loadBuckets();
+}
+
 // Namespaces come a page at a time (largest first): the first page, and more when asked for.
 const nsPages = { shown: [], next: null, count: 0, firstPage: 0 };
 const MAX_PAGE = 10000; // the most /dashboard/data gives in one page
@@ -349,6 +435,7 @@ async function load() {
     renderHits(body.daily);
     renderNamespacePages();
     renderGraphs(body.top_graphs);
+    renderBucketChoice(body.top_graphs);
     await loadRuns();
     document.getElementById("updated").textContent = `Updated ${fmtWhen(body.generated_at)}; refreshes every 30 s.`;
     error.hidden = true;
@@ -361,6 +448,10 @@ async function load() {
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("ns-more").addEventListener("click", loadMoreNamespaces);
+  document.getElementById("buckets-namespace").addEventListener("change", (event) => {
+    buckets.namespace = event.target.value;
+    loadBuckets();
+  });
   load();
   setInterval(load, REFRESH_MS);
 });

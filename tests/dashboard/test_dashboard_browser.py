@@ -171,6 +171,7 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
             tab.click("#ns-more")
             tab.wait_for_selector("#ns-table tbody tr:nth-child(2)", state="attached")
             more_hidden = tab.evaluate("""document.getElementById("ns-more").hidden""")
+            tab.wait_for_selector("#buckets .bucket-graph table.schemes tbody tr", state="attached")
             page: dict[str, Any] = tab.evaluate(
                 """(() => {
                   const count = (sel) => document.querySelectorAll(sel).length;
@@ -190,6 +191,12 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
                     nsRows: [...document.querySelectorAll("#ns-table tbody tr td:first-child")].map(
                       (td) => td.textContent),
                     error: document.getElementById("error").hidden,
+                    bucketNamespace: document.getElementById("buckets-namespace").value,
+                    bucketGraphs: [...document.querySelectorAll("#buckets .bucket-graph")].map(
+                      (g) => g.dataset.module),
+                    varying: document.querySelector("#buckets .bucket-graph .varying").textContent,
+                    schemeRows: [...document.querySelectorAll("#buckets .bucket-graph:first-child tr")]
+                      .slice(1).map((tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
                   };
                 })()"""
             )
@@ -210,6 +217,17 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert page["graphRows"][0] == ["SyncTensorsGraph.15", "vision-tpu-v5e", "3"]
     assert page["nsRows"] == ["text-gpu", "vision-tpu-v5e"]  # largest first
     assert first_page == [1, "1 of 2 namespaces shown."] and more_hidden is True
+    # the graph view: the fixture graph's rows (2, 4 or 8 of 16) vary; +(3 + 1 + 0) / 3 with multiples of 8
+    assert page["bucketNamespace"] == "vision-tpu-v5e"
+    assert page["bucketGraphs"] == ["SyncTensorsGraph.15", "SyncTensorsGraph.12"]
+    assert page["varying"] == "Varying: p1.d0 2..8 (3 sizes)"
+    assert page["schemeRows"] == [
+        ["none (as now)", "3", "\u2013"],  # an en dash: no overhead
+        ["next power of two", "3", "+0.0 %"],
+        ["next multiple of 8", "1", "+133 %"],
+        ["next multiple of 64", "1", "+1767 %"],
+        ["next multiple of 128", "1", "+3633 %"],
+    ]
     assert page["error"] is True  # the error box stayed hidden
     assert errors == []
     assert SCREENSHOT.stat().st_size > 20_000

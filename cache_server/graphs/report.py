@@ -1,0 +1,68 @@
+"""The bucketing report of a namespace: its graphs with the most shape variants, each analysed by
+:func:`~cache_server.graphs.bucketing.analyse` (which dimensions vary, what each padding scheme leaves).
+
+:class:`GraphReports` is the one door to it: ``GET /admin/graphs`` and the dashboard's graph view ask it,
+and it reads the index through :class:`~cache_server.index.graph_variants.GraphVariantsRepository`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cache_server.errors import NamespaceNotFound
+from cache_server.graphs.bucketing import BucketingReport, analyse
+from cache_server.graphs.shapes import parse_signature
+from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.names import check_namespace
+
+__all__ = ["MAX_TOP", "MAX_VARIANTS_READ", "GraphReport", "GraphReports"]
+
+MAX_TOP = 100  # graphs one report may list
+MAX_VARIANTS_READ = 5_000  # variants one report may read per graph
+DEFAULT_VARIANTS_READ = 2_000
+
+
+@dataclass(frozen=True)
+class GraphReport:
+    """One graph's bucketing report: its variants and entries in the namespace, how many of its variants
+    were read and analysed (``read``; fewer than ``variants`` when capped, then ``bucketing`` describes
+    that sample), an example shape, and the analysis."""
+
+    module: str
+    variants: int
+    entries: int
+    read: int
+    example: str | None
+    bucketing: BucketingReport
+
+
+class GraphReports:
+    """Builds bucketing reports from the parsed graphs of the index."""
+
+    def __init__(self, repository: GraphVariantsRepository) -> None:
+        self._repository = repository
+
+    def report(
+        self, namespace: str, *, top: int = 10, per_graph: int = DEFAULT_VARIANTS_READ
+    ) -> list[GraphReport]:
+        """The ``top`` graphs of ``namespace`` with the most variants, each with its report (at most
+        ``per_graph`` variants read). :class:`NamespaceNotFound` for a namespace never registered."""
+        check_namespace(namespace)
+        if not self._repository.namespace_exists(namespace):
+            raise NamespaceNotFound(f"There is no namespace {namespace!r}.")
+        reports: list[GraphReport] = []
+        for graph in self._repository.top(
+            namespace, top=min(top, MAX_TOP), per_graph=min(per_graph, MAX_VARIANTS_READ)
+        ):
+            signatures = [s for s in map(parse_signature, graph.shapes) if s is not None]
+            reports.append(
+                GraphReport(
+                    module=graph.module,
+                    variants=graph.variants,
+                    entries=graph.entries,
+                    read=len(graph.shapes),
+                    example=graph.shapes[0] if graph.shapes else None,
+                    bucketing=analyse(signatures),
+                )
+            )
+        return reports

@@ -1,0 +1,78 @@
+"""One namespace's parsed graphs with their shape variants, for the bucketing report (``GET /admin/graphs``).
+
+Bounded whatever the namespace's size: the ``top`` graphs with the most distinct shape signatures are
+ranked from ``entry_graphs`` alone (an index-only walk of ``ix_entry_graphs_module_signature`` over the
+namespace), and of each only ``per_graph`` variants' shapes texts are read: the first in signature order,
+which is the order of a digest of the shapes, so a capped read is a sample with no bias toward small or
+large shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from cache_server.index.database import Database
+from cache_server.index.models import EntryGraph, Namespace
+
+__all__ = ["GraphVariants", "GraphVariantsRepository"]
+
+
+@dataclass(frozen=True)
+class GraphVariants:
+    """One graph (HLO module) of a namespace: its distinct shape signatures (``variants``), the entries
+    that hold them, and the shapes texts of up to the cap of those variants (``shapes``)."""
+
+    module: str
+    variants: int
+    entries: int
+    shapes: list[str]
+
+
+class GraphVariantsRepository:
+    """Reads a namespace's graphs and their variants from ``entry_graphs``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def namespace_exists(self, namespace: str) -> bool:
+        with self._db.transaction() as session:
+            return session.get(Namespace, namespace) is not None
+
+    def top(self, namespace: str, *, top: int, per_graph: int) -> list[GraphVariants]:
+        """The ``top`` graphs of ``namespace`` with the most variants (then the most entries, then by name),
+        each with the shapes of at most ``per_graph`` of its variants."""
+        per_signature = (
+            select(EntryGraph.module, EntryGraph.signature, func.count().label("n"))
+            .where(EntryGraph.namespace == namespace, EntryGraph.module.is_not(None))
+            .group_by(EntryGraph.module, EntryGraph.signature)
+            .subquery()
+        )
+        variants = func.count().label("variants")
+        entries = func.sum(per_signature.c.n).label("entries")
+        ranked = (
+            select(per_signature.c.module, variants, entries)
+            .group_by(per_signature.c.module)
+            .order_by(variants.desc(), entries.desc(), per_signature.c.module)
+            .limit(top)
+        )
+        found: list[GraphVariants] = []
+        with self._db.transaction() as session:
+            for module, n_variants, n_entries in session.execute(ranked).all():
+                shapes = session.scalars(
+                    select(func.min(EntryGraph.shapes))
+                    .where(EntryGraph.namespace == namespace, EntryGraph.module == module)
+                    .group_by(EntryGraph.signature)
+                    .order_by(EntryGraph.signature)
+                    .limit(per_graph)
+                ).all()
+                found.append(
+                    GraphVariants(
+                        module=str(module),
+                        variants=int(n_variants),
+                        entries=int(n_entries or 0),
+                        shapes=[text for text in shapes if text],
+                    )
+                )
+        return found

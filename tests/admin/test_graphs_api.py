@@ -1,0 +1,152 @@
+"""GET /admin/graphs on SQLite and PostgreSQL: a namespace's graphs, their varying dimensions and what each
+padding scheme would leave, who may ask, and what bad requests get."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cache_server.app import create_app
+from cache_server.auth import Role
+from cache_server.index import AdminRepository
+from cache_server.index.admin import GraphRecord
+from cache_server.migrate import upgrade
+from cache_server.settings import Settings
+from cache_server.wiring import Services
+from tests.support.apps import services_of
+from tests.support.databases import fresh_database_url
+
+ROWS = (0, 4, 8)  # parameter 1, dimension 0
+TOKENS = (2, 3, 5, 9)  # parameter 2, dimension 0
+
+
+def fuse_shapes(rows: int, tokens: int) -> str:
+    return f"(f32[32,32], f32[{rows},32], s64[{tokens}]) -> (f32[64,32])"
+
+
+def store(services: Services, namespace: str, key: str, module: str | None, shapes: str | None) -> None:
+    """An entry, and what parsing it would have found (recorded here: no background parser runs)."""
+    data = f"{namespace}/{key}".encode()
+    services.cache.put_entry(namespace, key, [data], sha256=hashlib.sha256(data).hexdigest())
+    signature = hashlib.sha256(shapes.encode()).hexdigest() if shapes else None
+    AdminRepository(services.database).record_graphs([GraphRecord(namespace, key, module, signature, shapes)])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestClient]:
+    """An app with auth on over each index, with no background work (its lifespan is not entered), holding:
+    in "vision" the graph "fuse" at 12 shapes (one stored twice), "small" at 2, an unparseable entry;
+    in "text" a graph of 20 shapes."""
+    with fresh_database_url(request.param, tmp_path) as url:
+        settings = Settings(
+            data_dir=tmp_path / "data", database_url=url, auth=True, access_flush_seconds=60.0
+        )
+        upgrade(settings)
+        client = TestClient(create_app(settings))
+        services = services_of(client)
+        for rows in ROWS:
+            for tokens in TOKENS:
+                store(services, "vision", f"fuse-{rows}-{tokens}", "fuse", fuse_shapes(rows, tokens))
+        store(services, "vision", "fuse-again", "fuse", fuse_shapes(4, 3))  # another key, same shapes
+        store(services, "vision", "small-1", "small", "(f32[3]) -> (f32[3])")
+        store(services, "vision", "small-2", "small", "(f32[5]) -> (f32[5])")
+        store(services, "vision", "opaque", None, None)
+        for n in range(20):
+            store(services, "text", f"t{n}", "embed", f"(s64[{n + 1}]) -> (f32[1])")
+        try:
+            yield client
+        finally:
+            services.stop()
+
+
+def bearer(app: TestClient, role: Role, namespaces: list[str] | None = None) -> dict[str, str]:
+    token, _ = services_of(app).tokens.create(f"t-{role.label}-{len(namespaces or [])}", role, namespaces)
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_the_varying_dimensions_and_what_each_scheme_leaves(app: TestClient) -> None:
+    response = app.get("/admin/graphs", params={"namespace": "vision"}, headers=bearer(app, Role.ADMIN))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["namespace"] == "vision"
+    assert [(g["module"], g["variants"], g["entries"], g["read"]) for g in body["graphs"]] == [
+        ("fuse", 12, 13, 12),
+        ("small", 2, 2, 2),
+    ]
+    fuse = body["graphs"][0]
+    assert [(d["label"], d["count"], d["min"], d["max"], d["values"]) for d in fuse["varying"]] == [
+        ("p1.d0", 3, 0, 8, [0, 4, 8]),
+        ("p2.d0", 4, 2, 9, [2, 3, 5, 9]),
+    ]
+    # pow2: rows 0 4 8, tokens 2 4 8 16; mult8: rows 0 8, tokens 8 16; mult64 and mult128: rows 0 and one
+    left = {s["scheme"]: s["variants"] for s in fuse["schemes"]}
+    assert left == {"pow2": 12, "mult8": 4, "mult64": 2, "mult128": 2}
+    pow2 = next(s for s in fuse["schemes"] if s["scheme"] == "pow2")
+    real = [r * 32 + t for r in ROWS for t in TOKENS]
+    padded = [r * 32 + {2: 2, 3: 4, 5: 8, 9: 16}[t] for r in ROWS for t in TOKENS]
+    assert pow2["mean_overhead"] == pytest.approx(
+        sum((p - q) / q for p, q in zip(padded, real, strict=True)) / 12
+    )
+    assert fuse["other_layouts"] == 0 and fuse["example"].startswith("(f32[32,32], f32[")
+
+
+def test_top_and_the_cap_on_variants_read(app: TestClient) -> None:
+    admin = bearer(app, Role.ADMIN)
+    one = app.get(
+        "/admin/graphs", params={"namespace": "vision", "top": 1, "variants": 5}, headers=admin
+    ).json()
+    (fuse,) = one["graphs"]
+    assert (fuse["module"], fuse["variants"], fuse["read"]) == ("fuse", 12, 5)
+    assert all(s["variants"] <= 5 for s in fuse["schemes"])
+    text = app.get("/admin/graphs", params={"namespace": "text"}, headers=admin).json()
+    assert [(g["module"], g["variants"]) for g in text["graphs"]] == [("embed", 20)]
+    assert {s["scheme"]: s["variants"] for s in text["graphs"][0]["schemes"]} == {
+        "pow2": 6,  # 1 2 4 8 16 32
+        "mult8": 3,
+        "mult64": 1,
+        "mult128": 1,
+    }
+
+
+def test_role_as_for_stats_and_scoped_tokens_see_their_own(app: TestClient) -> None:
+    url = "/admin/graphs"
+    assert app.get(url, params={"namespace": "vision"}).status_code == 401
+    assert app.get(url, params={"namespace": "vision"}, headers=bearer(app, Role.READ)).status_code == 403
+    assert app.get(url, params={"namespace": "vision"}, headers=bearer(app, Role.WRITE)).status_code == 403
+    scoped = bearer(app, Role.WRITE, ["vis*"])
+    assert app.get(url, params={"namespace": "vision"}, headers=scoped).status_code == 200
+    outside = app.get(url, params={"namespace": "text"}, headers=scoped)
+    assert (outside.status_code, outside.json()["error"]) == (403, "forbidden")
+    assert app.get(url, headers=scoped).status_code == 403  # no namespace: a server-wide view
+    repeated = app.get(f"{url}?namespace=vision&namespace=text", headers=scoped)
+    assert repeated.status_code == 403  # the second one must not slip past the scope
+    reader = bearer(app, Role.READ, ["text"])
+    assert app.get(url, params={"namespace": "text"}, headers=reader).json()["graphs"][0]["module"] == "embed"
+    assert app.get("/admin/stats", headers=reader).status_code == 403  # the stats stay the admin's
+
+
+def test_bad_requests_get_a_clear_4xx(app: TestClient) -> None:
+    admin = bearer(app, Role.ADMIN)
+
+    def status(params: dict[str, object]) -> tuple[int, str]:
+        response = app.get("/admin/graphs", params=params, headers=admin)
+        return response.status_code, response.json()["error"]
+
+    assert status({"namespace": "nope"}) == (404, "namespace_not_found")
+    assert status({"namespace": "../etc"})[0] == 400
+    assert status({"namespace": "x" * 129})[0] == 400
+    assert status({})[0] == 400
+    assert status({"namespace": "vision", "top": 0})[0] == 400
+    assert status({"namespace": "vision", "top": 101})[0] == 400
+    assert status({"namespace": "vision", "variants": 5001})[0] == 400
+    assert status({"namespace": "vision", "top": "many"})[0] == 400
+
+
+def test_the_dashboard_reads_it_with_a_read_token(app: TestClient) -> None:
+    reader = bearer(app, Role.READ)
+    body = app.get("/dashboard/graphs", params={"namespace": "vision"}, headers=reader).json()
+    assert [g["module"] for g in body["graphs"]] == ["fuse", "small"]

@@ -1,0 +1,117 @@
+"""``xla-cache graphs`` against a real server with auth on, over real torch_xla 2.7 entries parsed by it:
+one graph at three shapes (parameter 1 has 2, 4 or 8 rows of 16) and one other graph."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from cache_protocol import SHA256_HEADER
+from client.cli import main as cli_main
+from tests.support.api import sha
+from tests.support.real_entries import real_entries
+from tests.support.server import LiveServer, run_server, server_cli
+from tests.support.wait import wait_until
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    data_dir = tmp_path_factory.mktemp("graphs-cli")
+    tokens = {}
+    for name, role, scope in (("admin", "admin", []), ("read", "read", []), ("cpu", "write", ["cpu-*"])):
+        patterns = [arg for pattern in scope for arg in ("--namespace", pattern)]
+        made = server_cli(data_dir, "token", "create", "--name", name, "--role", role, *patterns)
+        assert made.returncode == 0, made.stderr
+        tokens[name] = made.stdout.strip()
+    with run_server(data_dir, {"XLA_CACHE_AUTH": "on"}) as srv:
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        with httpx.Client(base_url=srv.url, headers=admin, timeout=30) as http:
+            for key, data in real_entries().items():
+                put = http.put(
+                    f"/v1/namespaces/cpu-job/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
+                )
+                assert put.status_code == 201
+            wait_until(  # parsed in the background
+                lambda: (
+                    sum(
+                        g["entries"]
+                        for g in http.get("/admin/graphs", params={"namespace": "cpu-job"}).json()["graphs"]
+                    )
+                    == len(real_entries())
+                ),
+                timeout=30,
+                interval=0.1,
+                message="the entries were not parsed in time",
+            )
+        yield srv, tokens
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli_main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_table_names_the_varying_dimension_and_each_scheme(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, tokens = server
+    code, out, _ = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("namespace cpu-job: compilations left")
+    # rows 2, 4, 8: powers of two already; one multiple of 8 (+(3 + 1 + 0) / 3); of 64: (31 + 15 + 7) / 3
+    assert lines[1].split() == [
+        "SyncTensorsGraph.15",
+        "3",
+        "variants",
+        "varying:",
+        "p1.d0",
+        "(2..8,",
+        "3",
+        "values)",
+        "pow2:",
+        "3",
+        "(+0%)",
+        "mult8:",
+        "1",
+        "(+133%)",
+        "mult64:",
+        "1",
+        "(+1767%)",
+        "mult128:",
+        "1",
+        "(+3633%)",
+    ]
+    assert lines[2].split()[:5] == ["SyncTensorsGraph.12", "1", "variant", "varying:", "none"]
+    assert len(lines) == 3
+
+
+def test_json_and_top(server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
+    srv, tokens = server
+    args = ["graphs", "cpu-job", "--top", "1", "--json", "--server", srv.url, "--token", tokens["admin"]]
+    code, out, _ = run(args, capsys)
+    assert code == 0
+    (graph,) = json.loads(out)["graphs"]
+    assert [(d["label"], d["values"]) for d in graph["varying"]] == [("p1.d0", [2, 4, 8])]
+    assert {s["scheme"]: s["variants"] for s in graph["schemes"]} == {
+        "pow2": 3,
+        "mult8": 1,
+        "mult64": 1,
+        "mult128": 1,
+    }
+
+
+def test_who_may_ask(server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
+    srv, tokens = server
+    code, out, _ = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["cpu"], "--json"], capsys)
+    assert code == 0 and json.loads(out)["graphs"][0]["module"] == "SyncTensorsGraph.15"
+    code, _, err = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["read"]], capsys)
+    assert code == 2 and "HTTP 403" in err and "needs the admin role" in err
+    code, _, err = run(["graphs", "gpu-job", "--server", srv.url, "--token", tokens["cpu"]], capsys)
+    assert code == 2 and "cpu-*" in err
+    code, _, err = run(["graphs", "cpu-nope", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    assert code == 2 and "cpu-nope" in err
