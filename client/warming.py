@@ -188,9 +188,11 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
     on_server = talked.on_server()
     removed = _remove_unloadable(plan, on_server)
     background: _Background | None = None
+    reporter: RunReporter | None = None
     if options.initialize:
         options.framework.initialize(plan.directory, all_compilations=options.all_compilations)
         background = _start_background(plan, api, talked, on_server, failed=bool(errors), unloadable=removed)
+        reporter = background.reporter
         _PROCESS.run(background)
     elif api is not None:
         api.close()
@@ -209,10 +211,10 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
         uploading=background is not None and background.uploading,
         following=background is not None and background.follower is not None,
         seconds=round(time.monotonic() - started, 3),
+        run_id=reporter.run_id if reporter is not None else None,
     )
-    if background is not None and background.reporter is not None:
-        report.run_id = background.reporter.run_id
-        background.reporter.begin(
+    if reporter is not None:
+        reporter.begin(
             WarmFacts(
                 started_at=time.time() - (time.monotonic() - started),
                 seconds=report.seconds,

@@ -176,6 +176,7 @@ class RunReporter:
         self._next_due = 0.0
         self._host = socket.gethostname()[:HOST_MAX_LENGTH] or "unknown"
         self._process_index = 0
+        self._framework = collector.framework()
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -185,6 +186,8 @@ class RunReporter:
             self._process_index = max(0, min(self._collector.process_index(), MAX_PROCESS_INDEX))
         except Exception:  # a runtime that cannot say: one process
             self._process_index = 0
+        # Fixed for the run: the server refuses (409) a run whose framework changes between reports.
+        self._framework = self._collector.framework()
         self._next_due = self._clock()
         self._warm = warm
 
@@ -299,7 +302,7 @@ class RunReporter:
         return {
             "run_id": self.run_id,
             "namespace": self.namespace,
-            "framework": self._collector.framework(),
+            "framework": self._framework,
             "host": self._host,
             "process_index": self._process_index,
             "started_at": round(warm.started_at, 3),

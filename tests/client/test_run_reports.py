@@ -20,13 +20,21 @@ from typing import Any, ClassVar
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from cache_protocol.runs import COMPONENT_NAMES, MAX_MISSES_PER_REPORT, REPORT_INTERVAL_SECONDS
+import client
+from cache_protocol.runs import (
+    COMPONENT_NAMES,
+    MAX_MISSES_PER_REPORT,
+    REPORT_INTERVAL_SECONDS,
+    RUN_ID_PATTERN,
+)
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan
 from client.config import run_report_settings
 from client.frameworks import all_frameworks
 from client.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
 from client.runs.jax_events import JaxCollector, JaxEvents, KeyComponentLog, key_hash, module_of
+from client.warming import warm
+from tests.support.client_kit import FakeTorchXla, RealServer
 from tests.support.clock import ManualMonotonic
 from tests.support.run_receiver import RunReceiver, no_run_routes, report_problems
 from tests.support.server import free_port
@@ -374,3 +382,40 @@ def test_a_job_that_imported_torchax_reports_as_torchax(monkeypatch: pytest.Monk
     assert collector.framework() == "jax"
     monkeypatch.setitem(sys.modules, "torchax", types.ModuleType("torchax"))
     assert collector.framework() == "torchax"
+
+
+def test_a_run_keeps_the_framework_it_began_with(tmp_path: Path, receiver: tuple[str, RunReceiver]) -> None:
+    """The server refuses a run whose framework changes: torchax imported after the warm changes nothing."""
+
+    class Changing(FakeCollector):
+        name = "jax"
+
+        def framework(self) -> str:
+            return self.name
+
+    url, taken = receiver
+    collector = Changing()
+    setup = Setup(tmp_path, url, collector)
+    collector.name = "torchax"
+    setup.reporter.tick()
+    setup.reporter.finish()
+    assert [r["framework"] for r in taken.reports_of(setup.reporter.run_id)] == ["jax", "jax"]
+
+
+def test_warm_names_its_run_and_reports_can_be_turned_off(
+    fake_torch_xla: FakeTorchXla,
+    real_server: RealServer,
+    fingerprint: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    report = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=10.0)
+    assert report.run_id is not None and RUN_ID_PATTERN.fullmatch(report.run_id)
+    now = client.run_report()
+    assert now is not None and (now["run_id"], now["namespace"]) == (report.run_id, report.namespace)
+    assert now["framework"] == "torch_xla" and now["ended_at"] is None
+    client.stop()
+
+    monkeypatch.setenv("XLA_CACHE_RUN_REPORTS", "0")
+    again = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=10.0)
+    assert again.run_id is None and client.run_report() is None
