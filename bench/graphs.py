@@ -76,7 +76,9 @@ def layout(entries: int) -> Iterator[tuple[str, str, str]]:
                 yield f"ns{n:03d}", f"SyncTensorsGraph.{200 + graph}", f"(f32[{variant + 1},8]) -> (f32[1])"
 
 
-def fill(database: Any, entries: int) -> None:
+def fill(database: Any, entries: int, postgresql: bool) -> None:
+    """Every entry's row and its graph's row. On PostgreSQL with COPY (the triggers that keep entry_totals
+    run once per COPY, a statement); on SQLite in multi-row inserts, as ``bench.cases.index`` does."""
     from sqlalchemy import insert
 
     from cache_server.index.entries import EntryRecord, EntryRepository
@@ -84,28 +86,55 @@ def fill(database: Any, entries: int) -> None:
 
     repository = EntryRepository(database)
     now = dt.datetime.now(dt.timezone.utc)
-    records: list[EntryRecord] = []
-    graphs: list[dict[str, Any]] = []
-
-    def flush() -> None:
-        if not records:
-            return
-        _insert(database, repository, records)
-        with database.transaction() as session:
-            session.execute(insert(EntryGraph), graphs)
-        records.clear()
-        graphs.clear()
-
-    for i, (namespace, module, shapes) in enumerate(layout(entries)):
-        key = f"{i:012d}"
-        records.append(EntryRecord(namespace, key, 1000, "0" * 64, created_at=now))
-        signature = hashlib.sha256(shapes.encode()).hexdigest()
-        graphs.append(
-            {"namespace": namespace, "key": key, "module": module, "signature": signature, "shapes": shapes}
+    rows = [
+        (namespace, f"{i:012d}", module, hashlib.sha256(shapes.encode()).hexdigest(), shapes)
+        for i, (namespace, module, shapes) in enumerate(layout(entries))
+    ]
+    firsts = {row[0]: row for row in reversed(rows)}  # each namespace's first row registers it
+    repository.add_missing_entries(
+        [EntryRecord(ns, key, 1000, "0" * 64, created_at=now) for ns, key, *_ in firsts.values()]
+    )
+    rest = [row for row in rows if firsts[row[0]] is not row]
+    if postgresql:
+        raw = database.engine.raw_connection()
+        try:
+            with raw.cursor() as cursor:
+                columns = "namespace, key, size, sha256, created_at, last_access_at, hits"
+                with cursor.copy(f"COPY entries ({columns}) FROM STDIN") as copy:
+                    for ns, key, *_ in rest:
+                        copy.write_row((ns, key, 1000, "0" * 64, now, now, 0))
+                with cursor.copy(
+                    "COPY entry_graphs (namespace, key, module, signature, shapes, parsed_at) FROM STDIN"
+                ) as copy:
+                    for ns, key, module, signature, shapes in rows:
+                        copy.write_row((ns, key, module, signature, shapes, now))
+            raw.commit()
+        finally:
+            raw.close()
+        raw = database.engine.raw_connection()
+        try:  # as autovacuum leaves a table that is not written to: the index-only scans need no heap
+            raw.driver_connection.autocommit = True
+            with raw.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE")
+        finally:
+            raw.close()
+        return
+    for start in range(0, len(rest), 50_000):
+        part = rest[start : start + 50_000]
+        _insert(
+            database,
+            repository,
+            [EntryRecord(ns, key, 1000, "0" * 64, created_at=now) for ns, key, *_ in part],
         )
-        if len(records) >= 50_000:
-            flush()
-    flush()
+    for start in range(0, len(rows), 50_000):
+        with database.transaction() as session:
+            session.execute(
+                insert(EntryGraph.__table__),
+                [
+                    {"namespace": ns, "key": key, "module": m, "signature": sig, "shapes": text}
+                    for ns, key, m, sig, text in rows[start : start + 50_000]
+                ],
+            )
 
 
 def main() -> int:
@@ -117,12 +146,13 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    logging.getLogger("cache_server.api.middleware").setLevel(logging.WARNING)  # no access log lines
 
     from fastapi.testclient import TestClient
-    from sqlalchemy import text
 
+    from cache_server.api.telemetry import ACCESS_LOGGER
     from cache_server.app import create_app
+    from cache_server.graphs.report import DEFAULT_VARIANTS_READ
+    from cache_server.index.graph_variants import GraphVariantsRepository
     from cache_server.migrate import upgrade
     from cache_server.settings import Settings
     from tests.support.apps import services_of
@@ -133,14 +163,13 @@ def main() -> int:
         upgrade(settings)
         client = TestClient(create_app(settings))  # its lifespan is not entered: no background work
         services = services_of(client)
+        logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING)  # no access log lines (set by create_app)
         started = time.perf_counter()
-        fill(services.database, args.entries)
-        if args.database == "postgresql":
-            with services.database.transaction() as session:
-                session.execute(text("ANALYZE"))
+        fill(services.database, args.entries, args.database == "postgresql")
         figures["setup_s"] = round(time.perf_counter() - started, 1)
         print(f"{args.database}: {args.entries:,} entries with their graphs set up in {figures['setup_s']} s")
-        cases = {
+        variants = GraphVariantsRepository(services.database)
+        cases: dict[str, dict[str, Any]] = {
             "big namespace (50% of entries, 50 graphs), top 10": {"namespace": "big"},
             "big namespace, top 1": {"namespace": "big", "top": 1},
             "seed-like namespace (1% of entries), top 10": {"namespace": "ns042"},
@@ -157,13 +186,23 @@ def main() -> int:
                 assert response.status_code == 200
             body = response.json()
             first = body["graphs"][0]
+            queries = []
+            for _ in range(args.reps):
+                began = time.perf_counter()
+                variants.top(
+                    params["namespace"], top=int(params.get("top", 10)), per_graph=DEFAULT_VARIANTS_READ
+                )
+                queries.append(time.perf_counter() - began)
+            query_ms = statistics.median(queries) * 1000
             median = statistics.median(seconds) * 1000
             verdict = "met" if median < LIMIT_MS else "NOT MET"
             read = sum(g["read"] for g in body["graphs"])
             print(
                 f"  {label}: median {median:.0f} ms (min {min(seconds) * 1000:.0f}, max "
                 f"{max(seconds) * 1000:.0f}; {len(body['graphs'])} graphs, {read:,} variants read; first: "
-                f"{first['module']} {first['variants']:,} variants) {verdict} (< {LIMIT_MS:.0f} ms)"
+                f"{first['module']} {first['variants']:,} variants; the index queries alone "
+                f"{query_ms:.0f} ms) "
+                f"{verdict} (< {LIMIT_MS:.0f} ms)"
             )
             figures[label] = {
                 "median_ms": round(median, 1),
@@ -171,6 +210,7 @@ def main() -> int:
                 "max_ms": round(max(seconds) * 1000, 1),
                 "graphs": len(body["graphs"]),
                 "variants_read": read,
+                "index_queries_median_ms": round(query_ms, 1),
                 "met": median < LIMIT_MS,
             }
         services.stop()

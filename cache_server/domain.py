@@ -119,6 +119,8 @@ class EntryInfo:
     stored_by: str | None = None  # the id of the token that stored it (None with auth off)
     pack: str | None = None  # the pack holding a copy of its bytes, if one does (cache_server.packs)
     pack_offset: int | None = None  # where in that pack
+    signer: str | None = None  # the key id of the uploader's signature, if it signed (cache_protocol.signing)
+    signature: str | None = None  # that signature, "<key id>:<base64>"
 
 
 class EntryRef(NamedTuple):
@@ -133,6 +135,7 @@ class EntryRef(NamedTuple):
     created_at: dt.datetime
     pack: str | None = None
     pack_offset: int | None = None
+    signature: str | None = None  # the uploader's signature, "<key id>:<base64>", if signed
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ __all__ = [
     "RunConflict",
     "RunNotFound",
     "RunOwned",
+    "SignatureInvalid",
+    "SignatureRequired",
     "SignedUrlsUnavailable",
     "StorageUnavailable",
     "TokenNotFound",
@@ -179,6 +181,20 @@ class Forbidden(CacheError):
     """A valid token whose role is too weak for what was asked."""
 
     code = "forbidden"
+
+
+class SignatureRequired(Forbidden):
+    """An unsigned upload into a namespace that requires signatures (``XLA_CACHE_REQUIRE_SIGNATURES``);
+    nothing of it is stored."""
+
+    code = "signature_required"
+
+
+class SignatureInvalid(Forbidden):
+    """An upload whose signature is not a valid one, by a key the namespace accepts, over exactly this
+    namespace, key and digest; nothing of it is stored."""
+
+    code = "signature_invalid"
 
 
 class TokenRevoked(Unauthorized):

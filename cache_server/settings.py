@@ -203,6 +203,15 @@ class Settings(BaseSettings):
             "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
         ),
     )
+    nearest_candidates: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description=(
+            "How many populated namespaces of a framework (the most recently used) GET "
+            "/v1/namespaces/{ns}/nearest compares with the namespace's fingerprint: the bound on its work."
+        ),
+    )
     orphan_grace_seconds: float = Field(
         default=300.0,
         ge=0,
@@ -212,6 +221,21 @@ class Settings(BaseSettings):
             "so such an upload answers 503). Keep it above the longest gap between a blob and its row: a "
             "database call (XLA_CACHE_DB_POOL_TIMEOUT + XLA_CACHE_DB_STATEMENT_TIMEOUT) and the arrival of "
             "one bulk member (a bulk upload commits each group once it has been open a quarter of this)."
+        ),
+    )
+    signer_keys: str = Field(
+        default="",
+        description=(
+            "Public keys of the uploaders whose entry signatures this server checks: keys "
+            "(ed25519:<base64>) or paths of key files, comma separated (xla-cache keys create makes them)."
+        ),
+    )
+    require_signatures: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            'Namespaces that require signed uploads, as JSON {"<namespace pattern>": ["<key id>", ...]}: '
+            "an upload into a matching namespace (the first pattern that matches) must be signed by one of "
+            "those keys (* : any key of XLA_CACHE_SIGNER_KEYS), or it is refused with 403."
         ),
     )
     gc_interval_seconds: float = Field(

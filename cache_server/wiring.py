@@ -22,6 +22,7 @@ from cache_server.graphs.worker import ParserProcess
 from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.quotas import Quotas
@@ -29,6 +30,7 @@ from cache_server.reindex import Reindexer
 from cache_server.runs import RunService
 from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.storage import BlobStore, open_store
 
@@ -50,6 +52,7 @@ class Services:
     activity: Activity
     quotas: Quotas
     runs: RunService
+    nearest: NearestNamespaces
     graphs: GraphReports
 
     def start(self) -> None:
@@ -125,5 +128,8 @@ def build_services(
         activity=activity,
         quotas=quotas,
         runs=RunService(database, clock=clock),
+        nearest=NearestNamespaces(
+            entries, NearestRepository(database), candidates=settings.nearest_candidates
+        ),
         graphs=GraphReports(GraphVariantsRepository(database)),
     )

@@ -44,6 +44,7 @@ def main(argv: list[str]) -> int:
                 "entries": entries,
                 "outputs": outputs,
                 "namespace": namespace_id(fingerprint),
+                "fingerprint": fingerprint,
                 "pid": os.getpid(),
             }
         ),

@@ -25,6 +25,7 @@ from client.cli_common import add_common, add_framework, config_of, emit, runtim
 from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
+from client.signing_commands import signer_lines
 
 __all__ = ["add_admin_commands", "cmd_evict", "cmd_purge_token", "cmd_quota", "cmd_stats", "cmd_tokens"]
 
@@ -41,8 +42,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
         totals: dict[str, Any] | None
         admin_error: str | None
+        signers: list[dict[str, Any]] = []
         try:
             totals = api.admin_stats(Deadline(args.timeout), limit=args.limit, after=args.after)
+            signers = api.admin_signers(Deadline(args.timeout))["signers"]
         except ServerProblem as exc:
             totals = None
             admin_error = exc.reason
@@ -50,13 +53,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
             admin_error = None
     finally:
         api.close()
-    data: dict[str, Any] = {"namespace": info, "admin": totals, "admin_error": admin_error}
+    data: dict[str, Any] = {
+        "namespace": info,
+        "admin": totals,
+        "admin_error": admin_error,
+        "signers": signers,
+    }
     lines = [f"namespace  {namespace}"] if namespace else []
     for key in ("entries", "bytes", "hits", "misses", "uploads", "created_at", "last_used_at"):
         if key in info:
             lines.append(f"  {key:<12} {info[key]}")
     if totals is not None:
         lines += stats_lines(totals)
+        lines += ["entries per signer (unsigned: no signature; xla-cache unsigned --remove)"]
+        lines += signer_lines(signers)
     else:
         lines.append(f"server totals unavailable ({admin_error})")
     emit(args, data, lines)

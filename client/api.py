@@ -20,6 +20,7 @@ import httpx
 
 from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER, UPLOADER_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
+from cache_protocol.signing import SIGNATURE_HEADER, Signer
 from client.config import Compression, wants_compression
 from client.deadline import Deadline
 from client.errors import ServerError, ServerUnavailable
@@ -39,6 +40,7 @@ class RemoteEntry:
     size: int
     sha256: str
     pack: str | None = None  # the pack holding a copy, where the server keeps packs: bundle these together
+    signature: str | None = None  # the uploader's signature, "<key id>:<base64>" (cache_protocol.signing)
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,10 @@ class CacheApi:
         *,
         transport: httpx.BaseTransport | None = None,
         compression: Compression | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.server = normalize_server(server)
+        self.signer = signer  # signs each entry uploaded (XLA_CACHE_SIGNING_KEY)
         # zstd for bulk uploads, and for bundles except (by default) from a server on loopback
         self.compression = wants_compression(self.server) if compression is None else compression
         headers = {"User-Agent": USER_AGENT, UPLOADER_HEADER: f"{socket.gethostname()}:{os.getpid()}"}
@@ -118,6 +122,10 @@ class CacheApi:
     def close(self) -> None:
         """Close pooled connections."""
         self._http.close()
+
+    def signature(self, namespace: str, key: str, sha256: str) -> str | None:
+        """This client's signature of an entry it uploads (None: it has no signing key)."""
+        return self.signer.sign(namespace, key, sha256) if self.signer is not None else None
 
     # -- plumbing -----------------------------------------------------------------------------------------
 
@@ -233,6 +241,19 @@ class CacheApi:
         what = "the namespace query"
         return dict(self._json(self._call("GET", f"/v1/namespaces/{_seg(namespace)}", what, deadline), what))
 
+    def nearest(
+        self, namespace: str, fingerprint: Mapping[str, Any] | None, deadline: Deadline
+    ) -> dict[str, Any]:
+        """``POST /v1/namespaces/{ns}/nearest`` with ``fingerprint`` (``GET``, the registered one's, when
+        None): the nearest populated namespaces of the same framework and how they differ."""
+        what = "the nearest-namespaces query"
+        path = f"/v1/namespaces/{_seg(namespace)}/nearest"
+        if fingerprint is None:
+            response = self._call("GET", path, what, deadline)
+        else:
+            response = self._call("POST", path, what, deadline, json={"fingerprint": dict(fingerprint)})
+        return dict(self._json(response, what))
+
     def manifest(
         self,
         namespace: str,
@@ -259,6 +280,7 @@ class CacheApi:
                     int(item["size"]),
                     str(item["sha256"]).lower(),
                     str(item["pack"]) if item.get("pack") else None,
+                    str(item["signature"]) if item.get("signature") else None,
                 )
                 for item in body["entries"]
             ]
@@ -324,7 +346,12 @@ class CacheApi:
             self._call("GET", f"/v1/namespaces/{_seg(namespace)}/feed", what, deadline, params=params), what
         )
         entries = [
-            RemoteEntry(key=str(e["key"]), size=int(e["size"]), sha256=str(e["sha256"]))
+            RemoteEntry(
+                key=str(e["key"]),
+                size=int(e["size"]),
+                sha256=str(e["sha256"]),
+                signature=str(e["signature"]) if e.get("signature") else None,
+            )
             for e in body.get("entries", [])
         ]
         return FeedAnswer(cursor=int(body["cursor"]), entries=entries)
@@ -349,6 +376,8 @@ class CacheApi:
         }
         if compile_time_ms is not None:
             headers[COMPILE_TIME_HEADER] = str(compile_time_ms)
+        if (signature := self.signature(namespace, key, sha256)) is not None:
+            headers[SIGNATURE_HEADER] = signature
         response = self._call(
             "PUT",
             f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}",
@@ -428,6 +457,17 @@ class CacheApi:
         what = f"the quota of {kind} {subject!r}"
         path = f"/admin/quotas/{_seg(kind)}/{_seg(subject)}"
         return dict(self._json(self._call("PUT", path, what, deadline, json=body), what))
+
+    def admin_signers(self, deadline: Deadline) -> dict[str, Any]:
+        """``GET /admin/signers``: entries and bytes per signer key id (admin token)."""
+        what = "the signers request"
+        return dict(self._json(self._call("GET", "/admin/signers", what, deadline), what))
+
+    def admin_purge_signer(self, signer: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+        """``POST /admin/signers/{key id or unsigned}/purge``: remove what a key signed (admin token)."""
+        what = f"the purge of signer {signer!r}"
+        path = f"/admin/signers/{_seg(signer)}/purge"
+        return dict(self._json(self._call("POST", path, what, deadline, json=body), what))
 
     def admin_purge_token(self, token: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /admin/tokens/{token}/purge``: revoke a token and remove what it stored (admin token)."""

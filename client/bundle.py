@@ -17,6 +17,7 @@ from cache_protocol.tar import BadTar, TarReader
 from client.api import RemoteEntry
 from client.cachedir import EntryCheck, VerifiedWriter
 from client.errors import CorruptTransfer
+from client.trust import EntryTrust
 
 __all__ = ["BundleResult", "extract_bundle"]
 
@@ -39,11 +40,13 @@ def extract_bundle(
     on_entry: Callable[[RemoteEntry], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     check: EntryCheck | None = None,
+    trust: EntryTrust | None = None,
 ) -> BundleResult:
     """Write every verified member of the tar stream ``chunks`` into ``directory``.
 
     A member that is not requested, of the wrong size or the wrong SHA-256 is skipped and named in
-    ``errors``; a member that is not a regular file, or a stream that is not a valid tar, ends the bundle
+    ``errors``; one that ``trust`` refuses is skipped (it counts them); a member that is not a regular
+    file, or a stream that is not a valid tar, ends the bundle
     with an error. Errors from ``chunks`` itself (the server going away, the deadline) propagate.
     """
     result = BundleResult()
@@ -62,6 +65,8 @@ def extract_bundle(
                 result.errors.append(
                     f"entry {entry.key}: the bundle holds {member.size} bytes, the manifest {entry.size}"
                 )
+                continue
+            if trust is not None and not trust.allows(entry):
                 continue
             try:
                 with VerifiedWriter(

@@ -36,7 +36,9 @@ from client.errors import ClientError, ServerProblem
 from client.fingerprint import namespace_id
 from client.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
 from client.graphs_cli import add_graphs_command
+from client.nearest import nearest_line
 from client.runs_cli import add_runs_command
+from client.signing_commands import add_signing_commands
 
 __all__ = ["build_parser", "main"]
 
@@ -97,8 +99,15 @@ def cmd_warm(args: argparse.Namespace) -> int:
         f"cache dir   {report.cache_dir}",
         f"downloaded  {report.downloaded_entries} entries, {report.downloaded_bytes} bytes",
         f"present     {report.present_entries} entries, {report.present_bytes} bytes",
+        *(
+            [f"unverified  {report.unverified_entries} entries skipped: no trusted key signed them"]
+            if report.unverified_entries
+            else []
+        ),
         f"seconds     {report.seconds:.2f}",
     ]
+    if report.nearest:
+        lines.append(f"why         {nearest_line(report.manifest_entries, report.nearest)}")
     lines += [f"error       {error}" for error in report.errors]
     lines.append("a job that does not call client.warm() uses it with:")
     lines += [f"    {line}" for line in framework_named(report.framework).setup_lines(Path(report.cache_dir))]
@@ -127,8 +136,10 @@ def _follow(
     from client.warming import FOLLOW_UPLOAD_INTERVAL
 
     adapter = choose(framework)
-    api = CacheApi(server_of(config), config.token)
-    follower = Follower(api, namespace, directory, cursor, check=adapter.entry_problem)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
+    follower = Follower(
+        api, namespace, directory, cursor, check=adapter.entry_problem, trusted=config.verifier()
+    )
     uploader = Uploader(
         api,
         namespace,
@@ -168,7 +179,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     directories = _namespace_dirs(config.cache_dir, args.namespace)
     if not directories:
         raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
-    api = CacheApi(server_of(config), config.token)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
     results: list[dict[str, Any]] = []
     failed = False
     try:
@@ -255,7 +266,7 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
         if framework.entry_problem(item.path) is None
     ]
     skipped = len(scan(directory, framework.is_entry)) - len(files)
-    api = CacheApi(server_of(config), config.token)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
     deadline = Deadline(args.timeout)
     try:
         if fingerprint is not None:
@@ -300,6 +311,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if report.server:
         state = "ready" if report.server_ready else f"NOT ready ({report.server_error})"
         lines.append(f"server             {report.server}: {state}")
+    if report.nearest:
+        lines.append(f"namespace entries  {nearest_line(report.namespace_entries or 0, report.nearest)}")
     emit(args, report.as_dict(), lines)
     if report.loads_own_entries is None:
         return 2
@@ -361,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_commands(sub)
     add_runs_command(sub)
     add_graphs_command(sub)
+    add_signing_commands(sub)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)

@@ -1,9 +1,13 @@
 """Where the client's settings come from: the call's own arguments first, then the environment.
 
 ``XLA_CACHE_SERVER`` (the server's URL), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
-cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``) and
-``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel
-zstd-compressed; see :func:`wants_compression`). ``warm()``, the CLI and ``doctor`` all resolve them here.
+cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``),
+``XLA_CACHE_SIGNING_KEY`` (the key this client signs its uploads with: the key itself or a file holding it),
+``XLA_CACHE_TRUSTED_KEYS`` (public keys, or files of them, comma separated: with any, only entries they
+signed are placed; :mod:`client.trust`), ``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether
+bulk uploads and bundles travel zstd-compressed; see :func:`wants_compression`) and
+``XLA_CACHE_REDACT_FLAG_VALUES`` (``1``: the fingerprint names each XLA flag but not its value; see
+:func:`redacts_flag_values`). ``warm()``, the CLI and ``doctor`` all resolve them here.
 ``XLA_CACHE_RUN_REPORTS`` (``0`` turns run reports off) and ``XLA_CACHE_REPORT_INTERVAL`` (seconds between
 a running job's reports) are read by :func:`run_report_settings`.
 """
@@ -19,17 +23,23 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cache_protocol.runs import REPORT_INTERVAL_SECONDS
+from cache_protocol.signing import BadKey, Signer, Verifier, parse_public_keys, read_key_texts
+from client.errors import ClientError
 
 __all__ = [
     "COMPRESSION_ENV",
+    "REDACT_FLAG_VALUES_ENV",
     "REPORT_INTERVAL_ENV",
     "RUN_REPORTS_ENV",
+    "SIGNING_KEY_ENV",
+    "TRUSTED_KEYS_ENV",
     "ClientConfig",
     "Compression",
     "RunReportSettings",
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
+    "redacts_flag_values",
     "run_report_settings",
     "wants_compression",
 ]
@@ -37,6 +47,9 @@ __all__ = [
 COMPRESSION_ENV = "XLA_CACHE_COMPRESSION"
 RUN_REPORTS_ENV = "XLA_CACHE_RUN_REPORTS"
 REPORT_INTERVAL_ENV = "XLA_CACHE_REPORT_INTERVAL"
+REDACT_FLAG_VALUES_ENV = "XLA_CACHE_REDACT_FLAG_VALUES"
+SIGNING_KEY_ENV = "XLA_CACHE_SIGNING_KEY"
+TRUSTED_KEYS_ENV = "XLA_CACHE_TRUSTED_KEYS"
 logger = logging.getLogger("xla_cache")
 
 
@@ -110,6 +123,15 @@ def run_report_settings(env: Mapping[str, str] | None = None) -> RunReportSettin
     return RunReportSettings(enabled=enabled, interval=interval)
 
 
+def redacts_flag_values(env: Mapping[str, str] | None = None) -> bool:
+    """``XLA_CACHE_REDACT_FLAG_VALUES``: ``1`` (or ``true``, ``yes``, ``on``) keeps the values of XLA flags
+    out of the fingerprint the server stores (their names stay, so the server can still say which flags set
+    two namespaces apart); for sites whose flags hold paths or names they do not want on the server. The
+    namespace id does not change: it hashes a digest of the flags either way."""
+    env = os.environ if env is None else env
+    return env.get(REDACT_FLAG_VALUES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """``$XLA_CACHE_DIR``, else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``."""
     env = os.environ if env is None else env
@@ -130,11 +152,37 @@ def namespace_dir(cache_dir: Path | str, namespace: str) -> Path:
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """The server (None: local cache only), the token and the base cache directory of one call."""
+    """The server (None: local cache only), the token and the base cache directory of one call; the signing
+    key and the trusted keys as configured (texts or paths; read by :meth:`signer` and :meth:`verifier`)."""
 
     server: str | None
     token: str | None
     cache_dir: Path
+    signing_key: str | None = None
+    trusted_keys: str | None = None
+
+    def signer(self) -> Signer | None:
+        """The key uploads are signed with (``XLA_CACHE_SIGNING_KEY``), or None. :class:`ClientError` when
+        it is set but cannot be read: a job must not upload unsigned what it was told to sign."""
+        if not self.signing_key:
+            return None
+        try:
+            return Signer.from_text(read_key_texts(self.signing_key))
+        except (OSError, BadKey, ValueError) as exc:
+            raise ClientError(f"{SIGNING_KEY_ENV}: {exc}") from None
+
+    def verifier(self) -> Verifier | None:
+        """The trusted public keys (``XLA_CACHE_TRUSTED_KEYS``), or None: nothing is verified.
+        :class:`ClientError` when set but unreadable or empty: a job told to verify never skips it."""
+        if not self.trusted_keys:
+            return None
+        try:
+            keys = parse_public_keys(read_key_texts(self.trusted_keys))
+        except (OSError, BadKey, ValueError) as exc:
+            raise ClientError(f"{TRUSTED_KEYS_ENV}: {exc}") from None
+        if not keys:
+            raise ClientError(f"{TRUSTED_KEYS_ENV} is set but names no key")
+        return Verifier(keys)
 
     @classmethod
     def resolve(
@@ -150,4 +198,6 @@ class ClientConfig:
             server=server or env.get("XLA_CACHE_SERVER") or None,
             token=token or env.get("XLA_CACHE_TOKEN") or None,
             cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(env),
+            signing_key=env.get(SIGNING_KEY_ENV) or None,
+            trusted_keys=env.get(TRUSTED_KEYS_ENV) or None,
         )

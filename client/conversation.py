@@ -2,7 +2,8 @@
 
 The worker's steps run straight down, each returning what it found: lock the namespace's directory,
 register the namespace, take the change feed's cursor (when following), read the manifest and split it
-into entries present and entries needed (:class:`Survey`), download the needed. :func:`talk` returns the
+into entries present and entries needed (:class:`Survey`), download the needed, and when the namespace
+turns out empty or thin, ask which namespaces are nearest (:mod:`client.nearest`). :func:`talk` returns the
 worker's :class:`Conversation`. Whatever the server does (refuse, hang, fail, send garbage), it returns
 within the timeout: when the time is up first, it cancels the worker and returns what the worker had
 reported so far (the survey, and each entry once it was in place), so a warm cut short still counts every
@@ -22,8 +23,10 @@ from client.cachedir import remove_temp_files
 from client.deadline import Deadline
 from client.dirlock import DirLock
 from client.errors import ServerError, ServerProblem, ServerUnavailable
+from client.nearest import NearNamespace, ask_nearest
 from client.plan import WarmPlan
 from client.transfer import DownloadOptions, DownloadResult, download, split_present
+from client.trust import EntryTrust
 
 __all__ = ["Conversation", "Survey", "WarmCounts", "talk"]
 
@@ -41,6 +44,7 @@ class WarmCounts:
     downloaded_bytes: int = 0
     present_entries: int = 0  # already in the directory with the right size and SHA-256
     present_bytes: int = 0
+    unverified_entries: int = 0  # skipped: no trusted key signed them (XLA_CACHE_TRUSTED_KEYS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +68,9 @@ class Conversation:
     unavailable: bool = False  # the last failure was the server not answering (not a refusal)
     read_only: bool = False  # the token may read but not write: nothing is uploaded
     feed_cursor: int | None = None  # where following starts (taken before the manifest)
+    nearest: list[NearNamespace] = field(default_factory=list)  # when the namespace is empty or thin
+    unverified: int = 0  # entries skipped because no trusted key signed them
+    unverified_reasons: str = ""  # "3 unsigned, 1 bad signature"
 
     def counts(self) -> WarmCounts:
         present = self.survey.present
@@ -73,6 +80,7 @@ class Conversation:
             downloaded_bytes=self.fetched.bytes,
             present_entries=len(present),
             present_bytes=sum(entry.size for entry in present),
+            unverified_entries=self.unverified,
         )
 
     def on_server(self) -> set[str]:
@@ -132,6 +140,8 @@ def _converse(
     errors: list[str] = []
     read_only, cursor, unavailable = False, None, False
     survey, fetched = Survey(), DownloadResult()
+    nearest: list[NearNamespace] = []
+    trust = EntryTrust(plan.options.trusted, plan.namespace) if plan.options.trusted else None
     lock = DirLock(plan.directory)
     try:
         if not lock.acquire(deadline.remaining()):
@@ -163,10 +173,13 @@ def _converse(
                     cancel=cancel,
                     on_placed=report,
                     bundle_streams=survey.bundle_streams,
+                    trust=trust,
                 ),
             )
             errors += fetched.errors
             unavailable = bool(fetched.errors) and cancel.is_set()
+        if not cancel.is_set():
+            nearest = ask_nearest(api, plan.namespace, plan.fingerprint, survey.manifest_entries, deadline)
     except ServerProblem as exc:
         errors.append(exc.reason)
         unavailable = isinstance(exc, ServerUnavailable)
@@ -183,6 +196,9 @@ def _converse(
         unavailable=unavailable,
         read_only=read_only,
         feed_cursor=cursor,
+        nearest=nearest,
+        unverified=trust.refused if trust is not None else 0,
+        unverified_reasons=trust.reasons() if trust is not None else "",
     )
 
 

@@ -4,7 +4,8 @@ torch_xla 2.8 and 2.9 write entries they cannot load (pytorch/xla #9094, #8930),
 job just compiles everything again. The doctor finds out for real: one process compiles a few graphs into an
 empty cache directory, a second process runs the same graphs from it, and the second one's counters say
 whether every graph was loaded (``PersistentCacheHit``) or failed to load
-(``PersistentCacheDeserializeFailure``). It also checks the server when one is configured.
+(``PersistentCacheDeserializeFailure``). It also checks the server when one is configured, and when this
+runtime's namespace is empty or thin there, names the nearest populated namespace and how it differs.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Any
 from client.api import CacheApi
 from client.config import ClientConfig
 from client.deadline import Deadline
-from client.errors import ServerProblem
+from client.errors import ServerError, ServerProblem
 from client.frameworks.torch_xla import deserialize_failure_cause
+from client.nearest import NearNamespace, ask_nearest
 
 __all__ = ["DoctorReport", "JobRunner", "judge", "run_doctor", "run_selftest_job"]
 
@@ -43,6 +45,8 @@ class DoctorReport:
     server: str | None = None
     server_ready: bool | None = None
     server_error: str | None = None
+    namespace_entries: int | None = None  # what the server holds in this runtime's namespace
+    nearest: list[NearNamespace] = field(default_factory=list)  # when that is empty or thin
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -141,9 +145,28 @@ def run_doctor(
         try:
             api.ready(Deadline(10.0))
             report.server_ready = True
+            _namespace_state(api, report, first.get("fingerprint"))
         except ServerProblem as exc:
             report.server_ready = False
             report.server_error = exc.reason
         finally:
             api.close()
     return report
+
+
+def _namespace_state(api: CacheApi, report: DoctorReport, fingerprint: object) -> None:
+    """How many entries the server holds in the self-test runtime's namespace, and when that is few, the
+    nearest populated namespaces (fail-open, as for a warm)."""
+    if not report.namespace or not isinstance(fingerprint, dict):
+        return
+    try:
+        report.namespace_entries = int(api.get_namespace(report.namespace, Deadline(10.0))["entries"])
+    except ServerError as exc:
+        if exc.status != 404:  # 404: never registered, so it holds nothing
+            return
+        report.namespace_entries = 0
+    except ServerProblem:
+        return
+    except (KeyError, TypeError, ValueError):
+        return
+    report.nearest = ask_nearest(api, report.namespace, fingerprint, report.namespace_entries, Deadline(10.0))

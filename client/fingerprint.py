@@ -9,8 +9,9 @@ Namespace id (stable; documented so other tools can compute it)::
 
     <readable prefix>-<first 32 hex digits of SHA-256(canonical JSON)>
 
-where the canonical JSON is ``json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))`` and the
-readable prefix is the framework's: ``<device_type lower-cased>-tx<torch_xla_version>`` for torch_xla,
+where the canonical JSON is ``json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))`` of the
+fingerprint less its flag maps (``xla_flags``, ``libtpu_init_args``: the digests beside them are hashed),
+and the readable prefix is the framework's: ``<device_type lower-cased>-tx<torch_xla_version>`` for torch_xla,
 ``<platform>-jax<jax_version>`` for JAX; every character outside ``[A-Za-z0-9._-]`` in it is replaced by
 ``_``.
 """
@@ -20,10 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
+
+from cache_protocol.fingerprint import FLAG_VARIABLES, flags_digest, hashed_part, parse_flags, redact
+from client.config import redacts_flag_values
 
 __all__ = [
     "FINGERPRINT_SCHEMA",
@@ -41,29 +44,6 @@ FINGERPRINT_SCHEMA = 1
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def flags_digest(value: str | None) -> str | None:
-    """SHA-256 (hex) of the ``--xla*`` tokens of a flag string, or None when it has none.
-
-    Tokens are normalised so that equivalent settings give equal digests: a flag given twice keeps its last
-    value (as XLA reads it), and the flags are sorted by name. Other tokens are ignored.
-    """
-    if not value:
-        return None
-    try:
-        tokens = shlex.split(value)
-    except ValueError:  # unbalanced quotes: XLA itself splits on whitespace
-        tokens = value.split()
-    last: dict[str, str] = {}
-    for token in tokens:
-        if token.startswith("--xla"):
-            name = token.split("=", 1)[0]
-            last[name] = token
-    if not last:
-        return None
-    joined = "\n".join(last[name] for name in sorted(last))
-    return hashlib.sha256(joined.encode()).hexdigest()
-
-
 def distribution_version(name: str) -> str | None:
     """The installed version of a distribution, or None (read from its metadata: nothing is imported)."""
     try:
@@ -79,14 +59,24 @@ def safe_label(value: object, longest: int) -> str:
 
 def runtime_environment(facts: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     """The fingerprint fields every framework shares: installed PJRT plugins (from ``facts``), the
-    accelerator type and digests of the XLA flags (from ``env``)."""
+    accelerator type, digests of the XLA flags and the flags themselves (from ``env``).
+
+    The flags appear twice: ``xla_flags_digest`` is part of the namespace id; ``xla_flags`` (name to value,
+    values redacted with ``XLA_CACHE_REDACT_FLAG_VALUES``) is not, and lets the server say which flags set
+    two namespaces apart. Likewise ``libtpu_init_args_digest`` and ``libtpu_init_args``.
+    """
     plugins = dict(facts.get("pjrt_plugins") or {})
-    return {
+    fields: dict[str, Any] = {
         "pjrt_plugins": {name: plugins[name] for name in sorted(plugins)},
         "accelerator_type": env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or None,
-        "xla_flags_digest": flags_digest(env.get("XLA_FLAGS")),
-        "libtpu_init_args_digest": flags_digest(env.get("LIBTPU_INIT_ARGS")),
     }
+    hide = redacts_flag_values(env)
+    for flag in FLAG_VARIABLES:
+        value = env.get(flag.variable)
+        flags = parse_flags(value)
+        fields[flag.digest_field] = flags_digest(value)
+        fields[flag.map_field] = redact(flags) if hide else flags
+    return fields
 
 
 def canonical_json(fingerprint: Mapping[str, Any]) -> str:
@@ -98,7 +88,7 @@ def namespace_id(fingerprint: Mapping[str, Any]) -> str:
     """The namespace of a fingerprint: its framework's readable prefix and a digest of the whole of it."""
     from client.frameworks import framework_named
 
-    digest = hashlib.sha256(canonical_json(fingerprint).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(canonical_json(hashed_part(fingerprint)).encode()).hexdigest()[:32]
     prefix = framework_named(str(fingerprint.get("framework", "torch_xla"))).namespace_prefix(fingerprint)
     return f"{prefix}-{digest}"
 

@@ -18,10 +18,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client.api import CacheApi
+from cache_protocol.signing import Verifier
+from client.api import CacheApi, RemoteEntry
 from client.cachedir import EntryCheck, VerifiedWriter
 from client.deadline import Deadline
 from client.errors import ClientError, ServerProblem
+from client.trust import EntryTrust
 
 __all__ = ["FOLLOW_WAIT_SECONDS", "FollowReport", "Follower"]
 
@@ -40,6 +42,7 @@ class FollowReport:
     bytes: int = 0
     already_here: int = 0
     errors: list[str] = field(default_factory=list)
+    unverified: int = 0  # skipped: no trusted key signed them (XLA_CACHE_TRUSTED_KEYS)
 
 
 class Follower:
@@ -54,6 +57,7 @@ class Follower:
         *,
         check: EntryCheck | None = None,
         wait: float = FOLLOW_WAIT_SECONDS,
+        trusted: Verifier | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -68,6 +72,8 @@ class Follower:
         self._lock = threading.Lock()
         self._report = FollowReport()
         self._warned = False
+        self._trust = EntryTrust(trusted, namespace) if trusted else None
+        self._warned_unverified = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="xla-cache-follower", daemon=True)
@@ -87,6 +93,7 @@ class Follower:
                 self._report.bytes,
                 self._report.already_here,
                 list(self._report.errors),
+                self._trust.refused if self._trust is not None else 0,
             )
 
     def placed_keys(self) -> frozenset[str]:
@@ -112,10 +119,23 @@ class Follower:
                 if self._stop.is_set():
                     return
                 if entry.key not in self._handled:
-                    self._fetch(entry.key, entry.size, entry.sha256)
+                    self._fetch(entry)
             self.cursor = max(self.cursor, answer.cursor)
 
-    def _fetch(self, key: str, size: int, sha256: str) -> None:
+    def _fetch(self, entry: RemoteEntry) -> None:
+        key, size, sha256 = entry.key, entry.size, entry.sha256
+        if self._trust is not None and not self._trust.allows(entry):
+            self._handled.add(key)
+            if not self._warned_unverified:  # once: the report counts them all
+                self._warned_unverified = True
+                logger.warning(
+                    "xla-cache: following namespace %s, skipped %s: no trusted key signed it (%s; "
+                    "XLA_CACHE_TRUSTED_KEYS); later ones are counted in the report",
+                    self.namespace,
+                    key,
+                    self._trust.reasons(),
+                )
+            return
         if (self.directory / key).exists():
             self._handled.add(key)
             with self._lock:

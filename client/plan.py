@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cache_protocol.signing import Signer, Verifier
 from client.config import ClientConfig, namespace_dir
 from client.fingerprint import namespace_id
 from client.frameworks import Framework
@@ -34,6 +35,8 @@ class WarmOptions:
     max_bytes: int | None = None  # at most this much is downloaded
     labels: Mapping[str, str] = field(default_factory=dict)
     progress: Progress | None = None
+    signer: Signer | None = None  # signs what the uploader uploads (XLA_CACHE_SIGNING_KEY)
+    trusted: Verifier | None = None  # only entries these keys signed are placed (XLA_CACHE_TRUSTED_KEYS)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
+from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import BLOCK, END, member_header, padding
 from client.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
 from client.bundle import extract_bundle
@@ -37,6 +38,7 @@ from client.cachedir import (
 from client.deadline import Deadline
 from client.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
 from client.progress import NullProgress, Progress
+from client.trust import EntryTrust
 
 __all__ = [
     "BUNDLE_MAX_BYTES",
@@ -103,6 +105,7 @@ class DownloadOptions:
     cancel: threading.Event | None = None  # once set, nothing more is started or placed
     on_placed: Callable[[RemoteEntry], None] | None = None  # each entry once it is in place (any thread)
     bundle_streams: int | None = None  # bundles at once, as the manifest says (None: DOWNLOAD_WORKERS)
+    trust: EntryTrust | None = None  # with trusted keys: only entries they signed are placed
 
 
 def _plan(needed: list[RemoteEntry], large_entry_bytes: int, streams: int) -> list[list[RemoteEntry]]:
@@ -158,6 +161,8 @@ def download(
     result = DownloadResult()
     try:
         jobs = _plan(needed, fetch.large, min(workers, options.bundle_streams or workers))
+        if options.trust is not None:  # checked while they download, in the order they are asked for
+            options.trust.check_ahead([entry for job in jobs for entry in job])
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs) or 1))) as pool:
             for placed, errors in pool.map(fetch.run, jobs):
                 result.entries += len(placed)
@@ -203,6 +208,8 @@ class _Fetch:
             return placed, [f"cannot write into {self.directory} ({exc})"]
 
     def _one(self, entry: RemoteEntry, placed: list[RemoteEntry]) -> None:
+        if self.options.trust is not None and not self.options.trust.allows(entry):
+            return  # not fetched at all
         size, sha256, check = entry.size, entry.sha256, self.options.check
         with (
             self.api.entry(self.namespace, entry.key, self.options.deadline) as (_, chunks),
@@ -227,6 +234,7 @@ class _Fetch:
                 on_entry=lambda entry: self._placed(entry, placed),
                 should_stop=self.stopped,
                 check=self.options.check,
+                trust=self.options.trust,
             )
         return outcome.errors
 
@@ -288,6 +296,7 @@ class UploadResult:
     errors: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)  # keys the server has now (ours or an equal-key entry)
     retry: list[str] = field(default_factory=list)  # keys to try again later
+    refused: list[str] = field(default_factory=list)  # keys the server refuses for good (403: a signature)
     problem: ServerProblem | None = None  # the first server failure met, if any
 
 
@@ -412,8 +421,23 @@ def _send_bulk(
     progress: Progress,
 ) -> None:
     """One bulk request for ``group``; each member's answer goes into ``result``. A file that vanished
-    or cannot be read is retried later."""
+    or cannot be read is retried later.
+
+    With a signing key the group is signed as one batch (:meth:`Signer.sign_batch`: one Ed25519 signature,
+    so a warm verifies one per batch), which needs every digest before the first member is sent: the files
+    are hashed first, and a file that changed before it is sent is refused by the server (400: its digest)
+    and retried later."""
     sent: dict[str, int] = {}
+    signatures: dict[str, tuple[str, str]] = {}  # key -> (sha256, signature)
+    if api.signer is not None:
+        digests: dict[str, str] = {}
+        for item in group:
+            try:
+                digests[item.key] = file_sha256(item.path)
+            except OSError:
+                continue  # the stream meets it again and retries it
+        batch = api.signer.sign_batch(namespace, list(digests.items()))
+        signatures = {key: (digest, sig) for (key, digest), sig in zip(digests.items(), batch, strict=True)}
 
     def stream() -> Iterator[bytes]:
         sent.clear()
@@ -424,7 +448,11 @@ def _send_bulk(
                 result.retry.append(item.key)
                 result.errors.append(f"{item.key}: {exc.strerror or exc}")
                 continue
-            records = {BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
+            if item.key in signatures:
+                sha256, signature = signatures[item.key]
+                records = {BUNDLE_SHA256_PAX: sha256, SIGNATURE_PAX: signature}
+            else:
+                records = {BUNDLE_SHA256_PAX: hashlib.sha256(data).hexdigest()}
             if item.key in compile_times:
                 records[BUNDLE_COMPILE_TIME_PAX] = str(compile_times[item.key])
             sent[item.key] = len(data)
@@ -445,6 +473,10 @@ def _send_bulk(
             result.already_present += 1
         elif status == 409:
             result.conflicts += 1
+        elif status == 403:  # the namespace requires a signature this job cannot give: not retried
+            result.refused.append(key)
+            result.errors.append(f"{key}: {member.get('detail') or member.get('error')}")
+            continue
         else:
             result.retry.append(key)
             result.errors.append(f"{key}: {member.get('detail') or member.get('error')}")

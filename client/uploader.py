@@ -85,7 +85,8 @@ class Uploader:
             key: (item.size, item.mtime_ns) for key, item in (known or {}).items()
         }
         self._seen: dict[str, tuple[int, int, float]] = {}
-        self._refused: dict[str, tuple[int, int]] = {}  # files the framework could not load, as seen
+        # files the framework could not load, or the server refuses for good (403), as seen
+        self._refused: dict[str, tuple[int, int]] = {}
         self._totals = UploadReport()
         self._pass_lock = threading.Lock()
         self._stop = threading.Event()
@@ -253,6 +254,8 @@ class Uploader:
             states = {item.key: (item.size, item.mtime_ns) for item in ready}
             for key in result.done:
                 self._done[key] = states[key]
+            for key in result.refused:  # not sent again until the file changes
+                self._refused[key] = states[key]
             totals = self._totals
             totals.uploaded += result.stored
             totals.bytes += result.bytes

@@ -32,6 +32,7 @@ from client.conversation import Conversation, WarmCounts, talk
 from client.errors import ClientError
 from client.follower import Follower
 from client.frameworks import AUTO, Framework, choose
+from client.nearest import NearNamespace, nearest_line
 from client.plan import WarmOptions, WarmPlan
 from client.progress import Progress
 from client.runs import RunReporter, Transfers, WarmFacts, reporter_for
@@ -62,20 +63,27 @@ class WarmReport(WarmCounts):
     feed_cursor: int | None = None  # with follow: the change feed's position before the manifest
     fingerprint: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None  # the id this run's reports carry (None: no reports, XLA_CACHE_RUN_REPORTS=0)
+    # when the namespace is empty or thin: the nearest populated namespaces and how they differ
+    nearest: list[NearNamespace] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
 
     def summary(self) -> str:
-        """The one log line."""
+        """The log line; a second line when the namespace is empty or thin, naming the nearest populated
+        namespace and how it differs (:func:`client.nearest.nearest_line`)."""
         text = (
             f"xla-cache warm: {self.framework} namespace {self.namespace}: {self.downloaded_entries} entries "
             f"({self.downloaded_bytes} bytes) downloaded, {self.present_entries} already present, "
             f"{self.seconds:.2f} s ({self.server_seconds:.2f} s with the server), cache dir {self.cache_dir}"
         )
+        if self.unverified_entries:
+            text += f", {self.unverified_entries} skipped (signed by no trusted key)"
         if self.errors:
             text += f", {len(self.errors)} errors"
+        if self.nearest:
+            text += "\n" + nearest_line(self.manifest_entries, self.nearest)
         return text
 
 
@@ -120,8 +128,11 @@ def warm(
     one runs (and uploads this job's new compilations within a second of being written).
     """
     started = time.monotonic()
+    config = ClientConfig.resolve(server, token, cache_dir)
     options = WarmOptions(
-        config=ClientConfig.resolve(server, token, cache_dir),
+        config=config,
+        signer=config.signer(),
+        trusted=config.verifier(),
         framework=_framework(framework, fingerprint),
         initialize=initialize,
         all_compilations=all_compilations,
@@ -168,7 +179,8 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
     api: CacheApi | None = None
     talked, server_seconds = Conversation(), 0.0
     if options.config.server:
-        api = CacheApi(options.config.server, options.config.token)  # the one place the URL is normalised
+        # the one place the URL is normalised
+        api = CacheApi(options.config.server, options.config.token, signer=options.signer)
         # The bound covers the server conversation only: importing the framework and starting its runtime
         # are costs the job pays anyway.
         talked, server_seconds = talk(api, plan)
@@ -184,6 +196,14 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
             server,
             _summarize(errors),
             len(scan(plan.directory, options.framework.is_entry)),
+        )
+    if talked.unverified:
+        logger.warning(
+            "xla-cache: skipped %d entries of namespace %s that no trusted key signed (%s; "
+            "XLA_CACHE_TRUSTED_KEYS): the job compiles them itself",
+            talked.unverified,
+            plan.namespace,
+            talked.unverified_reasons,
         )
     on_server = talked.on_server()
     removed = _remove_unloadable(plan, on_server)
@@ -206,6 +226,7 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
         errors=errors,
         fingerprint=plan.fingerprint,
         feed_cursor=talked.feed_cursor,
+        nearest=talked.nearest,
         removed_entries=len(removed),
         initialized=options.initialize,
         uploading=background is not None and background.uploading,
@@ -287,7 +308,7 @@ def _start_background(
     uploader.start()
     if options.follow and api is not None and talked.feed_cursor is not None:
         cursor, check = talked.feed_cursor, framework.entry_problem
-        follower = Follower(api, plan.namespace, plan.directory, cursor, check=check)
+        follower = Follower(api, plan.namespace, plan.directory, cursor, check=check, trusted=options.trusted)
         follower.start()
     return _Background(uploader, follower, api, reporter)
 

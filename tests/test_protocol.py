@@ -137,3 +137,52 @@ def test_a_negative_size_is_refused_not_read_backwards(kind: bytes) -> None:
         list(TarReader(lambda _n: next(pieces, b"")).members())
     with pytest.raises(BadTar, match="negative"):
         TarReader(lambda _n: b"").exact(-1)
+
+
+# -- fingerprints: the flags and how two fingerprints differ ------------------------------------------------
+
+
+def test_parse_flags_keeps_the_last_value_of_each_xla_flag_sorted() -> None:
+    from cache_protocol.fingerprint import parse_flags
+
+    assert parse_flags(None) == {} and parse_flags("-v --other=1") == {}
+    flags = parse_flags("--xla_b --xla_a=1 -v --xla_a='2 3' --xla_c=")
+    assert flags == {"--xla_a": "2 3", "--xla_b": None, "--xla_c": ""}
+    assert list(flags) == ["--xla_a", "--xla_b", "--xla_c"]
+    assert parse_flags('--xla_a="unbalanced') == {"--xla_a": '"unbalanced'}  # XLA splits on whitespace
+
+
+def test_differences_resolve_flags_and_fall_back_to_digests() -> None:
+    from cache_protocol.fingerprint import REDACTED, differences
+
+    base = {
+        "framework": "jax",
+        "jax_version": "0.10.2",
+        "xla_flags_digest": "a",
+        "xla_flags": {"--xla_x": "1"},
+    }
+    other = {**base, "xla_flags_digest": "b", "xla_flags": {"--xla_x": "2", "--xla_y": None}}
+    count, found = differences(base, other)
+    assert count == 1
+    assert [d.text for d in found] == ["--xla_x=1 (theirs: --xla_x=2)", "unset (theirs: --xla_y)"]
+    assert {d.field for d in found} == {"XLA_FLAGS"}
+    # a fingerprint from before the flag maps: the digests
+    old = {k: v for k, v in other.items() if k != "xla_flags"}
+    assert [(d.field, d.ours, d.theirs) for d in differences(base, old)[1]] == [
+        ("xla_flags_digest", "a", "b")
+    ]
+    # redacted values: a flag only one side has is named; a flag both have with hidden values only when
+    # nothing else explains the differing digests
+    hidden = {**base, "xla_flags": {"--xla_x": REDACTED}}
+    hidden_other = {**other, "xla_flags": {"--xla_x": REDACTED, "--xla_y": None}}
+    assert [d.text for d in differences(hidden, hidden_other)[1]] == ["unset (theirs: --xla_y)"]
+    same_names = {**other, "xla_flags": {"--xla_x": REDACTED}}
+    assert [d.text for d in differences(hidden, same_names)[1]] == [
+        "--xla_x=<redacted> (theirs: --xla_x=<redacted>)"
+    ]
+    # the maps alone never make a difference (equal digests: equal flags); LIBTPU_INIT_ARGS as XLA_FLAGS
+    assert differences(base, {**base, "xla_flags": {}}) == (0, [])
+    tpu = {**base, "libtpu_init_args_digest": "c", "libtpu_init_args": {"--xla_tpu_z": "1"}}
+    assert [(d.field, d.text) for d in differences(tpu, {**base, "libtpu_init_args": {}})[1]] == [
+        ("LIBTPU_INIT_ARGS", "--xla_tpu_z=1 (theirs: unset)")
+    ]

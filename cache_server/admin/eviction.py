@@ -120,6 +120,14 @@ class Evictor:
         victims = ((ref, _PURGE) for ref in self._repository.iter_stored_by(token_ids))
         return self._run(victims, dry_run=dry_run, list_limit=list_limit)
 
+    def remove_signed_by(
+        self, signer: str | None, *, dry_run: bool = False, list_limit: int = 1000
+    ) -> EvictionResult:
+        """Remove every entry this key id signed (None: every unsigned entry); rows, then blobs, in batches;
+        not counted as evictions."""
+        victims = ((ref, _PURGE) for ref in self._repository.iter_signed_by(signer))
+        return self._run(victims, dry_run=dry_run, list_limit=list_limit)
+
     def delete_namespace(self, namespace: str) -> EvictionResult:
         """Remove a namespace: its entries (rows, then blobs, in batches) and then its row."""
         check_namespace(namespace)

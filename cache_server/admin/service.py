@@ -193,6 +193,17 @@ class AdminService:
             self._tokens, self.evictor, name_or_id, revoke=revoke, dry_run=dry_run, list_limit=list_limit
         )
 
+    def signer_usage(self) -> dict[str | None, tuple[int, int]]:
+        """Entries and bytes per signer key id (None: unsigned), most bytes first."""
+        usage = self._repository.stored_by_signer()
+        return dict(sorted(usage.items(), key=lambda item: (-item[1][1], item[0] or "")))
+
+    def purge_signer(
+        self, signer: str | None, *, dry_run: bool = False, list_limit: int = 1000
+    ) -> EvictionResult:
+        """Remove every entry this key id signed (a leaked key), or with None every unsigned entry."""
+        return self.evictor.remove_signed_by(signer, dry_run=dry_run, list_limit=list_limit)
+
     def gc(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False) -> GcResult:
         """Reconcile the store and the index (see :mod:`cache_server.admin.gc`)."""
         return collect_garbage(

@@ -14,6 +14,7 @@ from cache_server.api import (
     health,
     metrics,
     namespaces,
+    nearest,
     quotas,
     runs,
     signed_urls,
@@ -28,6 +29,7 @@ router.include_router(entries.router)
 router.include_router(uploads.router)
 router.include_router(feed.router)
 router.include_router(namespaces.router)
+router.include_router(nearest.router)
 router.include_router(signed_urls.router)
 router.include_router(health.router)
 router.include_router(metrics.router)

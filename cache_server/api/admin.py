@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from cache_protocol.signing import KEY_ID_PATTERN
 from cache_server.admin.stats import StatsQuery
 from cache_server.api.admin_schemas import (
     DeleteNamespaceOut,
@@ -18,11 +19,14 @@ from cache_server.api.admin_schemas import (
     PackOut,
     PurgeIn,
     PurgeOut,
+    PurgeSignerIn,
+    SignersOut,
+    SignerUsageOut,
     StatsOut,
     TokensOut,
 )
 from cache_server.api.deps import AdminDep, SettingsDep
-from cache_server.errors import PacksOff
+from cache_server.errors import InvalidName, PacksOff
 
 __all__ = ["router"]
 
@@ -113,3 +117,25 @@ def purge_token(token: str, admin: AdminDep, body: PurgeIn | None = None) -> Pur
     body = body or PurgeIn()
     result = admin.purge_token(token, revoke=body.revoke, dry_run=body.dry_run, list_limit=body.list_limit)
     return PurgeOut.of(result)
+
+
+UNSIGNED = "unsigned"
+
+
+@router.get("/signers", response_model=SignersOut)
+def signers(admin: AdminDep) -> SignersOut:
+    """Entries and bytes per signer key id, most bytes first; ``signer`` null counts the unsigned entries."""
+    usage = admin.signer_usage()
+    return SignersOut(signers=[SignerUsageOut(signer=s, entries=n, bytes=b) for s, (n, b) in usage.items()])
+
+
+@router.post("/signers/{signer}/purge", response_model=EvictOut)
+def purge_signer(signer: str, admin: AdminDep, body: PurgeSignerIn | None = None) -> EvictOut:
+    """The answer to a leaked signing key: remove every entry it signed (rows first, then blobs), as a purge
+    of a token does; ``unsigned`` in place of a key id removes every unsigned entry. ``dry_run`` lists what
+    would go. 400 for anything but a key id (16 lowercase hex digits) or ``unsigned``."""
+    if signer != UNSIGNED and not KEY_ID_PATTERN.fullmatch(signer):
+        raise InvalidName(f"{signer[:40]!r} is not a key id (16 lowercase hex digits) nor {UNSIGNED!r}.")
+    body = body or PurgeSignerIn()
+    key_id = None if signer == UNSIGNED else signer
+    return EvictOut.of(admin.purge_signer(key_id, dry_run=body.dry_run, list_limit=body.list_limit))

@@ -28,6 +28,9 @@ __all__ = [
     "NamespaceStatsOut",
     "PurgeIn",
     "PurgeOut",
+    "PurgeSignerIn",
+    "SignerUsageOut",
+    "SignersOut",
     "StatsOut",
     "TokenOut",
     "TokenUsageOut",
@@ -335,3 +338,20 @@ class PurgeOut(BaseModel):
             revoked=[info.id for info in result.revoked],
             removed=EvictOut.of(result.removed),
         )
+
+
+class SignerUsageOut(BaseModel):
+    signer: str | None = Field(description="The key id (cache_protocol.signing); null: the unsigned entries.")
+    entries: int
+    bytes: int
+
+
+class SignersOut(BaseModel):
+    signers: list[SignerUsageOut] = Field(description="Entries per signer, most bytes first.")
+
+
+class PurgeSignerIn(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    dry_run: bool = Field(default=False, description="List what would go; remove nothing.")
+    list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")

@@ -49,6 +49,8 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", f"{_NS}/manifest"): Role.READ,
     ("POST", f"{_NS}/bundle"): Role.READ,
     ("POST", f"{_NS}/urls"): Role.READ,
+    ("GET", f"{_NS}/nearest"): Role.READ,
+    ("POST", f"{_NS}/nearest"): Role.READ,
     ("GET", "/admin/stats"): Role.ADMIN,
     ("POST", "/admin/evict"): Role.ADMIN,
     ("POST", "/admin/gc"): Role.ADMIN,
@@ -67,6 +69,7 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/dashboard/data"): Role.READ,
     ("GET", "/dashboard/runs"): Role.READ,
     ("GET", "/dashboard/runs/{run_id}"): Role.READ,
+    ("GET", "/dashboard/namespaces/{namespace}"): Role.READ,
     ("GET", "/dashboard/graphs"): Role.READ,
     ("GET", "/metrics"): Role.READ,  # it names every namespace
     ("GET", "/openapi.json"): Role.READ,
@@ -79,6 +82,7 @@ BROWSER_ROUTES = frozenset(
         "/dashboard/data",
         "/dashboard/runs",
         "/dashboard/runs/{run_id}",
+        "/dashboard/namespaces/{namespace}",
         "/dashboard/graphs",
         "/openapi.json",
         "/docs",
@@ -87,6 +91,7 @@ BROWSER_ROUTES = frozenset(
 UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
 # name their namespaces elsewhere (a body, a stored run): the route itself checks a scoped token's reach
 SELF_SCOPED_ROUTES = frozenset({"/v1/runs", "/admin/runs", "/admin/runs/{run_id}"})
+NAMESPACE_ROUTES = ("/v1/namespaces/", "/dashboard/namespaces/")  # their {namespace} is checked for scope
 # Routes about the one namespace of their ``namespace`` query parameter, and the role a token limited to
 # namespace patterns needs there (it reaches the namespaces it covers); others need the ROUTE_ROLES role.
 NAMESPACE_QUERY_ROUTES: dict[tuple[str, str], Role] = {
@@ -141,7 +146,7 @@ def _check_token(request: Request, path: str) -> None:
         needed = scoped_role  # a namespace-limited token: it reaches only the namespaces it covers
     tokens.authorize(principal, needed, action)
     if path not in UNSCOPED_ROUTES and path not in SELF_SCOPED_ROUTES:
-        namespace = request.path_params.get("namespace") if path.startswith("/v1/namespaces/") else None
+        namespace = request.path_params.get("namespace") if path.startswith(NAMESPACE_ROUTES) else None
         if scoped_role is not None:  # one namespace named once, or none (no scoped token passes then)
             named = request.query_params.getlist("namespace")
             namespace = named[0] if len(named) == 1 else None

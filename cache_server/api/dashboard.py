@@ -26,7 +26,11 @@ from cache_server.index.runs import RunFilter
 __all__ = ["router"]
 
 _STATIC = resources.files("cache_server") / "static"
-_ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+_ASSETS = {
+    "dashboard.js": "text/javascript",
+    "dashboard_namespace.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
 _SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "

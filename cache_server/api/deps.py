@@ -14,12 +14,14 @@ from cache_server.graphs.report import GraphReports
 from cache_server.quotas import Quotas
 from cache_server.runs import RunService
 from cache_server.service import CacheService
+from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
     "GraphsDep",
+    "NearestDep",
     "QuotasDep",
     "RunsDep",
     "ServiceDep",
@@ -28,6 +30,7 @@ __all__ = [
     "get_admin",
     "get_feed_watcher",
     "get_graphs",
+    "get_nearest",
     "get_runs",
     "get_service",
     "get_settings",
@@ -43,6 +46,10 @@ def _services(request: Request) -> Services:
 
 def get_service(request: Request) -> CacheService:
     return _services(request).cache
+
+
+def get_nearest(request: Request) -> NearestNamespaces:
+    return _services(request).nearest
 
 
 def get_admin(request: Request) -> AdminService:
@@ -92,6 +99,10 @@ async def _admin(request: Request) -> AdminService:
     return get_admin(request)
 
 
+async def _nearest(request: Request) -> NearestNamespaces:
+    return get_nearest(request)
+
+
 async def _tokens(request: Request) -> TokenManager:
     return get_tokens(request)
 
@@ -114,6 +125,7 @@ async def _runs(request: Request) -> RunService:
 
 ServiceDep = Annotated[CacheService, Depends(_service)]
 AdminDep = Annotated[AdminService, Depends(_admin)]
+NearestDep = Annotated[NearestNamespaces, Depends(_nearest)]
 TokensDep = Annotated[TokenManager, Depends(_tokens)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 QuotasDep = Annotated[Quotas, Depends(_quotas)]

@@ -61,6 +61,8 @@ _QUOTA = "Past a quota of the namespace or token (GET /admin/quotas), or XLA_CAC
 _ROUTE_ANSWERS: dict[tuple[str, str], dict[str, str]] = {
     ("put", "/v1/namespaces/{namespace}"): {"201": "Registered: the namespace is new", "507": _QUOTA},
     ("get", "/v1/namespaces/{namespace}"): {"404": "The namespace has never been registered"},
+    ("get", "/v1/namespaces/{namespace}/nearest"): {"404": "The namespace has never been registered"},
+    ("get", "/dashboard/namespaces/{namespace}"): {"404": "The namespace has never been registered"},
     ("put", _ENTRY): {"409": "Stored with another digest; the first upload stays", "507": _QUOTA},
     ("post", "/v1/namespaces/{namespace}/entries"): {"507": _QUOTA},
     ("put", "/admin/quotas/token/{token}"): {"404": "No token has this name or id"},

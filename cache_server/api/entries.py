@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from cache_protocol import SHA256_HEADER
+from cache_protocol.signing import SIGNATURE_HEADER
 from cache_server.api.deps import ServiceDep, get_service, get_settings
 from cache_server.api.schemas import INDEX_INT_MAX, KeysRequest, ManifestOut, MissingOut, json_body
 from cache_server.api.signed_urls import redirect_to
@@ -25,12 +26,15 @@ router = APIRouter(prefix="/v1/namespaces/{namespace}", tags=["entries"])
 
 
 def _entry_headers(entry: EntryInfo) -> dict[str, str]:
-    return {
+    headers = {
         "ETag": f'"{entry.sha256}"',
         SHA256_HEADER: entry.sha256,
         "Content-Length": str(entry.size),
         "Cache-Control": "private, max-age=31536000, immutable",
     }
+    if entry.signature:
+        headers[SIGNATURE_HEADER] = entry.signature
+    return headers
 
 
 # GET and HEAD are the routes a fleet calls most, one request per entry: they read their parameters off
@@ -155,7 +159,10 @@ def manifest(
     # A :class:`ManifestOut`, written straight from the rows: a model per entry cost a third of the answer.
     out = {
         "namespace": namespace,
-        "entries": [{"key": e.key, "size": e.size, "sha256": e.sha256, "pack": e.pack} for e in entries],
+        "entries": [
+            {"key": e.key, "size": e.size, "sha256": e.sha256, "pack": e.pack, "signature": e.signature}
+            for e in entries
+        ],
         "total_bytes": sum(e.size for e in entries),
         "bundle_streams": get_settings(request).workers,
     }

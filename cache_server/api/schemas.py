@@ -26,6 +26,7 @@ __all__ = [
     "PutOut",
     "SignedUrlOut",
     "SignedUrlsOut",
+    "bounded_fingerprint",
     "json_body",
     "namespace_out",
 ]
@@ -52,6 +53,15 @@ def _depth(value: Any) -> int:
     return depth
 
 
+def bounded_fingerprint(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` if it is a fingerprint the server takes (nesting and size bounded), else ValueError."""
+    if _depth(value) > MAX_FINGERPRINT_DEPTH:
+        raise ValueError(f"the fingerprint nests deeper than {MAX_FINGERPRINT_DEPTH} levels")
+    if len(json.dumps(value)) > MAX_FINGERPRINT_BYTES:
+        raise ValueError(f"the fingerprint is larger than {MAX_FINGERPRINT_BYTES} bytes as JSON")
+    return value
+
+
 class NamespaceIn(BaseModel):
     fingerprint: dict[str, Any] = Field(
         default_factory=dict,
@@ -69,11 +79,7 @@ class NamespaceIn(BaseModel):
     @field_validator("fingerprint")
     @classmethod
     def _bounded_fingerprint(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if _depth(value) > MAX_FINGERPRINT_DEPTH:
-            raise ValueError(f"the fingerprint nests deeper than {MAX_FINGERPRINT_DEPTH} levels")
-        if len(json.dumps(value)) > MAX_FINGERPRINT_BYTES:
-            raise ValueError(f"the fingerprint is larger than {MAX_FINGERPRINT_BYTES} bytes as JSON")
-        return value
+        return bounded_fingerprint(value)
 
     @field_validator("labels")
     @classmethod
@@ -170,6 +176,10 @@ class ManifestEntry(BaseModel):
             "cheaply, so a client splitting a warm into several bundles keeps them in one."
         ),
     )
+    signature: str | None = Field(
+        default=None,
+        description="The uploader's Ed25519 signature, '<key id>:<base64>' (null: unsigned).",
+    )
 
 
 class ManifestOut(BaseModel):
@@ -191,6 +201,10 @@ class FeedEntryOut(BaseModel):
     size: int
     sha256: str
     compile_time_ms: int | None = None
+    signature: str | None = Field(
+        default=None,
+        description="The uploader's Ed25519 signature, '<key id>:<base64>' (null: unsigned).",
+    )
 
 
 class FeedOut(BaseModel):

@@ -77,6 +77,7 @@ async def put_entry(
     x_content_sha256: Annotated[str | None, Header()] = None,
     x_compile_time_ms: Annotated[str | None, Header()] = None,
     x_uploader: Annotated[str | None, Header()] = None,
+    x_entry_signature: Annotated[str | None, Header()] = None,
 ) -> PutOut:
     """Upload an entry's bytes, streamed and checked against ``X-Content-SHA256``.
 
@@ -89,6 +90,8 @@ async def put_entry(
     ``XLA_CACHE_MAX_NAMESPACES_PER_TOKEN`` already: refused by the declared Content-Length before the body
     is read (without one, once measured: its blob is then removed). A client that disconnects mid-body is
     logged in one line and counted as 499. Whatever ends an upload early, nothing of it is stored.
+    ``X-Entry-Signature``: the uploader's Ed25519 signature, kept with the entry; 403 ``signature_required``
+    or ``signature_invalid`` where ``XLA_CACHE_REQUIRE_SIGNATURES`` refuses it, before the body is read.
     """
     check_namespace(namespace)
     check_key(key)
@@ -114,6 +117,7 @@ async def put_entry(
                     declared_size=declared,
                     compile_time_ms=compile_ms,
                     uploader=x_uploader,
+                    signature=x_entry_signature,
                     stored_by=stored_by,
                     still_allowed=still_allowed,
                 ),

@@ -276,6 +276,21 @@ class AdminRepository:
             stmt = stmt.where(Entry.namespace == namespace)
         return self._stream(stmt)
 
+    def stored_by_signer(self) -> dict[str | None, tuple[int, int]]:
+        """Entries and bytes per signer key id (None: unsigned). A scan of the entries (grouped on
+        ``ix_entries_signer``), not the kept totals: an admin's question, not every request's."""
+        stmt = select(Entry.signer, func.count(), func.coalesce(func.sum(Entry.size), 0)).group_by(
+            Entry.signer
+        )
+        with self._db.reading() as connection:
+            return {signer: (int(count), int(size)) for signer, count, size in connection.execute(stmt)}
+
+    def iter_signed_by(self, signer: str | None) -> Iterator[EvictionCandidate]:
+        """The entries this key signed (None: the unsigned ones), least recently used first, streamed like
+        :meth:`iter_lru`."""
+        condition = Entry.signer.is_(None) if signer is None else Entry.signer == signer
+        return self._stream(_LRU.where(condition))
+
     def iter_stored_by(self, token_ids: Sequence[str]) -> Iterator[EvictionCandidate]:
         """The entries these tokens stored, least recently used first, streamed like :meth:`iter_lru`."""
         return self._stream(_LRU.where(Entry.stored_by.in_(list(token_ids))))

@@ -60,6 +60,7 @@ class FeedEntry:
     size: int
     sha256: str
     compile_time_ms: int | None
+    signature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class EntryRecord:
     stored_by: str | None = None
     pack: str | None = None  # where a copy of the bytes lies in a pack, if one does
     pack_offset: int | None = None
+    signer: str | None = None  # the signature's key id, if signed
+    signature: str | None = None  # "<key id>:<base64>" (cache_protocol.signing)
 
     def row(self) -> dict[str, Any]:
         """The ``entries`` row of a new entry: never used yet."""
@@ -323,7 +326,7 @@ class EntryRepository:
     def feed(self, namespace: str, after: int, limit: int) -> list[FeedEntry]:
         """The namespace's entries stored after position ``after``, oldest first, at most ``limit``."""
         stmt = (
-            select(EntryFeed.seq, Entry.key, Entry.size, Entry.sha256, Entry.compile_time_ms)
+            select(EntryFeed.seq, Entry.key, Entry.size, Entry.sha256, Entry.compile_time_ms, Entry.signature)
             .join(Entry, (Entry.namespace == EntryFeed.namespace) & (Entry.key == EntryFeed.key))
             .where(EntryFeed.namespace == namespace, EntryFeed.seq > after)
             .order_by(EntryFeed.seq)
@@ -331,8 +334,8 @@ class EntryRepository:
         )
         with self._db.transaction() as session:
             return [
-                FeedEntry(int(seq), key, int(size), sha, ms)
-                for seq, key, size, sha, ms in session.execute(stmt)
+                FeedEntry(int(seq), key, int(size), sha, ms, signature)
+                for seq, key, size, sha, ms, signature in session.execute(stmt)
             ]
 
     def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:

@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from cache_protocol.signing import SIGNATURE_MAX_LENGTH
 from cache_server.domain import utcnow
 
 __all__ = [
@@ -137,6 +138,7 @@ class Entry(Base):
     __table_args__ = (
         Index("ix_entries_last_access_at", "last_access_at"),
         Index("ix_entries_stored_by", "stored_by"),
+        Index("ix_entries_signer", "signer"),
     )
 
     namespace: Mapped[str] = mapped_column(
@@ -154,6 +156,9 @@ class Entry(Base):
     # Where a copy of the bytes lies in a pack (see cache_server.packs), if one does: its id and offset.
     pack: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pack_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The uploader's Ed25519 signature (cache_protocol.signing: "<key id>:<base64>") and its key id.
+    signer: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    signature: Mapped[str | None] = mapped_column(String(SIGNATURE_MAX_LENGTH), nullable=True)
 
 
 # The manifest's order, whole: a manifest reads its first rows off this index and stops, instead of sorting

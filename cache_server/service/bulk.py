@@ -2,10 +2,11 @@
 outcome a ``PUT`` of it would have (the rules are :mod:`cache_server.service.writer`'s), and the
 durability work batched.
 
-Each member is a regular file named by its key, with PAX records ``XLA_CACHE.sha256`` (required) and
-``XLA_CACHE.compile_time_ms`` (optional), read by the strict :class:`cache_protocol.tar.TarReader`. Members
-are checked as they stream (name, digest record, size limit, digest of the bytes) and put into a
-:class:`~cache_server.storage.abilities.BlobBatch`; every :data:`GROUP_ENTRIES` members (or
+Each member is a regular file named by its key, with PAX records ``XLA_CACHE.sha256`` (required),
+``XLA_CACHE.compile_time_ms`` and ``XLA_CACHE.signature`` (optional), read by the strict
+:class:`cache_protocol.tar.TarReader`. Members are checked as they stream (name, digest record,
+signature, size limit, digest of the bytes) and put into a :class:`~cache_server.storage.abilities.BlobBatch`;
+every :data:`GROUP_ENTRIES` members (or
 :data:`GROUP_BYTES` bytes) the batch is committed (one filesystem sync on a local store; overlapping
 requests on GCS), then the group's index rows are written in one transaction. A result of 201 or 200 for a
 member therefore means what it means for a ``PUT``: the entry survives a crash. A stream that breaks
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, MAX_COMPILE_TIME_MS, SHA256_PATTERN
+from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import TarMember
 from cache_server.errors import (
     BadRequest,
@@ -37,6 +39,8 @@ from cache_server.errors import (
     EntryTooLarge,
     InvalidName,
     QuotaExceeded,
+    SignatureInvalid,
+    SignatureRequired,
 )
 from cache_server.index.entries import EntryRecord
 from cache_server.packs import PACK_WRITERS, PackWriter
@@ -52,7 +56,15 @@ log = logging.getLogger(__name__)
 GROUP_ENTRIES = 512  # members per commit: one sync and one index transaction
 GROUP_BYTES = 256 * MIB  # ... or fewer, when they are this large together
 
-_REFUSED = (InvalidName, BadRequest, DigestMismatch, EntryTooLarge, QuotaExceeded)  # before its commit
+_REFUSED = (  # before its commit
+    InvalidName,
+    BadRequest,
+    DigestMismatch,
+    EntryTooLarge,
+    QuotaExceeded,
+    SignatureRequired,
+    SignatureInvalid,
+)
 _SETTLED_REFUSED = (DigestConflict, EntryInFlight)  # at its commit: its name was taken
 
 
@@ -182,7 +194,12 @@ def _put_members(
                     if (packed and packer is not None and packer.full()) or group.aged(group_seconds):
                         commit()  # before the member is admitted: a commit starts the quota's count anew
                     pending = writer.prepare(
-                        upload, key, sha256, size=member.size, compile_time_ms=compile_ms
+                        upload,
+                        key,
+                        sha256,
+                        size=member.size,
+                        compile_time_ms=compile_ms,
+                        signature=member.pax.get(SIGNATURE_PAX),
                     )
                     tee = partial(packer.copying, key) if packed and packer is not None else None
                     pending.put_into(batch, member.chunks(), tee=tee)

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 
 from cache_protocol import BUNDLE_SHA256_PAX
+from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import BLOCK, END, member_header, padding
 from cache_server.access import AccessRecorder
 from cache_server.domain import EntryRef
@@ -105,11 +106,13 @@ class Bundles:
 
     @staticmethod
     def _member(entry: EntryRef, body: Iterable[bytes], served: list[tuple[str, int]]) -> Iterator[bytes]:
-        """One member of a bundle (added to ``served``): tar header, SHA-256 as a PAX record, its bytes."""
+        """One member of a bundle (added to ``served``): tar header, SHA-256 (and signature) as PAX records,
+        its bytes."""
         served.append((entry.key, entry.size))
-        yield member_header(
-            entry.key, entry.size, int(entry.created_at.timestamp()), {BUNDLE_SHA256_PAX: entry.sha256}
-        )
+        records = {BUNDLE_SHA256_PAX: entry.sha256}
+        if entry.signature:
+            records[SIGNATURE_PAX] = entry.signature
+        yield member_header(entry.key, entry.size, int(entry.created_at.timestamp()), records)
         yield from body
         if entry.size % BLOCK:
             yield padding(entry.size)

@@ -36,6 +36,7 @@ from cache_server.service.signing import Signing
 from cache_server.service.verify import Verifier
 from cache_server.service.writer import EntryWriter, StoredHook
 from cache_server.settings import Settings
+from cache_server.signatures import SignaturePolicy
 from cache_server.storage.base import BlobStore
 
 __all__ = ["CacheService"]
@@ -46,7 +47,9 @@ class CacheService:
 
     ``access`` counts hits and misses; ``on_stored`` hears of each new entry; ``clock`` gives the times
     written to the index; ``hot`` keeps what single reads found for the next ones (:mod:`cache_server.hot`;
-    built from the settings when not given); ``quotas`` (None: none checked) bound what uploads store.
+    built from the settings when not given); ``quotas`` (None: none checked) bound what uploads store;
+    ``signatures``: which uploads must be signed (:mod:`cache_server.signatures`; from the settings when not
+    given).
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class CacheService:
         clock: Clock = utcnow,
         hot: HotEntries | None = None,
         quotas: Quotas | None = None,
+        signatures: SignaturePolicy | None = None,
     ) -> None:
         self._entries = entries
         self._store = store
@@ -70,7 +74,15 @@ class CacheService:
         self._verifier = Verifier(entries, store, self.hot)
         signing = Signing(settings, entries, store, access)
         namespaces = Namespaces(entries, quotas=quotas, clock=clock)
-        writer = EntryWriter(settings, entries, store, on_stored=self._stored, clock=clock, quotas=quotas)
+        writer = EntryWriter(
+            settings,
+            entries,
+            store,
+            on_stored=self._stored,
+            clock=clock,
+            quotas=quotas,
+            signatures=signatures,
+        )
         packs = packing_store(store, settings.packs)
         bulk = BulkUploads(writer, packs)
         reads = Reads(entries, store, access=access, hot=self.hot, verifier=self._verifier, signing=signing)

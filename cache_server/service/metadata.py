@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from cache_protocol import UPLOADER_MAX_LENGTH
+from cache_protocol.signing import parse_signature
 from cache_server.index.entries import EntryRecord
 from cache_server.names import check_key, check_namespace
 from cache_server.storage.base import BlobInfo, split_blob_name
@@ -17,6 +18,16 @@ from cache_server.storage.base import BlobInfo, split_blob_name
 __all__ = ["BlobMetadata"]
 
 _TOKEN_ID = re.compile(r"[0-9a-f]{1,32}")  # a token's public id, as the writer records it
+
+
+def _signature(value: str | None) -> str | None:
+    """A signature as metadata keeps it, if it is one (a damaged one is dropped: the entry is unsigned)."""
+    if not value:
+        return None
+    try:
+        return parse_signature(value).text()
+    except ValueError:
+        return None
 
 
 def _optional_int(value: str | None) -> int | None:
@@ -41,6 +52,7 @@ class BlobMetadata:
     compile_time_ms: int | None = None
     uploader: str | None = None
     stored_by: str | None = None
+    signature: str | None = None  # the uploader's, "<key id>:<base64>" (cache_protocol.signing)
 
     def as_dict(self) -> dict[str, str]:
         """The metadata a store keeps beside the bytes (strings only; absent fields left out)."""
@@ -56,6 +68,8 @@ class BlobMetadata:
             meta["uploader"] = self.uploader
         if self.stored_by:
             meta["stored_by"] = self.stored_by
+        if self.signature:
+            meta["signature"] = self.signature
         return meta
 
     @classmethod
@@ -85,6 +99,7 @@ class BlobMetadata:
             compile_time_ms=_optional_int(meta.get("compile_time_ms")),
             uploader=uploader[:UPLOADER_MAX_LENGTH] if uploader else None,
             stored_by=stored_by if _TOKEN_ID.fullmatch(stored_by) else None,
+            signature=_signature(meta.get("signature")),
         )
 
     def record(self, size: int, *, pack: str | None = None, pack_offset: int | None = None) -> EntryRecord:
@@ -100,4 +115,6 @@ class BlobMetadata:
             stored_by=self.stored_by,
             pack=pack,
             pack_offset=pack_offset,
+            signer=self.signature[:16] if self.signature else None,
+            signature=self.signature,
         )

@@ -37,6 +37,7 @@ from cache_server.quotas import Quotas, UploadAllowance
 from cache_server.revocation import StillAllowed, check_still_allowed, undo_if_revoked
 from cache_server.service.metadata import BlobMetadata
 from cache_server.settings import Settings
+from cache_server.signatures import SignaturePolicy
 from cache_server.storage.abilities import BlobBatch
 from cache_server.storage.base import BlobInfo, BlobStore, ReplaceJudge, blob_name
 from cache_server.storage.batches import open_batch
@@ -143,7 +144,9 @@ class Pending:
 class EntryWriter:
     """Stores entries into one blob store and the index's :class:`EntryRepository`; see the module
     docstring. ``quotas``: None checks none. ``on_stored`` hears of each new entry once its row is
-    written. ``clock``: the times written to the index and the metadata."""
+    written. ``clock``: the times written to the index and the metadata. ``signatures``: which namespaces
+    require signed entries, and the keys checked (:mod:`cache_server.signatures`; None: built from the
+    settings)."""
 
     def __init__(
         self,
@@ -154,8 +157,10 @@ class EntryWriter:
         on_stored: StoredHook,
         clock: Clock = utcnow,
         quotas: Quotas | None = None,
+        signatures: SignaturePolicy | None = None,
     ) -> None:
         self._settings = settings  # read at each upload: a test may change a limit of a running server
+        self._signatures = signatures if signatures is not None else SignaturePolicy.from_settings(settings)
         self._entries = entries
         self._store = store
         self._on_stored = on_stored
@@ -197,10 +202,12 @@ class EntryWriter:
         size: int | None,
         compile_time_ms: int | None = None,
         uploader: str | None = None,
+        signature: str | None = None,
         row: EntryInfo | None = None,
         row_known: bool = False,
     ) -> Pending:
-        """Check one entry and admit it against the upload's quotas, before any of its bytes is read.
+        """Check one entry (its signature too: :mod:`cache_server.signatures`) and admit it against the
+        upload's quotas, before any of its bytes is read.
 
         ``row``: the key's index row when the caller looked it up (``row_known``): another digest there is
         a :class:`DigestConflict` at once. Raises the :class:`CacheError` the entry is refused with.
@@ -212,6 +219,7 @@ class EntryWriter:
                 f"{COMPILE_TIME_HEADER} must be a whole number of milliseconds, 0 to {MAX_COMPILE_TIME_MS}."
             )
         namespace = upload.namespace
+        signature = self._signatures.check(namespace, key, sha256, signature)
         if row_known and row is not None and row.sha256 != sha256:
             raise conflict(namespace, key, row.sha256)
         if upload.allowance is not None:  # the declared length, or 0 when unknown (grown once measured)
@@ -227,6 +235,7 @@ class EntryWriter:
             compile_time_ms=compile_time_ms,
             uploader=uploader[:UPLOADER_MAX_LENGTH] if uploader else None,
             stored_by=upload.stored_by,
+            signature=signature,
         )
         taken = TakenName(
             self._entries,
@@ -257,6 +266,7 @@ class EntryWriter:
         declared_size: int | None = None,
         compile_time_ms: int | None = None,
         uploader: str | None = None,
+        signature: str | None = None,
         stored_by: str | None = None,
         still_allowed: StillAllowed | None = None,
     ) -> PutResult:
@@ -278,6 +288,7 @@ class EntryWriter:
             size=declared_size,
             compile_time_ms=compile_time_ms,
             uploader=uploader,
+            signature=signature,
             row=existing,
             row_known=True,
         )

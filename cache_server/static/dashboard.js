@@ -186,7 +186,7 @@ function renderNamespaces(namespaces) {
   renderTable("ns-table",
     [["namespace", "text"], ["framework", "text"], ["entries"], ["bytes"], ["hits"], ["misses"], ["hit rate"],
       ["uploads"], ["evictions"], ["compile time saved"], ["last used", "text"]],
-    namespaces.map((n) => [el("code", {}, n.namespace), n.framework || "-", fmtCount(n.entries),
+    namespaces.map((n) => [namespaceLink(n.namespace), n.framework || "-", fmtCount(n.entries),
       fmtBytes(n.bytes), fmtCount(n.hits),
       fmtCount(n.misses), fmtRate(n.hit_rate), fmtCount(n.uploads), fmtCount(n.evictions),
       fmtSeconds(n.compile_seconds_saved), fmtWhen(n.last_used_at)]));
@@ -435,8 +435,8 @@ async function load() {
     renderHits(body.daily);
     renderNamespacePages();
     renderGraphs(body.top_graphs);
-    renderBucketChoice(body.top_graphs);
     await loadRuns();
+    renderBucketChoice(body.top_graphs);
     document.getElementById("updated").textContent = `Updated ${fmtWhen(body.generated_at)}; refreshes every 30 s.`;
     error.hidden = true;
     document.body.dataset.loaded = "true";

@@ -34,7 +34,8 @@ Fingerprint fields: ``schema``, ``framework`` (``"jax"``), ``jax_version``, ``ja
 processes), ``local_device_count``, ``process_count``, ``topology`` (where devices have coordinates: the
 extent of each axis and the number of slices, else None), ``compression`` (zlib or zstandard: JAX puts
 it into every key, and an entry compressed the other way cannot be used), ``pjrt_plugins``,
-``accelerator_type``, ``xla_flags_digest`` and ``libtpu_init_args_digest``. The namespace's readable
+``accelerator_type``, ``xla_flags_digest`` and ``libtpu_init_args_digest`` (and the flags themselves,
+``xla_flags`` and ``libtpu_init_args``, which the namespace id leaves out). The namespace's readable
 prefix is ``<platform>-jax<jax_version>``.
 """
 

@@ -27,6 +27,9 @@ Fingerprint fields (all JSON scalars, or a dict of them):
 ``accelerator_type``       ``TPU_ACCELERATOR_TYPE`` / ``ACCELERATOR_TYPE`` when set, else None
 ``xla_flags_digest``       SHA-256 of the normalised ``--xla*`` tokens of ``XLA_FLAGS`` (None: no tokens)
 ``libtpu_init_args_digest``  the same for ``LIBTPU_INIT_ARGS``
+``xla_flags``              those flags by name (``{"--xla_foo": "1"}``; values redacted with
+                           ``XLA_CACHE_REDACT_FLAG_VALUES``): not part of the namespace id
+``libtpu_init_args``       the same for ``LIBTPU_INIT_ARGS``
 =========================  =====================================================================
 
 The namespace's readable prefix is ``<device_type lower-cased>-tx<torch_xla_version>``.

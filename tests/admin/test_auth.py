@@ -36,6 +36,8 @@ ROUTES: list[tuple[str, str, dict[str, Any], str, set[int]]] = [
     ("POST", "/v1/namespaces/ns/missing", {"json": {"keys": ["k", "x"]}}, "read", {200}),
     ("GET", "/v1/namespaces/ns/manifest", {}, "read", {200}),
     ("POST", "/v1/namespaces/ns/bundle", {"json": {"keys": ["k"]}}, "read", {200}),
+    ("GET", "/v1/namespaces/ns/nearest", {}, "read", {200}),
+    ("POST", "/v1/namespaces/ns/nearest", {"json": {"fingerprint": {"framework": "jax"}}}, "read", {200}),
     ("GET", "/admin/stats", {}, "admin", {200}),
     ("POST", "/admin/evict", {"json": {"max_total_bytes": 10**12}}, "admin", {200}),
     ("POST", "/admin/gc", {"json": {}}, "admin", {200}),
@@ -45,6 +47,7 @@ ROUTES: list[tuple[str, str, dict[str, Any], str, set[int]]] = [
     ("POST", "/admin/tokens/nobody/purge", {"json": {"dry_run": True}}, "admin", {404}),
     ("GET", "/", {}, "read", {200}),
     ("GET", "/dashboard/data", {}, "read", {200}),
+    ("GET", "/dashboard/namespaces/ns", {}, "read", {200}),
 ]
 
 

@@ -284,7 +284,13 @@ def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services
     everything = client.get(f"/v1/namespaces/{NS}/manifest").json()
     assert [e["key"] for e in everything["entries"]] == ["big", "mid", "small", "cold"]
     assert everything["total_bytes"] == 1160
-    assert everything["entries"][0] == {"key": "big", "size": 1000, "sha256": sha(b"z" * 1000), "pack": None}
+    assert everything["entries"][0] == {
+        "key": "big",
+        "size": 1000,
+        "sha256": sha(b"z" * 1000),
+        "pack": None,
+        "signature": None,
+    }
     assert ManifestOut.model_validate(everything).model_dump() == everything  # written without the model
     assert set(everything["entries"][0]) == set(ManifestEntry.model_fields)
     assert everything["bundle_streams"] == 1

@@ -44,14 +44,23 @@ def fake_server() -> Iterator[FakeCacheServer]:
 
 
 @pytest.fixture
+def server_settings() -> dict[str, Any]:
+    """Settings of ``real_server`` beyond its defaults (a test module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture
 def real_server(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, server_settings: dict[str, Any]
 ) -> Iterator[RealServer]:
-    """The server app on its embedded defaults (SQLite, local blobs), its lifespan running, in process.
+    """The server app on its embedded defaults (SQLite, local blobs; ``server_settings`` on top), its
+    lifespan running, in process.
 
     ``warm()`` in the test reaches it too: the ``CacheApi`` warm builds gets this app's transport.
     """
-    settings = Settings(data_dir=tmp_path_factory.mktemp("server") / "data", access_flush_seconds=60.0)
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("server") / "data", access_flush_seconds=60.0, **server_settings
+    )
     upgrade(settings)
     app = create_app(settings)
     with TestClient(app) as http:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cache_protocol import is_namespace
+from cache_protocol.fingerprint import REDACTED
 from client.fingerprint import flags_digest, namespace_id
 from client.frameworks.torch_xla import build_fingerprint
 from tests.support.client_kit import FACTS
@@ -103,7 +104,9 @@ def test_namespace_id_is_stable_and_valid() -> None:
     assert is_namespace(ns)
     assert ns.startswith("cpu-tx2.7.0-")
     # Pinned: the id is a documented function of the fingerprint; changing it strands every stored entry.
-    canonical = json.dumps(fp, sort_keys=True, separators=(",", ":")).encode()
+    # The flag maps are left out: the digests beside them are hashed.
+    hashed = {k: v for k, v in fp.items() if k not in ("xla_flags", "libtpu_init_args")}
+    canonical = json.dumps(hashed, sort_keys=True, separators=(",", ":")).encode()
     assert ns == "cpu-tx2.7.0-" + hashlib.sha256(canonical).hexdigest()[:32]
 
 
@@ -121,3 +124,50 @@ def test_importing_the_client_never_imports_torch() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# Computed by the code on main before the flag maps existed: the ids of these fingerprints must not change.
+PINNED_FINGERPRINT = {
+    "schema": 1,
+    "framework": "jax",
+    "jax_version": "0.10.2",
+    "platform": "cpu",
+    "xla_flags_digest": "32d0b3d7aaf09a701bc04099aa838afa707bde36f10d2d3d99aca760226a22bf",
+    "libtpu_init_args_digest": None,
+    "pjrt_plugins": {},
+    "accelerator_type": None,
+}
+PINNED_ID = "cpu-jax0.10.2-84c7123524a68045be139eb4dfd98e0f"
+
+
+def test_flag_maps_leave_the_namespace_id_as_it_was() -> None:
+    assert namespace_id(PINNED_FINGERPRINT) == PINNED_ID
+    with_maps = {
+        **PINNED_FINGERPRINT,
+        "xla_flags": {"--xla_cpu_enable_fast_math": "true"},
+        "libtpu_init_args": {},
+    }
+    assert namespace_id(with_maps) == PINNED_ID
+    assert namespace_id({**with_maps, "xla_flags": {"--xla_cpu_enable_fast_math": REDACTED}}) == PINNED_ID
+    # the digests are those of before, so flags still part namespaces
+    assert flags_digest("--xla_cpu_enable_fast_math=true") == PINNED_FINGERPRINT["xla_flags_digest"]
+    assert flags_digest("--xla_b --xla_a=1 foo --xla_a=2") == (
+        "54ee267f3a85ceca06a2973cb4f79781db8b838108f5360364ee0af57583e622"
+    )
+    assert flags_digest("--xla_dump_to='/tmp/a b' --xla_x=") == (
+        "bc438cc1f339f1b48fbef607183981eeae1e4d742fb5c7aaa1c71cc8b9b7971c"
+    )
+
+
+def test_fingerprint_carries_the_normalised_flags_and_redacts_their_values_when_asked() -> None:
+    env = {"XLA_FLAGS": "--xla_b --xla_a=1 -v --xla_a=2", "LIBTPU_INIT_ARGS": "--xla_tpu_x=7"}
+    fp = build_fingerprint(FACTS, env=env)
+    assert fp["xla_flags"] == {"--xla_a": "2", "--xla_b": None}
+    assert list(fp["xla_flags"]) == ["--xla_a", "--xla_b"]
+    assert fp["libtpu_init_args"] == {"--xla_tpu_x": "7"}
+    hidden = build_fingerprint(FACTS, env={**env, "XLA_CACHE_REDACT_FLAG_VALUES": "1"})
+    assert hidden["xla_flags"] == {"--xla_a": REDACTED, "--xla_b": None}
+    assert hidden["libtpu_init_args"] == {"--xla_tpu_x": REDACTED}
+    assert "7" not in json.dumps(hidden["libtpu_init_args"])
+    assert namespace_id(hidden) == namespace_id(fp)
+    assert build_fingerprint(FACTS, env={})["xla_flags"] == {}

@@ -33,6 +33,18 @@ from tests.support.server import SERVER_BIN, LiveServer, run_server
 from tests.support.wait import wait_until
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "test-output" / "dashboard.png"
+NAMESPACE_SCREENSHOT = SCREENSHOT.with_name("dashboard-namespace.png")
+FAST = "--xla_cpu_enable_fast_math=true"
+# the fingerprints the two namespaces are registered with: one flag apart
+VISION_FP = {
+    "schema": 1,
+    "framework": "torch_xla",
+    "torch_xla_version": "2.7.0",
+    "device_type": "TPU",
+    "xla_flags_digest": None,
+    "xla_flags": {},
+}
+TEXT_FP = {**VISION_FP, "xla_flags_digest": "f" * 64, "xla_flags": {"--xla_cpu_enable_fast_math": "true"}}
 RUNS_SCREENSHOT = SCREENSHOT.with_name("dashboard-runs.png")
 RUN_ID = "3f2c9a0e5b7d4c1e8a6f0b2d4e6c8a0f"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -111,6 +123,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                 url = f"/v1/namespaces/vision-tpu-v5e/entries/{first}"
                 assert http.get(url, headers=live).status_code == 200
             assert http.get("/v1/namespaces/text-gpu/entries/nope").status_code == 404
+            for namespace, fingerprint in (("vision-tpu-v5e", VISION_FP), ("text-gpu", TEXT_FP)):
+                body = {"fingerprint": fingerprint, "labels": labels}
+                assert http.put(f"/v1/namespaces/{namespace}", json=body).status_code == 200
             # the run of the job that compiled the real graphs (its report names them in compile order)
             run = {
                 "run_id": RUN_ID,
@@ -234,6 +249,54 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert (
         json.loads(httpx.get(f"{srv.url}/dashboard/data").text)["error"] == "unauthorized"
     )  # no cookie here
+
+
+def test_namespace_page_shows_fingerprint_entries_and_the_nearest_namespace(
+    server: tuple[LiveServer, dict[str, str]],
+) -> None:
+    """From the namespaces table to a namespace's page: its fingerprint, its entries and its nearest
+    populated namespace, with the flag that differs and both values."""
+    srv, tokens = server
+    assert CHROMIUM is not None
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.set_default_timeout(30_000)
+            tab.on("console", lambda m: errors.append(m.text) if m.type in ("error", "assert") else None)
+            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
+            tab.goto(f"{srv.url}/?token={tokens['read']}")
+            tab.wait_for_selector("body[data-loaded='true']", state="attached")
+            tab.click("#ns-table a[href='#namespace=text-gpu']")
+            tab.wait_for_selector("body[data-namespace-loaded='text-gpu']", state="attached")
+            page: dict[str, Any] = tab.evaluate(
+                """(() => {
+                  const rows = (id) => [...document.querySelectorAll(`#${id} tbody tr`)].map(
+                    (tr) => [...tr.children].map((td) => td.textContent));
+                  return {
+                    title: document.getElementById("nsp-title").textContent,
+                    summary: document.getElementById("nsp-summary").textContent,
+                    fingerprint: rows("nsp-fingerprint"), nearest: rows("nsp-nearest"),
+                    entries: rows("nsp-entries").length,
+                    overviewHidden: document.querySelector("section.overview").hidden,
+                  };
+                })()"""
+            )
+            NAMESPACE_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            tab.screenshot(path=NAMESPACE_SCREENSHOT, full_page=True)
+            tab.go_back()  # back to the overview
+            tab.wait_for_selector("#namespace-page", state="hidden")
+        finally:
+            browser.close()
+    assert page["title"] == "text-gpu" and page["overviewHidden"] is True
+    assert page["summary"].startswith("torch_xla: 5 entries, 1.43 MiB, 0 hits, last used ")
+    assert ["xla_flags", FAST] in page["fingerprint"]
+    assert page["entries"] == 5
+    (near,) = page["nearest"]
+    assert near[0] == "vision-tpu-v5e" and near[1] == str(len(real_entries())) and near[3] == "1"
+    assert near[4] == f"XLA_FLAGS: {FAST} (theirs: unset)"
+    assert errors == []
 
 
 def test_runs_view_lists_runs_and_says_why_a_run_compiled(server: tuple[LiveServer, dict[str, str]]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cache_protocol.signing import Signer
 from tests.support.needs import require_module
 from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import FIRST_JOB_SHAPES, JobResult, run_job
@@ -39,11 +40,21 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
 
 
 @pytest.fixture(scope="session")
-def first_job(live_server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, Path]:
-    """Job 1: an empty cache directory, one graph per shape, everything uploaded. Shared by the tests that
-    need a server holding real entries (and reference outputs)."""
+def uploader_key() -> Signer:
+    """The key job 1 signs its uploads with (``XLA_CACHE_SIGNING_KEY``)."""
+    return Signer.generate()
+
+
+@pytest.fixture(scope="session")
+def first_job(
+    live_server: LiveServer, tmp_path_factory: pytest.TempPathFactory, uploader_key: Signer
+) -> tuple[JobResult, Path]:
+    """Job 1: an empty cache directory, one graph per shape, everything uploaded, signed with
+    :func:`uploader_key`. Shared by the tests that need a server holding real entries (and reference
+    outputs)."""
     cache = tmp_path_factory.mktemp("job1-cache")
     result = run_job(
-        ["--server", live_server.url, "--cache-dir", str(cache), "--shapes", str(FIRST_JOB_SHAPES)]
+        ["--server", live_server.url, "--cache-dir", str(cache), "--shapes", str(FIRST_JOB_SHAPES)],
+        {"XLA_CACHE_SIGNING_KEY": uploader_key.private_text()},
     )
     return result, cache

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cache_protocol.signing import Signer
 from tests.support.server import LiveServer
 from tests.support.torch_xla_jobs import FIRST_JOB_SHAPES, JobResult, job_env, run_cli, run_job, run_spawn_job
 from tests.support.wait import wait_until
@@ -67,13 +68,21 @@ def test_first_job_compiles_every_shape_and_uploads_it(first_job: tuple[JobResul
 
 
 def test_second_job_after_a_wipe_compiles_nothing(
-    live_server: LiveServer, first_job: tuple[JobResult, Path], capsys: pytest.CaptureFixture[str]
+    live_server: LiveServer,
+    first_job: tuple[JobResult, Path],
+    uploader_key: Signer,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     first, cache = first_job
     shutil.rmtree(cache)
-    second = run_job(["--server", live_server.url, "--cache-dir", str(cache), "--shapes", str(SHAPES)])
+    # It trusts only job 1's key: every entry is verified against it before it is placed.
+    trusted = {"XLA_CACHE_TRUSTED_KEYS": uploader_key.public_text()}
+    second = run_job(
+        ["--server", live_server.url, "--cache-dir", str(cache), "--shapes", str(SHAPES)], trusted
+    )
     assert second.warm["namespace"] == first.warm["namespace"]
     assert (second.warm["downloaded_entries"], second.warm["errors"]) == (SHAPES, [])
+    assert second.warm["unverified_entries"] == 0
     assert second.counters["PersistentCacheHit"] == first.data["graphs"] == SHAPES
     assert second.counters["UncachedCompile"] == 0
     assert second.counters["PersistentCacheDeserializeFailure"] == 0
@@ -122,6 +131,12 @@ def test_other_xla_flags_land_in_another_namespace_and_warm_nothing(
     assert other.warm["namespace"] != first.warm["namespace"]
     assert other.warm["fingerprint"]["xla_flags_digest"] != first.warm["fingerprint"]["xla_flags_digest"]
     assert (other.warm["manifest_entries"], other.warm["downloaded_entries"]) == (0, 0)
+    # The warm names the namespace it would have used and the flag that set them apart (torch_xla sets
+    # --xla_cpu_enable_fast_math=false in XLA_FLAGS on import when the flag is not given).
+    text = "--xla_cpu_enable_fast_math=true (theirs: --xla_cpu_enable_fast_math=false)"
+    nearest = {near["namespace"]: near for near in other.warm["nearest"]}
+    assert [d["text"] for d in nearest[first.warm["namespace"]]["differences"]] == [text]
+    assert f"differs in XLA_FLAGS: {text}" in other.stderr
     assert other.counters["PersistentCacheHit"] == 0
     assert other.counters["UncachedCompile"] == 10
     # The job never called flush(): its exit handler uploaded the 10 new entries to the new namespace.

@@ -31,7 +31,7 @@ def test_quotas_are_set_listed_removed_and_compared_with_usage(database: Databas
     assert quotas.upload_usage("c", "t3", count_created=True).quotas == ()
 
     # usage follows deletes (the totals the triggers keep), across the token's namespaces
-    AdminRepository(database).delete_entries([("b", "k"), ("a", "k0")])
+    AdminRepository(database).delete_entries([("b", "k"), ("a", "k0")], policy="admin", when=utcnow())
     assert quotas.quotas([(TOKEN, "t1")]) == [QuotaRow(TOKEN, "t1", None, 500, 2, 20)]
     # replaced, then removed by giving no limit
     quotas.set_quota(NAMESPACE, "a", max_entries=None, max_bytes=1000, now=now)

@@ -67,9 +67,9 @@ def test_concurrent_record_of_one_key(repo: EntryRepository) -> None:
 
 def test_delete_entry(repo: EntryRepository) -> None:
     record(repo, "a")
-    removed = repo.delete_entry("ns", "a")
+    removed = repo.delete_entry("ns", "a", policy="admin", when=utcnow())
     assert removed is not None and removed.key == "a"
-    assert repo.delete_entry("ns", "a") is None
+    assert repo.delete_entry("ns", "a", policy="admin", when=utcnow()) is None
     assert repo.get_entry("ns", "a") is None
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from cache_protocol.signing import Signer
 from tests.support.jax_jobs import TORCHAX_JOB, run_jax_job
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
@@ -23,8 +24,11 @@ SHAPES = 32
 
 
 def test_a_job_warmed_in_another_directory_hits_every_shape(live_server: LiveServer, tmp_path: Path) -> None:
+    # The first job signs what it uploads; the second verifies every entry against that key and loads all.
+    signer = Signer.generate()
     first, _ = run_jax_job(
-        ["--server", live_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", str(SHAPES)]
+        ["--server", live_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", str(SHAPES)],
+        env={"XLA_CACHE_SIGNING_KEY": signer.private_text()},
     )
     namespace = first["warm"]["namespace"]
     assert namespace.startswith("cpu-jax0.10.")
@@ -35,9 +39,11 @@ def test_a_job_warmed_in_another_directory_hits_every_shape(live_server: LiveSer
     assert first["uploaded"]["uploaded"] == SHAPES and first["uploaded"]["errors"] == []
 
     second, log = run_jax_job(
-        ["--server", live_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", str(SHAPES)]
+        ["--server", live_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", str(SHAPES)],
+        env={"XLA_CACHE_TRUSTED_KEYS": signer.public_text()},
     )
     assert second["warm"]["namespace"] == namespace
+    assert second["warm"]["unverified_entries"] == 0
     assert (
         second["warm"]["cache_dir"] != first["warm"]["cache_dir"]
     )  # another path: the keys do not contain it
@@ -133,3 +139,31 @@ def test_warm_again_after_stop_and_too_late_elsewhere(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TOO LATE: JAX's persistent compilation cache is already bound to" in done.stdout
+
+
+def test_a_job_with_one_more_xla_flag_is_told_which_namespace_is_nearest_and_why(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    """Job A compiles in its namespace; job B, the same job with one more XLA flag, gets a new namespace with
+    nothing in it, and its warm report names the flag with both values."""
+    flag = "--xla_cpu_enable_fast_math=true"
+    first, _ = run_jax_job(["--server", live_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", "3"])
+    assert first["uploaded"]["uploaded"] == 3
+    second, log = run_jax_job(
+        ["--server", live_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", "1"],
+        env={"XLA_FLAGS": flag},
+    )
+    warmed = second["warm"]
+    assert warmed["namespace"] != first["warm"]["namespace"]
+    assert warmed["manifest_entries"] == 0 and warmed["errors"] == []
+    assert warmed["fingerprint"]["xla_flags"] == {"--xla_cpu_enable_fast_math": "true"}
+    near = warmed["nearest"][0]
+    assert near["namespace"] == first["warm"]["namespace"] and near["entries"] >= 3
+    assert near["differences"] == [
+        {"field": "XLA_FLAGS", "ours": flag, "theirs": None, "text": f"{flag} (theirs: unset)"}
+    ]
+    prefix, digest = first["warm"]["namespace"].rsplit("-", 1)
+    line = next(line for line in log.splitlines() if line.startswith("namespace new (0 entries)"))
+    assert line.startswith(f"namespace new (0 entries); nearest: {prefix}-{digest[:8]}… (")
+    assert line.endswith(f" ago) differs in XLA_FLAGS: {flag} (theirs: unset)")
+    print(line)  # the README quotes it

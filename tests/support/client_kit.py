@@ -17,6 +17,7 @@ import pytest
 import zstandard
 from fastapi.testclient import TestClient
 
+from cache_protocol.signing import Signer
 from client.api import CacheApi
 from client.cachedir import LocalFile
 from client.errors import CacheAlreadyInitialized
@@ -75,9 +76,11 @@ class RealServer:
     def paths(self, method: str | None = None) -> list[str]:
         return [r.path for r in self.requests if method is None or r.method == method]
 
-    def api(self, server: str | None = None, token: str | None = None) -> CacheApi:
+    def api(
+        self, server: str | None = None, token: str | None = None, *, signer: Signer | None = None
+    ) -> CacheApi:
         """A client API to this app (``CacheApi``'s own arguments; closed at the end of the test)."""
-        api = CacheApi(server or self.url, token, transport=self.transport)
+        api = CacheApi(server or self.url, token, transport=self.transport, signer=signer)
         self._apis.append(api)
         return api
 

@@ -1,0 +1,91 @@
+// The namespace page (/#namespace=<id>): the namespace's fingerprint, its most useful entries, and the
+// populated namespaces nearest to it with what differs. Uses the helpers of dashboard.js (loaded first).
+"use strict";
+
+const NS_HASH = "#namespace=";
+
+function namespaceLink(name) {
+  const link = el("a", { href: NS_HASH + encodeURIComponent(name) });
+  link.appendChild(el("code", {}, name));
+  return link;
+}
+
+function shownValue(value) {
+  if (value === null || value === undefined) return "unset";
+  if (typeof value === "object") {
+    const names = Object.keys(value);
+    if (names.length === 0) return "none";
+    // a flag map: one flag per line, as on a command line
+    if (names.every((n) => n.startsWith("--"))) {
+      return names.map((n) => (value[n] === null ? n : `${n}=${value[n]}`)).join("\n");
+    }
+    return JSON.stringify(value);
+  }
+  return String(value);
+}
+
+function renderNamespacePage(body) {
+  const ns = body.namespace;
+  document.getElementById("nsp-title").textContent = ns.namespace;
+  document.getElementById("nsp-summary").textContent =
+    `${ns.fingerprint.framework || "unknown framework"}: ${fmtCount(ns.entries)} entries, ${fmtBytes(ns.bytes)}, ` +
+    `${fmtCount(ns.hits)} hits, last used ${fmtWhen(ns.last_used_at)}.`;
+  const fields = Object.keys(ns.fingerprint).sort();
+  renderTable("nsp-fingerprint", [["field", "text"], ["value", "text"]],
+    fields.map((f) => [el("code", {}, f), el("code", {}, shownValue(ns.fingerprint[f]))]));
+  if (fields.length === 0) empty(document.getElementById("nsp-fingerprint-note"),
+    "No fingerprint: the namespace was created by an upload, not registered by a warm.");
+  else clear(document.getElementById("nsp-fingerprint-note"));
+
+  renderTable("nsp-entries", [["key", "text"], ["bytes"], ["stored", "text"]],
+    body.entries.map((e) => [el("code", {}, e.key), fmtBytes(e.size), fmtWhen(e.created_at)]));
+
+  const nearest = body.nearest.nearest;
+  const note = document.getElementById("nsp-nearest-note");
+  if (nearest.length === 0) empty(note, "No other populated namespace of this framework.");
+  else clear(note);
+  renderTable("nsp-nearest",
+    [["namespace", "text"], ["entries"], ["last used", "text"], ["fields differing"], ["differences", "text"]],
+    nearest.map((n) => {
+      const list = el("ul", { class: "diffs" });
+      for (const d of n.differences) {
+        const item = el("li");
+        item.appendChild(el("span", { class: "field" }, d.field + ": "));
+        item.appendChild(el("code", {}, d.text));
+        list.appendChild(item);
+      }
+      if (n.differences.length === 0) list.appendChild(el("li", {}, "same fingerprint"));
+      return [namespaceLink(n.namespace), fmtCount(n.entries), fmtWhen(n.last_used_at),
+        fmtCount(n.differing_fields), list];
+    }));
+}
+
+async function showNamespace(name) {
+  const error = document.getElementById("error");
+  try {
+    const response = await fetch("/dashboard/namespaces/" + encodeURIComponent(name),
+      { credentials: "same-origin", cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+    renderNamespacePage(body);
+    error.hidden = true;
+    document.body.dataset.namespaceLoaded = name;
+  } catch (exc) {
+    error.textContent = `Could not load the namespace ${name}: ${exc.message}`;
+    error.hidden = false;
+  }
+}
+
+function route() {
+  const page = document.getElementById("namespace-page");
+  const hash = window.location.hash;
+  const onPage = hash.startsWith(NS_HASH);
+  page.hidden = !onPage;
+  for (const section of document.querySelectorAll("main > section.overview")) section.hidden = onPage;
+  if (onPage) showNamespace(decodeURIComponent(hash.slice(NS_HASH.length)));
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  window.addEventListener("hashchange", route);
+  route();
+});
