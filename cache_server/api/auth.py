@@ -59,6 +59,8 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/admin/tokens"): Role.ADMIN,
     ("GET", "/admin/graphs"): Role.ADMIN,
     ("POST", "/admin/tokens/{token}/purge"): Role.ADMIN,
+    ("GET", "/admin/signers"): Role.ADMIN,
+    ("POST", "/admin/signers/{signer}/purge"): Role.ADMIN,
     ("GET", "/admin/quotas"): Role.ADMIN,
     ("PUT", "/admin/quotas/namespace/{namespace}"): Role.ADMIN,
     ("PUT", "/admin/quotas/token/{token}"): Role.ADMIN,

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_protocol.signing import SIGNATURE_HEADER, SIGNATURE_PAX, Signer
+from cache_server.domain import utcnow
 from cache_server.index.entries import EntryRepository
 from tests.support.api import entry_url, member, post_bulk, put, sha
 from tests.support.apps import client_for, services_of
@@ -122,7 +123,8 @@ def test_signatures_are_served_everywhere_and_survive_a_reindex(
 
     services = services_of(http)
     entries = EntryRepository(services.database)
-    assert entries.delete_entry(OPEN, "signed") is not None  # the index loses the row ...
+    lost = entries.delete_entry(OPEN, "signed", policy="lost", when=utcnow())
+    assert lost is not None  # the index loses the row ...
     services.reindexer.run()  # ... and reindex rebuilds it from the blob's metadata
     row = entries.get_entry(OPEN, "signed")
     assert row is not None and (row.signer, row.signature) == (alice.key_id, signature)
