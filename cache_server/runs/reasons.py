@@ -260,9 +260,14 @@ def _component_difference(
     miss: MissRecord, earlier: list[ComponentMiss]
 ) -> tuple[ComponentMiss, list[ComponentDifference]] | None:
     """The earlier miss whose components differ from ``miss``'s in the fewest (the latest of equals),
-    with the differing components; None without components on either side."""
+    with the differing components; None without components on either side. Where ``miss`` recorded its
+    computation's hash, only earlier misses of the same computation count: a miss of another shape of
+    the same run (only the computation differs) is no explanation of this key."""
     if not miss.components:
         return None
+    computation = miss.components.get("computation")
+    if computation is not None:
+        earlier = [other for other in earlier if other.components.get("computation") == computation]
     best: tuple[int, ComponentMiss, list[ComponentDifference]] | None = None
     for other in earlier:  # latest first
         names = sorted(set(miss.components) | set(other.components))

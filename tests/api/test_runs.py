@@ -168,6 +168,38 @@ def test_different_key_names_the_jax_components_that_differ(client: TestClient, 
     assert only["detail"] == "same computation as key key-a; JAX's cache key differs in compile_options"
 
 
+def test_different_key_is_named_against_the_same_computation_not_the_runs_other_shape(
+    client: TestClient, services: Services
+) -> None:
+    """Job D compiles two shapes with one more compiler option: its second shape's nearest earlier miss by
+    component count is its own first shape (only the computation differs), which explains nothing; the
+    reason names the component that differs from job A's miss of the same computation."""
+    entries = real_entries()
+    a = {"computation": "aa11", "compile_options": "cc33"}
+    post(
+        client, report("run-jax-a-02", framework="jax", new_misses=[miss("key-a", module="m", components=a)])
+    )
+    put_ok(client, NS, "key-a", entries[B2])
+    other_shape = {"computation": "ee55", "compile_options": "dd44"}
+    post(
+        client,
+        report(
+            "run-jax-d-02", framework="jax", new_misses=[miss("key-d1", module="m", components=other_shape)]
+        ),
+    )
+    d = {"computation": "aa11", "compile_options": "dd44"}
+    post(
+        client, report("run-jax-d-02", framework="jax", new_misses=[miss("key-d2", module="m", components=d)])
+    )
+    put_ok(client, NS, "key-d2", entries[B2])
+    assert services.admin.wait_parsed(30)
+    misses = {m["key"]: m for m in client.get("/admin/runs/run-jax-d-02").json()["misses"]}
+    assert misses["key-d2"]["reason"] == "different_key"
+    assert misses["key-d2"]["differing_components"] == [
+        {"component": "compile_options", "ours": "dd44", "theirs": "cc33"}
+    ]
+
+
 def test_misses_beyond_the_run_bound_are_counted_not_stored(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

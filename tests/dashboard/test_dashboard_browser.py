@@ -345,3 +345,57 @@ def test_runs_view_lists_runs_and_says_why_a_run_compiled(server: tuple[LiveServ
     assert "4 of 4 listed explained" in summary
     assert errors == []
     assert RUNS_SCREENSHOT.stat().st_size > 20_000
+
+
+def test_runs_view_says_when_and_by_which_policy_a_recompiled_entry_was_evicted(
+    server: tuple[LiveServer, dict[str, str]],
+) -> None:
+    """A run compiled an entry an admin had deleted: its miss in the runs view is evicted, with the
+    removal's time and policy (the tombstone the delete wrote)."""
+    srv, tokens = server
+    assert CHROMIUM is not None
+    run_id, key, namespace = (
+        "7c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f",
+        "5087000000000000000000000000000001",
+        "runs-evicted",
+    )
+    data = os.urandom(4096)
+    with httpx.Client(base_url=srv.url, timeout=30) as http:
+        write = {"Authorization": f"Bearer {tokens['write']}"}
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        url = f"/v1/namespaces/{namespace}/entries/{key}"
+        assert http.put(url, content=data, headers={**write, SHA256_HEADER: sha(data)}).status_code == 201
+        assert http.delete(url, headers=admin).is_success
+        run = {
+            "run_id": run_id,
+            "namespace": namespace,
+            "framework": "torch_xla",
+            "host": "trainer-1",
+            "started_at": dt.datetime.now(dt.timezone.utc).timestamp(),
+            "misses": 1,
+            "compile_seconds": 30.0,
+            "new_misses": [{"key": key, "compile_seconds": 30.0}],
+        }
+        assert http.post("/v1/runs", json=run, headers=write).status_code == 200
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
+        try:
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.set_default_timeout(30_000)
+            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
+            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            tab.goto(f"{srv.url}/?token={tokens['read']}")
+            tab.wait_for_selector("body[data-loaded='true']", state="attached")
+            tab.click(f"#runs-table button[data-run='{run_id}']")
+            tab.wait_for_selector(f"body[data-run-shown='{run_id}']", state="attached")
+            misses = tab.evaluate(
+                """[...document.querySelectorAll("#run-misses tbody tr")].map(
+                     (tr) => [...tr.children].map((td) => td.textContent))"""
+            )
+        finally:
+            browser.close()
+    ((shown_key, _module, reason, why, spent),) = misses
+    assert (shown_key, reason, spent) == (key, "evicted", "30.0 s")
+    assert why.startswith("stored once, removed ") and why.endswith(" UTC by policy admin")
+    assert errors == []

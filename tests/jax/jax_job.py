@@ -8,8 +8,11 @@ and upload reports, the entry files and a digest of every output.
     python tests/jax/jax_job.py --server URL --cache-dir DIR --shapes 30 [--no-warm]
         [--order-seed N] [--follow]
 
-``--order-seed`` runs the shapes in that shuffled order (digests keyed by shape too); ``--follow`` warms with
-``follow=True``; ``--then-wait`` prints ``COMPILED`` after the shapes and waits to be killed. The JSON line
+``--order-seed`` runs the shapes in that shuffled order (digests keyed by shape too); ``--first-shape N`` runs
+the shapes N .. N+shapes-1 instead of 1 .. shapes; ``--compiler-option NAME=VALUE`` (repeatable) compiles
+with ``jax.jit(..., compiler_options=...)``, a per-call option that changes JAX's key (its compile_options
+component) and not the namespace; ``--follow`` warms with ``follow=True``; ``--then-wait`` prints
+``COMPILED`` after the shapes and waits to be killed. The JSON line
 also holds the run as its reports tell it (``client.run_report()``).
 """
 
@@ -35,6 +38,10 @@ def main() -> int:
     parser.add_argument("--shapes", type=int, default=30)
     parser.add_argument("--no-warm", action="store_true", help="point JAX at the directory itself")
     parser.add_argument("--order-seed", type=int, help="run the shapes in this shuffled order")
+    parser.add_argument("--first-shape", type=int, default=1, help="the first shape's row count")
+    parser.add_argument(
+        "--compiler-option", action="append", default=[], help="NAME=VALUE, passed to jax.jit"
+    )
     parser.add_argument("--follow", action="store_true", help="follow the namespace while running")
     parser.add_argument("--then-wait", action="store_true", help="after the shapes, wait to be killed")
     args = job_arguments(parser)
@@ -56,12 +63,18 @@ def main() -> int:
         warm = report.as_dict()
         directory = Path(report.cache_dir)
 
-    @jax.jit
+    options: dict[str, str | bool] = {}
+    for option in args.compiler_option:
+        name, value = option.split("=", 1)
+        options[name] = {"true": True, "false": False}.get(value, value)  # XLA wants a bool, not 'true'
+
     def step(x: jax.Array) -> jax.Array:
         return jnp.tanh(x @ x.T).sum(axis=0) * 2.0 + 1.0
 
+    jitted = jax.jit(step, compiler_options=options or None)  # its module: jit_step
+
     digest = hashlib.sha256()
-    order = list(range(1, args.shapes + 1))
+    order = list(range(args.first_shape, args.first_shape + args.shapes))
     if args.order_seed is not None:
         import random
 
@@ -69,7 +82,7 @@ def main() -> int:
     by_shape: dict[int, str] = {}
     for n in order:
         x = (np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 10.0).astype(np.float32)
-        out = np.asarray(step(x)).tobytes()
+        out = np.asarray(jitted(x)).tobytes()
         digest.update(out)
         by_shape[n] = hashlib.sha256(out).hexdigest()
     if args.then_wait:

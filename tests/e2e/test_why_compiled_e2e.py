@@ -1,0 +1,65 @@
+"""Why a torch_xla 2.7 job compiled, end to end: real jobs report their runs to a real ``xla-cache-server``
+process of this module's own (an empty namespace), and the server explains each compile.
+
+The first job runs two fuse-embedding shapes: its first compile is a new graph, its second new shapes of
+it. The next job runs one shape more: the shapes it downloaded load, and its one compile is new shapes of
+the known graph, naming the parameter dimensions that differ from the nearest stored variant.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from client.cli import main
+from tests.support.server import LiveServer, run_server
+from tests.support.torch_xla_jobs import run_job
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A server of its own: the session's server already holds the first job's graphs."""
+    with run_server(tmp_path_factory.mktemp("why-server")) as server:
+        yield server
+
+
+def run_detail(server: LiveServer, run_id: str) -> dict[str, Any]:
+    answer = httpx.get(f"{server.url}/admin/runs/{run_id}", timeout=30)
+    assert answer.status_code == 200, answer.text
+    detail: dict[str, Any] = answer.json()
+    return detail
+
+
+def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dimensions(
+    own_server: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = run_job(["--server", own_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", "2"])
+    assert first.counters["UncachedCompile"] == 2
+    detail = run_detail(own_server, first.warm["run_id"])
+    assert detail["framework"] == "torch_xla" and detail["misses_total"] == 2
+    one, two = detail["misses"]
+    assert one["reason"] == "new_graph" and one["module"]  # the module as parsed from the stored bytes
+    assert f"no entry of module {one['module']}" in one["detail"]
+    assert two["reason"] == "new_shapes" and two["module"] == one["module"] and two["dimensions"]
+
+    second = run_job(["--server", own_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", "3"])
+    assert second.counters["PersistentCacheHit"] == 2 and second.counters["UncachedCompile"] == 1
+    detail = run_detail(own_server, second.warm["run_id"])
+    (miss,) = detail["misses"]
+    assert (miss["reason"], miss["module"]) == ("new_shapes", one["module"])
+    assert miss["dimensions"] and miss["nearest_key"] in {one["key"], two["key"]}
+    for dim in miss["dimensions"]:
+        assert dim["ours"] != dim["theirs"]
+        assert f"parameter {dim['param']} dimension {dim['dim']}: {dim['ours']}" in miss["detail"]
+    capsys.readouterr()
+    assert main(["runs", "--server", own_server.url, second.warm["run_id"]]) == 0
+    out = capsys.readouterr().out
+    print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
+    assert "hits         2" in out and "new_shapes" in out and miss["detail"] in out
