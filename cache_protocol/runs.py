@@ -20,6 +20,8 @@ counts the rest. The body (JSON)::
       "misses": 10,                   # compiles (torch_xla UncachedCompile; JAX cache_misses)
       "compile_seconds": 31.5,        # compile time paid (torch_xla CompileTime; JAX compile durations)
       "uploaded_entries": 10, "live_entries": 0, "load_failures": 0,
+      "unverified_entries": 0,        # entries skipped because no trusted key signed them (issue 28:
+                                      # XLA_CACHE_TRUSTED_KEYS), by the warm and the follower
       "new_misses": [                 # the compiles not in an earlier report of this run
         {"key": "…",                  # the cache key (file name) the compile wrote
          "module": "jit_step",        # the graph's name where the client knows it, else null

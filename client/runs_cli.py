@@ -104,7 +104,12 @@ def run_lines(run: dict[str, Any]) -> list[str]:
         f"{float(run.get('saved_seconds') or 0):.2f} s saved by hits",
         f"uploaded     {int(run.get('uploaded_entries') or 0)} entries; "
         f"{int(run.get('live_entries') or 0)} delivered live; "
-        f"{int(run.get('load_failures') or 0)} load failures",
+        f"{int(run.get('load_failures') or 0)} load failures"
+        + (
+            f"; {int(run.get('unverified_entries') or 0)} skipped (signed by no trusted key)"
+            if run.get("unverified_entries")
+            else ""
+        ),
     ]
     if misses:
         lines.append(f"misses ({len(misses)} of {total} listed):")

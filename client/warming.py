@@ -285,6 +285,7 @@ def _start_background(
             uploaded=uploader.report().uploaded if uploader is not None else 0,
             live=follower.report().delivered if follower is not None else 0,
             live_keys=follower.placed_keys() if follower is not None else frozenset(),
+            unverified=talked.unverified + (follower.report().unverified if follower is not None else 0),
         )
 
     reporter = reporter_for(

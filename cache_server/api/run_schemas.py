@@ -70,6 +70,7 @@ class RunReportIn(_Strict):
     uploaded_entries: Count = 0
     live_entries: Count = 0
     load_failures: Count = 0
+    unverified_entries: Count = 0  # skipped: signed by no key the job trusts (issue 28)
     new_misses: list[MissIn] = Field(default_factory=list, max_length=MAX_MISSES_PER_REPORT)
 
     @model_validator(mode="after")
@@ -100,6 +101,7 @@ class RunReportIn(_Strict):
             uploaded_entries=self.uploaded_entries,
             live_entries=self.live_entries,
             load_failures=self.load_failures,
+            unverified_entries=self.unverified_entries,
             new_misses=[
                 MissRecord(
                     key=m.key,
@@ -136,6 +138,7 @@ class _RunFields(BaseModel):
     uploaded_entries: int
     live_entries: int
     load_failures: int
+    unverified_entries: int
 
 
 def _run_fields(run: RunInfo) -> dict[str, object]:
@@ -160,6 +163,7 @@ def _run_fields(run: RunInfo) -> dict[str, object]:
         "uploaded_entries": n.uploaded_entries,
         "live_entries": n.live_entries,
         "load_failures": n.load_failures,
+        "unverified_entries": n.unverified_entries,
     }
 
 

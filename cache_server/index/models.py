@@ -347,6 +347,8 @@ class Run(Base):
     uploaded_entries: Mapped[int] = mapped_column(BigInteger, default=0)
     live_entries: Mapped[int] = mapped_column(BigInteger, default=0)
     load_failures: Mapped[int] = mapped_column(BigInteger, default=0)
+    # entries skipped because no key the job trusts signed them (migration 0012; issue 28)
+    unverified_entries: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class RunMiss(Base):

@@ -46,6 +46,7 @@ class RunNumbers:
     uploaded_entries: int = 0
     live_entries: int = 0
     load_failures: int = 0
+    unverified_entries: int = 0
 
     def merged(self, other: RunNumbers) -> RunNumbers:
         """Each number the larger of the two (reports are cumulative: a smaller one is an older one)."""

@@ -46,6 +46,7 @@ class RunReport:
     uploaded_entries: int
     live_entries: int
     load_failures: int
+    unverified_entries: int
     new_misses: Sequence[MissRecord]
 
 
@@ -88,6 +89,7 @@ class RunService:
             uploaded_entries=report.uploaded_entries,
             live_entries=report.live_entries,
             load_failures=report.load_failures,
+            unverified_entries=report.unverified_entries,
         )
         now = self._clock()
         run = RunInfo(

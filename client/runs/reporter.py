@@ -80,6 +80,7 @@ class Transfers:
     uploaded: int = 0
     live: int = 0
     live_keys: frozenset[str] = frozenset()
+    unverified: int = 0  # entries the warm and the follower skipped: signed by no trusted key
 
 
 @dataclass(frozen=True)
@@ -316,6 +317,7 @@ class RunReporter:
             "uploaded_entries": _count(transfers.uploaded),
             "live_entries": _count(transfers.live),
             "load_failures": _count(counts.load_failures + len(self._unloadable)),
+            "unverified_entries": _count(transfers.unverified),
         }
 
     def _send(self, *, final: bool, deadline: Deadline) -> bool:

@@ -161,7 +161,7 @@ def test_entries_the_follower_placed_are_no_compiles_and_rewritten_ones_failed_t
     setup = Setup(tmp_path, url, unloadable=[f"jit_step-{2:064x}-cache"])
     removed = entry(tmp_path, 2)  # removed by the warm as unloadable, written again by the job
     live = entry(tmp_path, 3)
-    setup.transfers = Transfers(live=1, live_keys=frozenset({live}))
+    setup.transfers = Transfers(live=1, live_keys=frozenset({live}), unverified=2)
     old = (tmp_path / stale).stat().st_mtime_ns
     (tmp_path / stale).write_bytes(b"written again")  # the framework could not load it: it compiled again
     os.utime(tmp_path / stale, ns=(old + 10**9, old + 10**9))
@@ -169,6 +169,9 @@ def test_entries_the_follower_placed_are_no_compiles_and_rewritten_ones_failed_t
     (report,) = taken.reports_of(setup.reporter.run_id)
     assert {m["key"]: m["load_failed"] for m in report["new_misses"]} == {stale: True, removed: True}
     assert report["live_entries"] == 1 and report["load_failures"] == 1  # the one the warm removed
+    assert (
+        report["unverified_entries"] == 2
+    )  # skipped by the warm and the follower: no trusted key signed them
 
 
 def test_misses_past_one_report_wait_for_the_next(tmp_path: Path, receiver: tuple[str, RunReceiver]) -> None:

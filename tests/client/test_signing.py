@@ -16,7 +16,7 @@ from sqlalchemy import update
 from cache_protocol.signing import SIGNATURE_HEADER, Signer
 from cache_server.index.models import Entry
 from cache_server.storage.base import blob_name
-from client import warm
+from client import stop, warm
 from client import warming as warm_module
 from client.cachedir import scan
 from client.deadline import Deadline
@@ -158,3 +158,24 @@ def test_the_follower_places_only_what_a_trusted_key_signed(
     assert follower is not None
     wait_until(lambda: follower.report().unverified == 1, timeout=5)
     assert not (directory / "500").exists()
+
+
+def test_the_run_report_counts_the_entries_a_job_skipped(
+    fake_torch_xla: FakeTorchXla,
+    real_server: RealServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    alice: Signer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The skipped entries are in the run's numbers on the server too, not only in the warm's report."""
+    entries = {str(10**20 + i): os.urandom(1000 + i) for i in range(3)}
+    upload_signed(real_server, namespace, alice, entries, tmp_path / "job")
+    real_server.put(namespace, "78", b"stored by someone without the key")
+    monkeypatch.setenv(TRUSTED, alice.public_text())
+    report = warm(real_server.url, tmp_path / "verifying", fingerprint=fingerprint, timeout=TIMEOUT)
+    assert (report.downloaded_entries, report.unverified_entries) == (3, 1)
+    stop()  # the exit's report
+    run = real_server.http.get(f"/admin/runs/{report.run_id}").json()
+    assert run["unverified_entries"] == 1 and run["warm_entries"] == 3

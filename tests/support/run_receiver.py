@@ -51,6 +51,7 @@ _COUNTS = (
     "uploaded_entries",
     "live_entries",
     "load_failures",
+    "unverified_entries",
 )
 _DURATIONS = ("warm_seconds", "compile_seconds")
 _FIELDS = {
