@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.domain import Clock, utcnow
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
+from tests.support.migrated import migrated
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -64,7 +64,7 @@ def monotonic(request: pytest.FixtureRequest) -> Callable[[], float]:
 @pytest.fixture
 def services(settings: Settings, clock: Clock, monotonic: Callable[[], float]) -> Iterator[Services]:
     """The server's parts over a fresh embedded index and store (started and stopped by ``client``)."""
-    upgrade(settings)
+    migrated(settings)
     built = build_services(settings, clock=clock, monotonic=monotonic)
     yield built
     built.stop()
