@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.auth import Role
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.support.apps import services_of
+from tests.support.migrated import migrated
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def auth_settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def auth_client(auth_settings: Settings) -> Iterator[TestClient]:
-    upgrade(auth_settings)
+    migrated(auth_settings)
     with TestClient(create_app(auth_settings)) as test_client:
         yield test_client
 

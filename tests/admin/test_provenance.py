@@ -13,12 +13,12 @@ from cache_protocol import UPLOADER_HEADER
 from cache_server.app import create_app
 from cache_server.auth import Role
 from cache_server.errors import BadRequest
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from tests.support import api
 from tests.support.api import bearer
 from tests.support.apps import services_of
+from tests.support.migrated import migrated
 from tests.support.server import server_cli
 
 
@@ -162,7 +162,7 @@ def test_server_cli_creates_scoped_tokens_lists_them_and_purges(tmp_path: Path) 
     listing = json.loads(server_cli(data_dir, "token", "list", "--json").stdout)
     assert [(t["name"], t["namespaces"]) for t in listing] == [("ci", ["team-a-*"])]
     settings = Settings(data_dir=data_dir, auth=True)
-    upgrade(settings)
+    migrated(settings)
     with TestClient(create_app(settings)) as client:
         for i in range(3):
             assert put(client, made.stdout.strip(), "team-a-x", f"k{i}", b"%d" % i) == 201

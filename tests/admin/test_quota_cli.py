@@ -10,8 +10,8 @@ import pytest
 from cache_server.auth import Role, TokenManager
 from cache_server.cli import main
 from cache_server.index import Database, TokenRepository
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
+from tests.support.migrated import migrated
 
 
 def test_quota_set_and_list(
@@ -19,7 +19,7 @@ def test_quota_set_and_list(
 ) -> None:
     monkeypatch.setenv("XLA_CACHE_DATA_DIR", str(tmp_path))
     settings = Settings(data_dir=tmp_path)
-    upgrade(settings)
+    migrated(settings)
     database = Database.from_settings(settings)
     token_id = TokenManager(TokenRepository(database)).create("ci", Role.WRITE)[1].id
     database.dispose()

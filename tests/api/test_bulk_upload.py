@@ -13,10 +13,10 @@ from cache_protocol import BUNDLE_COMPILE_TIME_PAX, SHA256_HEADER
 from cache_protocol.tar import END, _ustar
 from cache_server.api.schemas import BulkMemberOut, BulkOut
 from cache_server.app import create_app
-from cache_server.migrate import upgrade
 from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from tests.support.api import member, sha, tar_of
+from tests.support.migrated import migrated
 
 URL = "/v1/namespaces/ns/entries"
 
@@ -28,7 +28,7 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    upgrade(settings)
+    migrated(settings)
     with TestClient(create_app(settings)) as test_client:
         yield test_client
 
@@ -154,7 +154,7 @@ def test_an_oversized_pax_header_and_garbage_are_refused_at_once(client: TestCli
 
 def test_too_many_members_are_refused(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", max_keys_per_request=5)
-    upgrade(settings)
+    migrated(settings)
     with TestClient(create_app(settings)) as client:
         response = client.post(URL, content=tar_of([member(f"k{i}", b"x") for i in range(6)]))
         assert response.status_code == 400 and "more than 5 members" in response.json()["detail"]

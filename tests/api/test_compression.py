@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
-from cache_server.migrate import upgrade
 from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from tests.support.api import member, sha, tar_of
 from tests.support.apps import client_for
+from tests.support.migrated import migrated
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
 
@@ -127,7 +127,7 @@ def test_a_compressed_bulk_upload_is_stored_as_it_arrives(tmp_path: Path) -> Non
     stream until it sees the first group of members stored."""
     # the held-back end must not run into the server's own timeout for a stalled body
     settings = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, body_timeout_seconds=120.0)
-    upgrade(settings)
+    migrated(settings)
     rng = random.Random(7)
     first = [member(f"k{i}", rng.randbytes(300)) for i in range(GROUP_ENTRIES)]
     filler = member("filler", rng.randbytes(200_000))

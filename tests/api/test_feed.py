@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.feed import FeedWatcher
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.support.api import put_ok, sha
+from tests.support.migrated import migrated
 from tests.support.server import run_server
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
@@ -40,7 +40,7 @@ def watcher_of(client: TestClient) -> FeedWatcher:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0)
-    upgrade(config)
+    migrated(config)
     return config
 
 

@@ -16,10 +16,10 @@ from cache_server.api.bodies import UploadSlots
 from cache_server.api.errors import cache_error_response
 from cache_server.app import create_app
 from cache_server.errors import BodyTimeout, BodyTooLarge, ClientAborted, UploadsBusy
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
 from tests.support.api import sha
+from tests.support.migrated import migrated
 
 LIMIT = 4096
 
@@ -27,7 +27,7 @@ LIMIT = 4096
 @pytest.fixture
 def small_limit(tmp_path: Path) -> Iterator[TestClient]:
     settings = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, max_json_bytes=LIMIT)
-    upgrade(settings)
+    migrated(settings)
     services = build_services(settings)
     try:
         with TestClient(create_app(settings, services)) as client:

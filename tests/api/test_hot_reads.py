@@ -14,11 +14,11 @@ from cache_server.app import create_app
 from cache_server.domain import EntryInfo, utcnow
 from cache_server.errors import IndexUnavailable, StorageUnavailable
 from cache_server.hot import HotEntries, ReadStamp
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 from tests.support.api import put_ok, sha
 from tests.support.clock import ManualMonotonic
+from tests.support.migrated import migrated
 
 NS = "hot"
 URL = f"/v1/namespaces/{NS}/entries"
@@ -65,7 +65,7 @@ def test_a_read_again_within_the_moment_needs_neither_the_index_nor_the_store(
 
 
 def build_services_for(settings: Settings, monotonic: ManualMonotonic | None = None) -> Services:
-    upgrade(settings)
+    migrated(settings)
     return build_services(settings, monotonic=monotonic or ManualMonotonic())
 
 

@@ -16,7 +16,6 @@ from cache_protocol import SHA256_HEADER
 from cache_server.admin.packing import UNREADABLE_RETRY_SECONDS, LoosePacker
 from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
-from cache_server.migrate import upgrade
 from cache_server.packs import PACK_BYTES, PACK_MIN_MEMBERS
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
@@ -25,6 +24,7 @@ from cache_server.wiring import build_services
 from tests.support.api import put_ok, sha
 from tests.support.apps import client_for, services_of
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
+from tests.support.migrated import migrated
 from tests.support.packs import (
     NS,
     URL,
@@ -296,7 +296,7 @@ def test_on_gcs_entries_put_one_at_a_time_come_back_in_one_ranged_read(
     endpoint: str = request.getfixturevalue("fake_gcs_endpoint")
     bucket: str = request.getfixturevalue("gcs_bucket")
     settings = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, pack_interval_seconds=3600)
-    upgrade(settings)
+    migrated(settings)
     store = GcsBlobStore(bucket, "cache", endpoint=endpoint, retries=2, backoff=0.05)
     with TestClient(create_app(settings, build_services(settings, store=store))) as client:
         data = entries(20)

@@ -13,7 +13,6 @@ from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
-from cache_server.migrate import upgrade
 from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
 from cache_server.settings import Settings
 from cache_server.storage.base import PACK_DIR
@@ -22,6 +21,7 @@ from cache_server.wiring import build_services
 from tests.support.api import member, sha, tar_of
 from tests.support.apps import client_for, services_of
 from tests.support.gcs_emulator import fake_gcs_endpoint, gcs_bucket  # noqa: F401 - fixtures
+from tests.support.migrated import migrated
 from tests.support.packs import (
     URL,
     bundle,
@@ -153,7 +153,7 @@ def test_a_gcs_bundle_reads_a_pack_in_one_request_not_one_per_entry(
     bucket: str = request.getfixturevalue("gcs_bucket")
     calls = count_gcs_reads(monkeypatch)
     settings = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0)
-    upgrade(settings)
+    migrated(settings)
     store = GcsBlobStore(bucket, "cache", endpoint=endpoint, retries=2, backoff=0.05)
     with TestClient(create_app(settings, build_services(settings, store=store))) as client:
         data = entries(40)

@@ -18,13 +18,13 @@ from cache_protocol.tar import END, TarReader
 from cache_server.app import create_app
 from cache_server.errors import DigestConflict, QuotaExceeded, TokenRevoked
 from cache_server.index.entries import EntryRecord
-from cache_server.migrate import upgrade
 from cache_server.service import OpenedEntry
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.local import MAGIC
 from cache_server.wiring import Services, build_services
 from tests.support.api import sha, stream_member
+from tests.support.migrated import migrated
 
 NS = "team-a"
 TOKEN, OTHER = "0123456789ab", "ba9876543210"  # token ids, as a blob's metadata names its uploader
@@ -36,7 +36,7 @@ def running(tmp_path: Path, **overrides: Any) -> Iterator[Services]:
     settings = Settings(
         data_dir=tmp_path / "data", access_flush_seconds=60.0, gc_interval_seconds=0, **overrides
     )
-    upgrade(settings)
+    migrated(settings)
     services = build_services(settings)
     try:
         yield services

@@ -16,7 +16,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from client import warming as warm_module
 from client.fingerprint import namespace_id
@@ -25,6 +24,7 @@ from client.frameworks.torch_xla import build_fingerprint
 from tests.support.asgi_transport import PortalASGITransport
 from tests.support.client_kit import FACTS, FakeTorchXla, RealServer
 from tests.support.fake_server import FakeCacheServer
+from tests.support.migrated import migrated
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def real_server(
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("server") / "data", access_flush_seconds=60.0, **server_settings
     )
-    upgrade(settings)
+    migrated(settings)
     app = create_app(settings)
     with TestClient(app) as http:
         assert http.portal is not None  # the event loop the lifespan runs on; requests go to the same one

@@ -100,9 +100,13 @@ def test_second_job_after_a_wipe_compiles_nothing(
         )
 
 
+SPMD_SHAPES = 10  # each shape is one more compile on four devices, twice; ten show every shape round-trips
+
+
 def test_spmd_over_four_cpu_devices(live_server: LiveServer, tmp_path: Path) -> None:
     env = {"CPU_NUM_DEVICES": "4"}
-    args = ["--server", live_server.url, "--cache-dir", str(tmp_path / "cache"), "--shapes", "50", "--spmd"]
+    cache = str(tmp_path / "cache")
+    args = ["--server", live_server.url, "--cache-dir", cache, "--shapes", str(SPMD_SHAPES), "--spmd"]
     first = run_job(args, env)
     fingerprint = first.warm["fingerprint"]
     assert (fingerprint["spmd"], fingerprint["global_device_count"], fingerprint["process_index"]) == (
@@ -110,12 +114,12 @@ def test_spmd_over_four_cpu_devices(live_server: LiveServer, tmp_path: Path) -> 
         4,
         None,
     )
-    assert first.counters["UncachedCompile"] == 50 and first.data["upload"]["uploaded"] == 50
+    assert first.counters["UncachedCompile"] == SPMD_SHAPES == first.data["upload"]["uploaded"]
     shutil.rmtree(tmp_path / "cache")
     second = run_job(args, env)
     assert second.warm["namespace"] == first.warm["namespace"]
-    assert second.warm["downloaded_entries"] == 50
-    assert second.counters["PersistentCacheHit"] == 50
+    assert second.warm["downloaded_entries"] == SPMD_SHAPES
+    assert second.counters["PersistentCacheHit"] == SPMD_SHAPES
     assert second.counters["UncachedCompile"] == 0
     assert second.data["digests"] == first.data["digests"]
 

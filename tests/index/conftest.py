@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from cache_server.index import Database, EntryRepository
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.support.databases import fresh_database_url
 
@@ -18,19 +17,25 @@ def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sett
         yield Settings(data_dir=tmp_path / "data", database_url=url)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def migrated_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    """Settings whose index is an empty database of each kind at the newest migration (a copy of one
+    migrated once: tests/support/migrated.py)."""
+    with fresh_database_url(request.param, tmp_path, at_head=True) as url:
+        yield Settings(data_dir=tmp_path / "data", database_url=url)
+
+
 @pytest.fixture
-def repo(db_settings: Settings) -> Iterator[EntryRepository]:
+def repo(migrated_settings: Settings) -> Iterator[EntryRepository]:
     """The entries repository over a migrated, empty database of each kind."""
-    upgrade(db_settings)
-    database = Database.from_settings(db_settings)
+    database = Database.from_settings(migrated_settings)
     yield EntryRepository(database)
     database.dispose()
 
 
 @pytest.fixture
-def database(db_settings: Settings) -> Iterator[Database]:
+def database(migrated_settings: Settings) -> Iterator[Database]:
     """The index's Database over a migrated, empty database of each kind."""
-    upgrade(db_settings)
-    db = Database.from_settings(db_settings)
+    db = Database.from_settings(migrated_settings)
     yield db
     db.dispose()

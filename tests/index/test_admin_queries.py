@@ -12,7 +12,6 @@ from cache_server.auth import Role
 from cache_server.domain import utcnow
 from cache_server.errors import Unauthorized
 from cache_server.index import AdminRepository
-from cache_server.migrate import upgrade
 from cache_server.service import OpenedEntry
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
@@ -21,9 +20,8 @@ from tests.support.real_entries import real_entries
 
 
 @pytest.fixture
-def services(db_settings: Settings) -> Iterator[Services]:
-    upgrade(db_settings)
-    built = build_services(db_settings)
+def services(migrated_settings: Settings) -> Iterator[Services]:
+    built = build_services(migrated_settings)
     yield built
     built.stop()
 

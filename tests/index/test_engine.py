@@ -13,7 +13,6 @@ from sqlalchemy.engine import make_url
 
 from cache_server.errors import IndexUnavailable
 from cache_server.index import Database, EntryRepository
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from tests.support.databases import fresh_database_url
 from tests.support.server import free_port
@@ -37,9 +36,10 @@ def finishes(call: Callable[[], object], within: float = 30.0) -> BaseException 
     return raised[0] if raised else None
 
 
-def test_pool_settings_reach_the_engine(db_settings: Settings) -> None:
-    upgrade(db_settings)
-    tight = db_settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout": 0.3})
+def test_pool_settings_reach_the_engine(migrated_settings: Settings) -> None:
+    tight = migrated_settings.model_copy(
+        update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout": 0.3}
+    )
     db = Database.from_settings(tight)
     try:
         db.ping()
@@ -58,8 +58,7 @@ def test_pool_settings_reach_the_engine(db_settings: Settings) -> None:
 @pytest.fixture
 def proxied_postgres(tmp_path: Path) -> Iterator[tuple[Settings, TcpProxy]]:
     """Settings of a fresh PostgreSQL database reached through a proxy the test can cut."""
-    with fresh_database_url("postgresql", tmp_path) as url:
-        upgrade(Settings(database_url=url))
+    with fresh_database_url("postgresql", tmp_path, at_head=True) as url:
         parsed = make_url(url)
         with tcp_proxy(parsed.host or "127.0.0.1", parsed.port or 5432) as proxy:
             proxied = parsed.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)

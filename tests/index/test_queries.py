@@ -94,9 +94,9 @@ def test_timestamps_come_back_as_the_same_instant_in_utc(repo: EntryRepository) 
 
 
 def test_timestamps_written_as_other_text_still_read_as_utc(
-    repo: EntryRepository, db_settings: Settings
+    repo: EntryRepository, migrated_settings: Settings
 ) -> None:
-    database = Database.from_settings(db_settings)  # another connection to the repository's database
+    database = Database.from_settings(migrated_settings)  # another connection to the repository's database
     if database.engine.dialect.name != "sqlite":
         pytest.skip("only SQLite keeps timestamps as text (written by another tool, or CURRENT_TIMESTAMP)")
     put(repo, "k", 1, at=utcnow())

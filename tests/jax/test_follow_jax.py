@@ -1,4 +1,8 @@
-"""Two JAX jobs started together, both following: what one compiles reaches the other while it runs."""
+"""Two JAX jobs started together, both following: what one compiles reaches the other while it runs.
+
+The server and both cache directories start empty, so every shape was compiled afresh by at least one of the
+two: the two agreeing on every shape is each loaded output matching a fresh compile (no third job needed).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.following_jobs import run_following_pair
-from tests.support.jax_jobs import JOB, JOB_TIMEOUT, jax_env, run_jax_job
+from tests.support.jax_jobs import JOB, JOB_TIMEOUT, jax_env
 from tests.support.server import run_server
 
 SHAPES = 200
@@ -21,9 +25,6 @@ def test_two_following_jax_jobs_compile_well_under_twice_the_shapes(tmp_path: Pa
     # A server of its own: the other JAX tests run the same function in the same namespace.
     with run_server(tmp_path / "server") as server:
         results = run_following_pair(JOB, server.url, tmp_path, SHAPES, env=env, timeout=JOB_TIMEOUT)
-    reference, _ = run_jax_job(
-        ["--no-warm", "--cache-dir", str(tmp_path / "reference"), "--shapes", str(SHAPES)]
-    )
     misses = [r["misses"] for r in results]
     hits = [r["hits"] for r in results]
     print(
@@ -31,7 +32,8 @@ def test_two_following_jax_jobs_compile_well_under_twice_the_shapes(tmp_path: Pa
         f"({sum(misses)} together, {sum(misses) / SHAPES:.2f}x the shapes; without following 2.00x), "
         f"loaded {hits}"
     )
-    for result in results:
-        assert result["digests_by_shape"] == reference["digests_by_shape"]
+    first, second = (r["digests_by_shape"] for r in results)
+    assert len(first) == SHAPES and first == second  # each shape compiled afresh by one of them at least
+    assert all(r["hits"] + r["misses"] == SHAPES for r in results)
     assert sum(hits) > 0
     assert sum(misses) < 1.8 * SHAPES

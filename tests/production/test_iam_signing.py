@@ -22,7 +22,6 @@ from google.auth.compute_engine import _metadata
 
 from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore, signing
 from cache_server.storage.gcs.transport import SCOPES
@@ -30,6 +29,7 @@ from cache_server.wiring import Services, build_services
 from tests.support.api import put_ok
 from tests.support.gcs_keys import SIGNER, verify_v4
 from tests.support.iam_signer import FakeIamSigner, FakeMetadataServer, MetadataCredentials
+from tests.support.migrated import migrated
 from tests.support.server import free_port
 from tests.support.wait import wait_until
 
@@ -83,7 +83,7 @@ def serve(tmp_path: Path, gcs_bucket: str) -> Iterator[Serve]:
             signed_url_seconds=EXPIRES,
             access_flush_seconds=60.0,
         )
-        upgrade(settings)
+        migrated(settings)
         services = build_services(settings, store=store)
         client = TestClient(create_app(settings, services))
         client.__enter__()

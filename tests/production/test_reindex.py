@@ -13,13 +13,14 @@ from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.domain import utcnow
 from cache_server.index import Database, EntryRepository
-from cache_server.migrate import downgrade, upgrade
+from cache_server.migrate import downgrade
 from cache_server.reindex import Reindexer
 from cache_server.settings import Settings
 from cache_server.storage.local import LocalBlobStore
 from cache_server.wiring import build_services
 from tests.support.api import sha
 from tests.support.deployment import Deployment
+from tests.support.migrated import migrated
 
 DEPLOYMENTS = ["sqlite-local", "postgresql-local", "sqlite-gcs", "postgresql-gcs"]
 
@@ -33,7 +34,7 @@ ENTRIES = {
 @pytest.mark.parametrize("deployment", DEPLOYMENTS, indirect=True)
 def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Path) -> None:
     settings = deployment.settings(tmp_path / "data", access_flush_seconds=60.0)
-    upgrade(settings)
+    migrated(settings)
     services = build_services(settings)
     with TestClient(create_app(settings, services)) as client:
         for (ns, key), data in ENTRIES.items():
@@ -86,7 +87,7 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[tuple[EntryRepository, LocalBlobStore]]:
     settings = Settings(data_dir=tmp_path / "data")
-    upgrade(settings)
+    migrated(settings)
     database = Database.from_settings(settings)
     yield EntryRepository(database), LocalBlobStore(tmp_path / "blobs")
     database.dispose()

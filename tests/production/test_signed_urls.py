@@ -18,12 +18,12 @@ from google.oauth2 import service_account
 
 from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import Services, build_services
 from tests.support.api import put_ok, sha
 from tests.support.gcs_keys import key_info, verify_v4
+from tests.support.migrated import migrated
 
 NS = "tpu-v5e-8"
 EXPIRES = 120
@@ -43,7 +43,7 @@ def gcs_service(
         signed_url_seconds=seconds,
         access_flush_seconds=60.0,
     )
-    upgrade(settings)
+    migrated(settings)
     store = GcsBlobStore(bucket, "cache", endpoint=endpoint, credentials=credentials)
     return build_services(settings, store=store)
 

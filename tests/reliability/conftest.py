@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,15 +29,14 @@ def gcs_bucket(fake_gcs_endpoint: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def server_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Variables for the server processes of this suite: one bytecode cache that they all share.
+def server_env(shared_bytecode: Path) -> dict[str, str]:
+    """Variables for the server processes of this suite: the session's one bytecode cache.
 
-    This suite starts ``xla-cache-server serve`` some thirty times. Where ``PYTHONDONTWRITEBYTECODE`` is set
-    (as in this project's containers) every start compiles FastAPI, SQLAlchemy and the rest again, about two
-    seconds of CPU per process; a private ``PYTHONPYCACHEPREFIX`` (nothing is written into the environment)
-    makes every start after the first one import from bytecode instead. The servers run the same code.
+    This suite starts ``xla-cache-server serve`` some thirty times; each start after the first one imports
+    FastAPI, SQLAlchemy and the rest from bytecode instead of compiling them again (about two seconds of CPU
+    per process; see ``shared_bytecode`` in tests/conftest.py, which sets these for every process).
     """
     return {
         "PYTHONDONTWRITEBYTECODE": "",  # empty is unset, for Python
-        "PYTHONPYCACHEPREFIX": str(tmp_path_factory.mktemp("pycache")),
+        "PYTHONPYCACHEPREFIX": str(shared_bytecode),
     }

@@ -20,11 +20,11 @@ import httpx
 import pytest
 
 from cache_protocol import SHA256_HEADER
-from cache_server.migrate import upgrade
 from cache_server.wiring import build_services
 from tests.support.api import sha
 from tests.support.deployment import Deployment
 from tests.support.harness import MIB, BlobView, Crashable, IndexView
+from tests.support.migrated import migrated
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
 
@@ -177,7 +177,7 @@ def seed(deployment: Deployment, data_dir: Path, namespace: str, count: int, rng
     """Store ``count`` small entries directly through the services (faster than HTTP); returns bytes."""
     settings = deployment.settings(data_dir, access_flush_seconds=60.0)
     if deployment.database == "sqlite":
-        upgrade(settings)
+        migrated(settings)
     services = build_services(settings)
     entries = {f"e{i:05d}": rng.randbytes(rng.randint(1000, 3000)) for i in range(count)}
     try:

@@ -20,11 +20,11 @@ import pytest
 
 from cache_server.app import create_app
 from cache_server.auth import Role
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
 from tests.support.api import put
 from tests.support.databases import fresh_database_url
+from tests.support.migrated import migrated
 from tests.support.threaded_server import serve_in_thread
 
 OUT_OF_RANGE: tuple[int, ...] = (2**63, -1, 10**30)
@@ -144,7 +144,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         settings = Settings(
             data_dir=tmp_path / "data", database_url=database_url, access_flush_seconds=60.0, packs=True
         )
-        upgrade(settings)
+        migrated(settings)
         services = build_services(settings)
         services.tokens.create(PATH_VALUES["token"], Role.WRITE)  # for the purge's dry run to find
         with serve_in_thread(create_app(settings, services)) as url:

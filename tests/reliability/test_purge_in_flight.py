@@ -20,11 +20,11 @@ import pytest
 
 from cache_protocol.tar import END
 from cache_server.auth import Role
-from cache_server.migrate import upgrade
 from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from cache_server.wiring import build_services
 from tests.support.api import bearer, entry_url, put_at, stream_member
+from tests.support.migrated import migrated
 from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
@@ -46,7 +46,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, server_env: dict[str, s
     """One server with auth on, an admin token and a write token (limited to team-*) per test."""
     data_dir = tmp_path_factory.mktemp("purge")
     settings = Settings(data_dir=data_dir)
-    upgrade(settings)
+    migrated(settings)
     services = build_services(settings)
     try:
         admin, _ = services.tokens.create("ops", Role.ADMIN)

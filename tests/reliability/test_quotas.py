@@ -14,11 +14,11 @@ import zstandard
 
 from cache_server.auth import Role, TokenManager
 from cache_server.index import Database, TokenRepository
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.local import LocalBlobStore
 from tests.support.api import bearer, member, post_bulk, put, tar_of
+from tests.support.migrated import migrated
 from tests.support.server import LiveServer, run_server
 
 MIB = 1024 * 1024
@@ -60,7 +60,7 @@ def connect(tmp_path: Path, server_env: dict[str, str]) -> Iterator[Connect]:
     """A server with auth on and a namespace cap of 5 per token; a client of it by token name (admin, ci,
     other, maker), closed afterwards."""
     settings = Settings(data_dir=tmp_path, auth=True)
-    upgrade(settings)
+    migrated(settings)
     database = Database.from_settings(settings)
     manager = TokenManager(TokenRepository(database))
     tokens = {"admin": manager.create("ops", Role.ADMIN)[0]}

@@ -43,12 +43,12 @@ from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_server.api.auth import OPEN_ROUTES
 from cache_server.app import create_app
 from cache_server.auth import Role
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import build_services
 from tests.support.api import sha
 from tests.support.gcs_keys import key_info
+from tests.support.migrated import migrated
 from tests.support.threaded_server import serve_in_thread
 
 Operation = schemathesis.APIOperation[Any, Any, Any, Any]
@@ -96,7 +96,7 @@ def target(
         access_flush_seconds=60.0,
         body_timeout_seconds=5.0,
     )
-    upgrade(settings)
+    migrated(settings)
     store = GcsBlobStore(gcs_bucket, "cache", endpoint=fake_gcs_endpoint, credentials=credentials)
     services = build_services(settings, store=store)
     headers = {}

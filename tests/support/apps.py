@@ -8,9 +8,9 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services
+from tests.support.migrated import migrated
 
 __all__ = ["client_for", "services_of"]
 
@@ -18,7 +18,7 @@ __all__ = ["client_for", "services_of"]
 def client_for(tmp_path: Path, **settings: object) -> TestClient:
     """A client of an app whose data directory is ``tmp_path/data`` (migrated), with ``settings`` on top."""
     config = Settings(data_dir=tmp_path / "data", access_flush_seconds=60.0, **settings)  # type: ignore[arg-type]
-    upgrade(config)
+    migrated(config)
     return TestClient(create_app(config))
 
 
