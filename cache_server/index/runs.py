@@ -121,6 +121,15 @@ def pattern_to_like(pattern: str) -> str:
     )
 
 
+def _namespace_matches(pattern: str, *, sqlite: bool) -> ColumnElement[bool]:
+    """The runs whose namespace a token's pattern covers, case-sensitively as the token's check is
+    (``fnmatchcase``). SQLite's LIKE ignores ASCII case, so there it is GLOB, where a pattern's ``*`` and
+    ``?`` mean the same and its other characters (those of namespace names) stand for themselves."""
+    if sqlite:
+        return Run.namespace.op("GLOB")(pattern)
+    return Run.namespace.like(pattern_to_like(pattern), escape="\\")
+
+
 _RUN_COLUMNS = (
     Run.run_id,
     Run.namespace,
@@ -283,9 +292,8 @@ class RunRepository:
         if query.until is not None:
             conditions.append(Run.started_at < query.until)
         if query.patterns is not None:
-            conditions.append(
-                or_(*(Run.namespace.like(pattern_to_like(p), escape="\\") for p in query.patterns))
-            )
+            sqlite = self._db.engine.dialect.name == "sqlite"
+            conditions.append(or_(*(_namespace_matches(p, sqlite=sqlite) for p in query.patterns)))
         stmt = stmt.where(*conditions).order_by(Run.started_at.desc(), Run.run_id).limit(query.limit)
         with self._db.reading() as connection:
             return [_run_info(tuple(row)) for row in connection.execute(stmt)]

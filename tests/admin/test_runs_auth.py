@@ -92,8 +92,15 @@ def test_a_scoped_write_token_sees_only_its_namespaces_runs(
     auth_client.post("/v1/runs", json=report("run-b-000001", "team_b1"), headers=bearer(team_b))
     # "_" in a pattern is itself, not LIKE's any character
     auth_client.post("/v1/runs", json=report("run-x-000001", "teamXb1"), headers=bearer(tokens["write"]))
+    # patterns match case-sensitively, as the token's own check does (SQLite's LIKE would not)
+    auth_client.post("/v1/runs", json=report("run-c-000001", "TEAM-A-9"), headers=bearer(tokens["write"]))
 
-    assert listed(auth_client, tokens["admin"]) == ["run-a-000001", "run-b-000001", "run-x-000001"]
+    assert listed(auth_client, tokens["admin"]) == [
+        "run-a-000001",
+        "run-b-000001",
+        "run-c-000001",
+        "run-x-000001",
+    ]
     assert listed(auth_client, team_a) == ["run-a-000001"]
     assert listed(auth_client, team_b) == ["run-b-000001"]
     assert auth_client.get("/admin/runs/run-a-000001", headers=bearer(team_a)).status_code == 200
