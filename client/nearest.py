@@ -18,10 +18,19 @@ from typing import Any
 from client.api import CacheApi
 from client.deadline import Deadline
 
-__all__ = ["THIN_FRACTION", "NearDifference", "NearNamespace", "ask_nearest", "is_thin", "nearest_line"]
+__all__ = [
+    "ASK_SECONDS",
+    "THIN_FRACTION",
+    "NearDifference",
+    "NearNamespace",
+    "ask_nearest",
+    "is_thin",
+    "nearest_line",
+]
 
 logger = logging.getLogger("xla_cache")
 
+ASK_SECONDS = 2.0  # the most a warm waits for the nearest namespaces (less when its own bound is nearer)
 THIN_FRACTION = 0.1
 """A namespace is thin when it holds fewer entries than this fraction of its nearest populated one's."""
 
@@ -71,7 +80,9 @@ def ask_nearest(
     raises: trouble (an older server, a refusal, a timeout, a body that does not parse) is logged at debug
     level."""
     try:
-        nearest = _parse(api.nearest(namespace, fingerprint or None, deadline))
+        # its own short bound: an answer that explains must not spend the warm's whole timeout
+        bound = Deadline(min(ASK_SECONDS, max(0.0, deadline.remaining())))
+        nearest = _parse(api.nearest(namespace, fingerprint or None, bound))
     except Exception as exc:  # fail-open: this only explains, it must never cost the warm anything
         logger.debug("xla-cache: could not ask for the namespaces nearest to %s: %s", namespace, exc)
         return []

@@ -288,9 +288,18 @@ def _start_background(
             unverified=talked.unverified + (follower.report().unverified if follower is not None else 0),
         )
 
-    reporter = reporter_for(
-        plan, api, baseline=present, unloadable=unloadable, transfers=transfers, unanswered=talked.unavailable
-    )
+    reporter: RunReporter | None = None
+    try:
+        reporter = reporter_for(
+            plan,
+            api,
+            baseline=present,
+            unloadable=unloadable,
+            transfers=transfers,
+            unanswered=talked.unavailable,
+        )
+    except Exception:  # fail-open: a run report only explains; the job goes on without one
+        logger.warning("xla-cache: cannot report this run (the job goes on without a report)", exc_info=True)
     uploading = options.upload and api is not None and not talked.read_only and framework.uploads_here()
     uploader = Uploader(
         api if uploading else None,

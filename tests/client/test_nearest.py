@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,10 @@ import pytest
 from client import warm
 from client.fingerprint import namespace_id
 from client.frameworks.torch_xla import build_fingerprint
-from client.nearest import NearDifference, NearNamespace, nearest_line
+from client.nearest import ASK_SECONDS, NearDifference, NearNamespace, nearest_line
 from tests.support.client_kit import FACTS, RealServer
 from tests.support.fake_server import FakeCacheServer
+from tests.support.http_stub import Recorded, Reply
 
 TIMEOUT = 5.0
 FAST = "--xla_cpu_enable_fast_math=true"
@@ -73,6 +76,32 @@ def test_trouble_asking_is_ignored(fake_server: FakeCacheServer, tmp_path: Path)
     fp = build_fingerprint(FACTS, env={"XLA_FLAGS": FAST})
     report = warm(fake_server.url, tmp_path, initialize=False, fingerprint=fp, timeout=TIMEOUT)
     assert report.errors == [] and report.nearest == []
+
+
+class SlowNearest(FakeCacheServer):
+    """An older fake server whose nearest route takes its time (ten seconds, or until released)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = threading.Event()
+
+    def answer(self, request: Recorded) -> Reply:
+        if request.path.endswith("/nearest"):
+            self.released.wait(10)
+        return super().answer(request)
+
+
+def test_a_slow_answer_costs_the_warm_at_most_its_short_bound(tmp_path: Path) -> None:
+    fp = build_fingerprint(FACTS, env={"XLA_FLAGS": FAST})
+    with SlowNearest() as server:
+        try:
+            started = time.monotonic()
+            report = warm(server.url, tmp_path, initialize=False, fingerprint=fp, timeout=30.0)
+            took = time.monotonic() - started
+        finally:
+            server.released.set()
+    assert report.errors == [] and report.nearest == []
+    assert ASK_SECONDS <= took < ASK_SECONDS + 3.0  # not the warm's 30 s
 
 
 def test_the_line_reads_ages_counts_and_several_fields() -> None:

@@ -27,6 +27,7 @@ from cache_protocol.runs import (
     REPORT_INTERVAL_SECONDS,
     RUN_ID_PATTERN,
 )
+from client import warming
 from client.api import CacheApi
 from client.cachedir import LocalFile, scan
 from client.config import run_report_settings
@@ -422,3 +423,22 @@ def test_warm_names_its_run_and_reports_can_be_turned_off(
     monkeypatch.setenv("XLA_CACHE_RUN_REPORTS", "0")
     again = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=10.0)
     assert again.run_id is None and client.run_report() is None
+
+
+def test_a_reporter_that_cannot_start_costs_the_job_nothing_but_a_warning(
+    fake_torch_xla: FakeTorchXla,
+    real_server: RealServer,
+    fingerprint: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> RunReporter:
+        raise RuntimeError("the framework's counters could not be read")
+
+    monkeypatch.setattr(warming, "reporter_for", broken)
+    with caplog.at_level(logging.WARNING, logger="xla_cache"):
+        report = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=10.0)
+    assert report.errors == [] and report.run_id is None and client.run_report() is None
+    assert any("cannot report this run" in r.getMessage() for r in caplog.records)
+    client.stop()
