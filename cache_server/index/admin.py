@@ -19,7 +19,15 @@ from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo, Re
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
 from cache_server.index.entries import entry_info, namespace_info, stored_per_namespace
-from cache_server.index.models import NO_TOKEN, DailyStats, Entry, EntryGraph, EntryTotals, Namespace
+from cache_server.index.models import (
+    NO_TOKEN,
+    DailyStats,
+    Entry,
+    EntryGraph,
+    EntryTotals,
+    GraphCount,
+    Namespace,
+)
 from cache_server.index.tombstones import Removed, bury
 
 __all__ = ["AdminRepository", "EvictionCandidate", "GraphGroup", "GraphRecord"]
@@ -219,20 +227,20 @@ class AdminRepository:
     def top_graphs(self, limit: int, namespace: str | None = None, examples: int = 3) -> list[GraphGroup]:
         """The modules with the most distinct shape signatures, with a few of their shapes as examples.
 
-        Ranked from ``entry_graphs`` alone (an index-only walk of ``ix_entry_graphs_module_signature``: every
-        row there has its entry, the foreign key sees to it); the entries' bytes and hits are summed for the
-        ``limit`` groups shown only.
+        Ranked from ``graph_counts`` (kept by triggers on ``entry_graphs``, migration 0012): a namespace's
+        off ``ix_graph_counts_ranking``, all of them by sorting one row per graph. The entries' bytes and
+        hits are summed for the ``limit`` groups shown only.
         """
-        variants = func.count(func.distinct(EntryGraph.signature))
         stmt = (
-            select(EntryGraph.namespace, EntryGraph.module, variants, func.count())
-            .where(EntryGraph.module.is_not(None))
-            .group_by(EntryGraph.namespace, EntryGraph.module)
-            .order_by(variants.desc(), func.count().desc(), EntryGraph.namespace, EntryGraph.module)
+            select(GraphCount.namespace, GraphCount.module, GraphCount.variants, GraphCount.entries)
+            .where(GraphCount.entries > 0)
+            .order_by(
+                GraphCount.variants.desc(), GraphCount.entries.desc(), GraphCount.namespace, GraphCount.module
+            )
             .limit(limit)
         )
         if namespace is not None:
-            stmt = stmt.where(EntryGraph.namespace == namespace)
+            stmt = stmt.where(GraphCount.namespace == namespace)
         joined = (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key)
         groups: list[GraphGroup] = []
         with self._db.transaction() as session:
@@ -359,6 +367,7 @@ class AdminRepository:
                 delete(Namespace).where(Namespace.name == namespace).returning(Namespace.name)
             )
             session.execute(delete(EntryTotals).where(EntryTotals.namespace == namespace))
+            session.execute(delete(GraphCount).where(GraphCount.namespace == namespace))
             return result.first() is not None
 
     def referenced_packs(self, pack_ids: Sequence[str]) -> set[str]:

@@ -37,6 +37,7 @@ __all__ = [
     "EntryFeed",
     "EntryGraph",
     "EntryTotals",
+    "GraphCount",
     "Namespace",
     "Quota",
     "Run",
@@ -256,6 +257,39 @@ class EntryGraph(Base):
     shapes: Mapped[str | None] = mapped_column(Text, nullable=True)
     source: Mapped[str | None] = mapped_column(String(512), nullable=True)
     parsed_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class GraphCount(Base):
+    """One graph (HLO module) of a namespace: how many distinct shape signatures (``variants``) and how many
+    ``entry_graphs`` rows (``entries``) it has now.
+
+    Kept by triggers on ``entry_graphs`` (migration 0012) as ``entry_totals`` is by triggers on ``entries``:
+    in the transaction of every statement that inserts, deletes or changes a graph's row (parsing, reindex,
+    the foreign key's cascade from every deletion of an entry), so ``GET /admin/graphs`` ranks a namespace's
+    graphs off ``ix_graph_counts_ranking`` instead of counting its rows. Rows may stay at zero (the ranking
+    skips them); a namespace's go with it. No foreign key, as for ``entry_totals``.
+
+    A later migration that rebuilds ``entry_graphs`` on SQLite (``batch_alter_table``) drops the triggers
+    with the table and must create them again (``tests/index/test_graph_counts.py`` would fail).
+    """
+
+    __tablename__ = "graph_counts"
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    module: Mapped[str] = mapped_column(String(256), primary_key=True)
+    variants: Mapped[int] = mapped_column(BigInteger)
+    entries: Mapped[int] = mapped_column(BigInteger)
+
+
+# A namespace's graphs in the bucketing report's order, read off the index: most variants, then most
+# entries, then by name.
+Index(
+    "ix_graph_counts_ranking",
+    GraphCount.namespace,
+    GraphCount.variants.desc(),
+    GraphCount.entries.desc(),
+    GraphCount.module,
+)
 
 
 class EntryFeed(Base):

@@ -1,0 +1,199 @@
+"""graph_counts (kept by triggers on entry_graphs, migration 0012) stays equal to a fresh count of each
+graph's distinct signatures and rows, on SQLite and PostgreSQL: through parsing, reindex, every way an entry
+goes (eviction, delete, purge, gc, a namespace's deletion), writers at once, and the migration's backfill."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from sqlalchemy import func, insert, inspect, select, update
+
+from cache_server.domain import utcnow
+from cache_server.index import AdminRepository, Database, EntryRepository
+from cache_server.index.admin import GraphRecord
+from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace
+from cache_server.migrate import downgrade, upgrade
+from cache_server.settings import Settings
+from tests.support.entry_records import record
+
+Counts = dict[tuple[str, str], tuple[int, int]]
+
+
+def counted(db: Database) -> Counts:
+    """(variants, entries) per namespace and module, counted afresh over ``entry_graphs``."""
+    stmt = (
+        select(
+            EntryGraph.namespace,
+            EntryGraph.module,
+            func.count(func.distinct(EntryGraph.signature)),
+            func.count(),
+        )
+        .where(EntryGraph.module.is_not(None))
+        .group_by(EntryGraph.namespace, EntryGraph.module)
+    )
+    with db.transaction() as session:
+        return {(ns, str(m)): (int(v), int(n)) for ns, m, v, n in session.execute(stmt)}
+
+
+def kept(db: Database) -> Counts:
+    """The ``graph_counts`` rows that are not zero."""
+    with db.transaction() as session:
+        rows = session.scalars(select(GraphCount)).all()
+    assert all(row.variants >= 0 and row.entries >= row.variants for row in rows)
+    return {(r.namespace, r.module): (r.variants, r.entries) for r in rows if r.variants or r.entries}
+
+
+def assert_consistent(db: Database) -> Counts:
+    found = kept(db)
+    assert found == counted(db)
+    return found
+
+
+def graph(namespace: str, key: str, module: str | None, shape: int | None) -> GraphRecord:
+    """What parsing found for one entry: ``module`` at the shape ``f32[shape]`` (its signature)."""
+    if module is None or shape is None:
+        return GraphRecord(namespace, key, module)
+    return GraphRecord(namespace, key, module, f"sig{shape}", f"(f32[{shape}]) -> (f32[])")
+
+
+def test_every_write_keeps_the_counts(database: Database) -> None:
+    entries, admin = EntryRepository(database), AdminRepository(database)
+    now = utcnow()
+    entries.record_new_entries([record("a", f"k{i}", 10, "t1" if i < 40 else None) for i in range(60)])
+    entries.record_new_entries([record("b", f"k{i}", 10) for i in range(10)])
+    # parsing: in a batch (statement per batch), one at a time, a repeated signature, an unparseable entry
+    assert admin.record_graphs([graph("a", f"k{i}", "m1", i % 25) for i in range(50)]) == 50
+    assert admin.record_graph(graph("a", "k50", "m2", 1))
+    assert admin.record_graph(graph("a", "k51", "m2", 1))  # same shapes, another key: not a new variant
+    assert admin.record_graph(graph("a", "k52", None, None))  # a TPU executable: no module, not counted
+    assert admin.record_graph(graph("a", "k53", "m2", None))  # a module without a signature: an entry only
+    assert admin.record_graphs([graph("b", f"k{i}", "m1", i) for i in range(10)]) == 10
+    admin.record_graphs([graph("a", "k0", "m1", 99)])  # parsed already: nothing changes
+    assert not admin.record_graph(graph("a", "gone", "m1", 7))  # evicted while parsed: nothing recorded
+    assert assert_consistent(database) == {("a", "m1"): (25, 50), ("a", "m2"): (1, 3), ("b", "m1"): (10, 10)}
+
+    # reindex: rows found again, then parsed again
+    assert (
+        entries.add_missing_entries([record("a", "k0", 1), record("c", "r1", 7), record("c", "r2", 8)]) == 2
+    )
+    admin.record_graphs([graph("c", "r1", "m1", 1), graph("c", "r2", "m1", 2)])
+    assert_consistent(database)
+
+    # eviction of half of a variant's entries keeps the variant; of the rest, takes it off
+    admin.delete_entries([("a", f"k{i}") for i in range(25)], policy="lru", when=now, count_evictions=True)
+    assert kept(database)[("a", "m1")] == (25, 25)
+    entries.delete_entry("a", "k25", policy="admin", when=now)  # DELETE of one entry: its last row
+    assert kept(database)[("a", "m1")] == (24, 24)
+    admin.delete_entries(
+        [(ref.namespace, ref.key) for ref in admin.iter_stored_by(["t1"])], policy="purge", when=now
+    )  # purge
+    admin.delete_entries([("a", "k50"), ("a", "nothing")], policy="lost", when=now)  # gc's dropped rows
+    assert_consistent(database)
+    assert kept(database)[("a", "m2")] == (1, 2)
+    # a row changed in place (nothing does it today; the trigger keeps it exact all the same)
+    with database.transaction() as session:
+        session.execute(update(EntryGraph).where(EntryGraph.key == "k51").values(signature="sig2"))
+        session.execute(
+            update(EntryGraph).where(EntryGraph.key == "k53").values(module="m3", signature="sig2")
+        )
+    assert assert_consistent(database)[("a", "m2")] == (1, 1)
+
+    for key, _ in admin.keys_page("c", after=None, limit=100):  # delete a namespace
+        admin.delete_entries([("c", key)], policy="lost", when=utcnow())
+    assert admin.drop_namespace_row("c")
+    assert admin.drop_namespace_row("b")  # the foreign key's cascade takes its entries' graphs
+    assert_consistent(database)
+    with database.transaction() as session:
+        assert (
+            session.scalars(select(GraphCount.namespace).where(GraphCount.namespace.in_(["b", "c"]))).all()
+            == []
+        )
+
+    # the report ranks from these rows: most variants, then most entries, then by name; zero rows skipped
+    admin.delete_entries([("a", "k51")], policy="lru", when=now)
+    ranked = GraphVariantsRepository(database).top("a", top=10, per_graph=5)
+    assert [(g.module, g.variants, g.entries, len(g.shapes)) for g in ranked] == [
+        ("m1", 10, 10, 5),
+        ("m3", 1, 1, 0),
+    ]
+
+
+def test_concurrent_parsing_and_evictions_lose_no_count(database: Database) -> None:
+    """Writers that record the same new signatures under other keys, and evict, all at once."""
+    entries, admin = EntryRepository(database), AdminRepository(database)
+    entries.record_new_entries([record("shared", f"{w}-{i}", 3) for w in ("p", "q", "r") for i in range(120)])
+    errors: list[BaseException] = []
+    start = threading.Barrier(3)
+
+    def run(work: Callable[[], None]) -> None:
+        try:
+            start.wait()
+            work()
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    def parse(writer: str) -> None:  # both writers see every shape as new at the same moments
+        for part in range(12):
+            admin.record_graphs(
+                [graph("shared", f"{writer}-{i}", "m", i) for i in range(part * 10, part * 10 + 10)]
+            )
+
+    def evict() -> None:
+        admin.record_graphs([graph("shared", f"r-{i}", "m", i) for i in range(120)])
+        for part in range(12):
+            victims = [("shared", f"r-{i}") for i in range(part * 10, part * 10 + 10)]
+            admin.delete_entries(victims, policy="lru", when=utcnow(), count_evictions=True)
+
+    threads = [
+        threading.Thread(target=run, args=(w,)) for w in (lambda: parse("p"), lambda: parse("q"), evict)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert assert_consistent(database) == {("shared", "m"): (120, 240)}
+
+
+def test_migration_backfills_and_downgrades(db_settings: Settings) -> None:
+    upgrade(db_settings, "0011")
+    db = Database.from_settings(db_settings)
+    try:
+        now = utcnow()
+        with db.transaction() as session:
+            session.execute(
+                insert(Namespace),
+                [
+                    {"name": n, "fingerprint": {}, "labels": {}, "created_at": now, "last_used_at": now}
+                    for n in "ab"
+                ],
+            )
+            session.execute(insert(Entry), [record(ns, f"k{i}", 1).row() for ns in "ab" for i in range(30)])
+            session.execute(
+                insert(EntryGraph),
+                [
+                    {
+                        "namespace": ns,
+                        "key": f"k{i}",
+                        "module": "m" if i < 20 else None,
+                        "signature": f"s{i % 7}",
+                    }
+                    for ns in "ab"
+                    for i in range(30)
+                ],
+            )
+        upgrade(db_settings)
+        assert assert_consistent(db) == {("a", "m"): (7, 20), ("b", "m"): (7, 20)}
+        AdminRepository(db).delete_entries([("a", "k0")], policy="lru", when=now)  # the triggers are in place
+        assert assert_consistent(db)[("a", "m")] == (7, 19)
+        downgrade(db_settings, "0011")
+        with db.engine.connect() as conn:
+            assert "graph_counts" not in inspect(conn).get_table_names()
+        with db.transaction() as session:  # no trigger left behind to write into a missing table
+            session.execute(EntryGraph.__table__.delete().where(EntryGraph.key == "k1"))
+        upgrade(db_settings)  # the backfill counts afresh
+        assert assert_consistent(db) == {("a", "m"): (7, 18), ("b", "m"): (7, 19)}
+    finally:
+        db.dispose()
