@@ -14,7 +14,13 @@ from pydantic import BaseModel, Field
 
 from cache_server.api.deps import GraphsDep
 from cache_server.graphs.bucketing import VALUES_SHOWN
-from cache_server.graphs.report import DEFAULT_VARIANTS_READ, MAX_TOP, MAX_VARIANTS_READ, GraphReport
+from cache_server.graphs.report import (
+    DEFAULT_VARIANTS_READ,
+    MAX_TOP,
+    MAX_VARIANTS_READ,
+    VARIANTS_READ_PER_REPORT,
+    GraphReport,
+)
 
 __all__ = ["GraphsOut", "router"]
 
@@ -22,7 +28,13 @@ router = APIRouter(tags=["admin"])
 
 NAMESPACE = Query(min_length=1, max_length=128, description="The namespace whose graphs are reported.")
 TOP = Query(ge=1, le=MAX_TOP, description="How many graphs: those with the most shape variants.")
-VARIANTS = Query(ge=1, le=MAX_VARIANTS_READ, description="Most variants read and analysed per graph.")
+VARIANTS = Query(
+    ge=1,
+    le=MAX_VARIANTS_READ,
+    description=(
+        f"Most variants read and analysed per graph; {VARIANTS_READ_PER_REPORT:,} in all (or this, if more)."
+    ),
+)
 
 
 class DimensionOut(BaseModel):
@@ -92,8 +104,9 @@ def graphs(
     """The ``top`` graphs of ``namespace`` with the most shape variants: for each, the parameter
     dimensions that vary (their sizes: count, min, max, the smallest few), and for each padding scheme
     (next power of two; next multiple of 8, 64, 128) the compilations it would leave and its mean padding
-    overhead. At most ``variants`` variants of each graph are read (``read`` says how many were). 404 for
-    an unknown namespace."""
+    overhead. At most ``variants`` variants of each graph are read, and
+    :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or ``variants``, if more), shared
+    among the graphs (``read`` says how many were). 404 for an unknown namespace."""
     return GraphsOut(
         namespace=namespace,
         graphs=[GraphReportOut.of(r) for r in reports.report(namespace, top=top, per_graph=variants)],

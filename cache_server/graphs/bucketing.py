@@ -114,27 +114,43 @@ class BucketingReport:
 _Dims = tuple[tuple[int, ...], ...]  # a variant's parameter sizes, parameter by parameter
 
 
-def _outcome(
-    scheme: Scheme, variants: list[_Dims], varying: Sequence[tuple[int, int]], others: int
-) -> SchemeOutcome:
-    # each varying dimension's sizes padded once per distinct size (a graph has thousands of variants
-    # and few distinct sizes)
-    padded_size = {size: scheme.pad(size) for size in {dims[p][d] for dims in variants for p, d in varying}}
-    positions = [
-        (param, [d for p, d in varying if p == param]) for param in dict.fromkeys(p for p, _ in varying)
-    ]
+@dataclass(frozen=True)
+class _Sizes:
+    """The variants reduced to what the schemes need, worked out once for all of them: each variant's sizes
+    of the varying dimensions (``keys``) and its elements in the parameters that have one (``real``); each
+    such parameter as the product of its fixed dimensions and the places of its varying ones in a key (a
+    dimension that does not vary has one size in every variant of the layout)."""
+
+    keys: list[tuple[int, ...]]
+    real: list[int]
+    params: list[tuple[int, tuple[int, ...]]]
+
+
+def _sizes(variants: list[_Dims], varying: Sequence[tuple[int, int]]) -> _Sizes:
+    params: list[tuple[int, tuple[int, ...]]] = []
+    for param in dict.fromkeys(p for p, _ in varying):
+        places = tuple(i for i, (p, _) in enumerate(varying) if p == param)
+        fixed = {d for p, d in varying if p == param}
+        params.append((math.prod(s for d, s in enumerate(variants[0][param]) if d not in fixed), places))
+    keys = [tuple([dims[p][d] for p, d in varying]) for dims in variants]
+    real = [sum(c * math.prod([key[i] for i in places]) for c, places in params) for key in keys]
+    return _Sizes(keys, real, params)
+
+
+def _outcome(scheme: Scheme, sizes: _Sizes, others: int) -> SchemeOutcome:
+    # each size padded once (a graph has thousands of variants and few distinct sizes)
+    padded_size = {size: scheme.pad(size) for size in {size for key in sizes.keys for size in key}}
     buckets: set[tuple[int, ...]] = set()
     overheads: list[float] = []
-    for dims in variants:
-        buckets.add(tuple(padded_size[dims[p][d]] for p, d in varying))
-        real = padded = 0
-        for param, padded_dims in positions:
-            shape = list(dims[param])
-            real += math.prod(shape)
-            for d in padded_dims:
-                shape[d] = padded_size[shape[d]]
-            padded += math.prod(shape)
-        overheads.append((padded - real) / real if real else 0.0)
+    params = sizes.params
+    for key, real in zip(sizes.keys, sizes.real, strict=True):
+        padded_key = tuple([padded_size[size] for size in key])
+        buckets.add(padded_key)
+        if real:
+            padded = sum(c * math.prod([padded_key[i] for i in places]) for c, places in params)
+            overheads.append((padded - real) / real)
+        else:
+            overheads.append(0.0)
     return SchemeOutcome(
         scheme=scheme.name,
         description=scheme.description,
@@ -157,7 +173,7 @@ def analyse(
         dict.fromkeys(tuple((p.element, p.dims, p.dynamic) for p in s.params) for s in signatures)
     )
     if not distinct:
-        return BucketingReport(0, 0, (), tuple(_outcome(s, [], [], 0) for s in schemes))
+        return BucketingReport(0, 0, (), tuple(_outcome(s, _Sizes([], [], []), 0) for s in schemes))
     layouts = [tuple((element, len(dims)) for element, dims, _ in params) for params in distinct]
     common = Counter(layouts).most_common(1)[0][0]
     variants: list[_Dims] = [
@@ -174,10 +190,10 @@ def analyse(
                 found.append(
                     VaryingDimension(param, dim, len(sizes), sizes[0], sizes[-1], tuple(sizes[:values_shown]))
                 )
-    varying = [(v.param, v.dim) for v in found]
+    reduced = _sizes(variants, [(v.param, v.dim) for v in found])
     return BucketingReport(
         variants=len(distinct),
         other_layouts=others,
         varying=tuple(found),
-        schemes=tuple(_outcome(scheme, variants, varying, others) for scheme in schemes),
+        schemes=tuple(_outcome(scheme, reduced, others) for scheme in schemes),
     )

@@ -15,11 +15,35 @@ from cache_server.graphs.shapes import parse_signature
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.names import check_namespace
 
-__all__ = ["MAX_TOP", "MAX_VARIANTS_READ", "GraphReport", "GraphReports"]
+__all__ = [
+    "DEFAULT_VARIANTS_READ",
+    "MAX_TOP",
+    "MAX_VARIANTS_READ",
+    "VARIANTS_READ_PER_REPORT",
+    "GraphReport",
+    "GraphReports",
+    "shares",
+]
 
 MAX_TOP = 100  # graphs one report may list
 MAX_VARIANTS_READ = 5_000  # variants one report may read per graph
-DEFAULT_VARIANTS_READ = 2_000
+DEFAULT_VARIANTS_READ = 2_500  # the seed workload's fuse graph (2,112 shapes at seq 128) is read whole
+# Variants one report reads in all (or ``per_graph``, if more): parsing and analysing cost ~12 us of CPU per
+# variant, so ten graphs of 10,000 variants read 2,000 each took most of a second. Shared by :func:`shares`.
+VARIANTS_READ_PER_REPORT = 4_000
+
+
+def shares(variants: list[int], *, per_graph: int, total: int) -> list[int]:
+    """How many variants to read of each graph (``variants``: how many each has): at most ``per_graph`` of
+    one, at most ``max(total, per_graph)`` in all, shared evenly, what a graph with fewer than its share
+    leaves going to the others (so a namespace whose graphs fit is read whole)."""
+    left = max(total, per_graph)
+    read = [0] * len(variants)
+    by_size = sorted(range(len(variants)), key=variants.__getitem__)
+    for place, index in enumerate(by_size):
+        read[index] = min(variants[index], per_graph, left // (len(variants) - place))
+        left -= read[index]
+    return read
 
 
 @dataclass(frozen=True)
@@ -43,17 +67,24 @@ class GraphReports:
         self._repository = repository
 
     def report(
-        self, namespace: str, *, top: int = 10, per_graph: int = DEFAULT_VARIANTS_READ
+        self,
+        namespace: str,
+        *,
+        top: int = 10,
+        per_graph: int = DEFAULT_VARIANTS_READ,
+        total: int = VARIANTS_READ_PER_REPORT,
     ) -> list[GraphReport]:
         """The ``top`` graphs of ``namespace`` with the most variants, each with its report (at most
-        ``per_graph`` variants read). :class:`NamespaceNotFound` for a namespace never registered."""
+        ``per_graph`` variants read of one, ``max(total, per_graph)`` in all: :func:`shares`).
+        :class:`NamespaceNotFound` for a namespace never registered."""
         check_namespace(namespace)
         if not self._repository.namespace_exists(namespace):
             raise NamespaceNotFound(f"There is no namespace {namespace!r}.")
         reports: list[GraphReport] = []
-        for graph in self._repository.top(
-            namespace, top=min(top, MAX_TOP), per_graph=min(per_graph, MAX_VARIANTS_READ)
-        ):
+        per_graph = min(per_graph, MAX_VARIANTS_READ)
+        ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP))
+        reads = shares([graph.variants for graph in ranked], per_graph=per_graph, total=total)
+        for graph in self._repository.read_shapes(namespace, ranked, reads):
             signatures = [s for s in map(parse_signature, graph.shapes) if s is not None]
             reports.append(
                 GraphReport(

@@ -9,6 +9,7 @@ of a digest of the shapes, so a capped read is a sample with no bias toward smal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -16,7 +17,17 @@ from sqlalchemy import func, select
 from cache_server.index.database import Database
 from cache_server.index.models import EntryGraph, GraphCount, Namespace
 
-__all__ = ["GraphVariants", "GraphVariantsRepository"]
+__all__ = ["GraphCounted", "GraphVariants", "GraphVariantsRepository"]
+
+
+@dataclass(frozen=True)
+class GraphCounted:
+    """One graph (HLO module) of a namespace as ``graph_counts`` holds it: its distinct shape signatures
+    (``variants``) and the entries that hold them."""
+
+    module: str
+    variants: int
+    entries: int
 
 
 @dataclass(frozen=True)
@@ -40,31 +51,34 @@ class GraphVariantsRepository:
         with self._db.transaction() as session:
             return session.get(Namespace, namespace) is not None
 
-    def top(self, namespace: str, *, top: int, per_graph: int) -> list[GraphVariants]:
-        """The ``top`` graphs of ``namespace`` with the most variants (then the most entries, then by name),
-        each with the shapes of at most ``per_graph`` of its variants."""
-        ranked = (
+    def ranked(self, namespace: str, *, top: int) -> list[GraphCounted]:
+        """The ``top`` graphs of ``namespace`` with the most variants (then the most entries, then by
+        name): the namespace's first rows in ``ix_graph_counts_ranking``."""
+        stmt = (
             select(GraphCount.module, GraphCount.variants, GraphCount.entries)
             .where(GraphCount.namespace == namespace, GraphCount.entries > 0)
             .order_by(GraphCount.variants.desc(), GraphCount.entries.desc(), GraphCount.module)
             .limit(top)
         )
+        with self._db.transaction() as session:
+            return [GraphCounted(m, int(v), int(n)) for m, v, n in session.execute(stmt).all()]
+
+    def read_shapes(
+        self, namespace: str, graphs: Sequence[GraphCounted], reads: Sequence[int]
+    ) -> list[GraphVariants]:
+        """Each of ``graphs`` with the shapes of the first ``reads[i]`` of its variants in signature
+        order (one per signature)."""
         found: list[GraphVariants] = []
         with self._db.transaction() as session:
-            for module, n_variants, n_entries in session.execute(ranked).all():
+            for graph, read in zip(graphs, reads, strict=True):
                 shapes = session.scalars(
                     select(func.min(EntryGraph.shapes))
-                    .where(EntryGraph.namespace == namespace, EntryGraph.module == module)
+                    .where(EntryGraph.namespace == namespace, EntryGraph.module == graph.module)
                     .group_by(EntryGraph.signature)
                     .order_by(EntryGraph.signature)
-                    .limit(per_graph)
+                    .limit(read)
                 ).all()
                 found.append(
-                    GraphVariants(
-                        module=str(module),
-                        variants=int(n_variants),
-                        entries=int(n_entries or 0),
-                        shapes=[text for text in shapes if text],
-                    )
+                    GraphVariants(graph.module, graph.variants, graph.entries, [t for t in shapes if t])
                 )
         return found

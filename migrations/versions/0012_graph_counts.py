@@ -39,14 +39,15 @@ def _other_row(row: str, *, besides_itself: bool) -> str:
     """SQL: another ``entry_graphs`` row of the same namespace, module and signature as ``row`` holds."""
     besides = f" AND e.key <> {row}.key" if besides_itself else ""
     return (
-        "EXISTS (SELECT 1 FROM entry_graphs e WHERE e.namespace = {r}.namespace AND e.module = {r}.module "
-        "AND e.signature = {r}.signature{besides})"
-    ).format(r=row, besides=besides)
+        f"EXISTS (SELECT 1 FROM entry_graphs e WHERE e.namespace = {row}.namespace "
+        f"AND e.module = {row}.module AND e.signature = {row}.signature{besides})"
+    )
 
 
 _SQLITE_ADD = f"""
     INSERT INTO graph_counts (namespace, module, variants, entries)
-    SELECT NEW.namespace, NEW.module, NEW.signature IS NOT NULL AND NOT {_other_row("NEW", besides_itself=True)}, 1
+    SELECT NEW.namespace, NEW.module,
+        NEW.signature IS NOT NULL AND NOT {_other_row("NEW", besides_itself=True)}, 1
     WHERE NEW.module IS NOT NULL
     ON CONFLICT (namespace, module) DO UPDATE
     SET variants = graph_counts.variants + excluded.variants, entries = graph_counts.entries + 1;
@@ -144,10 +145,10 @@ _POSTGRESQL = [
         RETURN NULL;
     END $$
     """,
-    "CREATE TRIGGER graph_counts_insert AFTER INSERT ON entry_graphs REFERENCING NEW TABLE AS graph_counts_new "
-    "FOR EACH STATEMENT EXECUTE FUNCTION graph_counts_inserted()",
-    "CREATE TRIGGER graph_counts_delete AFTER DELETE ON entry_graphs REFERENCING OLD TABLE AS graph_counts_old "
-    "FOR EACH STATEMENT EXECUTE FUNCTION graph_counts_deleted()",
+    "CREATE TRIGGER graph_counts_insert AFTER INSERT ON entry_graphs REFERENCING NEW TABLE "
+    "AS graph_counts_new FOR EACH STATEMENT EXECUTE FUNCTION graph_counts_inserted()",
+    "CREATE TRIGGER graph_counts_delete AFTER DELETE ON entry_graphs REFERENCING OLD TABLE "
+    "AS graph_counts_old FOR EACH STATEMENT EXECUTE FUNCTION graph_counts_deleted()",
     "CREATE TRIGGER graph_counts_update AFTER UPDATE OF namespace, module, signature ON entry_graphs "
     f"FOR EACH ROW WHEN ({_CHANGED}) EXECUTE FUNCTION graph_counts_updated()",
 ]

@@ -10,6 +10,7 @@ from cache_server.graphs.bucketing import (
     multiple_of,
     next_power_of_two,
 )
+from cache_server.graphs.report import shares
 from cache_server.graphs.shapes import Signature, parse_signature
 
 
@@ -104,3 +105,13 @@ def test_no_variants_or_one_variant_vary_nothing() -> None:
     single = analyse(signatures("(f32[3,3]) -> (f32[3])"))
     assert single.varying == ()
     assert [(o.variants, o.mean_overhead) for o in single.schemes] == [(1, 0.0)] * 4
+
+
+def test_a_report_shares_the_variants_it_reads() -> None:
+    # graphs that fit are read whole; what a small graph leaves goes to the larger ones
+    assert shares([2112, 100, 100], per_graph=2500, total=4000) == [2112, 100, 100]
+    assert shares([10_000] * 10, per_graph=2500, total=4000) == [400] * 10
+    assert shares([10_000, 3000, 100], per_graph=2500, total=4000) == [1950, 1950, 100]
+    assert shares([10_000, 10_000], per_graph=5000, total=4000) == [2500, 2500]  # the request's cap, if more
+    assert shares([10_000], per_graph=5000, total=4000) == [5000]
+    assert shares([], per_graph=5, total=4) == []

@@ -112,6 +112,23 @@ def test_top_and_the_cap_on_variants_read(app: TestClient) -> None:
     }
 
 
+def test_a_report_reads_a_bounded_number_of_variants_in_all(app: TestClient) -> None:
+    """The variants read are shared among the graphs: a small graph is read whole and leaves the rest of
+    the report's share to the larger; a request's ``variants`` above the share still holds for one graph."""
+    reports = services_of(app).graphs
+    assert [(r.module, r.read) for r in reports.report("vision", per_graph=6, total=7)] == [
+        ("fuse", 5),
+        ("small", 2),
+    ]
+    assert [(r.module, r.read) for r in reports.report("vision", per_graph=11, total=7)] == [
+        ("fuse", 9),  # 11 in all: the request's own cap per graph is more than the report's share
+        ("small", 2),
+    ]
+    admin = bearer(app, Role.ADMIN)
+    reads = app.get("/admin/graphs", params={"namespace": "vision", "variants": 3}, headers=admin).json()
+    assert [(g["module"], g["read"]) for g in reads["graphs"]] == [("fuse", 3), ("small", 2)]
+
+
 def test_role_as_for_stats_and_scoped_tokens_see_their_own(app: TestClient) -> None:
     url = "/admin/graphs"
     assert app.get(url, params={"namespace": "vision"}).status_code == 401

@@ -113,7 +113,8 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
 
     # the report ranks from these rows: most variants, then most entries, then by name; zero rows skipped
     admin.delete_entries([("a", "k51")], policy="lru", when=now)
-    ranked = GraphVariantsRepository(database).top("a", top=10, per_graph=5)
+    repository = GraphVariantsRepository(database)
+    ranked = repository.read_shapes("a", repository.ranked("a", top=10), [5, 5])
     assert [(g.module, g.variants, g.entries, len(g.shapes)) for g in ranked] == [
         ("m1", 10, 10, 5),
         ("m3", 1, 1, 0),
