@@ -227,7 +227,7 @@ class AdminRepository:
     def top_graphs(self, limit: int, namespace: str | None = None, examples: int = 3) -> list[GraphGroup]:
         """The modules with the most distinct shape signatures, with a few of their shapes as examples.
 
-        Ranked from ``graph_counts`` (kept by triggers on ``entry_graphs``, migration 0012): a namespace's
+        Ranked from ``graph_counts`` (kept by triggers on ``entry_graphs``, migration 0013): a namespace's
         off ``ix_graph_counts_ranking``, all of them by sorting one row per graph. The entries' bytes and
         hits are summed for the ``limit`` groups shown only.
         """

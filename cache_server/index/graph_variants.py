@@ -2,7 +2,7 @@
 
 Bounded whatever the namespace's size: the ``top`` graphs with the most distinct shape signatures are
 the first ``top`` rows of the namespace in ``ix_graph_counts_ranking`` (``graph_counts``, kept by triggers
-on ``entry_graphs``, migration 0012), and of each only ``per_graph`` variants' shapes texts are read (one
+on ``entry_graphs``, migration 0013), and of each only ``per_graph`` variants' shapes texts are read (one
 per signature, off ``ix_entry_graphs_module_signature``): the first in signature order, which is the order
 of a digest of the shapes, so a capped read is a sample with no bias toward small or large shapes.
 """

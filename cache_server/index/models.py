@@ -263,7 +263,7 @@ class GraphCount(Base):
     """One graph (HLO module) of a namespace: how many distinct shape signatures (``variants``) and how many
     ``entry_graphs`` rows (``entries``) it has now.
 
-    Kept by triggers on ``entry_graphs`` (migration 0012) as ``entry_totals`` is by triggers on ``entries``:
+    Kept by triggers on ``entry_graphs`` (migration 0013) as ``entry_totals`` is by triggers on ``entries``:
     in the transaction of every statement that inserts, deletes or changes a graph's row (parsing, reindex,
     the foreign key's cascade from every deletion of an entry), so ``GET /admin/graphs`` ranks a namespace's
     graphs off ``ix_graph_counts_ranking`` instead of counting its rows. Rows may stay at zero (the ranking

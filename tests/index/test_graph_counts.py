@@ -1,4 +1,4 @@
-"""graph_counts (kept by triggers on entry_graphs, migration 0012) stays equal to a fresh count of each
+"""graph_counts (kept by triggers on entry_graphs, migration 0013) stays equal to a fresh count of each
 graph's distinct signatures and rows, on SQLite and PostgreSQL: through parsing, reindex, every way an entry
 goes (eviction, delete, purge, gc, a namespace's deletion), writers at once, and the migration's backfill."""
 
@@ -159,7 +159,7 @@ def test_concurrent_parsing_and_evictions_lose_no_count(database: Database) -> N
 
 
 def test_migration_backfills_and_downgrades(db_settings: Settings) -> None:
-    upgrade(db_settings, "0011")
+    upgrade(db_settings, "0012")
     db = Database.from_settings(db_settings)
     try:
         now = utcnow()
@@ -189,7 +189,7 @@ def test_migration_backfills_and_downgrades(db_settings: Settings) -> None:
         assert assert_consistent(db) == {("a", "m"): (7, 20), ("b", "m"): (7, 20)}
         AdminRepository(db).delete_entries([("a", "k0")], policy="lru", when=now)  # the triggers are in place
         assert assert_consistent(db)[("a", "m")] == (7, 19)
-        downgrade(db_settings, "0011")
+        downgrade(db_settings, "0012")
         with db.engine.connect() as conn:
             assert "graph_counts" not in inspect(conn).get_table_names()
         with db.transaction() as session:  # no trigger left behind to write into a missing table

@@ -19,8 +19,8 @@ row.
 The backfill runs after the triggers exist, in the same transaction (``CREATE TRIGGER`` holds off writes to
 ``entry_graphs`` on PostgreSQL until it commits).
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-03 09:30:00.000000
 """
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
