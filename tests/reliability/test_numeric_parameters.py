@@ -28,7 +28,13 @@ from tests.support.migrated import migrated
 from tests.support.threaded_server import serve_in_thread
 
 OUT_OF_RANGE: tuple[int, ...] = (2**63, -1, 10**30)
-PATH_VALUES = {"namespace": "bounds", "key": "k", "token": "probe"}
+PATH_VALUES = {
+    "namespace": "bounds",
+    "key": "k",
+    "token": "probe",
+    "signer": "unsigned",
+    "run_id": "run-probe-0001",
+}
 
 
 @dataclass(frozen=True)
@@ -126,14 +132,22 @@ def send(api: httpx.Client, probe: Probe, value: float) -> httpx.Response:
     query: dict[str, Any] = {}
     if probe.path.endswith("/feed"):
         query = {"after": 0, "wait": 0}  # a long poll answers at once
+    elif probe.path.endswith("/graphs"):
+        query = {"namespace": PATH_VALUES["namespace"]}  # the report of one namespace
     if probe.where == "query":
         query[probe.name] = value
+        if probe.method == "post" and probe.path.endswith("/nearest"):  # the fingerprint to compare
+            return api.request(probe.method, url, params=query, json={"fingerprint": {"framework": "jax"}})
         return api.request(probe.method, url, params=query)
     body: dict[str, Any] = dict(probe.required)
     if probe.path == "/admin/evict":  # a dry run that says what to evict: the probe stays harmless
         body.update(dry_run=True, older_than_seconds=3600)
     elif probe.path.endswith("/purge"):
         body["dry_run"] = True
+    elif probe.path == "/v1/runs":  # a valid report around the number probed
+        body.update(
+            run_id="run-probe-0001", namespace=PATH_VALUES["namespace"], framework="jax", host="probe"
+        )
     body[probe.name] = value
     return api.request(probe.method, url, params=query, json=body)
 
