@@ -78,7 +78,9 @@ def test_two_replicas_share_one_cache(
     assert got.status_code == 200 and got.content == first
     assert got.headers[SHA256_HEADER] == sha(first)
     manifest = httpx.get(f"{b.url}/v1/namespaces/{NS}/manifest").json()
-    assert manifest["entries"] == [{"key": "1000", "size": len(first), "sha256": sha(first), "pack": None}]
+    assert manifest["entries"] == [
+        {"key": "1000", "size": len(first), "sha256": sha(first), "pack": None, "signature": None}
+    ]
 
     # The same new keys uploaded through both at once: one blob and one row each, one "created" each.
     blobs = {f"{2000 + i}": os.urandom(600_000 + i) for i in range(6)}
