@@ -297,6 +297,7 @@ def _start_background(
             unloadable=unloadable,
             transfers=transfers,
             unanswered=talked.unavailable,
+            warned=failed,
         )
     except Exception:  # fail-open: a run report only explains; the job goes on without one
         logger.warning("xla-cache: cannot report this run (the job goes on without a report)", exc_info=True)

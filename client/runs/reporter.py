@@ -138,7 +138,9 @@ class RunReporter:
     """Reports one run of one process to the server (``api``; None: it only keeps the numbers).
 
     ``timeout`` bounds each report (the warm's timeout); ``unanswered``: the warm's conversation ended with
-    the server not answering, so the exit sends nothing until a periodic report got through.
+    the server not answering, so the exit sends nothing until a periodic report got through; ``warned``: the
+    warm already warned of trouble with the server, so reports that fail for it say so at info level only
+    (a job whose server is down gets one warning, not one per part of the client).
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class RunReporter:
         interval: float,
         timeout: float = REPORT_SECONDS,
         unanswered: bool = False,
+        warned: bool = False,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -172,6 +175,7 @@ class RunReporter:
         self._wall = wall
         self._lock = threading.Lock()
         self._state = _State(unanswered=unanswered)
+        self._warned = warned
         self._timeout = timeout
         self._warm: WarmFacts | None = None
         self._next_due = 0.0
@@ -330,7 +334,7 @@ class RunReporter:
         body = self._numbers()
         body["new_misses"] = [miss.as_dict() for miss in batch]
         problem = self._post(body, deadline)
-        if problem is not None and batch and _refused(problem):
+        if problem is not None and batch and _refused(problem) and not _not_taken(problem):
             # Something in these compiles is out of the server's bounds: they are dropped, not the run.
             logger.warning(
                 "xla-cache: the server refused %d compiles of run %s (%s); reporting without them",
@@ -351,11 +355,7 @@ class RunReporter:
             return True
         if _refused(problem):
             state.disabled = problem.reason
-            level = (
-                logging.INFO
-                if isinstance(problem, ServerError) and problem.status in (403, 404, 405)
-                else logging.WARNING
-            )
+            level = logging.INFO if _not_taken(problem) else logging.WARNING
             logger.log(level, "xla-cache: not sending run reports (%s)", problem.reason)
         else:
             self._failed(problem, final=final)
@@ -372,7 +372,8 @@ class RunReporter:
     def _failed(self, problem: ServerProblem, *, final: bool) -> None:
         self._state.unanswered = isinstance(problem, ServerUnavailable)
         if not self._state.failing or final:
-            logger.warning(
+            logger.log(
+                logging.INFO if self._warned else logging.WARNING,
                 "xla-cache: could not send %s run report of %s: %s%s",
                 "the last" if final else "a",
                 self.namespace,
@@ -380,6 +381,12 @@ class RunReporter:
                 "" if final else "; trying again later",
             )
         self._state.failing = True
+
+
+def _not_taken(problem: ServerProblem) -> bool:
+    """A server without run reports (404, 405: an older one) or a token that may not send them (403): no
+    report is taken, whatever it holds."""
+    return isinstance(problem, ServerError) and problem.status in (403, 404, 405)
 
 
 def reporter_for(
@@ -390,6 +397,7 @@ def reporter_for(
     unloadable: Iterable[str],
     transfers: Callable[[], Transfers],
     unanswered: bool,
+    warned: bool = False,
 ) -> RunReporter | None:
     """The reporter of a warm that points the framework at ``plan``'s directory (None with
     ``XLA_CACHE_RUN_REPORTS=0``): ``baseline`` is the directory's entries after the warm, ``unloadable``
@@ -410,4 +418,5 @@ def reporter_for(
         interval=settings.interval,
         timeout=plan.options.timeout,
         unanswered=unanswered,
+        warned=warned,
     )
