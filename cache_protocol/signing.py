@@ -135,9 +135,24 @@ _FORM = (
 )
 
 
+def _canonical_b64(text: str) -> bytes:
+    """The bytes of standard, padded base64 ``text`` written the one way :func:`base64.b64encode` writes
+    them (unused low bits zero): another spelling of the same bytes is a :class:`ValueError`, so a signature
+    has one wire form and cannot be told apart from itself by a cache or a count."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(_FORM) from None
+    if base64.b64encode(raw).decode() != text:
+        raise ValueError(f"{_FORM}; the base64 is not in its canonical spelling")
+    return raw
+
+
 def parse_signature(text: str) -> Signature:
-    """Read a wire signature; :class:`ValueError` naming what is wrong with it."""
-    parts = text.strip().split(":")
+    """Read a wire signature (surrounding whitespace ignored, the rest in its one canonical spelling:
+    :meth:`Signature.text` of the result gives it back); :class:`ValueError` naming what is wrong."""
+    text = text.strip()
+    parts = text.split(":")
     if (
         len(parts) not in (2, 4)
         or len(text) > SIGNATURE_MAX_LENGTH
@@ -145,18 +160,17 @@ def parse_signature(text: str) -> Signature:
         or not _SIGNATURE_B64.fullmatch(parts[1])
     ):
         raise ValueError(_FORM)
-    raw = base64.b64decode(parts[1])
+    raw = _canonical_b64(parts[1])
     if len(parts) == 2:
         return Signature(parts[0], raw)
     index_text, path_text = parts[2], parts[3]
-    try:
-        path = base64.b64decode(path_text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(_FORM) from None
+    path = _canonical_b64(path_text)
     depth = len(path) // 32
     if not (index_text.isascii() and index_text.isdigit() and len(index_text) <= 6):
         raise ValueError(_FORM)
     index = int(index_text)
+    if str(index) != index_text:
+        raise ValueError(f"{_FORM}; the index is written without leading zeros")
     if len(path) % 32 or not 1 <= depth <= MAX_DEPTH or index >> depth:
         raise ValueError(f"{_FORM}; the path is whole 32-byte hashes, 1 to {MAX_DEPTH}, and holds the index")
     return Signature(parts[0], raw, index, path)
@@ -313,11 +327,14 @@ class Verifier:
         ``untrusted signer``, ``bad signature``."""
         if not signature:
             return "unsigned"
-        public = self._keys.get(signature[:16])
+        try:
+            parsed = parse_signature(signature)  # first: the key id is read from the validated text
+        except ValueError:
+            return "bad signature"
+        public = self._keys.get(parsed.signer)
         if public is None:
             return "untrusted signer"
         try:
-            parsed = parse_signature(signature)
             message = signed_message(namespace, key, sha256, parsed.signer)
             if parsed.index is None:
                 public.verify(parsed.raw, message)

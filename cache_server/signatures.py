@@ -6,7 +6,9 @@ the server knows). An upload into such a namespace is refused, before any of its
 unsigned (:class:`~cache_server.errors.SignatureRequired`) or not validly signed by an accepted key over
 exactly its namespace, key and digest (:class:`~cache_server.errors.SignatureInvalid`). Elsewhere a
 signature is checked when the server knows its key (a wrong one is refused the same way) and kept as sent
-otherwise: the clients that trust that key judge it.
+otherwise: the clients that trust that key judge it. Only a signature the server verified names the entry's
+signer in the index (``/admin/signers``, the signer purges); one it could not check leaves the signer empty,
+like an unsigned entry's.
 
 The server's check only keeps bad signatures out of the index; what protects a job is its own check
 (``XLA_CACHE_TRUSTED_KEYS``), because a server or bucket that is not to be trusted would skip this one.
@@ -68,8 +70,12 @@ class SignaturePolicy:
             self._by_namespace[namespace] = found
         return self._by_namespace[namespace]
 
-    def check(self, namespace: str, key: str, sha256: str, signature: str | None) -> str | None:
-        """The signature to keep with the entry (None: unsigned), or the error it is refused with."""
+    def check(
+        self, namespace: str, key: str, sha256: str, signature: str | None
+    ) -> tuple[str | None, str | None]:
+        """The signature to keep with the entry (None: unsigned) and its signer's key id if this server
+        verified it (None otherwise: unsigned, or signed by a key it does not know, kept for the clients to
+        judge), or the error it is refused with."""
         required = self.requirement(namespace)
         if not signature:
             if required is not None:
@@ -77,7 +83,7 @@ class SignaturePolicy:
                     f"Namespace {namespace!r} requires entries signed by an accepted key (pattern "
                     f"{required[0]!r}); {key!r} is unsigned and nothing of it was stored."
                 )
-            return None
+            return None, None
         try:
             parsed = parse_signature(signature)
         except ValueError as exc:
@@ -97,4 +103,4 @@ class SignaturePolicy:
                 f"The signature of {key!r} by key {parsed.signer} does not cover namespace {namespace!r}, "
                 "this key and this digest; nothing of it was stored."
             )
-        return parsed.text()
+        return parsed.text(), parsed.signer if known else None

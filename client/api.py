@@ -287,7 +287,7 @@ class CacheApi:
             streams = int(body.get("bundle_streams") or 0)  # absent from older servers
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ServerError(f"{self.server} sent a malformed manifest ({exc!r})", status=200) from exc
-        return Manifest(entries, streams if streams > 0 else None)
+        return Manifest(self._no_key_twice(entries, "manifest"), streams if streams > 0 else None)
 
     def missing(self, namespace: str, keys: list[str], deadline: Deadline) -> list[str]:
         """``POST .../missing``: which of ``keys`` the server lacks (asked in batches)."""
@@ -345,16 +345,37 @@ class CacheApi:
         body = self._json(
             self._call("GET", f"/v1/namespaces/{_seg(namespace)}/feed", what, deadline, params=params), what
         )
-        entries = [
-            RemoteEntry(
-                key=str(e["key"]),
-                size=int(e["size"]),
-                sha256=str(e["sha256"]),
-                signature=str(e["signature"]) if e.get("signature") else None,
-            )
-            for e in body.get("entries", [])
-        ]
-        return FeedAnswer(cursor=int(body["cursor"]), entries=entries)
+        try:
+            entries = [
+                RemoteEntry(
+                    key=str(e["key"]),
+                    size=int(e["size"]),
+                    sha256=str(e["sha256"]).lower(),
+                    signature=str(e["signature"]) if e.get("signature") else None,
+                )
+                for e in body.get("entries", [])
+            ]
+            cursor = int(body["cursor"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ServerError(f"{self.server} sent a malformed feed answer ({exc!r})", status=200) from exc
+        return FeedAnswer(cursor=cursor, entries=self._no_key_twice(entries, "feed answer", repeats=True))
+
+    def _no_key_twice(
+        self, entries: list[RemoteEntry], what: str, *, repeats: bool = False
+    ) -> list[RemoteEntry]:
+        """``entries``, or a server error for an answer naming a key twice: nothing of it is placed, since
+        which of the two a job's check and its bytes would go by is the server's choice. ``repeats``: the
+        same entry named again (size, digest and signature alike) is dropped instead (the feed names a key
+        once per time it was stored, each time with the key's current row)."""
+        seen: dict[str, RemoteEntry] = {}
+        for entry in entries:
+            first = seen.setdefault(entry.key, entry)
+            if first is not entry and not (repeats and first == entry):
+                raise ServerError(
+                    f"{self.server} sent a {what} naming entry {entry.key[:80]!r} twice; none of it is used",
+                    status=200,
+                )
+        return list(seen.values())
 
     def put_entry(
         self,

@@ -8,7 +8,10 @@ the reasons in one warning. Without trusted keys nothing is checked (the server'
 
 The signatures come with the manifest, so they are checked in a thread (Ed25519 in ``cryptography``
 releases the GIL) while the bundles download: by the time an entry's bytes arrive its verdict is usually
-ready, and one not ready yet is checked on the spot. A verdict is computed once per entry.
+ready, and one not ready yet is checked on the spot. A verdict is computed once per (key, SHA-256,
+signature) and holds for exactly those three: the bytes an entry places are checked against the same
+SHA-256 the verdict was on, so a server that names a key again with other bytes or no signature (in the same
+manifest, or in a later feed answer after failing the first fetch) gets a verdict of its own for them.
 """
 
 from __future__ import annotations
@@ -29,16 +32,18 @@ class EntryTrust:
     def __init__(self, verifier: Verifier, namespace: str) -> None:
         self._verifier = verifier
         self._namespace = namespace
-        self._verdicts: dict[str, str | None] = {}  # key -> None (trusted) or why not
+        # (key, sha256, signature) -> None (trusted) or why not: never the key alone, see the module's doc
+        self._verdicts: dict[tuple[str, str, str | None], str | None] = {}
         self._lock = threading.Lock()
         self._refused: Counter[str] = Counter()
         self._thread: threading.Thread | None = None
 
     def _judge(self, entry: RemoteEntry) -> str | None:
-        verdict = self._verdicts.get(entry.key, _UNKNOWN)
+        judged = (entry.key, entry.sha256, entry.signature)
+        verdict = self._verdicts.get(judged, _UNKNOWN)
         if verdict is _UNKNOWN:
             verdict = self._verifier.why_not(self._namespace, entry.key, entry.sha256, entry.signature)
-            self._verdicts[entry.key] = verdict  # a dict store is atomic; two threads agree on the verdict
+            self._verdicts[judged] = verdict  # a dict store is atomic; two threads agree on the verdict
         return verdict  # type: ignore[return-value]
 
     def check_ahead(self, entries: Sequence[RemoteEntry]) -> None:

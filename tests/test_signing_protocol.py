@@ -3,6 +3,7 @@ entry of a batch verifies on its own, and a signature verifies for exactly the e
 
 from __future__ import annotations
 
+import base64
 import hashlib
 
 import pytest
@@ -49,3 +50,31 @@ def test_malformed_untrusted_and_absent_signatures(signer: Signer) -> None:
         assert verifier.why_not("ns", "a", digest("a"), bad) == "bad signature"
         with pytest.raises(ValueError):
             parse_signature(bad)
+
+
+def _other_spelling(b64: str) -> str:
+    """The same bytes in non-canonical base64: the last data character's unused low bit set."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    data = b64.rstrip("=")
+    return data[:-1] + alphabet[alphabet.index(data[-1]) ^ 1] + b64[len(data) :]
+
+
+def test_a_signature_has_one_spelling_and_whitespace_around_it_is_ignored(signer: Signer) -> None:
+    verifier = Verifier({signer.key_id: signer.public})
+    single = signer.sign("ns", "a", digest("a"))
+    batch = signer.sign_batch("ns", [("a", digest("a")), ("b", digest("b"))])[0]
+    kid, sig = single.split(":")
+    _, bsig, index, path = batch.split(":")
+    respelled = [
+        f"{kid}:{_other_spelling(sig)}",
+        f"{kid}:{bsig}:0{index}:{path}",
+        f"{kid}:{bsig}:{index}:{_other_spelling(path)}",
+    ]
+    for text in respelled:
+        assert base64.b64decode(text.split(":")[1]) == base64.b64decode(sig if text.count(":") == 1 else bsig)
+        with pytest.raises(ValueError):
+            parse_signature(text)
+        assert verifier.why_not("ns", "a", digest("a"), text) == "bad signature"
+    for text in (f" {single}\n", f"\t{batch} "):  # the key id is read after stripping, as the rest is
+        assert parse_signature(text).text() == text.strip()
+        assert verifier.why_not("ns", "a", digest("a"), text) is None

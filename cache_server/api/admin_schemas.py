@@ -341,7 +341,9 @@ class PurgeOut(BaseModel):
 
 
 class SignerUsageOut(BaseModel):
-    signer: str | None = Field(description="The key id (cache_protocol.signing); null: the unsigned entries.")
+    signer: str | None = Field(
+        description="The key id (cache_protocol.signing); null: entries no key known to the server signed."
+    )
     entries: int
     bytes: int
 

@@ -53,6 +53,7 @@ class BlobMetadata:
     uploader: str | None = None
     stored_by: str | None = None
     signature: str | None = None  # the uploader's, "<key id>:<base64>" (cache_protocol.signing)
+    signer: str | None = None  # the signature's key id, only if the server verified it with a key it knows
 
     def as_dict(self) -> dict[str, str]:
         """The metadata a store keeps beside the bytes (strings only; absent fields left out)."""
@@ -70,6 +71,8 @@ class BlobMetadata:
             meta["stored_by"] = self.stored_by
         if self.signature:
             meta["signature"] = self.signature
+            if self.signer:
+                meta["signer"] = self.signer
         return meta
 
     @classmethod
@@ -91,6 +94,7 @@ class BlobMetadata:
                 created = created.replace(tzinfo=dt.timezone.utc)
         uploader = meta.get("uploader") or None
         stored_by = meta.get("stored_by") or ""
+        signature = _signature(meta.get("signature"))
         return cls(
             namespace=namespace,
             key=key,
@@ -99,7 +103,9 @@ class BlobMetadata:
             compile_time_ms=_optional_int(meta.get("compile_time_ms")),
             uploader=uploader[:UPLOADER_MAX_LENGTH] if uploader else None,
             stored_by=stored_by if _TOKEN_ID.fullmatch(stored_by) else None,
-            signature=_signature(meta.get("signature")),
+            signature=signature,
+            # verified by the writer that wrote it (a blob from before it recorded this: unverified)
+            signer=meta.get("signer") if signature and meta.get("signer") == signature[:16] else None,
         )
 
     def record(self, size: int, *, pack: str | None = None, pack_offset: int | None = None) -> EntryRecord:
@@ -115,6 +121,6 @@ class BlobMetadata:
             stored_by=self.stored_by,
             pack=pack,
             pack_offset=pack_offset,
-            signer=self.signature[:16] if self.signature else None,
+            signer=self.signer if self.signature else None,  # verified only: /admin/signers, purges
             signature=self.signature,
         )

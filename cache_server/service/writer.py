@@ -219,7 +219,7 @@ class EntryWriter:
                 f"{COMPILE_TIME_HEADER} must be a whole number of milliseconds, 0 to {MAX_COMPILE_TIME_MS}."
             )
         namespace = upload.namespace
-        signature = self._signatures.check(namespace, key, sha256, signature)
+        signature, signer = self._signatures.check(namespace, key, sha256, signature)
         if row_known and row is not None and row.sha256 != sha256:
             raise conflict(namespace, key, row.sha256)
         if upload.allowance is not None:  # the declared length, or 0 when unknown (grown once measured)
@@ -236,6 +236,7 @@ class EntryWriter:
             uploader=uploader[:UPLOADER_MAX_LENGTH] if uploader else None,
             stored_by=upload.stored_by,
             signature=signature,
+            signer=signer,
         )
         taken = TakenName(
             self._entries,

@@ -128,3 +128,21 @@ def test_signatures_are_served_everywhere_and_survive_a_reindex(
     services.reindexer.run()  # ... and reindex rebuilds it from the blob's metadata
     row = entries.get_entry(OPEN, "signed")
     assert row is not None and (row.signer, row.signature) == (alice.key_id, signature)
+
+
+def test_only_a_signature_the_server_verified_names_a_signer(http: TestClient, alice: Signer) -> None:
+    """A signature by a key the server does not know is kept for the clients, but counts as no signer in
+    /admin/signers and goes with the unsigned purge; alice's (known, verified) names her, reindexed too."""
+    carol = Signer.generate()  # unknown to the server
+    data = b"entry bytes" * 30
+    by_carol = carol.sign(OPEN, "carol", sha(data))
+    assert put(http, OPEN, "carol", data, **{SIGNATURE_HEADER: by_carol}).status_code == 201
+    assert put(http, OPEN, "alice", data, **_signed(alice, OPEN, "alice", data)).status_code == 201
+    assert http.get(entry_url(OPEN, "carol")).headers[SIGNATURE_HEADER] == by_carol  # kept as sent
+    services = services_of(http)
+    services.reindexer.run()
+    signers = {s["signer"]: s["entries"] for s in http.get("/admin/signers").json()["signers"]}
+    assert signers == {alice.key_id: 1, None: 1}
+    purged = http.post("/admin/signers/unsigned/purge", json={})
+    assert purged.status_code == 200, purged.text
+    assert not _stored(http, OPEN, "carol") and _stored(http, OPEN, "alice")

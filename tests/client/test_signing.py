@@ -5,22 +5,32 @@ and the index and replaces an entry's bytes and digest together, so the server s
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import update
 
-from cache_protocol.signing import SIGNATURE_HEADER, Signer
+from cache_protocol import SHA256_HEADER
+from cache_protocol.signing import SIGNATURE_HEADER, Signer, Verifier
 from cache_server.index.models import Entry
 from cache_server.storage.base import blob_name
-from client import stop, warm
+from client import stop, transfer, warm
 from client import warming as warm_module
+from client.api import CacheApi, RemoteEntry
 from client.cachedir import scan
 from client.deadline import Deadline
-from client.transfer import upload_entries
+from client.errors import ServerError
+from client.follower import Follower
+from client.transfer import DownloadOptions, download, upload_entries
+from client.trust import EntryTrust
 from tests.support.api import put, sha
 from tests.support.apps import services_of
 from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
@@ -68,6 +78,134 @@ def poison(server: RealServer, namespace: str, key: str, data: bytes) -> None:
             .where(Entry.namespace == namespace, Entry.key == key)
             .values(sha256=sha(data), size=len(data))
         )
+
+
+class Impostor(httpx.BaseTransport):
+    """A hostile server in front of the real one: it names ``key`` again, as other bytes with no signature
+    (``forge`` rewrites the entries of the manifest or the n-th feed answer), answers the first GET of the
+    key with 503 if told to, and then serves the other bytes for it, after ``delay`` seconds."""
+
+    def __init__(
+        self,
+        real: RealServer,
+        key: str,
+        evil: bytes,
+        forge: Callable[[str, int, list[dict[str, Any]]], list[dict[str, Any]]],
+        *,
+        fail_first_get: bool = False,
+        delay: float = 0.0,
+    ) -> None:
+        self.real, self.key, self.evil, self.forge = real, key, evil, forge
+        self.fail_first_get, self.delay = fail_first_get, delay
+        self.forged = {"key": key, "size": len(evil), "sha256": sha(evil), "signature": None}
+        self.gets = self.evil_served = 0
+        self._feeds = 0
+        self._lock = threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if request.method == "GET" and path.endswith(f"/entries/{self.key}"):
+            with self._lock:
+                self.gets += 1
+                first = self.gets == 1
+            if first and self.fail_first_get:
+                return httpx.Response(503, json={"error": "storage_unavailable", "detail": "on purpose"})
+            time.sleep(self.delay)  # the verify-ahead thread has judged the whole list by now
+            with self._lock:
+                self.evil_served += 1
+            return httpx.Response(200, headers={SHA256_HEADER: sha(self.evil)}, content=self.evil)
+        response = self.real.transport.handle_request(request)
+        what = path.rsplit("/", 1)[-1]
+        if what not in ("manifest", "feed") or response.status_code != 200:
+            return response
+        body = json.loads(response.read())
+        if what == "feed":
+            with self._lock:
+                self._feeds += 1
+                nth = self._feeds
+        body["entries"] = self.forge(what, nth if what == "feed" else 1, body["entries"])
+        return httpx.Response(200, json=body)
+
+
+def test_a_manifest_naming_a_key_twice_places_nothing_of_it(
+    real_server: RealServer,
+    fingerprint: dict[str, Any],
+    namespace: str,
+    tmp_path: Path,
+    alice: Signer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server lists a key signed by a trusted key, then the same key again with other bytes and no
+    signature, and answers slowly: the verdict on the first must not let the second's bytes in."""
+    entries = {"1001": os.urandom(1500), "1002": os.urandom(1600)}
+    upload_signed(real_server, namespace, alice, entries, tmp_path / "job")
+    evil = b"\x7fELF evil" * 200
+    impostor = Impostor(
+        real_server, "1001", evil, lambda what, n, listed: [*listed, impostor.forged], delay=0.3
+    )
+    monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 1)  # single GETs, as in the attack
+    api = CacheApi(real_server.url, transport=impostor)
+    with pytest.raises(ServerError, match="naming entry '1001' twice"):
+        api.manifest(namespace, Deadline(TIMEOUT))
+
+    # A warm refuses that manifest as a server error: the job goes on and compiles, nothing is placed.
+    monkeypatch.setattr(
+        warm_module,
+        "CacheApi",
+        lambda server, token=None, **kw: CacheApi(server, token, transport=impostor, **kw),
+    )
+    monkeypatch.setenv(TRUSTED, alice.public_text())
+    report = warm(real_server.url, tmp_path / "warm", initialize=False, fingerprint=fingerprint)
+    assert report.downloaded_entries == 0 and "twice" in " ".join(report.errors)
+    assert not (tmp_path / "warm" / namespace / "1001").exists() and impostor.evil_served == 0
+
+    # And were such a list downloaded anyway, each copy is judged on its own digest and signature.
+    signed = {e.key: e for e in real_server.api().manifest(namespace, Deadline(TIMEOUT)).entries}
+    forged = RemoteEntry("1001", len(evil), sha(evil))
+    trust = EntryTrust(Verifier({alice.key_id: alice.public}), namespace)
+    directory = tmp_path / "download"
+    directory.mkdir()
+    options = DownloadOptions(deadline=Deadline(TIMEOUT), trust=trust)
+    result = download(api, namespace, [signed["1001"], forged], directory, options)
+    assert not (directory / "1001").exists()  # the signed one's GET got the evil bytes: not its digest
+    assert trust.refused == 1 and trust.reasons() == "1 unsigned"  # the other is not fetched at all
+    assert result.entries == 0 and impostor.evil_served == 1 and "1001" in " ".join(result.errors)
+
+
+@pytest.mark.parametrize("when", ["in-the-same-answer", "in-a-later-answer"])
+def test_the_follower_never_places_a_key_named_again_with_other_bytes(
+    real_server: RealServer, namespace: str, tmp_path: Path, alice: Signer, when: str
+) -> None:
+    """The follower's first fetch of a signed key fails; the server names the key again, with other bytes
+    and no signature, in the same feed answer or the next one: those bytes are never placed."""
+    upload_signed(real_server, namespace, alice, {"1001": os.urandom(1500)}, tmp_path / "job")
+    evil = b"\x7fELF evil" * 200
+
+    def forge(what: str, nth: int, listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if when == "in-the-same-answer":
+            return [*listed, impostor.forged] if listed else listed
+        return [impostor.forged] if nth > 1 else listed
+
+    impostor = Impostor(real_server, "1001", evil, forge, fail_first_get=True)
+    api = CacheApi(real_server.url, transport=impostor)
+    directory = tmp_path / "follow"
+    directory.mkdir()
+    follower = Follower(
+        api, namespace, directory, 0, trusted=Verifier({alice.key_id: alice.public}), wait=0.2
+    )
+    placed = directory / "1001"
+    follower.start()
+    try:
+        if when == "in-the-same-answer":  # refused whole, as a server error
+            wait_until(
+                lambda: placed.exists() or any("twice" in e for e in follower.report().errors), timeout=10
+            )
+        else:  # judged on its own: unsigned
+            wait_until(lambda: placed.exists() or follower.report().unverified == 1, timeout=10)
+    finally:
+        follower.stop()
+    assert not placed.exists() and impostor.evil_served == 0
+    assert impostor.gets == (0 if when == "in-the-same-answer" else 1)
 
 
 def test_a_replaced_entry_reaches_a_job_without_trusted_keys_and_not_one_with_them(
