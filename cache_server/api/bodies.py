@@ -17,6 +17,8 @@ from cache_server.streams import PIECE, Coalescer
 
 __all__ = ["BulkLimits", "UploadBody", "UploadSlots", "blocking_body"]
 
+DURATION_SLACK = 0.05  # seconds: a wait cut at a body's longest duration counts as reaching it
+
 
 class UploadSlots:
     """The worker threads of entry uploads, apart from the default thread limiter the sync routes use.
@@ -127,7 +129,8 @@ class UploadBody:
 
     def _check_duration(self, started: float) -> None:
         """:class:`BodyTimeout` once a body with ``limits`` has taken their ``seconds``."""
-        if self._limits is not None and time.monotonic() - started >= self._limits.seconds:
+        # a wait cut at the duration's deadline may wake a hair before it: DURATION_SLACK counts as reached
+        if self._limits is not None and time.monotonic() - started >= self._limits.seconds - DURATION_SLACK:
             self.ended_by = "took too long"
             raise BodyTimeout(
                 f"The upload took longer than {self._limits.seconds:g} s (XLA_CACHE_MAX_BULK_SECONDS), "
