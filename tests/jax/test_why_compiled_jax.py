@@ -28,11 +28,18 @@ FAST_MATH = "xla_cpu_enable_fast_math=true"
 
 
 def run_detail(server: LiveServer, run_id: str) -> dict[str, Any]:
-    """``xla-cache runs RUN_ID --json``: the run with each compile and its reason."""
-    answer = httpx.get(f"{server.url}/admin/runs/{run_id}", timeout=30)
-    assert answer.status_code == 200, answer.text
-    detail: dict[str, Any] = answer.json()
-    return detail
+    """``xla-cache runs RUN_ID --json``: the run with each compile and its reason, once the server has
+    parsed the uploaded entries' shapes (in the background: until then a compile's reason is "unknown")."""
+    found: dict[str, Any] = {}
+
+    def explained() -> bool:
+        answer = httpx.get(f"{server.url}/admin/runs/{run_id}", timeout=30)
+        assert answer.status_code == 200, answer.text
+        found.update(answer.json())
+        return all(miss["reason"] != "unknown" for miss in found["misses"])
+
+    wait_until(explained, timeout=30, interval=0.2, message="the run's compiles were not explained in time")
+    return found
 
 
 def cli_run(server: LiveServer, run_id: str, capsys: pytest.CaptureFixture[str], *more: str) -> str:
