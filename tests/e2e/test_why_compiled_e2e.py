@@ -19,6 +19,7 @@ import pytest
 from client.cli import main
 from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import run_job
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +32,18 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]
 
 
 def run_detail(server: LiveServer, run_id: str) -> dict[str, Any]:
-    answer = httpx.get(f"{server.url}/admin/runs/{run_id}", timeout=30)
-    assert answer.status_code == 200, answer.text
-    detail: dict[str, Any] = answer.json()
-    return detail
+    """The run with each compile's reason, once the server has parsed the uploaded entries' shapes (in the
+    background: until then a compile's reason is "unknown")."""
+    found: dict[str, Any] = {}
+
+    def explained() -> bool:
+        answer = httpx.get(f"{server.url}/admin/runs/{run_id}", timeout=30)
+        assert answer.status_code == 200, answer.text
+        found.update(answer.json())
+        return all(miss["reason"] != "unknown" for miss in found["misses"])
+
+    wait_until(explained, timeout=30, interval=0.2, message="the run's compiles were not explained in time")
+    return found
 
 
 def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dimensions(
