@@ -50,6 +50,7 @@ __all__ = [
     "MAX_MISSES_PER_RUN",
     "MAX_PROCESS_INDEX",
     "MAX_SECONDS",
+    "MISS_ADVICE",
     "MISS_REASONS",
     "MODULE_MAX_LENGTH",
     "REPORT_INTERVAL_SECONDS",
@@ -89,9 +90,26 @@ last component is the hex part of the key itself, which ties the components to t
 MISS_REASONS: Final = (
     "new_graph",  # (a) no entry of this module was ever stored in the namespace
     "new_shapes",  # (b) the module is known, at other parameter shapes
+    "baked_sizes",  # (c) same module and input shapes, other sizes inside the graph (slice/pad by ints)
     "different_key",  # (c) same module and shapes, another cache key (JAX: which component differs)
     "load_failed",  # (d) the entry was stored but failed to load
     "evicted",  # (e) the entry was stored once and removed (a tombstone says when and why)
-    "unknown",  # the bytes are opaque (TPU executables) and the client knew too little
+    "unknown",  # the bytes could not be read and the client knew too little
 )
 """Why a run compiled a key, as the server explains each reported miss."""
+
+MISS_ADVICE: Final = {
+    "new_graph": "nothing to fix: the first compile of a graph; the next job finds it stored",
+    "new_shapes": "pad or bucket the varying input dimensions (xla-cache graphs NAMESPACE lists them, with "
+    "what each padding choice leaves)",
+    "baked_sizes": "the step takes sizes from Python integers, so each size is a new graph at the same input "
+    "shapes: pass the sizes as data (masks, index tensors), pad to a fixed size (xla-cache graphs NAMESPACE "
+    "lists the sizes and what bucketing them leaves), or run that section eagerly",
+    "different_key": "make the jobs agree on what the detail names (compile options, flags, versions); where "
+    "only metadata differs, run every job with the same debug settings (XLA_HLO_DEBUG, XLA_IR_DEBUG)",
+    "load_failed": "the stored entry did not load in this runtime: check versions (xla-cache doctor); the "
+    "new compile replaced it",
+    "evicted": "raise the namespace's quota or the server's size limit if this entry is wanted back",
+    "unknown": "nothing the server can read explains it (an entry not stored, or not parseable)",
+}
+"""What to do about each reason (``xla-cache runs RUN``, the API and the dashboard show it)."""

@@ -120,6 +120,10 @@ def run_lines(run: dict[str, Any]) -> list[str]:
             f"  {str(miss.get('module') or '-')[:24]:<24}  {str(miss.get('key', ''))[:24]:<24}  "
             f"{miss.get('reason') or 'unknown'!s:<13}  {spent:>8}  {miss.get('detail') or ''}".rstrip()
         )
+    advice = {str(m.get("reason")): str(m.get("advice")) for m in misses if m.get("advice")}
+    if advice:
+        lines.append("what to do:")
+        lines.extend(f"  {reason:<13}  {text}" for reason, text in advice.items())
     return lines
 
 

@@ -14,6 +14,7 @@ from cache_protocol.runs import (
     MAX_MISSES_PER_REPORT,
     MAX_PROCESS_INDEX,
     MAX_SECONDS,
+    MISS_ADVICE,
     MODULE_MAX_LENGTH,
     RUN_ID_PATTERN,
 )
@@ -195,6 +196,21 @@ class ComponentOut(BaseModel):
     theirs: str | None
 
 
+class BakedSizeOut(BaseModel):
+    """A size inside the graph that differs from the nearest stored entry of the same structure: the op
+    (its name in the HLO, opcode, op name and source line from its metadata), the attribute (``limit``,
+    ``high``, ``shape``, ``value``...) at dimension ``index``, our value and the stored one."""
+
+    op: str
+    opcode: str
+    op_name: str | None
+    source: str | None
+    attribute: str
+    index: int
+    ours: float
+    theirs: float
+
+
 class MissOut(BaseModel):
     """A compile of the run and why it happened (``reason`` one of cache_protocol.runs.MISS_REASONS)."""
 
@@ -211,6 +227,8 @@ class MissOut(BaseModel):
     differing_components: list[ComponentOut]
     removed_at: dt.datetime | None
     policy: str | None
+    baked_sizes: list[BakedSizeOut]
+    advice: str
 
     @classmethod
     def of(cls, miss: ExplainedMiss) -> MissOut:
@@ -233,6 +251,20 @@ class MissOut(BaseModel):
             ],
             removed_at=miss.removed_at,
             policy=miss.policy,
+            advice=MISS_ADVICE.get(miss.reason, ""),
+            baked_sizes=[
+                BakedSizeOut(
+                    op=c.op.name,
+                    opcode=c.op.opcode,
+                    op_name=c.op.op,
+                    source=c.op.source,
+                    attribute=c.attribute,
+                    index=c.index,
+                    ours=c.ours,
+                    theirs=c.theirs,
+                )
+                for c in miss.baked
+            ],
         )
 
 

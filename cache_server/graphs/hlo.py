@@ -21,6 +21,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from cache_server.graphs.instructions import Body, read_body
+from cache_server.graphs.schema import COMPUTATION, ELEMENT_TYPES, INSTRUCTION, METADATA, MODULE, SHAPE, TUPLE
+from cache_server.graphs.wire import Buffer, WireError, iter_fields
+from cache_server.graphs.wire import ints as _ints
+from cache_server.graphs.wire import read as _read
+from cache_server.graphs.wire import text as _text
+from cache_server.graphs.wire import varint as _varint
 from cache_server.streams import NotZstd, zstd_decompressed
 
 __all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_executable", "parse_entry"]
@@ -28,150 +35,31 @@ __all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_exe
 MAX_MODULE_BYTES = 256 * 1024 * 1024  # an HLO module larger than this is not worth the memory to list
 _MODULE_PATH = (1, 1, 1)  # ExecutableAndOptionsProto.serialized_executable -> .hlo_module -> .hlo_module
 
-# xla.PrimitiveType numbers (xla_data.proto).
-ELEMENT_TYPES = {
-    1: "pred",
-    2: "s8",
-    3: "s16",
-    4: "s32",
-    5: "s64",
-    6: "u8",
-    7: "u16",
-    8: "u32",
-    9: "u64",
-    10: "f16",
-    11: "f32",
-    12: "f64",
-    13: "tuple",
-    14: "opaque",
-    15: "c64",
-    16: "bf16",
-    17: "token",
-    18: "c128",
-    19: "f8e5m2",
-    20: "f8e4m3fn",
-    21: "s4",
-    22: "u4",
-    23: "f8e4m3b11fnuz",
-    24: "f8e5m2fnuz",
-    25: "f8e4m3fnuz",
-    26: "s2",
-    27: "u2",
-    28: "f8e4m3",
-    29: "f8e3m4",
-    30: "s1",
-    31: "u1",
-    32: "f4e2m1fn",
-    33: "f8e8m0fnu",
-}
-TUPLE = 13
 # Ops whose source line says where data came from, not where the graph was built.
 _NOT_A_SOURCE = {"xla__device_data", "parameter", "constant"}
 # The fields read from each message (anything else is skipped unread).
-_MODULE = {"name": 1, "entry_computation_name": 2, "computations": 3, "host_program_shape": 4}
-_COMPUTATION = {"name": 1, "instructions": 2, "program_shape": 4}
+_MODULE = MODULE
+_COMPUTATION = COMPUTATION
 _PROGRAM_SHAPE = {"parameters": 1, "result": 2}
-_SHAPE = {"element_type": 2, "dimensions": 3, "tuple_shapes": 4, "is_dynamic_dimension": 6}
-_INSTRUCTION_METADATA = 7
-_METADATA = {"op_type": 1, "source_file": 3, "source_line": 4}
-
-
-Buffer = bytes | bytearray
-
-
-class WireError(ValueError):
-    """The bytes are not a well-formed protobuf message."""
+_SHAPE = SHAPE
+_INSTRUCTION_METADATA = INSTRUCTION["metadata"]
+_METADATA = METADATA
 
 
 @dataclass(frozen=True)
 class GraphInfo:
     """One compiled graph: its module name, its shapes as text, a digest of them, and where it was traced.
 
-    ``source`` (``file:line``) is only known when the job ran with ``XLA_HLO_DEBUG=1``.
+    ``source`` (``file:line``) is only known when the job ran with ``XLA_HLO_DEBUG=1``. ``body`` is what the
+    module computes beyond its shapes (:mod:`~cache_server.graphs.instructions`); None when it has more
+    instructions than are walked.
     """
 
     module: str
     shapes: str
     signature: str
     source: str | None
-
-
-# -- wire format ----------------------------------------------------------------------------------------
-def _varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise WireError("truncated or overlong varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
-    """Yield ``(field number, wire type, value, end)`` for each field of the message in ``buf[start:end]``.
-
-    For length-delimited fields (wire type 2) ``value`` is the offset where the payload starts and ``end``
-    where it stops; for varints ``value`` is the number; fixed-width values are skipped (value 0).
-    """
-    end = len(buf) if end is None else end
-    pos = start
-    while pos < end:
-        tag, pos = _varint(buf, pos, end)
-        number, wire = tag >> 3, tag & 7
-        if number == 0:
-            raise WireError("field number 0")
-        if wire == 0:
-            value, pos = _varint(buf, pos, end)
-            yield number, wire, value, pos
-        elif wire == 1 or wire == 5:
-            pos += 8 if wire == 1 else 4
-            if pos > end:
-                raise WireError("truncated fixed-width field")
-            yield number, wire, 0, pos
-        elif wire == 2:
-            length, pos = _varint(buf, pos, end)
-            if pos + length > end:
-                raise WireError("truncated length-delimited field")
-            yield number, wire, pos, pos + length
-            pos += length
-        else:
-            raise WireError(f"unsupported wire type {wire}")
-
-
-def _read(buf: Buffer, start: int, end: int, wanted: dict[str, int]) -> dict[str, list[tuple[int, int, int]]]:
-    """The wanted fields of one message, by name: each occurrence as (wire type, value/start, end)."""
-    by_number = {number: name for name, number in wanted.items()}
-    found: dict[str, list[tuple[int, int, int]]] = {name: [] for name in wanted}
-    for number, wire, value, stop in iter_fields(buf, start, end):
-        name = by_number.get(number)
-        if name is not None:
-            found[name].append((wire, value, stop))
-    return found
-
-
-def _text(buf: Buffer, field: list[tuple[int, int, int]]) -> str | None:
-    if not field or field[-1][0] != 2:
-        return None
-    _, start, end = field[-1]
-    return buf[start:end].decode("utf-8", errors="replace")
-
-
-def _ints(buf: Buffer, field: list[tuple[int, int, int]]) -> list[int]:
-    """A repeated integer field, packed (wire type 2) or not."""
-    numbers: list[int] = []
-    for wire, value, end in field:
-        if wire == 0:
-            numbers.append(value)
-        elif wire == 2:
-            pos = value
-            while pos < end:
-                number, pos = _varint(buf, pos, end)
-                numbers.append(number)
-    return numbers
+    body: Body | None = None
 
 
 def _shape(buf: Buffer, start: int, end: int) -> str:
@@ -242,7 +130,12 @@ def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
         shapes=shapes,
         signature=hashlib.sha256(shapes.encode()).hexdigest(),
         source=_source(buf, fields["computations"]),
+        body=read_body(buf, fields["computations"], _span(fields["stack_frame_index"])),
     )
+
+
+def _span(field: list[tuple[int, int, int]]) -> tuple[int, int] | None:
+    return (field[-1][1], field[-1][2]) if field and field[-1][0] == 2 else None
 
 
 # -- reading only what is needed ------------------------------------------------------------------------

@@ -237,7 +237,23 @@ class GraphIndexer:
 def _record(namespace: str, key: str, info: GraphInfo | None) -> GraphRecord:
     if info is None:
         return GraphRecord(namespace, key, module=None)
-    return GraphRecord(namespace, key, info.module, info.signature, info.shapes, info.source)
+    body = info.body
+    if body is None:  # too large to walk: recorded as such ("" structure), not parsed again
+        return GraphRecord(
+            namespace, key, info.module, info.signature, info.shapes, info.source, structure=""
+        )
+    return GraphRecord(
+        namespace,
+        key,
+        info.module,
+        info.signature,
+        info.shapes,
+        info.source,
+        structure=body.structure,
+        program=body.program,
+        whole=body.whole,
+        ops=body.ops_text(),
+    )
 
 
 def _records(batch: list[tuple[str, str]], outcomes: list[ParseOutcome]) -> list[GraphRecord]:

@@ -10,7 +10,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Select, Table, bindparam, delete, func, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
@@ -51,7 +51,9 @@ class EvictionCandidate:
 
 @dataclass(frozen=True)
 class GraphRecord:
-    """What parsing one entry found; ``module`` None means "not parseable"."""
+    """What parsing one entry found; ``module`` None means "not parseable". ``structure``, ``program``,
+    ``whole`` and ``ops`` are its body (:class:`cache_server.graphs.instructions.Body`); ``structure`` is
+    ``""`` for a module too large to walk."""
 
     namespace: str
     key: str
@@ -59,6 +61,10 @@ class GraphRecord:
     signature: str | None = None
     shapes: str | None = None
     source: str | None = None
+    structure: str | None = None
+    program: str | None = None
+    whole: str | None = None
+    ops: str | None = None
 
 
 @dataclass(frozen=True)
@@ -187,22 +193,31 @@ class AdminRepository:
 
     # -- graphs -----------------------------------------------------------------------------------------
     def unparsed_entries(self, limit: int) -> list[tuple[str, str]]:
-        """Entries nobody has tried to parse yet."""
+        """Entries nobody has tried to parse yet, then graphs parsed before their bodies were read
+        (migration 0014: a module, no ``structure``), to be parsed again."""
         stmt = (
             select(Entry.namespace, Entry.key)
             .outerjoin(EntryGraph, (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key))
             .where(EntryGraph.key.is_(None))
             .limit(limit)
         )
+        stale = (
+            select(EntryGraph.namespace, EntryGraph.key)
+            .where(EntryGraph.module.is_not(None), EntryGraph.structure.is_(None))
+            .limit(limit)
+        )
         with self._db.transaction() as session:
-            return [(ns, key) for ns, key in session.execute(stmt)]
+            found = [(ns, key) for ns, key in session.execute(stmt)]
+            if len(found) < limit:
+                found += [(ns, key) for ns, key in session.execute(stale.limit(limit - len(found)))]
+            return found
 
     def record_graph(self, record: GraphRecord) -> bool:
         """Keep what parsing found. False if the entry is gone by now (evicted while it was parsed)."""
         try:
             with self._db.transaction() as session:
                 stmt = self._db.insert(EntryGraph).values(**asdict(record))
-                session.execute(stmt.on_conflict_do_nothing(index_elements=["namespace", "key"]))
+                session.execute(_keep_body(stmt))
         except IntegrityError:
             return False
         return True
@@ -216,9 +231,7 @@ class AdminRepository:
             with self._db.transaction() as session:
                 # One statement executed for many rows, on the table: compiled once and cached (a VALUES
                 # list of 50 rows was compiled anew for every batch, most of the server's share of parsing)
-                stmt = self._db.insert(EntryGraph.__table__).on_conflict_do_nothing(
-                    index_elements=["namespace", "key"]
-                )
+                stmt = _keep_body(self._db.insert(EntryGraph.__table__))
                 session.execute(stmt, [asdict(record) for record in records])
         except IntegrityError:  # some entry is gone: one at a time, skipping those
             return sum(self.record_graph(record) for record in records)
@@ -430,3 +443,14 @@ class AdminRepository:
                     )
                 )
         return present
+
+
+def _keep_body(stmt: Any) -> Any:
+    """An insert of graph records that, for a row already there without a body (parsed before migration
+    0014), fills in the body and leaves the rest (its module and signature: 0013's counts) as it is."""
+    excluded = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=["namespace", "key"],
+        set_={name: getattr(excluded, name) for name in ("structure", "program", "whole", "ops")},
+        where=EntryGraph.__table__.c.structure.is_(None),
+    )

@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from cache_server.index.database import Database, chunked
 from cache_server.index.models import Entry, EntryGraph, RunMiss
@@ -25,12 +25,16 @@ MAX_COMPONENT_MISSES = 5_000
 
 @dataclass(frozen=True)
 class StoredGraph:
-    """A stored entry's parsed graph: its module, its shapes text (None: not parseable) and when stored."""
+    """A stored entry's parsed graph: its module, its shapes text (None: not parseable), when stored, and
+    its body's digests (None: parsed before bodies were read; ``""`` structure: too large to walk)."""
 
     key: str
     module: str | None
     shapes: str | None
     created_at: dt.datetime
+    structure: str | None = None
+    program: str | None = None
+    whole: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,21 @@ class MissFacts:
     variants: dict[str, list[StoredGraph]]  # module -> the stored entries of that module, parsed
     component_misses: dict[str, list[ComponentMiss]]  # module -> misses with components, latest first
     tombstones: dict[str, TombstoneInfo]  # removed keys among the misses'
+    ops: dict[str, str] = field(default_factory=dict)  # key -> sized ops text: the misses' own, and
+    # the stored entries of their modules that share a miss's structure
 
 
 def read_facts(db: Database, namespace: str, keys: Sequence[str], modules: Sequence[str]) -> MissFacts:
     """The facts that explain misses of ``keys`` (of modules ``modules``, where known) in ``namespace``."""
-    graph_columns = (EntryGraph.key, EntryGraph.module, EntryGraph.shapes, Entry.created_at)
+    graph_columns = (
+        EntryGraph.key,
+        EntryGraph.module,
+        EntryGraph.shapes,
+        Entry.created_at,
+        EntryGraph.structure,
+        EntryGraph.program,
+        EntryGraph.whole,
+    )
     joined = select(*graph_columns).join(
         Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key)
     )
@@ -82,6 +96,7 @@ def read_facts(db: Database, namespace: str, keys: Sequence[str], modules: Seque
                 read += 1
             if read >= MAX_VARIANTS:
                 break
+        ops = _ops(connection, namespace, own, wanted)
         component_misses: dict[str, list[ComponentMiss]] = defaultdict(list)
         for part in chunked(wanted):
             recorded = connection.execute(
@@ -105,4 +120,34 @@ def read_facts(db: Database, namespace: str, keys: Sequence[str], modules: Seque
         variants=dict(variants),
         component_misses=dict(component_misses),
         tombstones=tombstones_of(db, namespace, list(keys)),
+        ops=ops,
     )
+
+
+def _ops(
+    connection: Connection, namespace: str, own: dict[str, StoredGraph], modules: list[str]
+) -> dict[str, str]:
+    """The sized ops of the misses' own entries and of the stored entries that share a miss's structure
+    (the latest :data:`MAX_VARIANTS` of them)."""
+    structures = sorted({g.structure for g in own.values() if g.structure})
+    if not structures:
+        return {}
+    found: dict[str, str] = {}
+    for module_part in chunked(modules):  # off ix_entry_graphs_module_signature
+        for part in chunked(structures):
+            rows = connection.execute(
+                select(EntryGraph.key, EntryGraph.ops)
+                .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
+                .where(
+                    EntryGraph.namespace == namespace,
+                    EntryGraph.module.in_(module_part),
+                    EntryGraph.structure.in_(part),
+                    EntryGraph.ops.is_not(None),
+                )
+                .order_by(Entry.created_at.desc())
+                .limit(MAX_VARIANTS - len(found))
+            )
+            found.update((key, ops) for key, ops in rows if ops is not None)
+            if len(found) >= MAX_VARIANTS:
+                return found
+    return found

@@ -9,9 +9,14 @@ In this order, the first that applies (:data:`cache_protocol.runs.MISS_REASONS`)
   first is a new graph and the other two are new shapes of it;
 - ``new_shapes``: the module is known at other shapes: the parameter dimensions that differ from the
   nearest stored variant (:func:`cache_server.graphs.shapes.nearest`) are named;
+- ``baked_sizes``: the module is known at these very input shapes, and the stored graph of the same
+  structure differs only in sizes inside it (slice limits, pad widths, iota lengths, broadcast shapes,
+  literals: a step that slices or pads by Python integers): the ops, their sources and the sizes are
+  named (:mod:`cache_server.graphs.baked`);
 - ``different_key``: the module is known at these very shapes, under another key. Where the client recorded
   JAX's cache-key components, the ones that differ from the nearest earlier miss of the module that recorded
-  them are named;
+  them are named; otherwise the graphs say whether the module is the same to the byte (the key differs
+  outside it), differs only in metadata (source lines, as ``XLA_HLO_DEBUG`` adds), or in its instructions;
 - ``unknown``: the bytes are opaque (a TPU executable does not parse) and nothing above applies; the detail
   says what the client knew (its module name).
 
@@ -27,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from cache_server.graphs.baked import SizeChange, describe_changes, size_changes
+from cache_server.graphs.instructions import Body, body_from_text
 from cache_server.graphs.shapes import Dimension, Signature, differing_dimensions, parse_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
 from cache_server.index.runs import MissRecord
@@ -61,10 +68,13 @@ class ExplainedMiss:
     differing_components: list[ComponentDifference] = field(default_factory=list)
     removed_at: dt.datetime | None = None
     policy: str | None = None
+    baked: list[SizeChange] = field(default_factory=list)
 
 
 COMPARED_MISSES = 200
 """Earlier misses with components a miss is compared with (the latest ones before it)."""
+COMPARED_BODIES = 32
+"""Stored entries of a miss's structure whose sizes it is compared with (the latest ones before it)."""
 
 
 class _Context:
@@ -78,6 +88,19 @@ class _Context:
         self._variants: dict[str, ModuleVariants] = {}
         self._firsts: dict[str, tuple[dt.datetime | None, int | None]] = {}
         self._recorded: dict[str, tuple[list[dt.datetime], list[ComponentMiss]]] = {}
+        self._bodies: dict[str, Body | None] = {}
+
+    def body(self, graph: StoredGraph) -> Body | None:
+        """A stored graph's body with its sized ops, when the index has them."""
+        if graph.key not in self._bodies:
+            text = self.facts.ops.get(graph.key)
+            ok = text is not None and graph.structure and graph.program and graph.whole
+            self._bodies[graph.key] = (
+                body_from_text(graph.structure or "", graph.program or "", graph.whole or "", text or "")
+                if ok
+                else None
+            )
+        return self._bodies[graph.key]
 
     def variants(self, module: str) -> ModuleVariants:
         if module not in self._variants:
@@ -184,19 +207,26 @@ def _explain(miss: MissRecord, context: _Context) -> ExplainedMiss:
     ours = _signature(shapes) if shapes else None
     same_shapes = [g for g in variants.by_shapes.get(shapes or "", []) if before(g)]
     if ours is not None and any_prior and not same_shapes:
-        return _new_shapes(base, module, ours, variants.nearest(shapes or "", before))
+        found = variants.nearest(shapes or "", before)
+        if own is not None and found is not None and found.graph.shapes is not None:
+            theirs = _signature(found.graph.shapes)
+            if theirs is not None and differing_dimensions(ours, theirs) == []:  # only the result differs
+                params = _params(shapes or "")
+                same_params = [
+                    g
+                    for g in variants.same_structure(own.structure)
+                    if before(g) and _params(g.shapes or "") == params
+                ]
+                baked = _baked(base, module, own, same_params, context)
+                if baked is not None:
+                    return baked
+        return _new_shapes(base, module, ours, found)
     if same_shapes or (ours is None and earlier_misses):
         by_components = _same_computation(base, miss, earlier_misses)
         if by_components is not None:
             return by_components
         if same_shapes:
-            return _with(
-                base,
-                "different_key",
-                f"module {module} is stored at these shapes under key {same_shapes[0].key}; the key differs"
-                + ("" if miss.components else " (no cache-key components recorded to say which part)"),
-                nearest_key=same_shapes[0].key,
-            )
+            return _same_shapes(base, module, own, same_shapes, context, recorded=bool(miss.components))
     if not any_prior:
         return _with(base, "unknown", _opaque(miss))
     return _with(base, "unknown", _opaque(miss) + f"; module {module} has stored entries")
@@ -227,6 +257,90 @@ def _opaque_reason(base: ExplainedMiss, miss: MissRecord, earlier: list[Componen
     """A miss whose stored bytes do not parse: its components may still say which part of the key
     differs; otherwise unknown, with what the client knew."""
     return _same_computation(base, miss, earlier) or _with(base, "unknown", _opaque(miss))
+
+
+def _same_shapes(
+    base: ExplainedMiss,
+    module: str,
+    own: StoredGraph | None,
+    stored: list[StoredGraph],
+    context: _Context,
+    *,
+    recorded: bool,
+) -> ExplainedMiss:
+    """A miss of a module stored at these very shapes under another key: the same module to the byte, the
+    same computation but for metadata, the same graph at other sizes (``baked_sizes``), or other
+    instructions."""
+    at = f"module {module} is stored at these shapes under key {stored[0].key}"
+    if own is not None and own.structure:
+        for graph in stored:
+            if graph.whole == own.whole:
+                return _with(
+                    base,
+                    "different_key",
+                    f"module {module} is stored under key {graph.key} and is the same module to the byte: "
+                    "the key differs by what is outside the module (compile options, flags, versions)",
+                    nearest_key=graph.key,
+                )
+        for graph in stored:
+            if graph.program == own.program:
+                return _with(
+                    base,
+                    "different_key",
+                    f"module {module} is stored under key {graph.key} with the same computation; only its "
+                    "metadata differs (op names or source lines, as XLA_HLO_DEBUG and XLA_IR_DEBUG add)",
+                    nearest_key=graph.key,
+                )
+        baked = _baked(base, module, own, [g for g in stored if g.structure == own.structure], context)
+        if baked is not None:
+            return baked
+        if any(g.structure for g in stored):
+            return _with(
+                base,
+                "different_key",
+                f"{at}, but its instructions differ (another computation under the same name)",
+                nearest_key=stored[0].key,
+            )
+    return _with(
+        base,
+        "different_key",
+        f"{at}; the key differs"
+        + ("" if recorded else " (no cache-key components recorded to say which part)"),
+        nearest_key=stored[0].key,
+    )
+
+
+def _baked(
+    base: ExplainedMiss, module: str, own: StoredGraph, stored: list[StoredGraph], context: _Context
+) -> ExplainedMiss | None:
+    """``baked_sizes``: the stored entry of the miss's structure (one of the latest
+    :data:`COMPARED_BODIES`) whose sizes differ from the miss's in the fewest places; None without one."""
+    ours = context.body(own)
+    if ours is None:
+        return None
+    best: tuple[int, StoredGraph, list[SizeChange]] | None = None
+    for graph in sorted(stored, key=lambda g: g.created_at, reverse=True)[:COMPARED_BODIES]:
+        theirs = context.body(graph)
+        changes = None if theirs is None else size_changes(ours, theirs)
+        if changes is not None and (best is None or len(changes) < best[0]):
+            best = (len(changes), graph, changes)
+    if best is None:
+        return None
+    _, graph, changes = best
+    named = describe_changes(changes) or "the sizes of intermediate results differ"
+    return _with(
+        base,
+        "baked_sizes",
+        f"module {module} is stored at the same input shapes with other sizes inside the graph (key "
+        f"{graph.key}): {named}",
+        nearest_key=graph.key,
+        baked=changes,
+    )
+
+
+def _params(shapes: str) -> str:
+    """The parameters' part of a shapes text (``(f32[2,16], f32[16,3])``)."""
+    return shapes.rpartition(") -> ")[0]
 
 
 def _before(graph: StoredGraph, position: int, order: dict[str, int], at: dt.datetime | None) -> bool:

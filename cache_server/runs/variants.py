@@ -73,9 +73,12 @@ class ModuleVariants:
         self._one: dict[tuple[Structure, int, tuple[int, ...]], list[Variant]] = defaultdict(list)
         self._two: dict[tuple[Structure, int, int, tuple[int, ...]], list[Variant]] | None = None
         self._by_structure: dict[Structure, list[Variant]] = defaultdict(list)
+        self._by_body: dict[str, list[StoredGraph]] = defaultdict(list)
         for graph in graphs:  # the latest stored first
             if graph.shapes is None:
                 continue
+            if graph.structure:
+                self._by_body[graph.structure].append(graph)
             self.by_shapes[graph.shapes].append(graph)
             shape = quick_shape(graph.shapes)
             if shape is None:
@@ -86,6 +89,10 @@ class ModuleVariants:
             self._by_structure[structure].append(variant)
             for i in range(len(flat)):
                 self._one[(structure, i, flat[:i] + flat[i + 1 :])].append(variant)
+
+    def same_structure(self, structure: str | None) -> list[StoredGraph]:
+        """The variants whose body has this structure digest (the same graph at other sizes), latest first."""
+        return self._by_body.get(structure or "", [])
 
     def _pairs(self) -> dict[tuple[Structure, int, int, tuple[int, ...]], list[Variant]]:
         """The variants hashed with each pair of dimensions left out (built when first needed)."""

@@ -1,0 +1,169 @@
+"""Sizes baked into a graph: what differs between entries of one module at the same input shapes.
+
+Entries whose bodies (:class:`~cache_server.graphs.instructions.Body`) have one ``structure`` are the same
+graph with other sizes inside it: a step that slices, pads or builds arrays by Python integers. Their sized
+ops line up position by position, so:
+
+- :func:`size_changes` names what differs between two such entries (a miss and its nearest stored
+  neighbour): each op, the attribute and the dimension, and the two values;
+- :func:`internal_axes` finds, across many such entries, the sizes that vary (an "internal dimension"
+  each), the values each took, and each entry's point over them, so that the bucketing report can treat
+  them as it treats varying input dimensions. Sizes that follow from another one (a pad's width that is
+  the fixed length minus a slice's limit, the broadcast after the slice) are folded into the most telling
+  one.
+
+Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cache_server.graphs.instructions import Body, SizedOp
+from cache_server.graphs.schema import ELEMENT_BYTES
+
+__all__ = ["MAX_AXES", "InternalAxis", "SizeChange", "describe_changes", "internal_axes", "size_changes"]
+
+MAX_AXES = 64  # varying sizes considered before folding the dependent ones
+SHOWN_CHANGES = 3  # changes a miss's detail names (the rest are counted)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class SizeChange:
+    """One size that differs: ``op`` (ours), its ``attribute`` (``limit``, ``high``, ``shape``, ``value``)
+    at dimension ``index``, our value and the stored entry's."""
+
+    op: SizedOp
+    attribute: str
+    index: int
+    ours: float
+    theirs: float
+
+    def describe(self) -> str:
+        return (
+            f"{self.op.label()} {self.attribute}[{self.index}] {_number(self.ours)} "
+            f"(stored: {_number(self.theirs)})"
+        )
+
+
+def size_changes(ours: Body, theirs: Body) -> list[SizeChange] | None:
+    """The sizes that differ between two bodies of one structure, most telling first; None when their
+    structures differ (another graph under the same name: no size explains it)."""
+    if ours.structure != theirs.structure:
+        return None
+    stored = {op.position: op for op in theirs.ops}
+    changes: list[SizeChange] = []
+    for op in sorted(ours.ops, key=lambda o: (o.priority, o.position)):
+        other = stored.get(op.position)
+        if other is None or other.opcode != op.opcode:
+            continue
+        for attribute in sorted(op.sizes.keys() | other.sizes.keys()):
+            mine, theirs_values = op.sizes.get(attribute, []), other.sizes.get(attribute, [])
+            if mine == theirs_values:
+                continue
+            for index in range(max(len(mine), len(theirs_values))):
+                a = mine[index] if index < len(mine) else math.nan
+                b = theirs_values[index] if index < len(theirs_values) else math.nan
+                if a != b:
+                    changes.append(SizeChange(op, attribute, index, a, b))
+    return changes
+
+
+def describe_changes(changes: Sequence[SizeChange], shown: int = SHOWN_CHANGES) -> str:
+    """``slice.0 (…, step.py:9) limit[0] 5 (stored: 3); pad.2 … high[0] 11 (stored: 13); and 2 more``."""
+    text = "; ".join(change.describe() for change in changes[:shown])
+    if len(changes) > shown:
+        text += f"; and {len(changes) - shown} more"
+    return text
+
+
+@dataclass(frozen=True)
+class InternalAxis:
+    """A size inside a graph that varies across its entries at one input shape: op ``op`` at
+    ``position``, its ``attribute`` at dimension ``index``; the distinct values it took (sorted), and
+    ``folded``: how many other varying sizes follow from it (a pad width, the broadcast after a slice)."""
+
+    op: SizedOp
+    attribute: str
+    index: int
+    values: tuple[int, ...]
+    folded: int = 0
+
+    @property
+    def label(self) -> str:
+        """``slice.0 limit[0] (jit(step)/slice, step.py:9)``."""
+        where = ", ".join(x for x in (self.op.op, self.op.source) if x)
+        base = f"{self.op.name} {self.attribute}[{self.index}]"
+        return f"{base} ({where})" if where else base
+
+    def bytes_at(self, size: int) -> int:
+        """Bytes of the op's result with this dimension at ``size``: what padding the size costs."""
+        element, dims = _result_dims(self.op.result)
+        if self.index < len(dims) and self.attribute in ("limit", "shape", "sizes", "slice_sizes"):
+            dims[self.index] = size
+        return ELEMENT_BYTES.get(element, 4) * math.prod(dims)
+
+
+def _result_dims(result: str) -> tuple[str, list[int]]:
+    element, _, rest = result.partition("[")
+    try:
+        return element, [int(d) for d in rest.rstrip("]").split(",") if d]
+    except ValueError:
+        return element, []
+
+
+def internal_axes(bodies: Sequence[Body]) -> tuple[list[InternalAxis], list[tuple[int, ...]]]:
+    """The varying sizes across ``bodies`` (entries of one module at one input shape) and each body's
+    values over them, in ``bodies``' order. Only the bodies of the most common structure count (the others
+    are left out of the points); sizes that are a function of a more telling one are folded into it."""
+    if not bodies:
+        return [], []
+    common = Counter(b.structure for b in bodies).most_common(1)[0][0]
+    same = [b for b in bodies if b.structure == common]
+    by_position = [{op.position: op for op in b.ops} for b in same]
+    candidates: list[tuple[SizedOp, str, int, list[int]]] = []
+    for op in sorted(same[0].ops, key=lambda o: (o.priority, o.position)):
+        for attribute, first in sorted(op.sizes.items()):
+            for index in range(len(first)):
+                column: list[int] = []
+                for ops in by_position:
+                    other = ops.get(op.position)
+                    values = other.sizes.get(attribute, []) if other is not None else []
+                    if other is None or other.opcode != op.opcode or index >= len(values):
+                        break
+                    value = values[index]
+                    if value != int(value):  # not a size: a floating-point literal
+                        break
+                    column.append(int(value))
+                else:
+                    if len(set(column)) > 1:
+                        candidates.append((op, attribute, index, column))
+        if len(candidates) >= MAX_AXES:
+            break
+    kept: list[tuple[SizedOp, str, int, list[int], int]] = []
+    for op, attribute, index, column in candidates[:MAX_AXES]:
+        for place, (k_op, k_attr, k_index, k_column, folded) in enumerate(kept):
+            if _follows(column, k_column):
+                kept[place] = (k_op, k_attr, k_index, k_column, folded + 1)
+                break
+        else:
+            kept.append((op, attribute, index, column, 0))
+    axes = [
+        InternalAxis(op, attribute, index, tuple(sorted(set(column))), folded)
+        for op, attribute, index, column, folded in kept
+    ]
+    points = [tuple(column[i] for _, _, _, column, _ in kept) for i in range(len(same))]
+    return axes, points
+
+
+def _follows(column: list[int], leader: list[int]) -> bool:
+    """Whether ``column``'s value is a function of ``leader``'s (entry by entry)."""
+    seen: dict[int, int] = {}
+    return all(seen.setdefault(a, b) == b for a, b in zip(leader, column, strict=True))

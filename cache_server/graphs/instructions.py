@@ -1,0 +1,391 @@
+"""What an HLO module computes, beyond its parameter shapes: two digests and the sizes baked into it.
+
+A job that slices or pads by Python integers traces one graph per size at the same input shapes: the
+sizes are constants inside the HLO (slice limits, pad widths, iota lengths, broadcast shapes, literals).
+Two entries of one module with the same parameter shapes then differ only there. To find such entries
+and name what differs, :func:`read_body` walks every instruction of the module once and returns:
+
+- ``structure``: a digest of the graph with its sizes left out (opcodes, element types, ranks, operands,
+  every attribute but the sizes below). Entries with the same structure are the same graph at other sizes.
+- ``whole``: a digest of the module's computations as they are, metadata included.
+- ``program``: a digest of the whole computation but its metadata (op names, source lines, which
+  ``XLA_HLO_DEBUG`` and JAX's stack frames add) and instruction names. Two keys with the same program
+  differ only in metadata or in options outside the module.
+- ``ops``: the instructions that bring a size of their own (:data:`SIZED_OPCODES`), in module order, each
+  with those sizes, its result's shape, the op name and source line from its metadata. Comparing the ops
+  of two entries of one structure position by position names the sizes that differ.
+
+Bounded: at most :data:`MAX_INSTRUCTIONS` instructions are walked (past that, no body), at most
+:data:`MAX_OPS` ops and :data:`MAX_VALUES` numbers per attribute are kept, a literal's values only when it
+has at most :data:`MAX_LITERAL_VALUES`; nothing recurses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cache_server.graphs.schema import (
+    COMPUTATION,
+    ELEMENT_TYPES,
+    FRAME,
+    INSTRUCTION,
+    LITERAL_FIXED,
+    LITERAL_VARINT,
+    LOCATION,
+    METADATA,
+    PADDING_DIMENSION,
+    SHAPE,
+    SLICE_DIMENSION,
+    STACK_FRAMES,
+    TUPLE,
+)
+from cache_server.graphs.wire import Buffer, ints, iter_fields, read, text
+
+__all__ = [
+    "MAX_INSTRUCTIONS",
+    "MAX_OPS",
+    "SIZED_OPCODES",
+    "Body",
+    "SizedOp",
+    "body_from_text",
+    "read_body",
+]
+
+MAX_INSTRUCTIONS = 1_000_000  # a module with more is not walked (no body: its misses stay different_key)
+MAX_OPS = 1_000  # sized ops kept per module (the most telling kinds first)
+MAX_VALUES = 64  # numbers kept per attribute
+MAX_LITERAL_VALUES = 16  # a constant's values are kept when it has at most this many
+MAX_LABEL = 160  # characters of an op name or source kept
+
+# Opcodes that carry sizes of their own, most telling first: what a miss names first, what is kept first.
+# "shape" is the result's dimensions where the op makes them up (iota, broadcast, reshape, ...).
+SIZED_OPCODES: dict[str, int] = {
+    "slice": 0,
+    "pad": 0,
+    "dynamic-slice": 0,
+    "gather": 0,
+    "iota": 0,
+    "constant": 1,
+    "rng": 1,
+    "rng-bit-generator": 1,
+    "broadcast": 2,
+    "dynamic-reshape": 2,
+    "reshape": 3,
+}
+_SHAPE_IS_ATTRIBUTE = {"iota", "rng", "rng-bit-generator", "broadcast", "dynamic-reshape", "reshape"}
+
+_F = INSTRUCTION
+# left out of the structure digest: the sizes (and what carries them), names and metadata
+_NOT_STRUCTURE = frozenset(
+    {
+        _F["name"],
+        _F["shape"],
+        _F["metadata"],
+        _F["literal"],
+        _F["slice_dimensions"],
+        _F["dynamic_slice_sizes"],
+        _F["padding_config"],
+        _F["gather_slice_sizes"],
+        _F["frontend_attributes"],
+        _F["statistics_viz"],
+        _F["original_value"],
+    }
+)
+# left out of the program digest: names and metadata only
+_NOT_PROGRAM = frozenset(
+    {_F["name"], _F["metadata"], _F["frontend_attributes"], _F["statistics_viz"], _F["original_value"]}
+)
+
+
+@dataclass(frozen=True)
+class SizedOp:
+    """An instruction with sizes of its own: where it is (``position``: its place among the module's
+    instructions, computations in order), what it is, its sizes by attribute (``limit``, ``high``,
+    ``shape``, ``value``, ...), its result (``f32[5,8]``) and, from its metadata, its op and source."""
+
+    position: int
+    opcode: str
+    name: str
+    sizes: dict[str, list[float]]
+    result: str
+    op: str | None = None
+    source: str | None = None
+
+    @property
+    def priority(self) -> int:
+        return SIZED_OPCODES.get(self.opcode, 9)
+
+    def label(self) -> str:
+        """``slice.5 (jit(step)/slice, step.py:9)``: how a report names the op."""
+        where = ", ".join(x for x in (self.op, self.source) if x)
+        return f"{self.name} ({where})" if where else self.name
+
+
+@dataclass(frozen=True)
+class Body:
+    """A module's instructions, digested (see the module docstring)."""
+
+    structure: str
+    program: str
+    whole: str
+    instructions: int
+    ops: tuple[SizedOp, ...]
+    truncated: bool = False  # more sized ops than MAX_OPS: the least telling were left out
+
+    def ops_text(self) -> str:
+        """The ops as the index keeps them: compact JSON (:func:`body_from_text` reads it back)."""
+        rows = [[op.position, op.opcode, op.name, op.sizes, op.result, op.op, op.source] for op in self.ops]
+        return json.dumps({"n": self.instructions, "t": self.truncated, "ops": rows}, separators=(",", ":"))
+
+
+def body_from_text(structure: str, program: str, whole: str, ops_text: str) -> Body | None:
+    """A body as the index keeps it; None when the text is not of that form."""
+    try:
+        data = json.loads(ops_text)
+        ops = tuple(
+            SizedOp(
+                position=int(row[0]),
+                opcode=str(row[1]),
+                name=str(row[2]),
+                sizes={str(k): [float(v) for v in vs] for k, vs in dict(row[3]).items()},
+                result=str(row[4]),
+                op=None if row[5] is None else str(row[5]),
+                source=None if row[6] is None else str(row[6]),
+            )
+            for row in data["ops"]
+        )
+        return Body(structure, program, whole, int(data["n"]), ops, bool(data["t"]))
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+
+
+def _fields(buf: Buffer, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """``(number, wire, value, field start, field end)`` for each field of the message."""
+    previous = start
+    for number, wire, value, stop in iter_fields(buf, start, end):
+        yield number, wire, value, previous, stop
+        previous = stop
+
+
+def _numbers(values: list[int]) -> list[float]:
+    """Signed (two's complement int64), at most MAX_VALUES of them."""
+    return [float(v - (1 << 64) if v >= 1 << 63 else v) for v in values[:MAX_VALUES]]
+
+
+def _dims_of(buf: Buffer, start: int, end: int) -> tuple[int, list[int], int]:
+    """A shape's element type, its dimensions (no tuple parts: a tuple has none) and how many tuple parts."""
+    found = read(buf, start, end, SHAPE)
+    types = ints(buf, found["element_type"])
+    element = types[-1] if types else 0
+    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in ints(buf, found["dimensions"])][:MAX_VALUES]
+    return element, dims, len(found["tuple_shapes"])
+
+
+def _shape_text(element: int, dims: list[int], parts: int) -> str:
+    if element == TUPLE:
+        return f"tuple[{parts}]"
+    return f"{ELEMENT_TYPES.get(element, f'type{element}')}[{','.join(map(str, dims))}]"
+
+
+def _literal_values(buf: Buffer, start: int, end: int) -> list[float] | None:
+    """A literal's values when it is small and numeric; None otherwise."""
+    for number, wire, value, _, stop in _fields(buf, start, end):
+        if wire != 2:
+            continue
+        if number in LITERAL_VARINT.values():
+            found = ints(buf, [(wire, value, stop)])
+            return _numbers(found) if len(found) <= MAX_LITERAL_VALUES else None
+        for fixed_number, fmt, size in LITERAL_FIXED.values():
+            if number == fixed_number:
+                count = (stop - value) // size
+                if count > MAX_LITERAL_VALUES or (stop - value) % size:
+                    return None
+                return [float(x) for x in struct.unpack_from(f"<{count}{fmt[1]}", buf, value)]
+    return None
+
+
+class _Frames:
+    """A module's stack-frame index: ``stack_frame_id`` -> ``file:line`` (JAX's metadata points there)."""
+
+    def __init__(self, buf: Buffer, span: tuple[int, int] | None) -> None:
+        self._buf = buf
+        self._files: list[str] = []
+        self._locations: list[tuple[int, int]] = []
+        self._frames: list[int] = []
+        if span is None:
+            return
+        found = read(buf, span[0], span[1], STACK_FRAMES)
+        self._files = [text(buf, [(w, s, e)]) or "" for w, s, e in found["file_names"] if w == 2]
+        for wire, s, e in found["file_locations"]:
+            if wire == 2:
+                loc = read(buf, s, e, LOCATION)
+                file_ids = ints(buf, loc["file_name_id"])
+                lines = ints(buf, loc["line"])
+                self._locations.append((file_ids[-1] if file_ids else 0, lines[-1] if lines else 0))
+        for wire, s, e in found["stack_frames"]:
+            if wire == 2:
+                ids = ints(buf, read(buf, s, e, FRAME)["file_location_id"])
+                self._frames.append(ids[-1] if ids else 0)
+
+    def source(self, frame_id: int) -> str | None:
+        """The innermost ``file:line`` of a frame (ids count from 1)."""
+        if not 0 < frame_id <= len(self._frames):
+            return None
+        location = self._frames[frame_id - 1]
+        if not 0 < location <= len(self._locations):
+            return None
+        file_id, line = self._locations[location - 1]
+        if not 0 < file_id <= len(self._files):
+            return None
+        return f"{self._files[file_id - 1]}:{line}"[:MAX_LABEL]
+
+
+def _metadata(buf: Buffer, start: int, end: int, frames: _Frames) -> tuple[str | None, str | None]:
+    meta = read(buf, start, end, METADATA)
+    op = text(buf, meta["op_name"]) or text(buf, meta["op_type"])
+    source_file = text(buf, meta["source_file"])
+    if source_file:
+        lines = ints(buf, meta["source_line"])
+        source: str | None = f"{source_file}:{lines[-1]}" if lines else source_file
+    else:
+        frame_ids = ints(buf, meta["stack_frame_id"])
+        source = frames.source(frame_ids[-1]) if frame_ids else None
+    return (op[:MAX_LABEL] if op else None), (source[:MAX_LABEL] if source else None)
+
+
+def _sizes(buf: Buffer, opcode: str, fields: dict[int, list[tuple[int, int, int]]]) -> dict[str, list[float]]:
+    """The sizes an instruction of a sized opcode carries, by attribute."""
+    sizes: dict[str, list[float]] = {}
+    if opcode == "slice":
+        starts: list[int] = []
+        limits: list[int] = []
+        strides: list[int] = []
+        for wire, s, e in fields.get(_F["slice_dimensions"], []):
+            if wire == 2:
+                dim = read(buf, s, e, SLICE_DIMENSION)
+                starts.append((ints(buf, dim["start"]) or [0])[-1])
+                limits.append((ints(buf, dim["limit"]) or [0])[-1])
+                strides.append((ints(buf, dim["stride"]) or [1])[-1])
+        sizes = {"start": _numbers(starts), "limit": _numbers(limits), "stride": _numbers(strides)}
+    elif opcode == "pad":
+        low: list[int] = []
+        high: list[int] = []
+        interior: list[int] = []
+        for wire, s, e in fields.get(_F["padding_config"], []):
+            if wire != 2:
+                continue
+            for d_wire, ds, de in read(buf, s, e, {"dimensions": 1})["dimensions"]:
+                if d_wire == 2:
+                    dim = read(buf, ds, de, PADDING_DIMENSION)
+                    low.append((ints(buf, dim["low"]) or [0])[-1])
+                    high.append((ints(buf, dim["high"]) or [0])[-1])
+                    interior.append((ints(buf, dim["interior"]) or [0])[-1])
+        sizes = {"low": _numbers(low), "high": _numbers(high), "interior": _numbers(interior)}
+    elif opcode == "dynamic-slice":
+        sizes = {"sizes": _numbers(ints(buf, fields.get(_F["dynamic_slice_sizes"], [])))}
+    elif opcode == "gather":
+        sizes = {"slice_sizes": _numbers(ints(buf, fields.get(_F["gather_slice_sizes"], [])))}
+    elif opcode == "constant":
+        literal = fields.get(_F["literal"])
+        if literal and literal[-1][0] == 2:
+            values = _literal_values(buf, literal[-1][1], literal[-1][2])
+            if values is not None:
+                sizes = {"value": values}
+    return sizes
+
+
+def read_body(
+    buf: Buffer, computations: list[tuple[int, int, int]], frames: tuple[int, int] | None
+) -> Body | None:
+    """The body of a module whose computations are at these spans of ``buf`` (``frames``: its stack-frame
+    index, if any). None past :data:`MAX_INSTRUCTIONS`. Raises
+    :class:`~cache_server.graphs.wire.WireError` on malformed bytes."""
+    view = memoryview(buf)
+    structure = hashlib.blake2b(digest_size=16)
+    program = hashlib.blake2b(digest_size=16)
+    whole = hashlib.blake2b(digest_size=16)
+    frame_index = _Frames(view, frames)
+    ops: list[SizedOp] = []
+    position = 0
+    for c_wire, c_start, c_end in computations:
+        if c_wire != 2:
+            continue
+        whole.update(view[c_start:c_end])
+        for number, wire, value, f_start, f_end in _fields(view, c_start, c_end):
+            if number != COMPUTATION["instructions"] or wire != 2:
+                program.update(view[f_start:f_end])  # the computation's name, shape, ids
+                continue
+            if position >= MAX_INSTRUCTIONS:
+                return None
+            op = _instruction(view, value, f_end, position, structure, program, frame_index)
+            if op is not None:
+                ops.append(op)
+            position += 1
+        structure.update(b"\x00computation")
+        program.update(b"\x00computation")
+    ops.sort(key=lambda o: (o.priority, o.position))
+    kept = sorted(ops[:MAX_OPS], key=lambda o: o.position)
+    return Body(
+        structure.hexdigest(),
+        program.hexdigest(),
+        whole.hexdigest(),
+        position,
+        tuple(kept),
+        len(ops) > MAX_OPS,
+    )
+
+
+def _instruction(
+    view: memoryview,
+    start: int,
+    end: int,
+    position: int,
+    structure: hashlib.blake2b,
+    program: hashlib.blake2b,
+    frames: _Frames,
+) -> SizedOp | None:
+    """Feed one instruction to the digests; its :class:`SizedOp` if its opcode carries sizes."""
+    wanted: dict[int, list[tuple[int, int, int]]] = {}
+    for number, wire, value, f_start, f_end in _fields(view, start, end):
+        if number not in _NOT_PROGRAM:
+            program.update(view[f_start:f_end])
+        if number not in _NOT_STRUCTURE:
+            structure.update(view[f_start:f_end])
+        if number in _WANTED:
+            wanted.setdefault(number, []).append((wire, value, f_end))
+    shape = wanted.get(_F["shape"])
+    element, dims, parts = (
+        _dims_of(view, shape[-1][1], shape[-1][2]) if shape and shape[-1][0] == 2 else (0, [], 0)
+    )
+    structure.update(b"|%d,%d,%d|" % (element, len(dims), parts))
+    opcode = text(view, wanted.get(_F["opcode"], [])) or ""
+    if opcode not in SIZED_OPCODES:
+        return None
+    sizes = _sizes(view, opcode, wanted)
+    if opcode in _SHAPE_IS_ATTRIBUTE or opcode == "constant":
+        sizes["shape"] = [float(d) for d in dims]
+    meta = wanted.get(_F["metadata"])
+    op, source = (
+        _metadata(view, meta[-1][1], meta[-1][2], frames) if meta and meta[-1][0] == 2 else (None, None)
+    )
+    name = text(view, wanted.get(_F["name"], [])) or f"{opcode}.{position}"
+    return SizedOp(position, opcode, name[:MAX_LABEL], sizes, _shape_text(element, dims, parts), op, source)
+
+
+_WANTED = frozenset(
+    {
+        _F["name"],
+        _F["opcode"],
+        _F["shape"],
+        _F["metadata"],
+        _F["literal"],
+        _F["slice_dimensions"],
+        _F["dynamic_slice_sizes"],
+        _F["padding_config"],
+        _F["gather_slice_sizes"],
+    }
+)

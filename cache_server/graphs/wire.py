@@ -1,0 +1,92 @@
+"""The protobuf wire format, read without a schema: each message's fields by number, skipped unread unless
+wanted. Bounded by the buffer it is given; malformed bytes raise :class:`WireError` (never anything else).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+__all__ = ["Buffer", "WireError", "ints", "iter_fields", "read", "text", "varint"]
+
+Buffer = bytes | bytearray | memoryview
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed protobuf message."""
+
+
+def varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise WireError("truncated or overlong varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
+    """Yield ``(field number, wire type, value, end)`` for each field of the message in ``buf[start:end]``.
+
+    For length-delimited fields (wire type 2) ``value`` is the offset where the payload starts and ``end``
+    where it stops; for varints ``value`` is the number; fixed-width values are skipped (value 0).
+    """
+    end = len(buf) if end is None else end
+    pos = start
+    while pos < end:
+        tag, pos = varint(buf, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise WireError("field number 0")
+        if wire == 0:
+            value, pos = varint(buf, pos, end)
+            yield number, wire, value, pos
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise WireError("truncated fixed-width field")
+            yield number, wire, 0, pos
+        elif wire == 2:
+            length, pos = varint(buf, pos, end)
+            if pos + length > end:
+                raise WireError("truncated length-delimited field")
+            yield number, wire, pos, pos + length
+            pos += length
+        else:
+            raise WireError(f"unsupported wire type {wire}")
+
+
+def read(buf: Buffer, start: int, end: int, wanted: dict[str, int]) -> dict[str, list[tuple[int, int, int]]]:
+    """The wanted fields of one message, by name: each occurrence as (wire type, value/start, end)."""
+    by_number = {number: name for name, number in wanted.items()}
+    found: dict[str, list[tuple[int, int, int]]] = {name: [] for name in wanted}
+    for number, wire, value, stop in iter_fields(buf, start, end):
+        name = by_number.get(number)
+        if name is not None:
+            found[name].append((wire, value, stop))
+    return found
+
+
+def text(buf: Buffer, field: list[tuple[int, int, int]]) -> str | None:
+    if not field or field[-1][0] != 2:
+        return None
+    _, start, end = field[-1]
+    return bytes(buf[start:end]).decode("utf-8", errors="replace")
+
+
+def ints(buf: Buffer, field: list[tuple[int, int, int]]) -> list[int]:
+    """A repeated integer field, packed (wire type 2) or not."""
+    numbers: list[int] = []
+    for wire, value, end in field:
+        if wire == 0:
+            numbers.append(value)
+        elif wire == 2:
+            pos = value
+            while pos < end:
+                number, pos = varint(buf, pos, end)
+                numbers.append(number)
+    return numbers
