@@ -53,7 +53,8 @@ class EvictionCandidate:
 class GraphRecord:
     """What parsing one entry found; ``module`` None means "not parseable". ``structure``, ``program``,
     ``whole`` and ``ops`` are its body (:class:`cache_server.graphs.instructions.Body`); ``structure`` is
-    ``""`` for a module too large to walk."""
+    ``""`` where there is none (a module too large to walk); NULL only in rows parsed before migration
+    0014, which are parsed again."""
 
     namespace: str
     key: str
@@ -61,7 +62,7 @@ class GraphRecord:
     signature: str | None = None
     shapes: str | None = None
     source: str | None = None
-    structure: str | None = None
+    structure: str | None = ""
     program: str | None = None
     whole: str | None = None
     ops: str | None = None
