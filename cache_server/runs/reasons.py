@@ -298,7 +298,8 @@ def _same_shapes(
             return _with(
                 base,
                 "different_key",
-                f"{at}, but its instructions differ (another computation under the same name)",
+                f"{at}, but its instructions differ (another computation under the same name, or the same "
+                "step at a size that adds or drops an op, such as an empty or whole slice)",
                 nearest_key=stored[0].key,
             )
     return _with(

@@ -18,6 +18,7 @@ import pytest
 
 from client.cli import main
 from tests.support.server import LiveServer, run_server
+from tests.e2e.fuse_job import shapes as fuse_shapes
 from tests.support.torch_xla_jobs import run_job
 from tests.support.wait import wait_until
 
@@ -72,3 +73,38 @@ def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dime
     out = capsys.readouterr().out
     print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
     assert "hits         2" in out and "new_shapes" in out and miss["detail"] in out
+
+
+def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_the_sizes(
+    own_server: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The seed's own pattern: the step slices inputs of one padded shape by Python integers, so every size
+    is a new graph at the same input shapes. Its compiles are baked_sizes (not different_key), naming the
+    slice, the line of fuse_job.py that made it (XLA_HLO_DEBUG=1 puts source lines in the metadata), and
+    the sizes, with the advice to pass sizes as data, pad or go eager."""
+    args = ["--shapes", "5", "--seq-len", "128", "--baked"]
+    job = run_job(
+        ["--server", own_server.url, "--cache-dir", str(tmp_path / "A"), *args], env={"XLA_HLO_DEBUG": "1"}
+    )
+    shapes = fuse_shapes(5, 128)  # no image, text 1..5: no slice is empty in one step and whole in another
+    assert job.counters["UncachedCompile"] == len(shapes)
+    detail = run_detail(own_server, job.warm["run_id"])
+    misses = detail["misses"]
+    reasons = [miss["reason"] for miss in misses]
+    # a size at an edge (one text id: a gather of one row) is another graph; every other size is baked
+    assert set(reasons) == {"new_graph", "baked_sizes"} and reasons.count("baked_sizes") >= 3, reasons
+    assert len({miss["shapes"] for miss in misses}) == 1  # one input shape throughout
+    for miss, (_, text) in zip(misses, shapes, strict=True):
+        if miss["reason"] != "baked_sizes":
+            continue
+        named = {(b["opcode"], b["attribute"], b["index"]): b for b in miss["baked_sizes"]}
+        limit = named[("slice", "limit", 0)]  # ids[:text]
+        assert limit["ours"] == text and limit["theirs"] in {t for _, t in shapes} - {text}
+        assert limit["source"] and "fuse_job.py:" in limit["source"]
+        assert f"limit[0] {text} (stored: {int(limit['theirs'])})" in miss["detail"]
+        assert "Python integers" in miss["advice"]
+    capsys.readouterr()
+    assert main(["runs", "--server", own_server.url, job.warm["run_id"]]) == 0
+    out = capsys.readouterr().out
+    print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
+    assert "baked_sizes" in out and "pass the sizes as data" in out
