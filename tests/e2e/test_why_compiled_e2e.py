@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from client.cli import main
-from tests.support.server import LiveServer, run_server
 from tests.e2e.fuse_job import shapes as fuse_shapes
+from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import run_job
 from tests.support.wait import wait_until
 
