@@ -12,7 +12,8 @@ and upload reports, the entry files and a digest of every output.
 the shapes N .. N+shapes-1 instead of 1 .. shapes; ``--compiler-option NAME=VALUE`` (repeatable) compiles
 with ``jax.jit(..., compiler_options=...)``, a per-call option that changes JAX's key (its compile_options
 component) and not the namespace; ``--follow`` warms with ``follow=True``; ``--then-wait`` prints
-``COMPILED`` after the shapes and waits to be killed. The JSON line
+``COMPILED`` after the shapes and waits to be killed; ``--baked`` runs the seed's pattern instead: x at one
+shape, sliced and padded by a static Python integer (one graph per n at the same input shape). The JSON line
 also holds the run as its reports tell it (``client.run_report()``).
 """
 
@@ -32,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root
 import client
 from tests.support.jax_job_support import CacheEvents, job_arguments
 
+BAKED_ROWS = 16  # --baked: x is 16x4 for every n (n < 16)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -44,6 +47,11 @@ def main() -> int:
     )
     parser.add_argument("--follow", action="store_true", help="follow the namespace while running")
     parser.add_argument("--then-wait", action="store_true", help="after the shapes, wait to be killed")
+    parser.add_argument(
+        "--baked",
+        action="store_true",
+        help="x at one shape (16x4), sliced and padded by a static Python integer (sizes baked in)",
+    )
     args = job_arguments(parser)
 
     import jax
@@ -73,6 +81,11 @@ def main() -> int:
 
     jitted = jax.jit(step, compiler_options=options or None)  # its module: jit_step
 
+    def baked_step(x: jax.Array, n: int) -> jax.Array:
+        return jnp.pad(jnp.tanh(x[:n]) * 2.0, ((0, BAKED_ROWS - n), (0, 0))).sum(axis=1)
+
+    baked = jax.jit(baked_step, static_argnums=1)  # its module: jit_baked_step, one per n at one shape
+
     digest = hashlib.sha256()
     order = list(range(args.first_shape, args.first_shape + args.shapes))
     if args.order_seed is not None:
@@ -81,8 +94,12 @@ def main() -> int:
         random.Random(args.order_seed).shuffle(order)
     by_shape: dict[int, str] = {}
     for n in order:
-        x = (np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 10.0).astype(np.float32)
-        out = np.asarray(jitted(x)).tobytes()
+        if args.baked:
+            x = (np.arange(BAKED_ROWS * 4, dtype=np.float32).reshape(BAKED_ROWS, 4) / 10.0).astype(np.float32)
+            out = np.asarray(baked(x, n)).tobytes()
+        else:
+            x = (np.arange(n * 4, dtype=np.float32).reshape(n, 4) / 10.0).astype(np.float32)
+            out = np.asarray(jitted(x)).tobytes()
         digest.update(out)
         by_shape[n] = hashlib.sha256(out).hexdigest()
     if args.then_wait:

@@ -104,6 +104,28 @@ def test_a_per_call_compiler_option_is_a_different_key_in_compile_options(
     assert out.count("different_key") == SHAPES and "compile_options" in out
 
 
+def test_a_static_python_integer_is_baked_sizes_naming_the_slice_its_line_and_the_sizes(
+    live_server: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The seed's pattern in JAX: ``x[:n]`` padded back, ``n`` static. Every n is a new graph at the same
+    input shape; after the first, each compile is baked_sizes (not different_key) naming the slice, its
+    line in jax_job.py (from the module's stack frames) and the sizes."""
+    ns = list(range(3, 13))
+    b = job(live_server, tmp_path / "B", "--baked", "--first-shape", str(ns[0]), "--shapes", str(len(ns)))
+    detail = run_detail(live_server, b["warm"]["run_id"])
+    misses = [m for m in detail["misses"] if m["module"] == "jit_baked_step"]
+    assert len(misses) == len(ns) and len({m["shapes"] for m in misses}) == 1
+    assert [m["reason"] for m in misses] == ["new_graph"] + ["baked_sizes"] * (len(ns) - 1)
+    for miss, n in zip(misses[1:], ns[1:], strict=True):
+        named = {(c["opcode"], c["attribute"], c["index"]): c for c in miss["baked_sizes"]}
+        limit = named[("slice", "limit", 0)]
+        assert limit["ours"] == n and limit["theirs"] in set(ns) - {n}
+        assert limit["source"] and "jax_job.py:" in limit["source"] and "slice" in (limit["op_name"] or "")
+        assert f"limit[0] {n} (stored: {int(limit['theirs'])})" in miss["detail"]
+    out = cli_run(live_server, b["warm"]["run_id"], capsys)
+    assert out.count("baked_sizes") >= len(ns) - 1 and "pass the sizes as data" in out
+
+
 def test_an_evicted_entry_recompiled_says_when_and_by_which_policy(
     live_server: LiveServer, job_a: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
