@@ -62,12 +62,17 @@ class GraphInfo:
     body: Body | None = None
 
 
-def _shape(buf: Buffer, start: int, end: int) -> str:
+MAX_TUPLE_DEPTH = 32  # tuples nested deeper than this are no XLA program's (a crafted entry's: unparsed)
+
+
+def _shape(buf: Buffer, start: int, end: int, depth: int = 0) -> str:
+    if depth > MAX_TUPLE_DEPTH:
+        raise WireError(f"tuple shapes nested deeper than {MAX_TUPLE_DEPTH}")
     fields = _read(buf, start, end, _SHAPE)
     types = _ints(buf, fields["element_type"])
     element = types[-1] if types else 0
     if element == TUPLE:
-        parts = [_shape(buf, s, e) for wire, s, e in fields["tuple_shapes"] if wire == 2]
+        parts = [_shape(buf, s, e, depth + 1) for wire, s, e in fields["tuple_shapes"] if wire == 2]
         return "(" + ", ".join(parts) + ")"
     name = ELEMENT_TYPES.get(element, f"type{element}")
     dims = [d - (1 << 64) if d >= 1 << 63 else d for d in _ints(buf, fields["dimensions"])]

@@ -60,6 +60,7 @@ MAX_OPS = 1_000  # sized ops kept per module (the most telling kinds first)
 MAX_VALUES = 64  # numbers kept per attribute
 MAX_LITERAL_VALUES = 16  # a constant's values are kept when it has at most this many
 MAX_LABEL = 160  # characters of an op name or source kept
+MAX_FRAMES = 100_000  # stack frames, locations and file names read of a module's stack-frame index
 
 # Opcodes that carry sizes of their own, most telling first: what a miss names first, what is kept first.
 # "shape" is the result's dimensions where the op makes them up (iota, broadcast, reshape, ...).
@@ -178,10 +179,10 @@ def _numbers(values: list[int]) -> list[float]:
 
 def _dims_of(buf: Buffer, start: int, end: int) -> tuple[int, list[int], int]:
     """A shape's element type, its dimensions (no tuple parts: a tuple has none) and how many tuple parts."""
-    found = read(buf, start, end, SHAPE)
-    types = ints(buf, found["element_type"])
+    found = read(buf, start, end, SHAPE, limit=MAX_VALUES)
+    types = ints(buf, found["element_type"][-1:])
     element = types[-1] if types else 0
-    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in ints(buf, found["dimensions"])][:MAX_VALUES]
+    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in ints(buf, found["dimensions"], MAX_VALUES)]
     return element, dims, len(found["tuple_shapes"])
 
 
@@ -197,7 +198,7 @@ def _literal_values(buf: Buffer, start: int, end: int) -> list[float] | None:
         if wire != 2:
             continue
         if number in LITERAL_VARINT.values():
-            found = ints(buf, [(wire, value, stop)])
+            found = ints(buf, [(wire, value, stop)], MAX_LITERAL_VALUES + 1)
             return _numbers(found) if len(found) <= MAX_LITERAL_VALUES else None
         for fixed_number, fmt, size in LITERAL_FIXED.values():
             if number == fixed_number:
@@ -218,17 +219,17 @@ class _Frames:
         self._frames: list[int] = []
         if span is None:
             return
-        found = read(buf, span[0], span[1], STACK_FRAMES)
+        found = read(buf, span[0], span[1], STACK_FRAMES, limit=MAX_FRAMES)
         self._files = [text(buf, [(w, s, e)]) or "" for w, s, e in found["file_names"] if w == 2]
         for wire, s, e in found["file_locations"]:
             if wire == 2:
-                loc = read(buf, s, e, LOCATION)
-                file_ids = ints(buf, loc["file_name_id"])
-                lines = ints(buf, loc["line"])
+                loc = read(buf, s, e, LOCATION, limit=1)
+                file_ids = ints(buf, loc["file_name_id"], 1)
+                lines = ints(buf, loc["line"], 1)
                 self._locations.append((file_ids[-1] if file_ids else 0, lines[-1] if lines else 0))
         for wire, s, e in found["stack_frames"]:
             if wire == 2:
-                ids = ints(buf, read(buf, s, e, FRAME)["file_location_id"])
+                ids = ints(buf, read(buf, s, e, FRAME, limit=1)["file_location_id"], 1)
                 self._frames.append(ids[-1] if ids else 0)
 
     def source(self, frame_id: int) -> str | None:
@@ -245,14 +246,14 @@ class _Frames:
 
 
 def _metadata(buf: Buffer, start: int, end: int, frames: _Frames) -> tuple[str | None, str | None]:
-    meta = read(buf, start, end, METADATA)
+    meta = read(buf, start, end, METADATA, limit=1)
     op = text(buf, meta["op_name"]) or text(buf, meta["op_type"])
     source_file = text(buf, meta["source_file"])
     if source_file:
-        lines = ints(buf, meta["source_line"])
+        lines = ints(buf, meta["source_line"], 1)
         source: str | None = f"{source_file}:{lines[-1]}" if lines else source_file
     else:
-        frame_ids = ints(buf, meta["stack_frame_id"])
+        frame_ids = ints(buf, meta["stack_frame_id"], 1)
         source = frames.source(frame_ids[-1]) if frame_ids else None
     return (op[:MAX_LABEL] if op else None), (source[:MAX_LABEL] if source else None)
 
@@ -266,10 +267,10 @@ def _sizes(buf: Buffer, opcode: str, fields: dict[int, list[tuple[int, int, int]
         strides: list[int] = []
         for wire, s, e in fields.get(_F["slice_dimensions"], []):
             if wire == 2:
-                dim = read(buf, s, e, SLICE_DIMENSION)
-                starts.append((ints(buf, dim["start"]) or [0])[-1])
-                limits.append((ints(buf, dim["limit"]) or [0])[-1])
-                strides.append((ints(buf, dim["stride"]) or [1])[-1])
+                dim = read(buf, s, e, SLICE_DIMENSION, limit=1)
+                starts.append((ints(buf, dim["start"], 1) or [0])[-1])
+                limits.append((ints(buf, dim["limit"], 1) or [0])[-1])
+                strides.append((ints(buf, dim["stride"], 1) or [1])[-1])
         sizes = {"start": _numbers(starts), "limit": _numbers(limits), "stride": _numbers(strides)}
     elif opcode == "pad":
         low: list[int] = []
@@ -278,17 +279,17 @@ def _sizes(buf: Buffer, opcode: str, fields: dict[int, list[tuple[int, int, int]
         for wire, s, e in fields.get(_F["padding_config"], []):
             if wire != 2:
                 continue
-            for d_wire, ds, de in read(buf, s, e, {"dimensions": 1})["dimensions"]:
+            for d_wire, ds, de in read(buf, s, e, {"dimensions": 1}, limit=MAX_VALUES)["dimensions"]:
                 if d_wire == 2:
-                    dim = read(buf, ds, de, PADDING_DIMENSION)
-                    low.append((ints(buf, dim["low"]) or [0])[-1])
-                    high.append((ints(buf, dim["high"]) or [0])[-1])
-                    interior.append((ints(buf, dim["interior"]) or [0])[-1])
+                    dim = read(buf, ds, de, PADDING_DIMENSION, limit=1)
+                    low.append((ints(buf, dim["low"], 1) or [0])[-1])
+                    high.append((ints(buf, dim["high"], 1) or [0])[-1])
+                    interior.append((ints(buf, dim["interior"], 1) or [0])[-1])
         sizes = {"low": _numbers(low), "high": _numbers(high), "interior": _numbers(interior)}
     elif opcode == "dynamic-slice":
-        sizes = {"sizes": _numbers(ints(buf, fields.get(_F["dynamic_slice_sizes"], [])))}
+        sizes = {"sizes": _numbers(ints(buf, fields.get(_F["dynamic_slice_sizes"], []), MAX_VALUES))}
     elif opcode == "gather":
-        sizes = {"slice_sizes": _numbers(ints(buf, fields.get(_F["gather_slice_sizes"], [])))}
+        sizes = {"slice_sizes": _numbers(ints(buf, fields.get(_F["gather_slice_sizes"], []), MAX_VALUES))}
     elif opcode == "constant":
         literal = fields.get(_F["literal"])
         if literal and literal[-1][0] == 2:
@@ -356,7 +357,11 @@ def _instruction(
         if number not in _NOT_STRUCTURE:
             structure.update(view[f_start:f_end])
         if number in _WANTED:
-            wanted.setdefault(number, []).append((wire, value, f_end))
+            occurrences = wanted.setdefault(number, [])
+            if len(occurrences) < MAX_VALUES:
+                occurrences.append((wire, value, f_end))
+            else:  # a repeated field past the bound: keep the last (a singular field's value)
+                occurrences[-1] = (wire, value, f_end)
     shape = wanted.get(_F["shape"])
     element, dims, parts = (
         _dims_of(view, shape[-1][1], shape[-1][2]) if shape and shape[-1][0] == 2 else (0, [], 0)

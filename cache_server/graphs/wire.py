@@ -4,6 +4,7 @@ wanted. Bounded by the buffer it is given; malformed bytes raise :class:`WireErr
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 __all__ = ["Buffer", "WireError", "ints", "iter_fields", "read", "text", "varint"]
@@ -60,14 +61,23 @@ def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator
             raise WireError(f"unsupported wire type {wire}")
 
 
-def read(buf: Buffer, start: int, end: int, wanted: dict[str, int]) -> dict[str, list[tuple[int, int, int]]]:
-    """The wanted fields of one message, by name: each occurrence as (wire type, value/start, end)."""
+def read(
+    buf: Buffer, start: int, end: int, wanted: dict[str, int], limit: int | None = None
+) -> dict[str, list[tuple[int, int, int]]]:
+    """The wanted fields of one message, by name: each occurrence as (wire type, value/start, end). With
+    ``limit``, at most that many occurrences of a field are kept: the first ones and the last (which is
+    the one a singular field takes)."""
     by_number = {number: name for name, number in wanted.items()}
     found: dict[str, list[tuple[int, int, int]]] = {name: [] for name in wanted}
+    most = sys.maxsize if limit is None else max(limit, 1)
     for number, wire, value, stop in iter_fields(buf, start, end):
         name = by_number.get(number)
         if name is not None:
-            found[name].append((wire, value, stop))
+            occurrences = found[name]
+            if len(occurrences) < most:
+                occurrences.append((wire, value, stop))
+            else:
+                occurrences[-1] = (wire, value, stop)
     return found
 
 
@@ -78,15 +88,18 @@ def text(buf: Buffer, field: list[tuple[int, int, int]]) -> str | None:
     return bytes(buf[start:end]).decode("utf-8", errors="replace")
 
 
-def ints(buf: Buffer, field: list[tuple[int, int, int]]) -> list[int]:
-    """A repeated integer field, packed (wire type 2) or not."""
+def ints(buf: Buffer, field: list[tuple[int, int, int]], limit: int | None = None) -> list[int]:
+    """A repeated integer field, packed (wire type 2) or not; its first ``limit`` numbers, if given."""
     numbers: list[int] = []
+    most = sys.maxsize if limit is None else limit
     for wire, value, end in field:
+        if len(numbers) >= most:
+            break
         if wire == 0:
             numbers.append(value)
         elif wire == 2:
             pos = value
-            while pos < end:
+            while pos < end and len(numbers) < most:
                 number, pos = varint(buf, pos, end)
                 numbers.append(number)
     return numbers
