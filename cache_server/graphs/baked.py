@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache_server.graphs.instructions import Body, SizedOp
+from cache_server.graphs.instructions import Body, SizedOp, short_source
 from cache_server.graphs.schema import ELEMENT_BYTES
 
 __all__ = ["MAX_AXES", "InternalAxis", "SizeChange", "describe_changes", "internal_axes", "size_changes"]
@@ -99,7 +99,7 @@ class InternalAxis:
     @property
     def label(self) -> str:
         """``slice.0 limit[0] (jit(step)/slice, step.py:9)``."""
-        where = ", ".join(x for x in (self.op.op, self.op.source) if x)
+        where = ", ".join(x for x in (self.op.op, short_source(self.op.source)) if x)
         base = f"{self.op.name} {self.attribute}[{self.index}]"
         return f"{base} ({where})" if where else base
 

@@ -53,6 +53,7 @@ __all__ = [
     "SizedOp",
     "body_from_text",
     "read_body",
+    "short_source",
 ]
 
 MAX_INSTRUCTIONS = 1_000_000  # a module with more is not walked (no body: its misses stay different_key)
@@ -121,9 +122,17 @@ class SizedOp:
         return SIZED_OPCODES.get(self.opcode, 9)
 
     def label(self) -> str:
-        """``slice.5 (jit(step)/slice, step.py:9)``: how a report names the op."""
-        where = ", ".join(x for x in (self.op, self.source) if x)
+        """``slice.5 (jit(step)/slice, train/step.py:9)``: how a report names the op (the source's last
+        two path parts)."""
+        where = ", ".join(x for x in (self.op, short_source(self.source)) if x)
         return f"{self.name} ({where})" if where else self.name
+
+
+def short_source(source: str | None) -> str | None:
+    """``train/step.py:9`` for ``/home/me/project/train/step.py:9``."""
+    if not source:
+        return source
+    return "/".join(source.replace("\\", "/").split("/")[-2:])
 
 
 @dataclass(frozen=True)

@@ -319,12 +319,16 @@ def _baked(
     ours = context.body(own)
     if ours is None:
         return None
-    best: tuple[int, StoredGraph, list[SizeChange]] | None = None
+    best: tuple[tuple[int, float], StoredGraph, list[SizeChange]] | None = None
     for graph in sorted(stored, key=lambda g: g.created_at, reverse=True)[:COMPARED_BODIES]:
         theirs = context.body(graph)
         changes = None if theirs is None else size_changes(ours, theirs)
-        if changes is not None and (best is None or len(changes) < best[0]):
-            best = (len(changes), graph, changes)
+        if changes is None:
+            continue
+        # the fewest sizes that differ, then the smallest difference (then the latest stored)
+        distance = sum(abs(c.ours - c.theirs) for c in changes if c.ours == c.ours and c.theirs == c.theirs)
+        if best is None or (len(changes), distance) < best[0]:
+            best = ((len(changes), distance), graph, changes)
     if best is None:
         return None
     _, graph, changes = best
