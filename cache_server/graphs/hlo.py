@@ -17,12 +17,11 @@ import hashlib
 import itertools
 import sys
 import zlib
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from cache_server.graphs.instructions import Body, read_body
-from cache_server.graphs.schema import COMPUTATION, ELEMENT_TYPES, INSTRUCTION, METADATA, MODULE, SHAPE, TUPLE
+from cache_server.graphs.schema import COMPUTATION, ELEMENT_TYPES, MODULE, SHAPE, TUPLE
 from cache_server.graphs.wire import Buffer, WireError, iter_fields
 from cache_server.graphs.wire import ints as _ints
 from cache_server.graphs.wire import read as _read
@@ -35,15 +34,11 @@ __all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_exe
 MAX_MODULE_BYTES = 256 * 1024 * 1024  # an HLO module larger than this is not worth the memory to list
 _MODULE_PATH = (1, 1, 1)  # ExecutableAndOptionsProto.serialized_executable -> .hlo_module -> .hlo_module
 
-# Ops whose source line says where data came from, not where the graph was built.
-_NOT_A_SOURCE = {"xla__device_data", "parameter", "constant"}
 # The fields read from each message (anything else is skipped unread).
 _MODULE = MODULE
 _COMPUTATION = COMPUTATION
 _PROGRAM_SHAPE = {"parameters": 1, "result": 2}
 _SHAPE = SHAPE
-_INSTRUCTION_METADATA = INSTRUCTION["metadata"]
-_METADATA = METADATA
 
 
 @dataclass(frozen=True)
@@ -88,30 +83,6 @@ def _program_shape(buf: Buffer, start: int, end: int) -> str:
     return f"({', '.join(params)}) -> {result[-1] if result else '()'}"
 
 
-def _source(buf: Buffer, computations: Iterable[tuple[int, int, int]]) -> str | None:
-    """The ``file:line`` most of the graph's operations were traced at, if the metadata says."""
-    places: Counter[str] = Counter()
-    for wire, c_start, c_end in computations:
-        if wire != 2:
-            continue
-        for i_wire, i_start, i_end in _read(buf, c_start, c_end, _COMPUTATION)["instructions"]:
-            if i_wire != 2:
-                continue
-            for m_wire, m_start, m_end in _read(buf, i_start, i_end, {"m": _INSTRUCTION_METADATA})["m"]:
-                if m_wire != 2:
-                    continue
-                meta = _read(buf, m_start, m_end, _METADATA)
-                source_file = _text(buf, meta["source_file"])
-                op_type = _text(buf, meta["op_type"]) or ""
-                if not source_file or op_type in _NOT_A_SOURCE:
-                    continue
-                lines = _ints(buf, meta["source_line"])
-                places[f"{source_file}:{lines[-1]}" if lines else source_file] += 1
-    if not places:
-        return None
-    return places.most_common(1)[0][0][:512]
-
-
 def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
     fields = _read(buf, start, end, _MODULE)
     name = _text(buf, fields["name"])
@@ -130,12 +101,13 @@ def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
                 shapes = _program_shape(buf, s, e)
     if shapes is None:
         return None
+    body = read_body(buf, fields["computations"], _span(fields["stack_frame_index"]))
     return GraphInfo(
         module=name[:256],
         shapes=shapes,
         signature=hashlib.sha256(shapes.encode()).hexdigest(),
-        source=_source(buf, fields["computations"]),
-        body=read_body(buf, fields["computations"], _span(fields["stack_frame_index"])),
+        source=body.source if body is not None else None,  # read in the same walk
+        body=body,
     )
 
 

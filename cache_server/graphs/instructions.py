@@ -25,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cache_server.graphs.schema import (
     COMPUTATION,
@@ -56,7 +57,7 @@ __all__ = [
     "short_source",
 ]
 
-MAX_INSTRUCTIONS = 1_000_000  # a module with more is not walked (no body: its misses stay different_key)
+MAX_INSTRUCTIONS = 250_000  # a module with more has no body (~4 s of walking; its misses stay different_key)
 MAX_OPS = 1_000  # sized ops kept per module (the most telling kinds first)
 MAX_VALUES = 64  # numbers kept per attribute
 MAX_LITERAL_VALUES = 16  # a constant's values are kept when it has at most this many
@@ -145,6 +146,9 @@ class Body:
     instructions: int
     ops: tuple[SizedOp, ...]
     truncated: bool = False  # more sized ops than MAX_OPS: the least telling were left out
+    # the file:line most instructions were traced at, where the metadata names files (torch_xla with
+    # XLA_HLO_DEBUG); not kept in the index (entry_graphs.source has it)
+    source: str | None = field(default=None, compare=False)
 
     def ops_text(self) -> str:
         """The ops as the index keeps them: compact JSON (:func:`body_from_text` reads it back)."""
@@ -186,13 +190,21 @@ def _numbers(values: list[int]) -> list[float]:
     return [float(v - (1 << 64) if v >= 1 << 63 else v) for v in values[:MAX_VALUES]]
 
 
+_SHAPE_ELEMENT, _SHAPE_DIMS, _SHAPE_TUPLE = SHAPE["element_type"], SHAPE["dimensions"], SHAPE["tuple_shapes"]
+
+
 def _dims_of(buf: Buffer, start: int, end: int) -> tuple[int, list[int], int]:
     """A shape's element type, its dimensions (no tuple parts: a tuple has none) and how many tuple parts."""
-    found = read(buf, start, end, SHAPE, limit=MAX_VALUES)
-    types = ints(buf, found["element_type"][-1:])
-    element = types[-1] if types else 0
-    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in ints(buf, found["dimensions"], MAX_VALUES)]
-    return element, dims, len(found["tuple_shapes"])
+    element = parts = 0
+    dims: list[tuple[int, int, int]] = []
+    for number, wire, value, stop in iter_fields(buf, start, end):
+        if number == _SHAPE_ELEMENT and wire == 0:
+            element = value
+        elif number == _SHAPE_DIMS and len(dims) < MAX_VALUES:
+            dims.append((wire, value, stop))
+        elif number == _SHAPE_TUPLE:
+            parts += 1
+    return element, [d - (1 << 64) if d >= 1 << 63 else d for d in ints(buf, dims, MAX_VALUES)], parts
 
 
 def _shape_text(element: int, dims: list[int], parts: int) -> str:
@@ -252,6 +264,33 @@ class _Frames:
         if not 0 < file_id <= len(self._files):
             return None
         return f"{self._files[file_id - 1]}:{line}"[:MAX_LABEL]
+
+
+# Ops whose source line says where data came from, not where the graph was built.
+_NOT_A_SOURCE = {"xla__device_data", "parameter", "constant"}
+_OP_TYPE, _SOURCE_FILE, _SOURCE_LINE = METADATA["op_type"], METADATA["source_file"], METADATA["source_line"]
+
+
+def _traced_at(buf: Buffer, start: int, end: int) -> str | None:
+    """``file:line`` of an instruction's metadata when it names a file and its op builds the graph."""
+    op_type = source_file = None
+    line: int | None = None
+    for number, wire, value, stop in iter_fields(buf, start, end):
+        if wire == 2 and number == _OP_TYPE:
+            op_type = (value, stop)
+        elif wire == 2 and number == _SOURCE_FILE:
+            source_file = (value, stop)
+        elif wire == 0 and number == _SOURCE_LINE:
+            line = value
+    if source_file is None or source_file[0] == source_file[1]:
+        return None
+    if (
+        op_type is not None
+        and bytes(buf[op_type[0] : op_type[1]]).decode("utf-8", "replace") in _NOT_A_SOURCE
+    ):
+        return None
+    name = bytes(buf[source_file[0] : source_file[1]]).decode("utf-8", "replace")
+    return f"{name}:{line}" if line is not None else name
 
 
 def _metadata(buf: Buffer, start: int, end: int, frames: _Frames) -> tuple[str | None, str | None]:
@@ -320,6 +359,7 @@ def read_body(
     whole = hashlib.blake2b(digest_size=16)
     frame_index = _Frames(view, frames)
     ops: list[SizedOp] = []
+    places: Counter[str] = Counter()
     position = 0
     for c_wire, c_start, c_end in computations:
         if c_wire != 2:
@@ -331,7 +371,7 @@ def read_body(
                 continue
             if position >= MAX_INSTRUCTIONS:
                 return None
-            op = _instruction(view, value, f_end, position, structure, program, frame_index)
+            op = _instruction(view, value, f_end, position, (structure, program), frame_index, places)
             if op is not None:
                 ops.append(op)
             position += 1
@@ -346,6 +386,7 @@ def read_body(
         position,
         tuple(kept),
         len(ops) > MAX_OPS,
+        places.most_common(1)[0][0][:512] if places else None,
     )
 
 
@@ -354,11 +395,13 @@ def _instruction(
     start: int,
     end: int,
     position: int,
-    structure: hashlib.blake2b,
-    program: hashlib.blake2b,
+    digests: tuple[hashlib.blake2b, hashlib.blake2b],
     frames: _Frames,
+    places: Counter[str],
 ) -> SizedOp | None:
-    """Feed one instruction to the digests; its :class:`SizedOp` if its opcode carries sizes."""
+    """Feed one instruction to the digests (structure, program) and count where it was traced; its
+    :class:`SizedOp` if its opcode carries sizes."""
+    structure, program = digests
     wanted: dict[int, list[tuple[int, int, int]]] = {}
     for number, wire, value, f_start, f_end in _fields(view, start, end):
         if number not in _NOT_PROGRAM:
@@ -376,13 +419,17 @@ def _instruction(
         _dims_of(view, shape[-1][1], shape[-1][2]) if shape and shape[-1][0] == 2 else (0, [], 0)
     )
     structure.update(b"|%d,%d,%d|" % (element, len(dims), parts))
+    meta = wanted.get(_F["metadata"])
+    if meta and meta[-1][0] == 2:
+        place = _traced_at(view, meta[-1][1], meta[-1][2])
+        if place is not None:
+            places[place] += 1
     opcode = text(view, wanted.get(_F["opcode"], [])) or ""
     if opcode not in SIZED_OPCODES:
         return None
     sizes = _sizes(view, opcode, wanted)
     if opcode in _SHAPE_IS_ATTRIBUTE or opcode == "constant":
         sizes["shape"] = [float(d) for d in dims]
-    meta = wanted.get(_F["metadata"])
     op, source = (
         _metadata(view, meta[-1][1], meta[-1][2], frames) if meta and meta[-1][0] == 2 else (None, None)
     )

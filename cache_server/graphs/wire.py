@@ -39,12 +39,20 @@ def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator
     end = len(buf) if end is None else end
     pos = start
     while pos < end:
-        tag, pos = varint(buf, pos, end)
+        tag = buf[pos]  # most tags and values are one byte: read those without a call
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = varint(buf, pos, end)
         number, wire = tag >> 3, tag & 7
         if number == 0:
             raise WireError("field number 0")
         if wire == 0:
-            value, pos = varint(buf, pos, end)
+            if pos < end and buf[pos] < 0x80:
+                value = buf[pos]
+                pos += 1
+            else:
+                value, pos = varint(buf, pos, end)
             yield number, wire, value, pos
         elif wire == 1 or wire == 5:
             pos += 8 if wire == 1 else 4
@@ -52,7 +60,11 @@ def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator
                 raise WireError("truncated fixed-width field")
             yield number, wire, 0, pos
         elif wire == 2:
-            length, pos = varint(buf, pos, end)
+            if pos < end and buf[pos] < 0x80:
+                length = buf[pos]
+                pos += 1
+            else:
+                length, pos = varint(buf, pos, end)
             if pos + length > end:
                 raise WireError("truncated length-delimited field")
             yield number, wire, pos, pos + length
