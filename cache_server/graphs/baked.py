@@ -22,10 +22,19 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache_server.graphs.instructions import Body, SizedOp, short_source
+from cache_server.graphs.instructions import Body, SizedOp, body_from_text, short_source
 from cache_server.graphs.schema import ELEMENT_BYTES
 
-__all__ = ["MAX_AXES", "InternalAxis", "SizeChange", "describe_changes", "internal_axes", "size_changes"]
+__all__ = [
+    "MAX_AXES",
+    "BakedGroup",
+    "InternalAxis",
+    "SizeChange",
+    "baked_group",
+    "describe_changes",
+    "internal_axes",
+    "size_changes",
+]
 
 MAX_AXES = 64  # varying sizes considered before folding the dependent ones
 SHOWN_CHANGES = 3  # changes a miss's detail names (the rest are counted)
@@ -167,3 +176,33 @@ def _follows(column: list[int], leader: list[int]) -> bool:
     """Whether ``column``'s value is a function of ``leader``'s (entry by entry)."""
     seen: dict[int, int] = {}
     return all(seen.setdefault(a, b) == b for a, b in zip(leader, column, strict=True))
+
+
+@dataclass(frozen=True)
+class BakedGroup:
+    """Entries of one graph at one input shape that differ only in sizes inside it: their parameters
+    (``params``: the shapes text's left side), how many were read, the varying sizes and each entry's
+    point over them (see :func:`internal_axes`)."""
+
+    params: str
+    entries: int
+    axes: tuple[InternalAxis, ...]
+    points: tuple[tuple[int, ...], ...]
+
+
+def baked_group(rows: Sequence[tuple[str, str, str]]) -> BakedGroup | None:
+    """The largest group of ``rows`` (shapes text, structure digest, sized ops text: entries of one
+    module) with the same parameters and structure, if it has at least two entries whose sizes vary."""
+    groups: dict[tuple[str, str], list[Body]] = {}
+    for shapes, structure, ops in rows:
+        body = body_from_text(structure, "", "", ops)
+        if body is not None:
+            groups.setdefault((shapes.rpartition(") -> ")[0], structure), []).append(body)
+    best = max(groups.items(), key=lambda item: len(item[1]), default=None)
+    if best is None or len(best[1]) < 2:
+        return None
+    (params, _), bodies = best
+    axes, points = internal_axes(bodies)
+    if not axes:
+        return None
+    return BakedGroup(params + ")", len(bodies), tuple(axes), tuple(points))

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 
 from cache_server.index.database import Database
-from cache_server.index.models import EntryGraph, GraphCount, Namespace
+from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace
 
-__all__ = ["GraphCounted", "GraphVariants", "GraphVariantsRepository"]
+__all__ = ["GraphBody", "GraphCounted", "GraphVariants", "GraphVariantsRepository"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,17 @@ class GraphVariants:
     variants: int
     entries: int
     shapes: list[str]
+
+
+@dataclass(frozen=True)
+class GraphBody:
+    """One stored entry of a graph with its body (migration 0014): its shapes text, its structure digest
+    and its sized ops as the index keeps them."""
+
+    key: str
+    shapes: str
+    structure: str
+    ops: str
 
 
 class GraphVariantsRepository:
@@ -82,3 +93,26 @@ class GraphVariantsRepository:
                     GraphVariants(graph.module, graph.variants, graph.entries, [t for t in shapes if t])
                 )
         return found
+
+    def read_bodies(self, namespace: str, module: str, *, limit: int) -> list[GraphBody]:
+        """Up to ``limit`` entries of ``module`` with a body, the latest stored first (off
+        ``ix_entry_graphs_module_signature``, then the entries' primary key)."""
+        stmt = (
+            select(EntryGraph.key, EntryGraph.shapes, EntryGraph.structure, EntryGraph.ops)
+            .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
+            .where(
+                EntryGraph.namespace == namespace,
+                EntryGraph.module == module,
+                EntryGraph.structure.is_not(None),
+                EntryGraph.structure != "",
+                EntryGraph.ops.is_not(None),
+            )
+            .order_by(Entry.created_at.desc())
+            .limit(limit)
+        )
+        with self._db.transaction() as session:
+            return [
+                GraphBody(key, shapes, structure, ops)
+                for key, shapes, structure, ops in session.execute(stmt)
+                if shapes is not None and structure is not None and ops is not None
+            ]
