@@ -83,9 +83,12 @@ def measure(data: bytes, parse: Callable[[list[bytes]], object], reps: int) -> t
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--keep", type=Path, help="make the entries in this directory, and keep them")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        entries = make_entries(Path(scratch))
+        directory = args.keep or Path(scratch)
+        directory.mkdir(parents=True, exist_ok=True)
+        entries = make_entries(directory)
         print(f"{'entry':<18} {'bytes':>10} {'instructions':>12}  {'with body':>22}  {'without body':>22}")
         for name, path in entries.items():
             data = path.read_bytes()

@@ -361,6 +361,7 @@ def read_body(
     ops: list[SizedOp] = []
     places: Counter[str] = Counter()
     position = 0
+    dropped = False
     for c_wire, c_start, c_end in computations:
         if c_wire != 2:
             continue
@@ -374,6 +375,10 @@ def read_body(
             op = _instruction(view, value, f_end, position, (structure, program), frame_index, places)
             if op is not None:
                 ops.append(op)
+                if len(ops) >= 2 * MAX_OPS:  # memory bounded: keep the most telling so far
+                    ops.sort(key=lambda o: (o.priority, o.position))
+                    del ops[MAX_OPS:]
+                    dropped = True
             position += 1
         structure.update(b"\x00computation")
         program.update(b"\x00computation")
@@ -385,7 +390,7 @@ def read_body(
         whole.hexdigest(),
         position,
         tuple(kept),
-        len(ops) > MAX_OPS,
+        dropped or len(ops) > MAX_OPS,
         places.most_common(1)[0][0][:512] if places else None,
     )
 
