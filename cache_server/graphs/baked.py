@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache_server.graphs.instructions import Body, SizedOp, body_from_text, short_source
+from cache_server.graphs.body import Body, SizedOp, body_from_text, short_source
 from cache_server.graphs.schema import ELEMENT_BYTES
 
 __all__ = [

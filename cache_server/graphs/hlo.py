@@ -20,7 +20,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from cache_server.graphs.instructions import Body, read_body
+from cache_server.graphs.body import Body
+from cache_server.graphs.instructions import read_body
 from cache_server.graphs.schema import COMPUTATION, ELEMENT_TYPES, MODULE, SHAPE, TUPLE
 from cache_server.graphs.wire import Buffer, WireError, iter_fields
 from cache_server.graphs.wire import ints as _ints

@@ -23,12 +23,11 @@ has at most :data:`MAX_LITERAL_VALUES`; nothing recurses.
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
+from cache_server.graphs.body import SIZED_OPCODES, Body, SizedOp
 from cache_server.graphs.schema import (
     COMPUTATION,
     ELEMENT_TYPES,
@@ -46,16 +45,7 @@ from cache_server.graphs.schema import (
 )
 from cache_server.graphs.wire import Buffer, ints, iter_fields, read, text
 
-__all__ = [
-    "MAX_INSTRUCTIONS",
-    "MAX_OPS",
-    "SIZED_OPCODES",
-    "Body",
-    "SizedOp",
-    "body_from_text",
-    "read_body",
-    "short_source",
-]
+__all__ = ["MAX_INSTRUCTIONS", "MAX_OPS", "read_body"]
 
 MAX_INSTRUCTIONS = 250_000  # a module with more has no body (~4 s of walking; its misses stay different_key)
 MAX_OPS = 1_000  # sized ops kept per module (the most telling kinds first)
@@ -64,21 +54,6 @@ MAX_LITERAL_VALUES = 16  # a constant's values are kept when it has at most this
 MAX_LABEL = 160  # characters of an op name or source kept
 MAX_FRAMES = 100_000  # stack frames, locations and file names read of a module's stack-frame index
 
-# Opcodes that carry sizes of their own, most telling first: what a miss names first, what is kept first.
-# "shape" is the result's dimensions where the op makes them up (iota, broadcast, reshape, ...).
-SIZED_OPCODES: dict[str, int] = {
-    "slice": 0,
-    "pad": 0,
-    "dynamic-slice": 0,
-    "gather": 0,
-    "iota": 0,
-    "constant": 1,
-    "rng": 1,
-    "rng-bit-generator": 1,
-    "broadcast": 2,
-    "dynamic-reshape": 2,
-    "reshape": 3,
-}
 _SHAPE_IS_ATTRIBUTE = {"iota", "rng", "rng-bit-generator", "broadcast", "dynamic-reshape", "reshape"}
 
 _F = INSTRUCTION
@@ -102,79 +77,6 @@ _NOT_STRUCTURE = frozenset(
 _NOT_PROGRAM = frozenset(
     {_F["name"], _F["metadata"], _F["frontend_attributes"], _F["statistics_viz"], _F["original_value"]}
 )
-
-
-@dataclass(frozen=True)
-class SizedOp:
-    """An instruction with sizes of its own: where it is (``position``: its place among the module's
-    instructions, computations in order), what it is, its sizes by attribute (``limit``, ``high``,
-    ``shape``, ``value``, ...), its result (``f32[5,8]``) and, from its metadata, its op and source."""
-
-    position: int
-    opcode: str
-    name: str
-    sizes: dict[str, list[float]]
-    result: str
-    op: str | None = None
-    source: str | None = None
-
-    @property
-    def priority(self) -> int:
-        return SIZED_OPCODES.get(self.opcode, 9)
-
-    def label(self) -> str:
-        """``slice.5 (jit(step)/slice, train/step.py:9)``: how a report names the op (the source's last
-        two path parts)."""
-        where = ", ".join(x for x in (self.op, short_source(self.source)) if x)
-        return f"{self.name} ({where})" if where else self.name
-
-
-def short_source(source: str | None) -> str | None:
-    """``train/step.py:9`` for ``/home/me/project/train/step.py:9``."""
-    if not source:
-        return source
-    return "/".join(source.replace("\\", "/").split("/")[-2:])
-
-
-@dataclass(frozen=True)
-class Body:
-    """A module's instructions, digested (see the module docstring)."""
-
-    structure: str
-    program: str
-    whole: str
-    instructions: int
-    ops: tuple[SizedOp, ...]
-    truncated: bool = False  # more sized ops than MAX_OPS: the least telling were left out
-    # the file:line most instructions were traced at, where the metadata names files (torch_xla with
-    # XLA_HLO_DEBUG); not kept in the index (entry_graphs.source has it)
-    source: str | None = field(default=None, compare=False)
-
-    def ops_text(self) -> str:
-        """The ops as the index keeps them: compact JSON (:func:`body_from_text` reads it back)."""
-        rows = [[op.position, op.opcode, op.name, op.sizes, op.result, op.op, op.source] for op in self.ops]
-        return json.dumps({"n": self.instructions, "t": self.truncated, "ops": rows}, separators=(",", ":"))
-
-
-def body_from_text(structure: str, program: str, whole: str, ops_text: str) -> Body | None:
-    """A body as the index keeps it; None when the text is not of that form."""
-    try:
-        data = json.loads(ops_text)
-        ops = tuple(
-            SizedOp(
-                position=int(row[0]),
-                opcode=str(row[1]),
-                name=str(row[2]),
-                sizes={str(k): [float(v) for v in vs] for k, vs in dict(row[3]).items()},
-                result=str(row[4]),
-                op=None if row[5] is None else str(row[5]),
-                source=None if row[6] is None else str(row[6]),
-            )
-            for row in data["ops"]
-        )
-        return Body(structure, program, whole, int(data["n"]), ops, bool(data["t"]))
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return None
 
 
 def _fields(buf: Buffer, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from cache_server.graphs.baked import SizeChange, describe_changes, size_changes
-from cache_server.graphs.instructions import Body, body_from_text
+from cache_server.graphs.body import Body, body_from_text
 from cache_server.graphs.shapes import Dimension, Signature, differing_dimensions, parse_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
 from cache_server.index.runs import MissRecord

@@ -12,8 +12,9 @@ import pytest
 import zstandard
 
 from cache_server.graphs.baked import describe_changes, internal_axes, size_changes
+from cache_server.graphs.body import Body, body_from_text
 from cache_server.graphs.hlo import GraphInfo, parse_entry
-from cache_server.graphs.instructions import MAX_OPS, Body, body_from_text
+from cache_server.graphs.instructions import MAX_OPS
 from tests.support.real_entries import real_entries
 
 BAKED = Path(__file__).parent / "fixtures" / "jax_0.10.2_cpu_baked"

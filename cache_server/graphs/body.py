@@ -1,0 +1,101 @@
+"""A graph's body as the index keeps it: the digests of its structure, program and whole module, and its
+sized ops (the instructions that bring a size of their own), with the text form ``entry_graphs.ops`` holds.
+:mod:`~cache_server.graphs.instructions` reads it from a module; :mod:`~cache_server.graphs.baked` compares
+bodies.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+__all__ = ["SIZED_OPCODES", "Body", "SizedOp", "body_from_text", "short_source"]
+
+# Opcodes that carry sizes of their own, most telling first: what a miss names first, what is kept first.
+# "shape" is the result's dimensions where the op makes them up (iota, broadcast, reshape, ...).
+SIZED_OPCODES: dict[str, int] = {
+    "slice": 0,
+    "pad": 0,
+    "dynamic-slice": 0,
+    "gather": 0,
+    "iota": 0,
+    "constant": 1,
+    "rng": 1,
+    "rng-bit-generator": 1,
+    "broadcast": 2,
+    "dynamic-reshape": 2,
+    "reshape": 3,
+}
+
+
+@dataclass(frozen=True)
+class SizedOp:
+    """An instruction with sizes of its own: where it is (``position``: its place among the module's
+    instructions, computations in order), what it is, its sizes by attribute (``limit``, ``high``,
+    ``shape``, ``value``, ...), its result (``f32[5,8]``) and, from its metadata, its op and source."""
+
+    position: int
+    opcode: str
+    name: str
+    sizes: dict[str, list[float]]
+    result: str
+    op: str | None = None
+    source: str | None = None
+
+    @property
+    def priority(self) -> int:
+        return SIZED_OPCODES.get(self.opcode, 9)
+
+    def label(self) -> str:
+        """``slice.5 (jit(step)/slice, train/step.py:9)``: how a report names the op (the source's last
+        two path parts)."""
+        where = ", ".join(x for x in (self.op, short_source(self.source)) if x)
+        return f"{self.name} ({where})" if where else self.name
+
+
+def short_source(source: str | None) -> str | None:
+    """``train/step.py:9`` for ``/home/me/project/train/step.py:9``."""
+    if not source:
+        return source
+    return "/".join(source.replace("\\", "/").split("/")[-2:])
+
+
+@dataclass(frozen=True)
+class Body:
+    """A module's instructions, digested (see the module docstring)."""
+
+    structure: str
+    program: str
+    whole: str
+    instructions: int
+    ops: tuple[SizedOp, ...]
+    truncated: bool = False  # more sized ops than MAX_OPS: the least telling were left out
+    # the file:line most instructions were traced at, where the metadata names files (torch_xla with
+    # XLA_HLO_DEBUG); not kept in the index (entry_graphs.source has it)
+    source: str | None = field(default=None, compare=False)
+
+    def ops_text(self) -> str:
+        """The ops as the index keeps them: compact JSON (:func:`body_from_text` reads it back)."""
+        rows = [[op.position, op.opcode, op.name, op.sizes, op.result, op.op, op.source] for op in self.ops]
+        return json.dumps({"n": self.instructions, "t": self.truncated, "ops": rows}, separators=(",", ":"))
+
+
+def body_from_text(structure: str, program: str, whole: str, ops_text: str) -> Body | None:
+    """A body as the index keeps it; None when the text is not of that form."""
+    try:
+        data = json.loads(ops_text)
+        ops = tuple(
+            SizedOp(
+                position=int(row[0]),
+                opcode=str(row[1]),
+                name=str(row[2]),
+                sizes={str(k): [float(v) for v in vs] for k, vs in dict(row[3]).items()},
+                result=str(row[4]),
+                op=None if row[5] is None else str(row[5]),
+                source=None if row[6] is None else str(row[6]),
+            )
+            for row in data["ops"]
+        )
+        return Body(structure, program, whole, int(data["n"]), ops, bool(data["t"]))
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
