@@ -1,4 +1,5 @@
-"""What an HLO module computes, beyond its parameter shapes: two digests and the sizes baked into it.
+"""What an HLO module computes, beyond its parameter shapes: three digests, the sizes baked into it, and
+where it was traced.
 
 A job that slices or pads by Python integers traces one graph per size at the same input shapes: the
 sizes are constants inside the HLO (slice limits, pad widths, iota lengths, broadcast shapes, literals).
@@ -14,6 +15,7 @@ and name what differs, :func:`read_body` walks every instruction of the module o
 - ``ops``: the instructions that bring a size of their own (:data:`SIZED_OPCODES`), in module order, each
   with those sizes, its result's shape, the op name and source line from its metadata. Comparing the ops
   of two entries of one structure position by position names the sizes that differ.
+- ``source``: the ``file:line`` most instructions were traced at, where the metadata names files.
 
 Bounded: at most :data:`MAX_INSTRUCTIONS` instructions are walked (past that, no body), at most
 :data:`MAX_OPS` ops and :data:`MAX_VALUES` numbers per attribute are kept, a literal's values only when it
