@@ -240,3 +240,28 @@ def test_a_parser_process_that_cannot_start_leaves_the_parsing_to_the_thread(
         indexer.stop()
     assert all(_graph_records(services, "fallback").values())
     assert "the graph parser process failed" in caplog.text
+
+
+def test_graphs_parsed_before_bodies_were_read_are_parsed_again_and_keep_their_counts(
+    settings: Settings, services: Services
+) -> None:
+    """Rows from before migration 0014 have a module and no body: the catch-up scan parses them again and
+    fills the body in, leaving the module, signature and graph_counts as they were."""
+    keys = _store_real_entries(settings, services, "old")
+    repository = AdminRepository(services.database)
+    indexer = GraphIndexer(repository, services.store)
+    assert indexer.catch_up() == len(keys)
+    with services.database.transaction() as session:
+        before = session.execute(text("SELECT module, variants, entries FROM graph_counts ORDER BY 1")).all()
+        # what a server before 0014 left: the same rows without their bodies
+        session.execute(
+            text("UPDATE entry_graphs SET structure = NULL, program = NULL, whole = NULL, ops = NULL")
+        )
+    assert sorted(repository.unparsed_entries(100)) == sorted(("old", key) for key in keys)
+    assert indexer.catch_up() == len(keys)
+    assert repository.unparsed_entries(100) == []
+    with services.database.transaction() as session:
+        rows = session.execute(text("SELECT structure, ops FROM entry_graphs WHERE namespace = 'old'")).all()
+        after = session.execute(text("SELECT module, variants, entries FROM graph_counts ORDER BY 1")).all()
+    assert len(rows) == len(keys) and all(structure and ops for structure, ops in rows)
+    assert after == before
