@@ -74,6 +74,31 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
     assert not admin.record_graph(graph("a", "gone", "m1", 7))  # evicted while parsed: nothing recorded
     assert assert_consistent(database) == {("a", "m1"): (25, 50), ("a", "m2"): (1, 3), ("b", "m1"): (10, 10)}
 
+    # rows from before migration 0014 (a module, no body) parsed again: the body is filled in, and only it
+    with database.transaction() as session:
+        session.execute(update(EntryGraph).where(EntryGraph.namespace == "b").values(structure=None))
+    bodies = [
+        GraphRecord("b", f"k{i}", "m9", f"sig{i + 100}", "()", structure=f"s{i}", ops="[]") for i in range(10)
+    ]
+    assert admin.record_graphs(bodies) == 10
+    assert assert_consistent(database)[("b", "m1")] == (10, 10)
+    with database.transaction() as session:
+        found = session.execute(
+            select(EntryGraph.module, EntryGraph.signature, EntryGraph.structure, EntryGraph.ops)
+            .where(EntryGraph.namespace == "b")
+            .order_by(EntryGraph.key)
+        ).all()
+    assert {(m, s, o) for m, s, _, o in found} == {("m1", s, "[]") for _, s, _, _ in found}
+    assert sorted(structure for _, _, structure, _ in found) == sorted(f"s{i}" for i in range(10))
+    admin.record_graphs([GraphRecord("b", "k0", "m9", "x", "()", structure="other", ops="{}")])  # has one
+    with database.transaction() as session:
+        assert (
+            session.scalar(
+                select(EntryGraph.structure).where(EntryGraph.key == "k0", EntryGraph.namespace == "b")
+            )
+            == "s0"
+        )
+
     # reindex: rows found again, then parsed again
     assert (
         entries.add_missing_entries([record("a", "k0", 1), record("c", "r1", 7), record("c", "r2", 8)]) == 2
