@@ -109,12 +109,12 @@ SETTINGS = (
     # Change which ops are traced.
     Setting("XLA_DISABLE_FUNCTIONALIZATION", "bool", "0", "aten_xla_type.cpp, tensor_methods.cpp"),
     Setting("XLA_NO_SPECIAL_SCALARS", "bool", "0", "init_python_bindings.cpp (scalars as parameters)"),
-    # Input/output aliasing: the buffer donors are hashed into the key (xla_graph_executor.cpp).
+    # Read while compiling, after the key is computed: same key, an executable with or without
+    # input/output aliasing (xla_graph_executor.cpp GetBufferDonors, SetBufferDonors).
     Setting("XLA_ENABLE_PARAM_ALIASING", "bool", "1", "xla_graph_executor.cpp GetBufferDonors"),
     # Auto-sharding: hashed into the key with the mesh (xla_graph_executor.cpp), changes the partitioning.
     Setting("XLA_AUTO_SPMD", "bool", "0", "device.cpp, xla_sharding_util.cpp"),
     Setting("XLA_AUTO_SPMD_MESH", "text", None, "xla_graph_executor.cpp (hashed)"),
-    Setting("XLA_AUTO_USE_GROUP_SHARDING", "bool", "1", "xla_sharding_util.cpp"),
     # Read while lowering or compiling, after the key is computed: same key, another executable.
     Setting(
         "XLA_STABLEHLO_COMPILE", "bool", "0", "runtime/pjrt_computation_client.cc (compiles via StableHLO)"

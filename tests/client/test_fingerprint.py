@@ -188,7 +188,7 @@ TPU_V4 = {**FACTS, "device_type": "TPU", "device_kind": "TPU v4"}
         {},
         {"XLA_HLO_DEBUG": "", "XLA_IR_DEBUG": ""},  # empty: torch_xla hashes "" as for unset
         {"XLA_USE_BF16": "0", "XLA_USE_32BIT_LONG": "false", "XLA_DOWNCAST_BF16": "0"},
-        {"XLA_ENABLE_PARAM_ALIASING": "true", "XLA_AUTO_USE_GROUP_SHARDING": "1"},  # their defaults
+        {"XLA_ENABLE_PARAM_ALIASING": "true", "XLA_DENSE_SCATTER_FACTOR": "100"},  # their defaults
         {
             "XLA_DENSE_GATHER_FACTOR": "8192",
             "XLA_MAX_PADDING_FACTOR": "1.250",
