@@ -1,9 +1,11 @@
 """PyTorch/XLA: its persistent cache (``torch_xla.runtime.initialize_cache``), fingerprint and counters.
 
-torch_xla's own cache key (the entry's file name) covers the graph, the XLA flags and the torch_xla
-revision, but not the device ordinal, the libtpu version or (before 2.8) the torch revision. The fingerprint
-records everything else an executable depends on; entries are shared only between jobs with equal
-fingerprints.
+torch_xla's own cache key (the entry's file name) covers the graph, the XLA flags, the raw values of
+``XLA_HLO_DEBUG``, ``XLA_IR_DEBUG`` and ``TPU_MEGACORE`` and the torch_xla revision, but not the device
+ordinal, the libtpu version or (before 2.8) the torch revision. The fingerprint records everything else an
+executable depends on, and every setting that gives the same program other keys (:data:`SETTINGS`), so a
+job with such a setting gets a namespace of its own instead of a second copy of every entry in the shared
+one; entries are shared only between jobs with equal fingerprints.
 
 Fingerprint fields (all JSON scalars, or a dict of them):
 
@@ -30,6 +32,9 @@ Fingerprint fields (all JSON scalars, or a dict of them):
 ``xla_flags``              those flags by name (``{"--xla_foo": "1"}``; values redacted with
                            ``XLA_CACHE_REDACT_FLAG_VALUES``): not part of the namespace id
 ``libtpu_init_args``       the same for ``LIBTPU_INIT_ARGS``
+``XLA_HLO_DEBUG`` ...      the torch_xla settings of :data:`SETTINGS`, each under its variable's name and
+                           only when set (a job that sets none keeps the namespace id it had before
+                           they were recorded); see :func:`settings`
 =========================  =====================================================================
 
 The namespace's readable prefix is ``<device_type lower-cased>-tx<torch_xla_version>``.
@@ -38,8 +43,10 @@ The namespace's readable prefix is ``<device_type lower-cased>-tx<torch_xla_vers
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +59,14 @@ __all__ = [
     "COUNTERS",
     "FRAMEWORK",
     "PLUGIN_DISTRIBUTIONS",
+    "SETTINGS",
     "TorchXla",
     "build_fingerprint",
     "counter",
     "deserialize_failure_cause",
     "match_compile_times",
     "runtime_facts",
+    "settings",
 ]
 
 COUNTERS = (
@@ -70,6 +79,109 @@ DESERIALIZE_FAILURE = "PersistentCacheDeserializeFailure"
 
 # PJRT plugins whose version changes the compiled code but not torch_xla's own key.
 PLUGIN_DISTRIBUTIONS = ("libtpu", "libtpu-nightly", "torch_xla_cuda_plugin", "jax-cuda12-pjrt")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An environment variable torch_xla 2.7 hashes into its cache key, or reads while tracing or lowering
+    a graph, and how torch_xla parses it (``raw``: the string as it is; ``bool``: ``GetEnvBool``; ``int``:
+    ``GetEnvInt``/``atol``; ``float``: ``GetEnvDouble``/``atof``; ``text``: ``GetEnvString``), with its
+    default (None: no default is equivalent to it) and where torch_xla reads it."""
+
+    variable: str
+    parse: str
+    default: str | None
+    source: str
+
+
+SETTINGS = (
+    # Hashed into every key, as raw strings (csrc/runtime/env_hash.cc HashXlaEnvVars, raw_vars): "1" and
+    # "true" give different keys, and so do "0" and unset; only an empty value is the same as unset.
+    # XLA_HLO_DEBUG / XLA_IR_DEBUG also put op metadata (source lines, IR frames) into the HLO
+    # (csrc/lowering_context.cpp, init_python_bindings.cpp MapXlaEnvVarsToLazy).
+    Setting("XLA_HLO_DEBUG", "raw", None, "runtime/env_hash.cc, lowering_context.cpp"),
+    Setting("XLA_IR_DEBUG", "raw", None, "runtime/env_hash.cc, init_python_bindings.cpp"),
+    Setting("TPU_MEGACORE", "raw", None, "runtime/env_hash.cc (torch_xla sets megacore_dense on TPU v4)"),
+    # Change the dtypes of the traced graph (csrc/dtype.cpp): other graphs, other keys.
+    Setting("XLA_USE_BF16", "bool", "0", "dtype.cpp"),
+    Setting("XLA_DOWNCAST_BF16", "bool", "0", "dtype.cpp"),
+    Setting("XLA_USE_32BIT_LONG", "bool", "0", "dtype.cpp"),
+    # Change which ops are traced.
+    Setting("XLA_DISABLE_FUNCTIONALIZATION", "bool", "0", "aten_xla_type.cpp, tensor_methods.cpp"),
+    Setting("XLA_NO_SPECIAL_SCALARS", "bool", "0", "init_python_bindings.cpp (scalars as parameters)"),
+    # Read while compiling, after the key is computed: same key, an executable with or without
+    # input/output aliasing (xla_graph_executor.cpp GetBufferDonors, SetBufferDonors).
+    Setting("XLA_ENABLE_PARAM_ALIASING", "bool", "1", "xla_graph_executor.cpp GetBufferDonors"),
+    # Auto-sharding: hashed into the key with the mesh (xla_graph_executor.cpp), changes the partitioning.
+    Setting("XLA_AUTO_SPMD", "bool", "0", "device.cpp, xla_sharding_util.cpp"),
+    Setting("XLA_AUTO_SPMD_MESH", "text", None, "xla_graph_executor.cpp (hashed)"),
+    # Read while lowering or compiling, after the key is computed: same key, another executable.
+    Setting(
+        "XLA_STABLEHLO_COMPILE", "bool", "0", "runtime/pjrt_computation_client.cc (compiles via StableHLO)"
+    ),
+    Setting("EXPERIMENTAL_XLA_UNBOUNDED_DYNAMISM", "bool", "0", "helpers.h"),
+    Setting("DISABLE_NUMERIC_CC_TOKEN", "bool", "0", "token_handler.cpp"),
+    Setting("XLA_DENSE_GATHER_FACTOR", "int", "8192", "data_ops.cpp"),
+    Setting("XLA_DENSE_SCATTER_FACTOR", "int", "100", "xla_lower_util.cpp"),
+    Setting("XLA_PARAMETER_WRAPPING_THREADSHOLD", "int", "3200", "xla_graph_executor.cpp"),
+    Setting("XLA_MAX_PADDING_FACTOR", "float", "1.25", "layout_manager.cpp"),
+    Setting("XLA_RESIZE_SPLIT_FACTOR", "float", "3", "resize_ops.cpp"),
+    Setting("XLA_LAYOUTS", "text", None, "layout_manager.cpp"),
+    # Python side: every op is compiled on its own (torch_xla/__init__.py reads == "1").
+    Setting("XLA_USE_EAGER_DEBUG_MODE", "eq1", "0", "torch_xla/__init__.py"),
+)
+"""The torch_xla 2.7 settings in a fingerprint (paths under ``torch_xla/csrc/`` unless given)."""
+
+_INT = re.compile(r"\s*([+-]?\d+)")
+_FLOAT = re.compile(r"\s*([+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)")
+
+
+def _parsed(setting: Setting, value: str) -> str:
+    """``value`` as torch_xla reads it, written one way (C's ``atoi``/``atof``: a number's leading part)."""
+    if setting.parse == "bool":
+        if value in ("true", "false"):
+            return "1" if value == "true" else "0"
+        match = _INT.match(value)
+        return "1" if match and int(match.group(1)) != 0 else "0"
+    if setting.parse == "eq1":
+        return "1" if value == "1" else "0"
+    if setting.parse == "int":
+        match = _INT.match(value)
+        return str(int(match.group(1))) if match else "0"
+    if setting.parse == "float":
+        match = _FLOAT.match(value)
+        return repr(float(match.group(1))) if match else repr(0.0)
+    return value  # raw, text
+
+
+def settings(facts: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """The torch_xla settings of ``env`` that give other keys or other executables, by variable name.
+
+    A variable unset or empty is left out (torch_xla reads an empty one as unset for the raw ones, and an
+    empty number as 0, which is no real setting); one parsed to its default is left out too, so only a
+    setting that changes something moves a job to another namespace. A raw one is kept as it is written,
+    as torch_xla hashes it: ``XLA_HLO_DEBUG=0`` is a key of its own. ``TPU_MEGACORE=megacore_dense`` on a
+    TPU v4, torch_xla's own default there, is left out."""
+    found: dict[str, str] = {}
+    for setting in SETTINGS:
+        value = env.get(setting.variable)
+        if not value:
+            continue
+        value = _parsed(setting, value)
+        default = setting.default
+        if setting.parse == "float" and default is not None:
+            default = repr(float(default))
+        if value == default:
+            continue
+        if setting.variable == "TPU_MEGACORE" and value == "megacore_dense" and _tpu_v4(facts):
+            continue
+        found[setting.variable] = value
+    return found
+
+
+def _tpu_v4(facts: Mapping[str, Any]) -> bool:
+    kind = str(facts.get("device_kind") or "").lower()
+    return str(facts.get("device_type", "")).upper() == "TPU" and "v4" in kind
 
 
 def _loaded() -> Any | None:
@@ -110,6 +222,7 @@ def build_fingerprint(facts: Mapping[str, Any], env: Mapping[str, str] | None = 
         "spmd": spmd,
         "process_index": None if spmd else int(facts["process_index"]),
         **runtime_environment(facts, env),
+        **settings(facts, env),
     }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cache_protocol import is_namespace
-from cache_protocol.fingerprint import REDACTED
+from cache_protocol.fingerprint import REDACTED, differences
 from client.fingerprint import flags_digest, namespace_id
 from client.frameworks.torch_xla import build_fingerprint
 from tests.support.client_kit import FACTS
@@ -171,3 +171,98 @@ def test_fingerprint_carries_the_normalised_flags_and_redacts_their_values_when_
     assert "7" not in json.dumps(hidden["libtpu_init_args"])
     assert namespace_id(hidden) == namespace_id(fp)
     assert build_fingerprint(FACTS, env={})["xla_flags"] == {}
+
+
+# Computed by the code on main before the torch_xla settings were recorded: a job that sets none of them (or
+# sets one to what torch_xla takes anyway) keeps these ids.
+PINNED_TORCH_XLA = {
+    "cpu": "cpu-tx2.7.0-51bc501a5cdaaec4b77d91d064d41718",
+    "tpu_v4": "tpu-tx2.7.0-72a98fccd7a95e1e640d1540975a09de",
+}
+TPU_V4 = {**FACTS, "device_type": "TPU", "device_kind": "TPU v4"}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"XLA_HLO_DEBUG": "", "XLA_IR_DEBUG": ""},  # empty: torch_xla hashes "" as for unset
+        {"XLA_USE_BF16": "0", "XLA_USE_32BIT_LONG": "false", "XLA_DOWNCAST_BF16": "0"},
+        {"XLA_ENABLE_PARAM_ALIASING": "true", "XLA_DENSE_SCATTER_FACTOR": "100"},  # their defaults
+        {
+            "XLA_DENSE_GATHER_FACTOR": "8192",
+            "XLA_MAX_PADDING_FACTOR": "1.250",
+            "XLA_RESIZE_SPLIT_FACTOR": "3",
+        },
+        {
+            "XLA_USE_EAGER_DEBUG_MODE": "0",
+            "XLA_LAYOUTS": "",
+            "XLA_PERSISTENT_CACHE_PATH": "/x",
+            "PT_XLA_DEBUG": "1",
+        },
+    ],
+)
+def test_unset_or_default_torch_xla_settings_keep_the_namespace_id(env: dict[str, str]) -> None:
+    fp = build_fingerprint(FACTS, env=env)
+    assert namespace_id(fp) == PINNED_TORCH_XLA["cpu"]
+    assert not any(name.isupper() for name in fp)
+
+
+def test_torch_xla_s_own_megacore_default_on_tpu_v4_keeps_the_namespace_id() -> None:
+    env = {"TPU_MEGACORE": "megacore_dense", "XLA_FLAGS": "--xla_a=1"}
+    assert namespace_id(build_fingerprint(TPU_V4, env=env)) == PINNED_TORCH_XLA["tpu_v4"]
+    # anywhere else, or another value, it is a setting of its own (torch_xla hashes it into every key)
+    assert build_fingerprint(TPU_V4, env={**env, "TPU_MEGACORE": "megacore"})["TPU_MEGACORE"] == "megacore"
+    assert build_fingerprint(FACTS, env=env)["TPU_MEGACORE"] == "megacore_dense"
+
+
+@pytest.mark.parametrize(
+    ("env", "fields"),
+    [
+        ({"XLA_HLO_DEBUG": "1"}, {"XLA_HLO_DEBUG": "1"}),
+        ({"XLA_IR_DEBUG": "1"}, {"XLA_IR_DEBUG": "1"}),
+        # torch_xla hashes these raw: "0" and "true" are keys of their own, so namespaces of their own
+        ({"XLA_HLO_DEBUG": "0"}, {"XLA_HLO_DEBUG": "0"}),
+        ({"XLA_HLO_DEBUG": "true"}, {"XLA_HLO_DEBUG": "true"}),
+        # read as booleans (GetEnvBool: "true", "false", else atoi != 0): one spelling each
+        ({"XLA_USE_BF16": "true"}, {"XLA_USE_BF16": "1"}),
+        ({"XLA_USE_BF16": "01"}, {"XLA_USE_BF16": "1"}),
+        ({"XLA_USE_32BIT_LONG": "1"}, {"XLA_USE_32BIT_LONG": "1"}),
+        ({"XLA_DOWNCAST_BF16": "1"}, {"XLA_DOWNCAST_BF16": "1"}),
+        ({"XLA_ENABLE_PARAM_ALIASING": "false"}, {"XLA_ENABLE_PARAM_ALIASING": "0"}),
+        ({"XLA_STABLEHLO_COMPILE": "1"}, {"XLA_STABLEHLO_COMPILE": "1"}),
+        ({"XLA_DISABLE_FUNCTIONALIZATION": "1"}, {"XLA_DISABLE_FUNCTIONALIZATION": "1"}),
+        ({"XLA_NO_SPECIAL_SCALARS": "1"}, {"XLA_NO_SPECIAL_SCALARS": "1"}),
+        (
+            {"XLA_AUTO_SPMD": "1", "XLA_AUTO_SPMD_MESH": "2,2"},
+            {"XLA_AUTO_SPMD": "1", "XLA_AUTO_SPMD_MESH": "2,2"},
+        ),
+        # numbers as C reads them (atol / atof)
+        ({"XLA_DENSE_GATHER_FACTOR": " 100x"}, {"XLA_DENSE_GATHER_FACTOR": "100"}),
+        ({"XLA_MAX_PADDING_FACTOR": "2"}, {"XLA_MAX_PADDING_FACTOR": "2.0"}),
+        ({"XLA_USE_EAGER_DEBUG_MODE": "1"}, {"XLA_USE_EAGER_DEBUG_MODE": "1"}),
+    ],
+)
+def test_torch_xla_settings_are_fields_of_their_own_namespace(
+    env: dict[str, str], fields: dict[str, str]
+) -> None:
+    fp = build_fingerprint(FACTS, env=env)
+    assert {k: v for k, v in fp.items() if k.isupper()} == fields
+    assert namespace_id(fp) != PINNED_TORCH_XLA["cpu"]
+
+
+def test_equivalent_spellings_of_a_torch_xla_setting_share_a_namespace() -> None:
+    ids = {namespace_id(build_fingerprint(FACTS, env={"XLA_USE_BF16": v})) for v in ("1", "true", "7", "01")}
+    assert len(ids) == 1
+    ids = {
+        namespace_id(build_fingerprint(FACTS, env={"XLA_MAX_PADDING_FACTOR": v})) for v in ("2", "2.0", "2e0")
+    }
+    assert len(ids) == 1
+
+
+def test_a_torch_xla_setting_is_named_as_it_differs() -> None:
+    ours = build_fingerprint(FACTS, env={"XLA_HLO_DEBUG": "1", "XLA_FLAGS": "--xla_a=1"})
+    theirs = build_fingerprint(FACTS, env={"XLA_FLAGS": "--xla_a=1"})
+    count, found = differences(ours, theirs)
+    assert count == 1
+    assert [(d.field, d.text) for d in found] == [("XLA_HLO_DEBUG", "1 (theirs: unset)")]

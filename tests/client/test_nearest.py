@@ -170,3 +170,15 @@ def test_doctor_names_the_nearest_namespace_of_its_runtime(
     out = capsys.readouterr().out
     assert "namespace entries  namespace new (0 entries); nearest: " in out
     assert f"differs in XLA_FLAGS: {FAST} (theirs: unset)" in out
+
+
+def test_an_empty_namespace_names_the_torch_xla_setting_that_set_it_apart(
+    real_server: RealServer, tmp_path: Path
+) -> None:
+    theirs = _seed(real_server, build_fingerprint(FACTS, env={}), 3)
+    ours = build_fingerprint(FACTS, env={"XLA_HLO_DEBUG": "1"})
+    report = warm(real_server.url, tmp_path, initialize=False, fingerprint=ours, timeout=TIMEOUT)
+    [near] = report.nearest
+    assert near.namespace == theirs
+    assert near.differences == [NearDifference("XLA_HLO_DEBUG", "1", None, "1 (theirs: unset)")]
+    assert report.summary().splitlines()[1].endswith(" ago) differs in XLA_HLO_DEBUG: 1 (theirs: unset)")

@@ -149,6 +149,33 @@ def test_other_xla_flags_land_in_another_namespace_and_warm_nothing(
     assert "uploaded 10 new entries" in other.stderr
 
 
+def test_xla_hlo_debug_lands_in_another_namespace_and_warm_names_it(
+    live_server: LiveServer, first_job: tuple[JobResult, Path], tmp_path: Path
+) -> None:
+    # torch_xla 2.7 hashes XLA_HLO_DEBUG into every key (runtime/env_hash.cc): in the first job's namespace
+    # this job would miss every graph ("different_key") and store a second copy of each.
+    first, _ = first_job
+    other = run_job(
+        ["--server", live_server.url, "--cache-dir", str(tmp_path), "--shapes", "3"], {"XLA_HLO_DEBUG": "1"}
+    )
+    assert other.warm["namespace"] != first.warm["namespace"]
+    assert (
+        other.warm["fingerprint"]["XLA_HLO_DEBUG"] == "1" and "XLA_HLO_DEBUG" not in first.warm["fingerprint"]
+    )
+    assert (other.warm["manifest_entries"], other.warm["downloaded_entries"]) == (0, 0)
+    nearest = {near["namespace"]: near for near in other.warm["nearest"]}
+    differences = nearest[first.warm["namespace"]]["differences"]
+    assert [(d["field"], d["text"]) for d in differences] == [("XLA_HLO_DEBUG", "1 (theirs: unset)")]
+    assert "differs in XLA_HLO_DEBUG: 1 (theirs: unset)" in other.stderr
+    assert other.counters["UncachedCompile"] == 3
+    assert other.data["upload"]["uploaded"] == 3
+    # its keys are not the first job's keys for the same shapes: they could never have been shared
+    manifest = httpx.get(f"{live_server.url}/v1/namespaces/{first.warm['namespace']}/manifest", timeout=10)
+    first_keys = {entry["key"] for entry in manifest.json()["entries"]}
+    ours = {p.name for p in Path(other.warm["cache_dir"]).iterdir() if not p.name.startswith(".")}
+    assert len(first_keys) >= SHAPES and len(ours) == 3 and not ours & first_keys
+
+
 def test_cli_warm_prepares_a_directory_torch_xla_hits(
     live_server: LiveServer, first_job: tuple[JobResult, Path], tmp_path: Path
 ) -> None:
