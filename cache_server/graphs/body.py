@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-__all__ = ["SIZED_OPCODES", "Body", "SizedOp", "body_from_text", "short_source"]
+__all__ = ["MAX_OPS_TEXT", "SIZED_OPCODES", "Body", "SizedOp", "body_from_text", "short_source"]
+
+MAX_OPS_TEXT = 64 * 1024  # characters of an entry's sized ops kept in the index (a real module's: a few KB)
 
 # Opcodes that carry sizes of their own, most telling first: what a miss names first, what is kept first.
 # "shape" is the result's dimensions where the op makes them up (iota, broadcast, reshape, ...).
@@ -74,10 +76,21 @@ class Body:
     # XLA_HLO_DEBUG); not kept in the index (entry_graphs.source has it)
     source: str | None = field(default=None, compare=False)
 
-    def ops_text(self) -> str:
-        """The ops as the index keeps them: compact JSON (:func:`body_from_text` reads it back)."""
-        rows = [[op.position, op.opcode, op.name, op.sizes, op.result, op.op, op.source] for op in self.ops]
-        return json.dumps({"n": self.instructions, "t": self.truncated, "ops": rows}, separators=(",", ":"))
+    def ops_text(self, limit: int = MAX_OPS_TEXT) -> str:
+        """The ops as the index keeps them: compact JSON (:func:`body_from_text` reads it back), at most
+        about ``limit`` characters: past that the least telling ops are left out (and ``truncated`` set),
+        so a crafted entry cannot make its index row much larger than a real one's."""
+        kept: list[tuple[int, list[object]]] = []
+        size = 0
+        for op in sorted(self.ops, key=lambda o: (o.priority, o.position)):
+            row: list[object] = [op.position, op.opcode, op.name, op.sizes, op.result, op.op, op.source]
+            size += len(json.dumps(row, separators=(",", ":"))) + 1
+            if size > limit:
+                break
+            kept.append((op.position, row))
+        rows = [row for _, row in sorted(kept, key=lambda item: item[0])]
+        truncated = self.truncated or len(rows) < len(self.ops)
+        return json.dumps({"n": self.instructions, "t": truncated, "ops": rows}, separators=(",", ":"))
 
 
 def body_from_text(structure: str, program: str, whole: str, ops_text: str) -> Body | None:

@@ -12,7 +12,7 @@ import pytest
 import zstandard
 
 from cache_server.graphs.baked import describe_changes, internal_axes, size_changes
-from cache_server.graphs.body import Body, body_from_text
+from cache_server.graphs.body import MAX_OPS_TEXT, Body, body_from_text
 from cache_server.graphs.hlo import GraphInfo, parse_entry
 from cache_server.graphs.instructions import MAX_OPS
 from tests.support.real_entries import real_entries
@@ -163,6 +163,10 @@ def test_many_sized_ops_keep_the_most_telling_up_to_the_bound() -> None:
     assert info is not None and info.body is not None
     assert info.body.truncated and len(info.body.ops) == MAX_OPS
     assert any(op.opcode == "slice" for op in info.body.ops)  # kept before the reshapes
+    text = info.body.ops_text()  # what the index keeps is bounded too, the most telling first
+    assert len(text) <= MAX_OPS_TEXT + 100
+    kept = body_from_text("s", "p", "w", text)
+    assert kept is not None and kept.truncated and any(op.opcode == "slice" for op in kept.ops)
 
 
 @pytest.mark.parametrize(
