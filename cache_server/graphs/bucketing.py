@@ -17,7 +17,8 @@ weighted by the points' weights (``mean_overhead``), and the largest (``max_over
 :func:`analyse` is the wrapper for parameter shapes (:func:`~cache_server.graphs.shapes.parse_signature`):
 its axes are the parameter dimensions that vary within the most common layout (element types and ranks),
 its cost the **bytes of the padded parameters** (those with a varying dimension; the others, such as
-weights, are not padded and are left out of both sides), each variant weighing 1. Variants of another
+weights, are not padded and are left out of both sides), each variant weighing what the caller says (the
+report: its entries' hits + 1; by default 1). Variants of another
 layout (another parameter count, element type or rank) and variants that repeat another's parameters
 with another result cannot be merged by padding: each stays one compilation (``other_layouts``,
 ``result_only``). When no parameter dimension varies, no scheme is offered and ``unchanged`` says what
@@ -70,6 +71,7 @@ DP_SIZES = (
 )
 COST_PARAMETERS = "bytes of the padded parameters"
 WEIGHTS = "1 per variant"
+WEIGHTS_HITS = "its entries' hits + 1 per variant"
 
 ELEMENT_BYTES = {
     "pred": 1,
@@ -551,6 +553,8 @@ class BucketingReport:
 
 
 _Dims = tuple[tuple[int, ...], ...]  # a variant's parameter sizes, parameter by parameter
+# a variant as plain tuples: each parameter's element type, sizes and dynamic flags; the result's text
+_Variant = tuple[tuple[tuple[str, tuple[int, ...], tuple[bool, ...]], ...], str]
 
 
 def _parameter_cost(
@@ -582,7 +586,7 @@ def _parameter_cost(
     return cost
 
 
-def _what_differs(distinct: Sequence[tuple[tuple[tuple[str, tuple[int, ...], object], ...], str]]) -> str:
+def _what_differs(distinct: Sequence[_Variant]) -> str:
     params = {p for p, _ in distinct}
     parts = []
     if len({len(p) for p in params}) > 1:
@@ -600,28 +604,38 @@ def _what_differs(distinct: Sequence[tuple[tuple[tuple[str, tuple[int, ...], obj
 
 
 def analyse(
-    signatures: Sequence[Signature], *, schemes: Sequence[Scheme] = SCHEMES, values_shown: int = VALUES_SHOWN
+    signatures: Sequence[Signature],
+    *,
+    weights: Sequence[float] | None = None,
+    schemes: Sequence[Scheme] = SCHEMES,
+    values_shown: int = VALUES_SHOWN,
 ) -> BucketingReport:
     """The varying dimensions of one graph's variants, the per-dimension choices and their combinations
     (:func:`analyse_axes`, the cost in bytes of the padded parameters), and each scheme applied to all.
 
-    ``signatures`` are the graph's variants (repeats count once). Only the variants of the most common layout
-    are compared (the rest: ``other_layouts``, one compilation each).
+    ``signatures`` are the graph's variants (repeats count once), ``weights`` how often each is used (the
+    report passes its entries' hits + 1; repeats add up; None: 1 each). Only the variants of the most
+    common layout are compared (the rest: ``other_layouts``, one compilation each).
     """
     # plain tuples, not the Shape objects: hashed in C (a graph may have thousands of variants)
-    distinct = list(
-        dict.fromkeys((tuple((p.element, p.dims, p.dynamic) for p in s.params), s.result) for s in signatures)
-    )
+    keys = [(tuple((p.element, p.dims, p.dynamic) for p in s.params), s.result) for s in signatures]
+    weight_of: dict[_Variant, float] = {}
+    for key, weight in zip(keys, weights if weights is not None else [1.0] * len(keys), strict=True):
+        weight_of[key] = weight_of.get(key, 0.0) + weight
+    distinct = list(weight_of)
     if not distinct:
         return BucketingReport(0, 0, (), ())
     layouts = [tuple((element, len(dims)) for element, dims, _ in params) for params, _ in distinct]
     common = Counter(layouts).most_common(1)[0][0]
     in_common = [
-        tuple(dims for _, dims, _ in params)
-        for (params, _), layout in zip(distinct, layouts, strict=True)
+        (tuple(dims for _, dims, _ in params), weight_of[(params, result)])
+        for (params, result), layout in zip(distinct, layouts, strict=True)
         if layout == common
     ]
-    variants: list[_Dims] = list(dict.fromkeys(in_common))
+    point_weight: dict[_Dims, float] = {}
+    for dims, weight in in_common:
+        point_weight[dims] = point_weight.get(dims, 0.0) + weight
+    variants: list[_Dims] = list(point_weight)
     others = len(distinct) - len(in_common)
     result_only = len(in_common) - len(variants)
     found: list[VaryingDimension] = []
@@ -644,7 +658,7 @@ def analyse(
         )
     places = [(v.param, v.dim) for v in found]
     cost = _parameter_cost(variants[0], [e for e, _ in common], places)
-    points = [Point(tuple([dims[p][d] for p, d in places])) for dims in variants]
+    points = [Point(tuple([dims[p][d] for p, d in places]), point_weight[dims]) for dims in variants]
     separate = others + result_only
     axes = analyse_axes(
         [v.label for v in found],
@@ -652,6 +666,7 @@ def analyse(
         cost,
         separate=separate,
         cost_label=COST_PARAMETERS,
+        weights_label=WEIGHTS if weights is None else WEIGHTS_HITS,
         values_shown=values_shown,
         uniform=schemes,
     )

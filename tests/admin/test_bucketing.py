@@ -235,3 +235,12 @@ def test_a_report_shares_the_variants_it_reads() -> None:
     assert shares([10_000, 10_000], per_graph=5000, total=4000) == [2500, 2500]  # the request's cap, if more
     assert shares([10_000], per_graph=5000, total=4000) == [5000]
     assert shares([], per_graph=5, total=4) == []
+
+
+def test_weights_add_up_over_repeats_and_weigh_the_mean() -> None:
+    texts = ["(f32[3]) -> (f32[1])", "(f32[5]) -> (f32[1])", "(f32[3]) -> (f32[1])"]
+    report = analyse(signatures(*texts), weights=[1.0, 2.0, 5.0])
+    assert report.axes is not None and report.axes.weights == "its entries' hits + 1 per variant"
+    top = next(c for c in report.axes.axes[0].choices if c.name == "max")
+    assert top.mean_overhead == pytest.approx(6 * (2 / 3) / 8)  # 3 pads to 5, weight 1 + 5; 5 weighs 2
+    assert analyse(signatures(*texts)).axes.weights == "1 per variant"  # type: ignore[union-attr]

@@ -97,9 +97,32 @@ def test_the_varying_dimensions_and_what_each_scheme_leaves(app: TestClient) -> 
     assert fuse["other_layouts"] == 0 and fuse["example"].startswith("(f32[32,32], f32[")
     assert (fuse["cost"], fuse["weights"], fuse["unchanged"]) == (
         "bytes of the padded parameters",
-        "1 per variant",
+        "its entries' hits + 1 per variant",
         None,
     )
+
+
+def test_hits_weigh_the_variants(app: TestClient) -> None:
+    """A variant whose entries were hit more counts more in the mean overhead (entries.hits + 1)."""
+    from sqlalchemy import update
+
+    from cache_server.index.models import Entry
+
+    with services_of(app).database.transaction() as session:
+        session.execute(update(Entry).where(Entry.key == "fuse-0-3").values(hits=99))
+        session.execute(
+            update(Entry).where(Entry.key == "fuse-again").values(hits=5)
+        )  # also 4 rows, 3 tokens
+    body = app.get("/admin/graphs", params={"namespace": "vision"}, headers=bearer(app, Role.ADMIN)).json()
+    fuse = body["graphs"][0]
+    weight = {(r, t): 1 for r in ROWS for t in TOKENS}
+    weight[(0, 3)] = 100
+    weight[(4, 3)] = 1 + 0 + 5  # two entries at these shapes: hits 0 and 5, + 1 for the variant
+    pad = {2: 2, 3: 4, 5: 8, 9: 16}
+    ratios = {(r, t): ((r * 128 + pad[t] * 8) - (r * 128 + t * 8)) / (r * 128 + t * 8) for r, t in weight}
+    pow2 = next(s for s in fuse["schemes"] if s["scheme"] == "pow2")
+    expected = sum(weight[k] * ratios[k] for k in weight) / sum(weight.values())
+    assert pow2["mean_overhead"] == pytest.approx(expected)
 
 
 def test_per_dimension_choices_and_the_frontier(app: TestClient) -> None:
