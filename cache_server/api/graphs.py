@@ -103,7 +103,10 @@ class GraphReportOut(BaseModel):
         "differs instead (no choice, combination or scheme is then offered)."
     )
     cost: str | None = Field(description="What the overheads measure: 'bytes of the padded parameters'.")
-    weights: str | None = Field(description="How the variants are weighted in the mean: '1 per variant'.")
+    weights: str | None = Field(
+        description="How the variants are weighted in the means and the best boundaries: "
+        '"its entries\' hits + 1 per variant".'
+    )
     varying: list[DimensionOut]
     frontier: list[CombinationOut] = Field(
         description="The best trades of compilations against padding, combining one choice per dimension: "

@@ -65,10 +65,8 @@ __all__ = [
 VALUES_SHOWN = 32  # distinct sizes listed per varying dimension (the count, min and max cover them all)
 BUCKET_COUNTS = (2, 4, 8)  # the "best K boundaries" choices offered per axis
 FRONTIER_LINES = 6  # combinations shown at most
-MAX_COMBINATIONS = 64  # combinations of per-axis choices evaluated at most (beyond: fewer choices per axis)
-DP_SIZES = (
-    128  # distinct sizes the boundaries' search works on at most (beyond: candidate tops spread evenly)
-)
+MAX_COMBINATIONS = 24  # combinations of per-axis choices evaluated at most (beyond: fewer choices per axis)
+DP_SIZES = 32  # distinct sizes the boundaries' search works on at most (beyond: evenly spread tops)
 COST_PARAMETERS = "bytes of the padded parameters"
 WEIGHTS = "1 per variant"
 WEIGHTS_HITS = "its entries' hits + 1 per variant"
@@ -216,27 +214,33 @@ class AxesReport:
 
 
 def _layer(
-    cost: Callable[[int, int], float],
+    tops: Sequence[int],
+    prefix_w: Sequence[float],
+    prefix_s: Sequence[float],
     prev: list[float],
     nxt: list[float],
     arg: list[int],
-    bounds: tuple[int, int, int, int],
 ) -> None:
-    """One more bucket: ``nxt[j]`` the least cost of groups 0..j in one bucket more than ``prev``, the last
-    bucket starting at ``arg[j]`` (divide and conquer: the best start does not decrease with ``j``)."""
-    stack = [bounds]
+    """One more bucket: ``nxt[j]`` the least padded size of groups 0..j in one bucket more than ``prev``,
+    the last bucket (groups i..j, padded to ``tops[j]``) starting at ``arg[j]`` (divide and conquer: the best
+    start does not decrease with ``j``). Groups i..j cost ``tops[j] * W(i..j) - S(i..j)`` (prefix sums)."""
+    stack = [(0, len(tops) - 1, 0, len(tops) - 1)]
     while stack:
         lo, hi, opt_lo, opt_hi = stack.pop()
         if lo > hi:
             continue
         mid = (lo + hi) // 2
-        found, where = math.inf, max(opt_lo, 1)
-        for i in range(max(opt_lo, 1), min(mid, opt_hi) + 1):  # the last bucket: groups i..mid
-            value = prev[i - 1] + cost(i, mid)
-            if value < found:
-                found, where = value, i
         if mid == 0:
             found, where = prev[0], 0
+        else:
+            top = tops[mid]
+            first = max(opt_lo, 1)
+            values = [
+                prev[i - 1] - top * prefix_w[i] + prefix_s[i] for i in range(first, min(mid, opt_hi) + 1)
+            ]
+            best = min(range(len(values)), key=values.__getitem__)
+            found = values[best] + top * prefix_w[mid + 1] - prefix_s[mid + 1]
+            where = first + best
         nxt[mid], arg[mid] = found, where
         stack.append((lo, mid - 1, opt_lo, where))
         stack.append((mid + 1, hi, where, opt_hi))
@@ -289,7 +293,7 @@ def _boundaries(
     for _ in range(1, buckets):
         nxt = [math.inf] * m
         arg = [0] * m
-        _layer(cost, best, nxt, arg, (0, m - 1, 0, m - 1))
+        _layer(values, prefix_w, prefix_s, best, nxt, arg)
         best = nxt
         splits.append(arg)
     found: dict[int, tuple[int, ...]] = {}
