@@ -78,11 +78,25 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"  {_dimension(dim)}: " + "  ".join(_choice(c) for c in dim.get("choices", [])))
         frontier = graph.get("frontier") or []
         if frontier:
-            lines.append("  best combinations (compilations, +mean / +largest overhead):")
+            results = graph.get("result_cost") is not None
+            lines.append(
+                "  best combinations (compilations, +mean / +largest overhead"
+                + (", then in bytes of the padded results" if results else "")
+                + "):"
+            )
             width = max(len(str(c["compiles"])) for c in frontier)
+            overheads = []
             for combo in frontier:
                 overhead = f"({_percent(combo['mean_overhead'])} / {_percent(combo['max_overhead'])})"
-                lines.append(f"    {combo['compiles']:>{width}} {overhead:<18} {combo['description']}")
+                if results and combo.get("result_mean_overhead") is not None:
+                    overhead += (
+                        f" results ({_percent(combo['result_mean_overhead'])} / "
+                        f"{_percent(combo['result_max_overhead'])})"
+                    )
+                overheads.append(overhead)
+            room = max(18, *map(len, overheads))
+            for combo, overhead in zip(frontier, overheads, strict=True):
+                lines.append(f"    {combo['compiles']:>{width}} {overhead:<{room}} {combo['description']}")
         if graph["schemes"]:
             lines.append(
                 "  one rounding for every dimension: " + "  ".join(_scheme(s) for s in graph["schemes"])

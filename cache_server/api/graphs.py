@@ -50,6 +50,11 @@ class ChoiceOut(BaseModel):
         "(0.25: a quarter more bytes)."
     )
     max_overhead: float
+    result_mean_overhead: float | None = Field(
+        description="The same in bytes of the results, padded with the parameters (see result_cost); null "
+        "when the results' sizes could not be tied to the varying dimensions."
+    )
+    result_max_overhead: float | None
 
 
 class DimensionOut(BaseModel):
@@ -71,6 +76,8 @@ class CombinationOut(BaseModel):
     compiles: int = Field(description="Compilations left (other layouts and result-only variants included).")
     mean_overhead: float = Field(description="As for a choice: extra bytes of the padded parameters, mean.")
     max_overhead: float
+    result_mean_overhead: float | None = Field(description="As for a choice: in bytes of the results.")
+    result_max_overhead: float | None
 
 
 class SchemeOut(BaseModel):
@@ -103,6 +110,11 @@ class GraphReportOut(BaseModel):
         "differs instead (no choice, combination or scheme is then offered)."
     )
     cost: str | None = Field(description="What the overheads measure: 'bytes of the padded parameters'.")
+    result_cost: str | None = Field(
+        description="What the result_* overheads measure, 'bytes of the padded results', where every result "
+        "dimension is a constant plus a sum of varying dimensions in all the variants read (so it pads with "
+        "them); else null."
+    )
     weights: str | None = Field(
         description="How the variants are weighted in the means and the best boundaries: "
         '"its entries\' hits + 1 per variant".'
@@ -130,12 +142,26 @@ class GraphReportOut(BaseModel):
             example=report.example,
             unchanged=bucketing.unchanged,
             cost=axes.cost if axes else None,
+            result_cost=axes.also_cost if axes else None,
             weights=axes.weights if axes else None,
             varying=[
                 DimensionOut(
                     label=v.label,
                     **{**vars(v), "values": list(v.values)},
-                    choices=[ChoiceOut(**{**vars(c), "boundaries": list(c.boundaries)}) for c in found],
+                    choices=[
+                        ChoiceOut(
+                            name=c.name,
+                            description=c.description,
+                            sizes=c.sizes,
+                            compiles=c.compiles,
+                            boundaries=list(c.boundaries),
+                            mean_overhead=c.mean_overhead,
+                            max_overhead=c.max_overhead,
+                            result_mean_overhead=c.also_mean_overhead,
+                            result_max_overhead=c.also_max_overhead,
+                        )
+                        for c in found
+                    ],
                 )
                 for v, found in zip(bucketing.varying, choices, strict=True)
             ],
@@ -146,6 +172,8 @@ class GraphReportOut(BaseModel):
                     compiles=c.compiles,
                     mean_overhead=c.mean_overhead,
                     max_overhead=c.max_overhead,
+                    result_mean_overhead=c.also_mean_overhead,
+                    result_max_overhead=c.also_max_overhead,
                 )
                 for c in (axes.frontier if axes else ())
             ],
@@ -170,10 +198,11 @@ def graphs(
     (as is, next power of two, next multiple of 8, 64 or 128, the best 2, 4 or 8 bucket boundaries for the
     sizes seen, the maximum), the best combinations of those (``frontier``: fewest compilations for a
     padding budget), and each rounding applied to all at once (``schemes``); overheads in bytes of the
-    padded parameters. When no dimension varies, ``unchanged`` says why no padding is offered. At most
-    ``variants`` variants of each graph are read, and
-    :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or ``variants``, if more), shared
-    among the graphs (``read`` says how many were). 404 for an unknown namespace."""
+    padded parameters (and of the results, where their sizes follow the varying dimensions). When no
+    dimension varies, ``unchanged`` says why no padding is offered. At most ``variants`` variants of each
+    graph are read, and :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or
+    ``variants``, if more), shared among the graphs (``read`` says how many were). 404 for an unknown
+    namespace."""
     return GraphsOut(
         namespace=namespace,
         graphs=[GraphReportOut.of(r) for r in reports.report(namespace, top=top, per_graph=variants)],

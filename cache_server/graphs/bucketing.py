@@ -34,9 +34,9 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from cache_server.graphs.shapes import Signature
+from cache_server.graphs.shapes import Signature, parse_arrays
 
 __all__ = [
     "BUCKET_COUNTS",
@@ -68,6 +68,8 @@ FRONTIER_LINES = 6  # combinations shown at most
 MAX_COMBINATIONS = 24  # combinations of per-axis choices evaluated at most (beyond: fewer choices per axis)
 DP_SIZES = 32  # distinct sizes the boundaries' search works on at most (beyond: evenly spread tops)
 COST_PARAMETERS = "bytes of the padded parameters"
+COST_RESULTS = "bytes of the padded results"
+RESULT_AXES = 4  # a result's dimensions are matched to sums of at most this many varying dimensions
 WEIGHTS = "1 per variant"
 WEIGHTS_HITS = "its entries' hits + 1 per variant"
 
@@ -154,6 +156,8 @@ class AxisChoice:
     boundaries: tuple[int, ...]
     mean_overhead: float
     max_overhead: float
+    also_mean_overhead: float | None = None
+    also_max_overhead: float | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,8 @@ class Combination:
     compiles: int
     mean_overhead: float
     max_overhead: float
+    also_mean_overhead: float | None = None
+    also_max_overhead: float | None = None
 
     def describe(self, labels: Sequence[str]) -> str:
         """``p0.d0 mult64, p1.d0 as is``; ``all as is``; ``all max``."""
@@ -211,6 +217,7 @@ class AxesReport:
     cost: str
     weights: str
     uniform: tuple[SchemeOutcome, ...] = ()
+    also_cost: str | None = None
 
 
 def _layer(
@@ -415,6 +422,7 @@ def analyse_axes(
     values_shown: int = VALUES_SHOWN,
     lines: int = FRONTIER_LINES,
     uniform: Sequence[Scheme] = (),
+    also: tuple[str, Callable[[tuple[int, ...]], float]] | None = None,
 ) -> AxesReport:
     """Per-axis padding choices and the best combinations of them, for one graph.
 
@@ -425,7 +433,10 @@ def analyse_axes(
       once), e.g. the bytes of the parameters or instruction results whose sizes pad;
     - ``separate``: compilations padding cannot merge (other layouts...), added to every count;
     - ``cost_label``: what ``cost`` measures, in words (reported as :attr:`AxesReport.cost`);
-    - ``uniform``: schemes also applied to every axis at once (:attr:`AxesReport.uniform`).
+    - ``uniform``: schemes also applied to every axis at once (:attr:`AxesReport.uniform`);
+    - ``also``: a second measure, ``(label, cost)`` (the bytes of the results, say): each choice's and
+      frontier line's overhead by it too (``also_mean_overhead``, ``also_max_overhead``); the search and the
+      frontier go by ``cost`` alone.
 
     Returns an :class:`AxesReport`: for each axis its :class:`AxisChoice` list (each alone, the other axes as
     they are), and a frontier of at most ``lines`` :class:`Combination`, fewest compilations first, the
@@ -507,14 +518,29 @@ def analyse_axes(
             padded_all.append([mapping[s] for s in column])
         compiles, mean, worst = evaluate(padded_all)
         outcomes.append(SchemeOutcome(scheme.name, scheme.description, compiles, mean, worst))
+    frontier = _frontier(found, lines)
+    if also is not None:
+        second = _Evaluator(points, also[1], separate)
+        by_name = [{name: padded for name, padded, _ in options} for options in padded_columns]
+        for index, axis in enumerate(reports):
+            updated = []
+            for choice in axis.choices:
+                trial = [by_name[index][choice.name] if i == index else c for i, c in enumerate(columns)]
+                _, mean, worst = second(trial)
+                updated.append(replace(choice, also_mean_overhead=mean, also_max_overhead=worst))
+            reports[index] = replace(axis, choices=tuple(updated))
+        for place, line in enumerate(frontier):
+            _, mean, worst = second([by_name[a][name] for a, name in enumerate(line.choices)])
+            frontier[place] = replace(line, also_mean_overhead=mean, also_max_overhead=worst)
     return AxesReport(
         axes=tuple(reports),
-        frontier=tuple(_frontier(found, lines)),
+        frontier=tuple(frontier),
         points=len(points),
         separate=separate,
         cost=cost_label,
         weights=weights_label,
         uniform=tuple(outcomes),
+        also_cost=also[0] if also is not None else None,
     )
 
 
@@ -590,6 +616,50 @@ def _parameter_cost(
     return cost
 
 
+def _result_cost(
+    results: Sequence[str], keys: Sequence[tuple[int, ...]]
+) -> Callable[[tuple[int, ...]], float] | None:
+    """Bytes of the results at a point's sizes, when every result dimension is, in every variant, a
+    constant plus the sum of some of the varying dimensions (``f32[rows+tokens,32]``: as the parameters
+    pad, so does it); None when the results do not all have one layout, a dimension follows no such sum, or
+    none follows a varying dimension (then the results never pad)."""
+    arrays = [parse_arrays(text) for text in results]
+    layout = [(a.element, len(a.dims)) for a in arrays[0]]
+    n = len(keys[0])
+    if (
+        not layout
+        or n > RESULT_AXES
+        or any([(a.element, len(a.dims)) for a in found] != layout for found in arrays)
+    ):
+        return None
+    subsets = [group for size in range(n + 1) for group in itertools.combinations(range(n), size)]
+    terms: list[tuple[int, list[tuple[int, tuple[int, ...]]]]] = []
+    for index, (element, rank) in enumerate(layout):
+        formula: list[tuple[int, tuple[int, ...]]] = []
+        for dim in range(rank):
+            values = [found[index].dims[dim] for found in arrays]
+            for group in subsets:
+                constant = values[0] - sum(keys[0][a] for a in group)
+                if all(v - sum([k[a] for a in group]) == constant for v, k in zip(values, keys, strict=True)):
+                    formula.append((constant, group))
+                    break
+            else:
+                return None
+        terms.append((element_bytes(element), formula))
+    if not any(group for _, formula in terms for _, group in formula):
+        return None  # the results do not change with the sizes: nothing of theirs pads
+
+    def cost(key: tuple[int, ...]) -> float:
+        return float(
+            sum(
+                size * math.prod([c + sum([key[a] for a in group]) for c, group in formula])
+                for size, formula in terms
+            )
+        )
+
+    return cost
+
+
 def _what_differs(distinct: Sequence[_Variant]) -> str:
     params = {p for p, _ in distinct}
     parts = []
@@ -637,8 +707,12 @@ def analyse(
         if layout == common
     ]
     point_weight: dict[_Dims, float] = {}
-    for dims, weight in in_common:
+    result_of: dict[_Dims, str] = {}
+    for (dims, weight), (_, result) in zip(
+        in_common, [v for v, layout in zip(distinct, layouts, strict=True) if layout == common], strict=True
+    ):
         point_weight[dims] = point_weight.get(dims, 0.0) + weight
+        result_of.setdefault(dims, result)
     variants: list[_Dims] = list(point_weight)
     others = len(distinct) - len(in_common)
     result_only = len(in_common) - len(variants)
@@ -664,6 +738,7 @@ def analyse(
     cost = _parameter_cost(variants[0], [e for e, _ in common], places)
     points = [Point(tuple([dims[p][d] for p, d in places]), point_weight[dims]) for dims in variants]
     separate = others + result_only
+    results = _result_cost([result_of[dims] for dims in variants], [p.sizes for p in points])
     axes = analyse_axes(
         [v.label for v in found],
         points,
@@ -673,6 +748,7 @@ def analyse(
         weights_label=WEIGHTS if weights is None else WEIGHTS_HITS,
         values_shown=values_shown,
         uniform=schemes,
+        also=(COST_RESULTS, results) if results is not None else None,
     )
     return BucketingReport(
         variants=len(distinct),

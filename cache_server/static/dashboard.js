@@ -259,10 +259,11 @@ function renderBuckets(report) {
       renderTable(table.id, headers, rows);
     };
     const overheads = [["mean overhead"], ["largest overhead"]];
+    const results = g.result_cost ? [[`mean, in ${g.result_cost}`]] : [];
     addTable("frontier", `Best combinations: fewest compilations for the padding (overhead: extra ${g.cost}).`,
-      [["padding", "text"], ["compilations left"]].concat(overheads),
+      [["padding", "text"], ["compilations left"]].concat(overheads, results),
       (g.frontier || []).map((c) => [c.description, fmtCount(c.compiles), fmtOverhead(c.mean_overhead),
-        fmtOverhead(c.max_overhead)]));
+        fmtOverhead(c.max_overhead)].concat(g.result_cost ? [fmtOverhead(c.result_mean_overhead)] : [])));
     addTable("choices", "Each dimension padded alone (the others as they are).",
       [["dimension", "text"], ["padding", "text"], ["sizes left"], ["compilations left"]].concat(overheads),
       g.varying.flatMap((d) => (d.choices || []).map((c) => [d.label,

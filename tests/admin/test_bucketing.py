@@ -244,3 +244,24 @@ def test_weights_add_up_over_repeats_and_weigh_the_mean() -> None:
     top = next(c for c in report.axes.axes[0].choices if c.name == "max")
     assert top.mean_overhead == pytest.approx(6 * (2 / 3) / 8)  # 3 pads to 5, weight 1 + 5; 5 weighs 2
     assert analyse(signatures(*texts)).axes.weights == "1 per variant"  # type: ignore[union-attr]
+
+
+def test_results_that_follow_the_sizes_are_measured_too() -> None:
+    # the text/image step's result f32[tokens + rows, 128]: each text id becomes a 512-byte row
+    report = analyse(TEXT_IMAGE)
+    assert report.axes is not None and report.axes.also_cost == "bytes of the padded results"
+    mult64 = next(c for c in report.axes.axes[0].choices if c.name == "mult64")
+    pad64 = multiple_of(64)
+    ratios = [(pad64(t) - t) / (t + r) for t in TEXT for r in IMAGES]  # 512 bytes a row on both sides
+    assert mult64.also_mean_overhead == pytest.approx(sum(ratios) / len(ratios))
+    assert mult64.also_max_overhead == pytest.approx(max(ratios))
+    everything = report.axes.frontier[0]
+    assert everything.also_mean_overhead == pytest.approx(
+        sum((390 + 144 - t - r) / (t + r) for t in TEXT for r in IMAGES) / 300
+    )
+    # results that never change do not pad: no second measure
+    assert analyse(FOUR).axes.also_cost is None  # type: ignore[union-attr]
+    # nor results whose sizes follow no sum of the varying dimensions
+    odd = analyse(signatures(*(f"(f32[{n}]) -> (f32[{n * n}])" for n in (2, 3, 5))))
+    assert odd.axes is not None and odd.axes.also_cost is None
+    assert all(c.also_mean_overhead is None for c in odd.axes.axes[0].choices)

@@ -95,6 +95,7 @@ def test_the_varying_dimensions_and_what_each_scheme_leaves(app: TestClient) -> 
         sum((p - q) / q for p, q in zip(padded, real, strict=True)) / 12
     )
     assert fuse["other_layouts"] == 0 and fuse["example"].startswith("(f32[32,32], f32[")
+    assert fuse["result_cost"] is None  # its result f32[64,32] never changes
     assert (fuse["cost"], fuse["weights"], fuse["unchanged"]) == (
         "bytes of the padded parameters",
         "its entries' hits + 1 per variant",
@@ -139,6 +140,8 @@ def test_per_dimension_choices_and_the_frontier(app: TestClient) -> None:
         "boundaries": [],
         "mean_overhead": 0.0,
         "max_overhead": 0.0,
+        "result_mean_overhead": None,  # the result never changes: it does not pad
+        "result_max_overhead": None,
     }
     assert (by_name["max"]["sizes"], by_name["max"]["compiles"], by_name["max"]["boundaries"]) == (1, 4, [8])
     # rows to multiples of 8: 0 stays 0, 4 pads to 8 (the best 2 boundaries, 0 and 8, pad the same: not
