@@ -78,6 +78,9 @@ def check_per_dimension_choices(fuse: dict[str, Any], fused: list[tuple[int, int
     assert frontier[0]["description"] == "all max" and frontier[0]["compiles"] == 1
     assert frontier[-1]["description"] == "all as is" and frontier[-1]["compiles"] == len(fused)
     assert fuse["cost"] == "bytes of the padded parameters"
+    # its results (f32[rows,32], f32[tokens,32], f32[rows+tokens,32], f32[seq,32]) pad with the sizes
+    assert fuse["result_cost"] == "bytes of the padded results"
+    assert frontier[0]["result_mean_overhead"] > 0 and frontier[-1]["result_mean_overhead"] == 0
 
 
 def test_graphs_names_the_fuse_graphs_varying_dimensions_and_what_bucketing_leaves(
