@@ -442,10 +442,14 @@ def analyse_axes(
     they are), and a frontier of at most ``lines`` :class:`Combination`, fewest compilations first, the
     first all axes padded to their maximum and the last the as-is baseline. The search evaluates every
     combination of the per-axis choices that are themselves Pareto-optimal on their axis while that is at
-    most :data:`MAX_COMBINATIONS`, else fewer choices per axis (as is and the maximum always kept). Cost:
+    most :data:`MAX_COMBINATIONS`, else fewer choices per axis (as is and the maximum always kept); with
+    more axes than that allows even so (over 4), greedily: the axes padded to their maximum one more at a
+    time, the cheapest first. Cost:
     about ``points * (choices per axis * axes + combinations)`` cheap steps, plus ``cost`` once per distinct
     padded tuple. Axes whose size never varies may be passed; they get only ``as is`` and ``max``.
     """
+    if not points:
+        return AxesReport((), (), 0, separate, cost_label, weights_label)
     evaluate = _Evaluator(points, cost, separate)
     weights = [p.weight for p in points]
     columns = [[p.sizes[i] for p in points] for i in range(len(axes))]
@@ -501,10 +505,23 @@ def analyse_axes(
         if as_is not in keep:
             keep.append(as_is)
         pruned.append(sorted(keep, key=lambda i: -choices.choices[i].sizes))  # as is ... max
-    while math.prod(len(p) for p in pruned) > MAX_COMBINATIONS:
+    while math.prod(len(p) for p in pruned) > MAX_COMBINATIONS and max(map(len, pruned)) > 2:
         widest = max(range(len(pruned)), key=lambda i: len(pruned[i]))
         pruned[widest] = _spread(pruned[widest], len(pruned[widest]) - 1)
-    for combo in itertools.product(*pruned):
+    if math.prod(len(p) for p in pruned) > MAX_COMBINATIONS:  # many axes: greedy, the cheapest first
+        # each axis to its maximum alone, cheapest (in overhead per compilation saved) first, cumulated
+        def saving(a: int) -> float:
+            as_is, top = reports[a].choices[pruned[a][0]], reports[a].choices[pruned[a][-1]]
+            return (top.mean_overhead + 1e-12) / max(as_is.compiles - top.compiles, 1e-12)
+
+        order = sorted(range(len(axes)), key=saving)
+        combos = [
+            tuple(p[-1] if a in order[:k] else p[0] for a, p in enumerate(pruned))
+            for k in range(len(axes) + 1)
+        ]
+    else:
+        combos = list(itertools.product(*pruned))
+    for combo in combos:
         names = tuple(padded_columns[a][i][0] for a, i in enumerate(combo))
         if names not in found:
             found[names] = evaluate([padded_columns[a][i][1] for a, i in enumerate(combo)])

@@ -265,3 +265,18 @@ def test_results_that_follow_the_sizes_are_measured_too() -> None:
     odd = analyse(signatures(*(f"(f32[{n}]) -> (f32[{n * n}])" for n in (2, 3, 5))))
     assert odd.axes is not None and odd.axes.also_cost is None
     assert all(c.also_mean_overhead is None for c in odd.axes.axes[0].choices)
+
+
+def test_many_axes_stay_bounded_and_no_points_give_nothing() -> None:
+    import random
+
+    rnd = random.Random(7)
+    labels = [f"a{i}" for i in range(7)]
+    points = [Point(tuple(rnd.randint(1, 40) for _ in labels)) for _ in range(300)]
+    report = analyse_axes(labels, points, lambda key: float(sum(key)))
+    frontier = report.frontier
+    assert frontier[0].choices == ("max",) * 7 and frontier[0].compiles == 1
+    assert frontier[-1].choices == ("as is",) * 7 and frontier[-1].compiles == len({p.sizes for p in points})
+    assert 2 <= len(frontier) <= 6
+    empty = analyse_axes(["a"], [], lambda key: 1.0)
+    assert (empty.axes, empty.frontier, empty.points) == ((), (), 0)
