@@ -12,18 +12,22 @@ that trade compilations against padding best (:class:`Combination`, a short Pare
 compilations for a padding budget), always with the as-is baseline and "all to the maximum".
 
 Overhead: over the points, ``(cost(padded) - cost(real)) / cost(real)`` (a point of cost 0 costs 0),
-weighted by the points' weights (``mean_overhead``), and the largest (``max_overhead``).
+weighted by the points' weights (``mean_overhead``), and the largest (``max_overhead``). Compilations: the
+distinct padded points, plus ``separate`` (those padding cannot merge). The best K boundaries minimise the
+weighted padded size on their axis, ``sum(weight * top(size))``.
 
 :func:`analyse` is the wrapper for parameter shapes (:func:`~cache_server.graphs.shapes.parse_signature`):
 its axes are the parameter dimensions that vary within the most common layout (element types and ranks),
 its cost the **bytes of the padded parameters** (those with a varying dimension; the others, such as
 weights, are not padded and are left out of both sides), each variant weighing what the caller says (the
-report: its entries' hits + 1; by default 1). Variants of another
-layout (another parameter count, element type or rank) and variants that repeat another's parameters
-with another result cannot be merged by padding: each stays one compilation (``other_layouts``,
-``result_only``). When no parameter dimension varies, no scheme is offered and ``unchanged`` says what
-differs instead. A size of 0 stays 0 under the power-of-two and multiple roundings (an empty dimension needs
-no padding); the maximum and bucket boundaries pad it too. Pure functions: no I/O, no index.
+report: its entries' hits + 1; by default 1). Where every result dimension is, in every variant, a
+constant plus a sum of varying dimensions, the **bytes of the padded results** are a second measure
+(``also_*`` overheads). Variants of another layout (another parameter count, element type or rank) and
+variants that repeat another's parameters with another result cannot be merged by padding: each stays one
+compilation (``other_layouts``, ``result_only``). When no parameter dimension varies, no scheme is
+offered and ``unchanged`` says what differs instead. A size of 0 stays 0 under the power-of-two and
+multiple roundings (an empty dimension needs no padding); the maximum and bucket boundaries pad it too.
+Pure functions: no I/O, no index.
 """
 
 from __future__ import annotations
