@@ -2,9 +2,10 @@
 
 It prints the server's bucketing report (``GET /admin/graphs``): for each graph with the most shape
 variants, the parameter dimensions that vary (``p1.d0``: parameter 1, dimension 0; from what to what, how
-many sizes) and, for each padding scheme, the compilations left and the mean padding overhead (extra
-elements / real elements of the padded parameters). Needs an admin token, or one limited to namespace
-patterns that cover the namespace.
+many sizes), for each the ways to pad it alone (as is, pow2, multiples, the best K boundaries, the
+maximum) with the compilations left and the mean padding overhead (extra bytes / real bytes of the padded
+parameters), the best combinations (fewest compilations for a padding budget) and each rounding applied to
+every dimension. Needs an admin token, or one limited to namespace patterns that cover the namespace.
 """
 
 from __future__ import annotations
@@ -20,38 +21,86 @@ from client.fingerprint import namespace_id
 __all__ = ["add_graphs_command", "cmd_graphs", "graph_lines"]
 
 
+def _percent(ratio: float) -> str:
+    """``+3.3%``, ``+41%``: a tenth of a percent below 10 %."""
+    return f"+{ratio:.1%}" if ratio < 0.1 else f"+{ratio:.0%}"
+
+
 def _dimension(dim: dict[str, Any]) -> str:
     return f"{dim['label']} ({dim['min']}..{dim['max']}, {dim['count']} values)"
 
 
+def _choice(choice: dict[str, Any]) -> str:
+    """``pow2 45 (+3.1%)``, ``buckets4[4,8,12,20] 30 (+5%)``, ``max(20) 9 (+120%)``: compilations left."""
+    name = choice["name"]
+    if choice["name"] == "max":
+        name = f"max({choice['boundaries'][0]})"
+    elif choice["boundaries"]:
+        name += "[" + ",".join(str(b) for b in choice["boundaries"]) + "]"
+    if choice["name"] == "as is":
+        return f"as is {choice['compiles']}"
+    return f"{name} {choice['compiles']} ({_percent(choice['mean_overhead'])})"
+
+
 def _scheme(scheme: dict[str, Any]) -> str:
-    return f"{scheme['scheme']}: {scheme['variants']} (+{scheme['mean_overhead']:.0%})"
+    return f"{scheme['scheme']}: {scheme['variants']} ({_percent(scheme['mean_overhead'])})"
 
 
 def graph_lines(report: dict[str, Any]) -> list[str]:
-    """The report as lines: one per graph, and a line of notes under a graph when some were left out."""
+    """The report as lines: per graph a title line, then per varying dimension its choices (each alone:
+    compilations left, +mean overhead), the frontier of combinations, and each rounding applied to all."""
     graphs = report["graphs"]
     if not graphs:
         return [f"namespace {report['namespace']}: no parsed graphs (TPU executables cannot be read)"]
-    width = max(len(g["module"]) for g in graphs)
+    cost = next((g["cost"] for g in graphs if g.get("cost")), "bytes of the padded parameters")
     lines = [
-        f"namespace {report['namespace']}: compilations left by padding every varying dimension "
-        "(+mean padding overhead)"
+        f"namespace {report['namespace']}: for each varying dimension, the compilations left by padding it "
+        f"alone (+mean extra {cost}), then the best combinations"
     ]
     for graph in graphs:
-        varying = ", ".join(_dimension(d) for d in graph["varying"]) or "none"
-        schemes = "  ".join(_scheme(s) for s in graph["schemes"])
         plural = "" if graph["variants"] == 1 else "s"
-        lines.append(
-            f"{graph['module']:<{width}}  {graph['variants']} variant{plural}  varying: {varying}  {schemes}"
-        )
+        title = f"{graph['module']}  {graph['variants']} variant{plural}"
+        if graph.get("unchanged"):
+            title += f"  {graph['unchanged']}"
+        elif not graph["varying"]:
+            title += "  varying: none"
         notes = []
         if graph["read"] < graph["variants"]:
             notes.append(f"analysed {graph['read']} of its {graph['variants']} variants (a sample)")
         if graph["other_layouts"]:
             notes.append(f"{graph['other_layouts']} with another parameter layout, each counted as one")
+        if graph.get("result_only") and not graph.get("unchanged"):
+            notes.append(f"{graph['result_only']} differing only in the result, each counted as one")
         if notes:
-            lines.append(f"{'':<{width}}  ({'; '.join(notes)})")
+            title += f"  ({'; '.join(notes)})"
+        lines.append(title)
+        for dim in graph["varying"]:
+            lines.append(f"  {_dimension(dim)}: " + "  ".join(_choice(c) for c in dim.get("choices", [])))
+        frontier = graph.get("frontier") or []
+        if frontier:
+            results = graph.get("result_cost") is not None
+            lines.append(
+                "  best combinations (compilations, +mean / +largest overhead"
+                + (", then in bytes of the padded results" if results else "")
+                + "):"
+            )
+            width = max(len(str(c["compiles"])) for c in frontier)
+            overheads = []
+            for combo in frontier:
+                overhead = f"({_percent(combo['mean_overhead'])} / {_percent(combo['max_overhead'])})"
+                if results and combo.get("result_mean_overhead") is not None:
+                    overhead += (
+                        f" results ({_percent(combo['result_mean_overhead'])} / "
+                        f"{_percent(combo['result_max_overhead'])})"
+                    )
+                overheads.append(overhead)
+            room = max(18, *map(len, overheads))
+            for combo, overhead in zip(frontier, overheads, strict=True):
+                lines.append(f"    {combo['compiles']:>{width}} {overhead:<{room}} {combo['description']}")
+        if graph["schemes"]:
+            lines.append(
+                "  one rounding for every dimension: " + "  ".join(_scheme(s) for s in graph["schemes"])
+            )
     return lines
 
 

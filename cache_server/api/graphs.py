@@ -37,6 +37,26 @@ VARIANTS = Query(
 )
 
 
+class ChoiceOut(BaseModel):
+    name: str = Field(description="as is, pow2, mult8, mult64, mult128, buckets2/4/8 or max.")
+    description: str
+    sizes: int = Field(description="Distinct sizes left on this dimension.")
+    compiles: int = Field(description="Compilations left with only this dimension padded this way.")
+    boundaries: list[int] = Field(
+        description="The sizes padded to (bucket tops; the maximum); [] for roundings."
+    )
+    mean_overhead: float = Field(
+        description="Mean over the variants of extra bytes / real bytes of the padded parameters "
+        "(0.25: a quarter more bytes)."
+    )
+    max_overhead: float
+    result_mean_overhead: float | None = Field(
+        description="The same in bytes of the results, padded with the parameters (see result_cost); null "
+        "when the results' sizes could not be tied to the varying dimensions."
+    )
+    result_max_overhead: float | None
+
+
 class DimensionOut(BaseModel):
     label: str = Field(description="p<parameter>.d<dimension>, both from 0.")
     param: int
@@ -45,6 +65,19 @@ class DimensionOut(BaseModel):
     min: int
     max: int
     values: list[int] = Field(description=f"The smallest {VALUES_SHOWN} of those sizes, ascending.")
+    choices: list[ChoiceOut] = Field(description="Ways to pad this dimension alone ('as is' first).")
+
+
+class CombinationOut(BaseModel):
+    choices: dict[str, str] = Field(
+        description="Each varying dimension's label and the choice applied to it."
+    )
+    description: str = Field(description="The same in words: 'p0.d0 mult64, p1.d0 as is', 'all max'.")
+    compiles: int = Field(description="Compilations left (other layouts and result-only variants included).")
+    mean_overhead: float = Field(description="As for a choice: extra bytes of the padded parameters, mean.")
+    max_overhead: float
+    result_mean_overhead: float | None = Field(description="As for a choice: in bytes of the results.")
+    result_max_overhead: float | None
 
 
 class SchemeOut(BaseModel):
@@ -52,8 +85,8 @@ class SchemeOut(BaseModel):
     description: str
     variants: int = Field(description="Compilations left with every varying dimension padded this way.")
     mean_overhead: float = Field(
-        description="Mean over the variants of extra elements / real elements of the parameters that have "
-        "a varying dimension (0.25: a quarter more elements computed)."
+        description="Mean over the variants of extra bytes / real bytes of the parameters that have "
+        "a varying dimension (0.25: a quarter more bytes)."
     )
     max_overhead: float
 
@@ -67,23 +100,82 @@ class GraphReportOut(BaseModel):
         description="Variants read that differ from the common one in more than sizes (parameter count, "
         "element type or rank): not compared, each left as one compilation."
     )
+    result_only: int = Field(
+        description="Variants read whose parameters repeat another's, with another result: padding the "
+        "parameters cannot merge them, each left as one compilation."
+    )
     example: str | None = Field(description="One variant's shapes.")
+    unchanged: str | None = Field(
+        description="When no parameter dimension varies: why padding cannot merge the variants, and what "
+        "differs instead (no choice, combination or scheme is then offered)."
+    )
+    cost: str | None = Field(description="What the overheads measure: 'bytes of the padded parameters'.")
+    result_cost: str | None = Field(
+        description="What the result_* overheads measure, 'bytes of the padded results', where every result "
+        "dimension is a constant plus a sum of varying dimensions in all the variants read (so it pads with "
+        "them); else null."
+    )
+    weights: str | None = Field(
+        description="How the variants are weighted in the means and the best boundaries: "
+        '"its entries\' hits + 1 per variant".'
+    )
     varying: list[DimensionOut]
-    schemes: list[SchemeOut]
+    frontier: list[CombinationOut] = Field(
+        description="The best trades of compilations against padding, combining one choice per dimension: "
+        "fewest compilations first (all to the maximum), the last the variants as they are (at most 6)."
+    )
+    schemes: list[SchemeOut] = Field(description="One rounding applied to every varying dimension at once.")
 
     @classmethod
     def of(cls, report: GraphReport) -> GraphReportOut:
         bucketing = report.bucketing
+        axes = bucketing.axes
+        labels = [v.label for v in bucketing.varying]
+        choices = [list(axis.choices) for axis in axes.axes] if axes else [[] for _ in labels]
         return cls(
             module=report.module,
             variants=report.variants,
             entries=report.entries,
             read=report.read,
             other_layouts=bucketing.other_layouts,
+            result_only=bucketing.result_only,
             example=report.example,
+            unchanged=bucketing.unchanged,
+            cost=axes.cost if axes else None,
+            result_cost=axes.also_cost if axes else None,
+            weights=axes.weights if axes else None,
             varying=[
-                DimensionOut(label=v.label, **{**vars(v), "values": list(v.values)})
-                for v in bucketing.varying
+                DimensionOut(
+                    label=v.label,
+                    **{**vars(v), "values": list(v.values)},
+                    choices=[
+                        ChoiceOut(
+                            name=c.name,
+                            description=c.description,
+                            sizes=c.sizes,
+                            compiles=c.compiles,
+                            boundaries=list(c.boundaries),
+                            mean_overhead=c.mean_overhead,
+                            max_overhead=c.max_overhead,
+                            result_mean_overhead=c.also_mean_overhead,
+                            result_max_overhead=c.also_max_overhead,
+                        )
+                        for c in found
+                    ],
+                )
+                for v, found in zip(bucketing.varying, choices, strict=True)
+            ],
+            frontier=[
+                CombinationOut(
+                    choices=dict(zip(labels, c.choices, strict=True)),
+                    description=c.describe(labels),
+                    compiles=c.compiles,
+                    mean_overhead=c.mean_overhead,
+                    max_overhead=c.max_overhead,
+                    result_mean_overhead=c.also_mean_overhead,
+                    result_max_overhead=c.also_max_overhead,
+                )
+                for c in (axes.frontier if axes else ())
             ],
             schemes=[SchemeOut(**vars(s)) for s in bucketing.schemes],
         )
@@ -102,11 +194,15 @@ def graphs(
     variants: Annotated[int, VARIANTS] = DEFAULT_VARIANTS_READ,
 ) -> GraphsOut:
     """The ``top`` graphs of ``namespace`` with the most shape variants: for each, the parameter
-    dimensions that vary (their sizes: count, min, max, the smallest few), and for each padding scheme
-    (next power of two; next multiple of 8, 64, 128) the compilations it would leave and its mean padding
-    overhead. At most ``variants`` variants of each graph are read, and
-    :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or ``variants``, if more), shared
-    among the graphs (``read`` says how many were). 404 for an unknown namespace."""
+    dimensions that vary (their sizes: count, min, max, the smallest few) with the ways to pad each alone
+    (as is, next power of two, next multiple of 8, 64 or 128, the best 2, 4 or 8 bucket boundaries for the
+    sizes seen, the maximum), the best combinations of those (``frontier``: fewest compilations for a
+    padding budget), and each rounding applied to all at once (``schemes``); overheads in bytes of the
+    padded parameters (and of the results, where their sizes follow the varying dimensions). When no
+    dimension varies, ``unchanged`` says why no padding is offered. At most ``variants`` variants of each
+    graph are read, and :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or
+    ``variants``, if more), shared among the graphs (``read`` says how many were). 404 for an unknown
+    namespace."""
     return GraphsOut(
         namespace=namespace,
         graphs=[GraphReportOut.of(r) for r in reports.report(namespace, top=top, per_graph=variants)],

@@ -1,44 +1,106 @@
-"""Which dimensions of a graph vary across its shape variants, and what padding them to buckets would save.
+"""Which sizes vary across a graph's shape variants, and how to pad them to buckets: per axis, and combined.
 
-A graph (an HLO module in a namespace) compiled at many input shapes has one stored variant per shape. For
-its variants' signatures (:func:`~cache_server.graphs.shapes.parse_signature`) :func:`analyse` finds the
-parameter dimensions whose size differs between variants, what sizes they took, and for each padding
-scheme of :data:`SCHEMES` (every varying dimension padded up to its bucket):
+A graph (an HLO module in a namespace) compiled at many input shapes has one stored variant per shape.
+The analysis core, :func:`analyse_axes`, is generic over **axes**: an axis is a named size that varies
+between the variants (``p0.d1``: parameter 0, dimension 1; or a size baked into the HLO, such as
+``slice.3 (model.py:42)``), a **point** is one variant (its size on each axis, and a weight: how often it
+is used), and a **cost** function gives the bytes a point costs once padded. For each axis it works out the
+choices (:class:`AxisChoice`: as is, next power of two, next multiple of 8, 64 or 128 where that merges
+sizes, the best 2, 4 or 8 bucket boundaries for the sizes and weights seen, pad to the maximum), each with
+the distinct sizes it leaves on that axis and its overhead; then the combinations of choices over the axes
+that trade compilations against padding best (:class:`Combination`, a short Pareto frontier: the fewest
+compilations for a padding budget), always with the as-is baseline and "all to the maximum".
 
-- ``variants``: how many distinct compilations would be left (distinct parameter shapes after padding);
-- ``mean_overhead``: the padding's cost, as the mean over the variants of *extra elements / real
-  elements*, counting the elements of the parameters that have a varying dimension (the constant
-  parameters, such as weights, are not padded, so they are left out of both sides); a variant whose
-  varying parameters hold no element (a dimension of size 0) costs 0; ``max_overhead`` the largest.
+Overhead: over the points, ``(cost(padded) - cost(real)) / cost(real)`` (a point of cost 0 costs 0),
+weighted by the points' weights (``mean_overhead``), and the largest (``max_overhead``). Compilations: the
+distinct padded points, plus ``separate`` (those padding cannot merge). The best K boundaries minimise the
+weighted padded size on their axis, ``sum(weight * top(size))``.
 
-A size of 0 stays 0 in every scheme (an empty dimension needs no padding). Variants that differ from the
-most common layout in more than sizes (another number of parameters, element type or rank) are not
-comparable dimension by dimension: they are counted in ``other_layouts`` and each stays one compilation
-after bucketing. Pure functions: no I/O, no index.
+:func:`analyse` is the wrapper for parameter shapes (:func:`~cache_server.graphs.shapes.parse_signature`):
+its axes are the parameter dimensions that vary within the most common layout (element types and ranks),
+its cost the **bytes of the padded parameters** (those with a varying dimension; the others, such as
+weights, are not padded and are left out of both sides), each variant weighing what the caller says (the
+report: its entries' hits + 1; by default 1). Where every result dimension is, in every variant, a
+constant plus a sum of varying dimensions, the **bytes of the padded results** are a second measure
+(``also_*`` overheads). Variants of another layout (another parameter count, element type or rank) and
+variants that repeat another's parameters with another result cannot be merged by padding: each stays one
+compilation (``other_layouts``, ``result_only``). When no parameter dimension varies, no scheme is
+offered and ``unchanged`` says what differs instead. A size of 0 stays 0 under the power-of-two and
+multiple roundings (an empty dimension needs no padding); the maximum and bucket boundaries pad it too.
+Pure functions: no I/O, no index.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from cache_server.graphs.shapes import Signature
+from cache_server.graphs.shapes import Signature, parse_arrays
 
 __all__ = [
+    "BUCKET_COUNTS",
+    "COST_PARAMETERS",
+    "ELEMENT_BYTES",
+    "FRONTIER_LINES",
     "SCHEMES",
     "VALUES_SHOWN",
+    "AxesReport",
+    "AxisChoice",
+    "AxisReport",
     "BucketingReport",
+    "Combination",
+    "Point",
     "Scheme",
     "SchemeOutcome",
     "VaryingDimension",
     "analyse",
+    "analyse_axes",
+    "best_boundaries",
+    "element_bytes",
     "multiple_of",
     "next_power_of_two",
 ]
 
 VALUES_SHOWN = 32  # distinct sizes listed per varying dimension (the count, min and max cover them all)
+BUCKET_COUNTS = (2, 4, 8)  # the "best K boundaries" choices offered per axis
+FRONTIER_LINES = 6  # combinations shown at most
+MAX_COMBINATIONS = 24  # combinations of per-axis choices evaluated at most (beyond: fewer choices per axis)
+DP_SIZES = 32  # distinct sizes the boundaries' search works on at most (beyond: evenly spread tops)
+COST_PARAMETERS = "bytes of the padded parameters"
+COST_RESULTS = "bytes of the padded results"
+RESULT_AXES = 4  # a result's dimensions are matched to sums of at most this many varying dimensions
+WEIGHTS = "1 per variant"
+WEIGHTS_HITS = "its entries' hits + 1 per variant"
+
+ELEMENT_BYTES = {
+    "pred": 1,
+    "s4": 1,
+    "u4": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
+
+
+def element_bytes(element: str) -> int:
+    """Bytes of one element of an HLO element type (``f8e4m3fn``: 1; an unknown type: 4)."""
+    return ELEMENT_BYTES.get(element, 1 if element.startswith("f8") else 4)
 
 
 def next_power_of_two(size: int) -> int:
@@ -72,6 +134,441 @@ SCHEMES: tuple[Scheme, ...] = (
 )
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The generic core
+
+
+@dataclass(frozen=True)
+class Point:
+    """One variant: its size on each axis (in the axes' order) and its weight (how often it is used)."""
+
+    sizes: tuple[int, ...]
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class AxisChoice:
+    """One way to pad one axis (the others left as they are): ``name`` (``as is``, ``pow2``, ``mult8``,
+    ``mult64``, ``mult128``, ``buckets4``, ``max``), in words, the distinct sizes it leaves on the axis
+    (``sizes``), the sizes padded to (``boundaries``: the K boundaries, or the maximum; empty for the
+    roundings) and its overhead over the points."""
+
+    name: str
+    description: str
+    sizes: int
+    compiles: int
+    boundaries: tuple[int, ...]
+    mean_overhead: float
+    max_overhead: float
+    also_mean_overhead: float | None = None
+    also_max_overhead: float | None = None
+
+
+@dataclass(frozen=True)
+class AxisReport:
+    """One axis: its label, the distinct sizes it took (``count``; the smallest :data:`VALUES_SHOWN` in
+    ``values``), from ``min`` to ``max``, and its choices (``as is`` first)."""
+
+    label: str
+    count: int
+    min: int
+    max: int
+    values: tuple[int, ...]
+    choices: tuple[AxisChoice, ...]
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One choice per axis (``choices[i]`` names a choice of axis ``i``), the compilations it leaves
+    (distinct padded points, plus those padding cannot merge) and its overhead."""
+
+    choices: tuple[str, ...]
+    compiles: int
+    mean_overhead: float
+    max_overhead: float
+    also_mean_overhead: float | None = None
+    also_max_overhead: float | None = None
+
+    def describe(self, labels: Sequence[str]) -> str:
+        """``p0.d0 mult64, p1.d0 as is``; ``all as is``; ``all max``."""
+        if len(set(self.choices)) == 1 and len(self.choices) > 1:
+            return f"all {self.choices[0]}"
+        return ", ".join(f"{label} {choice}" for label, choice in zip(labels, self.choices, strict=True))
+
+
+@dataclass(frozen=True)
+class SchemeOutcome:
+    """One padding scheme applied to every axis at once: compilations left, and its overhead."""
+
+    scheme: str
+    description: str
+    variants: int
+    mean_overhead: float
+    max_overhead: float
+
+
+@dataclass(frozen=True)
+class AxesReport:
+    """What :func:`analyse_axes` found: the axes with their choices, the frontier of combinations (fewest
+    compilations first; the last the as-is baseline), the points analysed, the compilations padding cannot
+    merge (``separate``, counted in every ``compiles``), what the cost and weights measure, and the
+    ``uniform`` schemes asked for (each applied to every axis at once)."""
+
+    axes: tuple[AxisReport, ...]
+    frontier: tuple[Combination, ...]
+    points: int
+    separate: int
+    cost: str
+    weights: str
+    uniform: tuple[SchemeOutcome, ...] = ()
+    also_cost: str | None = None
+
+
+def _layer(
+    tops: Sequence[int],
+    prefix_w: Sequence[float],
+    prefix_s: Sequence[float],
+    prev: list[float],
+    nxt: list[float],
+    arg: list[int],
+) -> None:
+    """One more bucket: ``nxt[j]`` the least padded size of groups 0..j in one bucket more than ``prev``,
+    the last bucket (groups i..j, padded to ``tops[j]``) starting at ``arg[j]`` (divide and conquer: the best
+    start does not decrease with ``j``). Groups i..j cost ``tops[j] * W(i..j) - S(i..j)`` (prefix sums)."""
+    stack = [(0, len(tops) - 1, 0, len(tops) - 1)]
+    while stack:
+        lo, hi, opt_lo, opt_hi = stack.pop()
+        if lo > hi:
+            continue
+        mid = (lo + hi) // 2
+        if mid == 0:
+            found, where = prev[0], 0
+        else:
+            top = tops[mid]
+            first = max(opt_lo, 1)
+            values = [
+                prev[i - 1] - top * prefix_w[i] + prefix_s[i] for i in range(first, min(mid, opt_hi) + 1)
+            ]
+            best = min(range(len(values)), key=values.__getitem__)
+            found = values[best] + top * prefix_w[mid + 1] - prefix_s[mid + 1]
+            where = first + best
+        nxt[mid], arg[mid] = found, where
+        stack.append((lo, mid - 1, opt_lo, where))
+        stack.append((mid + 1, hi, where, opt_hi))
+
+
+def best_boundaries(sizes: Sequence[int], weights: Sequence[float], buckets: int) -> tuple[int, ...]:
+    """The at most ``buckets`` bucket tops (seen sizes, ascending, the last the largest) that minimise the
+    weighted padded size ``sum(weight * top(size))`` of the distinct ascending ``sizes`` with their
+    ``weights``.
+
+    Dynamic programming over the sorted sizes (divide and conquer on the monotone split points); beyond
+    :data:`DP_SIZES` sizes only evenly spread seen sizes are candidate tops (the result is then near best).
+    """
+    return _boundaries(sizes, weights, (buckets,))[buckets]
+
+
+def _boundaries(
+    sizes: Sequence[int], weights: Sequence[float], counts: Sequence[int]
+) -> dict[int, tuple[int, ...]]:
+    """:func:`best_boundaries` for each of ``counts`` at once (one dynamic programme, up to the largest)."""
+    n = len(sizes)
+    buckets = min(max(counts), n)
+    if n > DP_SIZES:  # group the sizes under evenly spread candidate tops
+        tops = sorted({(i + 1) * n // DP_SIZES - 1 for i in range(DP_SIZES)})
+        group_w: list[float] = []
+        group_s: list[float] = []
+        start = 0
+        for top in tops:
+            group_w.append(math.fsum(weights[start : top + 1]))
+            group_s.append(
+                math.fsum(
+                    w * s for w, s in zip(weights[start : top + 1], sizes[start : top + 1], strict=True)
+                )
+            )
+            start = top + 1
+        values = [sizes[t] for t in tops]
+    else:
+        values = list(sizes)
+        group_w = list(weights)
+        group_s = [w * s for w, s in zip(weights, sizes, strict=True)]
+    m = len(values)
+    prefix_w = [0.0, *itertools.accumulate(group_w)]
+    prefix_s = [0.0, *itertools.accumulate(group_s)]
+
+    def cost(i: int, j: int) -> float:  # groups i..j (inclusive) padded to values[j]
+        return values[j] * (prefix_w[j + 1] - prefix_w[i]) - (prefix_s[j + 1] - prefix_s[i])
+
+    best = [cost(0, j) for j in range(m)]  # one bucket for groups 0..j
+    splits: list[list[int]] = [[0] * m]
+    for _ in range(1, buckets):
+        nxt = [math.inf] * m
+        arg = [0] * m
+        _layer(values, prefix_w, prefix_s, best, nxt, arg)
+        best = nxt
+        splits.append(arg)
+    found: dict[int, tuple[int, ...]] = {}
+    for count in counts:
+        if count >= n:
+            found[count] = tuple(sizes)
+            continue
+        tops_found: list[int] = []
+        j = m - 1
+        for layer in range(min(count, buckets) - 1, -1, -1):
+            tops_found.append(values[j])
+            if layer == 0:
+                break
+            j = splits[layer][j] - 1
+            if j < 0:
+                break
+        found[count] = tuple(sorted(set(tops_found)))
+    return found
+
+
+def _pad_to(boundaries: Sequence[int]) -> Callable[[int], int]:
+    def padded(size: int) -> int:
+        return boundaries[bisect.bisect_left(boundaries, size)]
+
+    return padded
+
+
+class _Evaluator:
+    """Compilations and overhead of padded columns, the points' costs worked out once each."""
+
+    def __init__(self, points: Sequence[Point], cost: Callable[[tuple[int, ...]], float], separate: int):
+        self.keys = [p.sizes for p in points]
+        self.cost = cost
+        self.separate = separate
+        self.cache: dict[tuple[int, ...], float] = {}
+        real = [self._cost(key) for key in self.keys]
+        total = math.fsum(p.weight for p in points) or 1.0
+        self.inv = [1.0 / c if c else 0.0 for c in real]  # a point of cost 0 costs nothing
+        self.winv = [p.weight / c / total if c else 0.0 for p, c in zip(points, real, strict=True)]
+        self.base = math.fsum(p.weight for p, c in zip(points, real, strict=True) if c) / total
+
+    def _cost(self, key: tuple[int, ...]) -> float:
+        found = self.cache.get(key)
+        if found is None:
+            found = self.cache[key] = float(self.cost(key))
+        return found
+
+    def __call__(self, columns: Sequence[Sequence[int]]) -> tuple[int, float, float]:
+        keys = list(zip(*columns, strict=True)) if columns else self.keys
+        distinct = set(keys)
+        cache = self.cache
+        for key in distinct.difference(cache):
+            cache[key] = float(self.cost(key))
+        padded = list(map(cache.__getitem__, keys))
+        mean = sum(map(operator.mul, padded, self.winv)) - self.base
+        worst = max(map(operator.mul, padded, self.inv), default=1.0) - 1.0
+        return len(distinct) + self.separate, max(mean, 0.0), max(worst, 0.0)
+
+
+def _choices(
+    column: Sequence[int], weights: Sequence[float]
+) -> list[tuple[str, str, Callable[[int], int], tuple[int, ...]]]:
+    by_size: dict[int, float] = {}
+    for size, weight in zip(column, weights, strict=True):
+        by_size.setdefault(size, 0.0)
+        by_size[size] += weight
+    sizes = sorted(by_size)
+    found: list[tuple[str, str, Callable[[int], int], tuple[int, ...]]] = [("as is", "as is", int, ())]
+    top = sizes[-1]
+    seen = {tuple(sizes), (top,) * len(sizes)}  # a rounding that pads all to the maximum is "max"
+    for scheme in SCHEMES:
+        mapped = tuple(scheme.pad(s) for s in sizes)
+        if len(set(mapped)) < len(sizes) and mapped not in seen:
+            seen.add(mapped)
+            found.append((scheme.name, scheme.description, scheme.pad, ()))
+    counts = [k for k in BUCKET_COUNTS if k < len(sizes)]
+    boundaries = _boundaries(sizes, [by_size[s] for s in sizes], counts) if counts else {}
+    for k in counts:
+        tops = boundaries[k]
+        pad = _pad_to(tops)
+        mapped = tuple(pad(s) for s in sizes)
+        if mapped not in seen:
+            seen.add(mapped)
+            found.append((f"buckets{k}", f"best {k} boundaries", pad, tops))
+    found.append(("max", f"pad to the maximum ({top})", _pad_to((top,)), (top,)))
+    return found
+
+
+def _spread(items: list[int], keep: int) -> list[int]:
+    """``keep`` of ``items`` (indices), the first and the last always, the rest evenly spread."""
+    if len(items) <= keep:
+        return items
+    picks = {round(i * (len(items) - 1) / (keep - 1)) for i in range(keep)}
+    return [items[i] for i in sorted(picks)]
+
+
+def _frontier(found: dict[tuple[str, ...], tuple[int, float, float]], lines: int) -> list[Combination]:
+    """The Pareto-optimal combinations (fewer compilations, or less mean overhead), at most ``lines`` of
+    them: all to the maximum and the as-is baseline always, the rest spread between."""
+    combos = sorted(found.items(), key=lambda item: (item[1][0], item[1][1]))
+    pareto: list[tuple[tuple[str, ...], tuple[int, float, float]]] = []
+    for names, outcome in combos:
+        if not pareto or outcome[1] < pareto[-1][1][1] - 1e-12:
+            if pareto and pareto[-1][1][0] == outcome[0]:
+                continue
+            pareto.append((names, outcome))
+    kept = [pareto[i] for i in _spread(list(range(len(pareto))), lines)]
+    return [Combination(names, c, mean, worst) for names, (c, mean, worst) in kept]
+
+
+def analyse_axes(
+    axes: Sequence[str],
+    points: Sequence[Point],
+    cost: Callable[[tuple[int, ...]], float],
+    *,
+    separate: int = 0,
+    cost_label: str = "bytes",
+    weights_label: str = WEIGHTS,
+    values_shown: int = VALUES_SHOWN,
+    lines: int = FRONTIER_LINES,
+    uniform: Sequence[Scheme] = (),
+    also: tuple[str, Callable[[tuple[int, ...]], float]] | None = None,
+) -> AxesReport:
+    """Per-axis padding choices and the best combinations of them, for one graph.
+
+    - ``axes``: the labels of the varying sizes (``p0.d1``, ``slice.3 (model.py:42)``), in order;
+    - ``points``: the variants, each a :class:`Point` (its sizes on the axes, in that order, and its weight;
+      two points may share sizes: they then pad together);
+    - ``cost``: the bytes of a point at the given sizes (called with padded sizes too; each distinct tuple
+      once), e.g. the bytes of the parameters or instruction results whose sizes pad;
+    - ``separate``: compilations padding cannot merge (other layouts...), added to every count;
+    - ``cost_label``: what ``cost`` measures, in words (reported as :attr:`AxesReport.cost`);
+    - ``uniform``: schemes also applied to every axis at once (:attr:`AxesReport.uniform`);
+    - ``also``: a second measure, ``(label, cost)`` (the bytes of the results, say): each choice's and
+      frontier line's overhead by it too (``also_mean_overhead``, ``also_max_overhead``); the search and the
+      frontier go by ``cost`` alone.
+
+    Returns an :class:`AxesReport`: for each axis its :class:`AxisChoice` list (each alone, the other axes as
+    they are), and a frontier of at most ``lines`` :class:`Combination`, fewest compilations first, the
+    first all axes padded to their maximum and the last the as-is baseline. The search evaluates every
+    combination of the per-axis choices that are themselves Pareto-optimal on their axis while that is at
+    most :data:`MAX_COMBINATIONS`, else fewer choices per axis (as is and the maximum always kept); with
+    more axes than that allows even so (over 4), greedily: the axes padded to their maximum one more at a
+    time, the cheapest first. Cost:
+    about ``points * (choices per axis * axes + combinations)`` cheap steps, plus ``cost`` once per distinct
+    padded tuple. Axes whose size never varies may be passed; they get only ``as is`` and ``max``.
+    """
+    if not points:
+        return AxesReport((), (), 0, separate, cost_label, weights_label)
+    evaluate = _Evaluator(points, cost, separate)
+    weights = [p.weight for p in points]
+    columns = [[p.sizes[i] for p in points] for i in range(len(axes))]
+    reports: list[AxisReport] = []
+    padded_columns: list[list[tuple[str, list[int], tuple[int, float, float]]]] = []
+    found: dict[tuple[str, ...], tuple[int, float, float]] = {}
+    for index, (label, column) in enumerate(zip(axes, columns, strict=True)):
+        options = []
+        axis_choices = []
+        distinct = sorted(set(column))
+        for name, description, pad, boundaries in _choices(column, weights):
+            mapping = {s: pad(s) for s in distinct}
+            padded = [mapping[s] for s in column]
+            trial = [padded if i == index else c for i, c in enumerate(columns)]
+            names = tuple(name if i == index else "as is" for i in range(len(axes)))
+            outcome = found.get(names) or evaluate(trial)
+            found[names] = outcome
+            options.append((name, padded, outcome))
+            axis_choices.append(
+                AxisChoice(
+                    name,
+                    description,
+                    len(set(mapping.values())),
+                    outcome[0],
+                    boundaries,
+                    outcome[1],
+                    outcome[2],
+                )
+            )
+        reports.append(
+            AxisReport(
+                label,
+                len(distinct),
+                distinct[0] if distinct else 0,
+                distinct[-1] if distinct else 0,
+                tuple(distinct[:values_shown]),
+                tuple(axis_choices),
+            )
+        )
+        padded_columns.append(options)
+    # per axis, the choices Pareto-optimal on that axis (distinct sizes left against overhead)
+    pruned: list[list[int]] = []
+    for choices in reports:
+        ranked = sorted(
+            range(len(choices.choices)),
+            key=lambda i: (choices.choices[i].sizes, choices.choices[i].mean_overhead),
+        )
+        keep: list[int] = []
+        for i in ranked:
+            if not keep or choices.choices[i].mean_overhead < choices.choices[keep[-1]].mean_overhead - 1e-12:
+                keep.append(i)
+        as_is = 0
+        if as_is not in keep:
+            keep.append(as_is)
+        pruned.append(sorted(keep, key=lambda i: -choices.choices[i].sizes))  # as is ... max
+    while math.prod(len(p) for p in pruned) > MAX_COMBINATIONS and max(map(len, pruned)) > 2:
+        widest = max(range(len(pruned)), key=lambda i: len(pruned[i]))
+        pruned[widest] = _spread(pruned[widest], len(pruned[widest]) - 1)
+    if math.prod(len(p) for p in pruned) > MAX_COMBINATIONS:  # many axes: greedy, the cheapest first
+        # each axis to its maximum alone, cheapest (in overhead per compilation saved) first, cumulated
+        def saving(a: int) -> float:
+            as_is, top = reports[a].choices[pruned[a][0]], reports[a].choices[pruned[a][-1]]
+            return (top.mean_overhead + 1e-12) / max(as_is.compiles - top.compiles, 1e-12)
+
+        order = sorted(range(len(axes)), key=saving)
+        combos = [
+            tuple(p[-1] if a in order[:k] else p[0] for a, p in enumerate(pruned))
+            for k in range(len(axes) + 1)
+        ]
+    else:
+        combos = list(itertools.product(*pruned))
+    for combo in combos:
+        names = tuple(padded_columns[a][i][0] for a, i in enumerate(combo))
+        if names not in found:
+            found[names] = evaluate([padded_columns[a][i][1] for a, i in enumerate(combo)])
+    if not axes:
+        found[()] = evaluate([])
+    outcomes = []
+    for scheme in uniform:
+        padded_all = []
+        for column in columns:
+            mapping = {s: scheme.pad(s) for s in set(column)}
+            padded_all.append([mapping[s] for s in column])
+        compiles, mean, worst = evaluate(padded_all)
+        outcomes.append(SchemeOutcome(scheme.name, scheme.description, compiles, mean, worst))
+    frontier = _frontier(found, lines)
+    if also is not None:
+        second = _Evaluator(points, also[1], separate)
+        by_name = [{name: padded for name, padded, _ in options} for options in padded_columns]
+        for index, axis in enumerate(reports):
+            updated = []
+            for choice in axis.choices:
+                trial = [by_name[index][choice.name] if i == index else c for i, c in enumerate(columns)]
+                _, mean, worst = second(trial)
+                updated.append(replace(choice, also_mean_overhead=mean, also_max_overhead=worst))
+            reports[index] = replace(axis, choices=tuple(updated))
+        for place, line in enumerate(frontier):
+            _, mean, worst = second([by_name[a][name] for a, name in enumerate(line.choices)])
+            frontier[place] = replace(line, also_mean_overhead=mean, also_max_overhead=worst)
+    return AxesReport(
+        axes=tuple(reports),
+        frontier=tuple(frontier),
+        points=len(points),
+        separate=separate,
+        cost=cost_label,
+        weights=weights_label,
+        uniform=tuple(outcomes),
+        also_cost=also[0] if also is not None else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parameter shapes
+
+
 @dataclass(frozen=True)
 class VaryingDimension:
     """Dimension ``dim`` of parameter ``param`` (both from 0): the distinct sizes it took across the
@@ -91,97 +588,155 @@ class VaryingDimension:
 
 
 @dataclass(frozen=True)
-class SchemeOutcome:
-    """What one padding scheme leaves: compilations, and the padding's mean and largest overhead."""
-
-    scheme: str
-    description: str
-    variants: int
-    mean_overhead: float
-    max_overhead: float
-
-
-@dataclass(frozen=True)
 class BucketingReport:
-    """One graph's variants analysed: how many, the varying dimensions, and each scheme's outcome."""
+    """One graph's variants analysed: how many (distinct signatures, results included), those of another
+    layout and those differing from another only in the result (each one compilation whatever the padding),
+    the varying dimensions, each scheme applied to all of them (``schemes``), the per-dimension analysis
+    (``axes``: choices and frontier; None when nothing varies) and, when nothing varies, what differs."""
 
     variants: int
     other_layouts: int
     varying: tuple[VaryingDimension, ...]
     schemes: tuple[SchemeOutcome, ...]
+    axes: AxesReport | None = None
+    result_only: int = 0
+    unchanged: str | None = None
 
 
 _Dims = tuple[tuple[int, ...], ...]  # a variant's parameter sizes, parameter by parameter
+# a variant as plain tuples: each parameter's element type, sizes and dynamic flags; the result's text
+_Variant = tuple[tuple[tuple[str, tuple[int, ...], tuple[bool, ...]], ...], str]
 
 
-@dataclass(frozen=True)
-class _Sizes:
-    """The variants reduced to what the schemes need, worked out once for all of them: each variant's sizes
-    of the varying dimensions (``keys``) and its elements in the parameters that have one (``real``); each
-    such parameter as the product of its fixed dimensions and the places of its varying ones in a key (a
-    dimension that does not vary has one size in every variant of the layout)."""
-
-    keys: list[tuple[int, ...]]
-    real: list[int]
-    params: list[tuple[int, tuple[int, ...]]]
-
-
-def _sizes(variants: list[_Dims], varying: Sequence[tuple[int, int]]) -> _Sizes:
+def _parameter_cost(
+    first: _Dims, elements: Sequence[str], varying: Sequence[tuple[int, int]]
+) -> Callable[[tuple[int, ...]], float]:
+    """Bytes of the parameters that have a varying dimension, at a point's sizes of those dimensions."""
     params: list[tuple[int, tuple[int, ...]]] = []
     for param in dict.fromkeys(p for p, _ in varying):
         places = tuple(i for i, (p, _) in enumerate(varying) if p == param)
         fixed = {d for p, d in varying if p == param}
-        params.append((math.prod(s for d, s in enumerate(variants[0][param]) if d not in fixed), places))
-    keys = [tuple([dims[p][d] for p, d in varying]) for dims in variants]
-    real = [sum(c * math.prod([key[i] for i in places]) for c, places in params) for key in keys]
-    return _Sizes(keys, real, params)
+        constant = math.prod(s for d, s in enumerate(first[param]) if d not in fixed)
+        params.append((element_bytes(elements[param]) * constant, places))
+
+    single = [(c, places[0]) for c, places in params if len(places) == 1]
+    multi = [(c, places) for c, places in params if len(places) > 1]
+    if not multi and len(single) == 1:
+        ((c0, i0),) = single
+        return lambda key: float(c0 * key[i0])
+    if not multi and len(single) == 2:
+        (c0, i0), (c1, i1) = single
+        return lambda key: float(c0 * key[i0] + c1 * key[i1])
+
+    def cost(key: tuple[int, ...]) -> float:
+        total = sum([c * key[i] for c, i in single])
+        for c, places in multi:
+            total += c * math.prod([key[i] for i in places])
+        return float(total)
+
+    return cost
 
 
-def _outcome(scheme: Scheme, sizes: _Sizes, others: int) -> SchemeOutcome:
-    # each size padded once (a graph has thousands of variants and few distinct sizes)
-    padded_size = {size: scheme.pad(size) for size in {size for key in sizes.keys for size in key}}
-    buckets: set[tuple[int, ...]] = set()
-    overheads: list[float] = []
-    params = sizes.params
-    for key, real in zip(sizes.keys, sizes.real, strict=True):
-        padded_key = tuple([padded_size[size] for size in key])
-        buckets.add(padded_key)
-        if real:
-            padded = sum(c * math.prod([padded_key[i] for i in places]) for c, places in params)
-            overheads.append((padded - real) / real)
-        else:
-            overheads.append(0.0)
-    return SchemeOutcome(
-        scheme=scheme.name,
-        description=scheme.description,
-        variants=len(buckets) + others,
-        mean_overhead=math.fsum(overheads) / len(overheads) if overheads else 0.0,
-        max_overhead=max(overheads, default=0.0),
-    )
+def _result_cost(
+    results: Sequence[str], keys: Sequence[tuple[int, ...]]
+) -> Callable[[tuple[int, ...]], float] | None:
+    """Bytes of the results at a point's sizes, when every result dimension is, in every variant, a
+    constant plus the sum of some of the varying dimensions (``f32[rows+tokens,32]``: as the parameters
+    pad, so does it); None when the results do not all have one layout, a dimension follows no such sum, or
+    none follows a varying dimension (then the results never pad)."""
+    arrays = [parse_arrays(text) for text in results]
+    layout = [(a.element, len(a.dims)) for a in arrays[0]]
+    n = len(keys[0])
+    if (
+        not layout
+        or n > RESULT_AXES
+        or any([(a.element, len(a.dims)) for a in found] != layout for found in arrays)
+    ):
+        return None
+    subsets = [group for size in range(n + 1) for group in itertools.combinations(range(n), size)]
+    terms: list[tuple[int, list[tuple[int, tuple[int, ...]]]]] = []
+    for index, (element, rank) in enumerate(layout):
+        formula: list[tuple[int, tuple[int, ...]]] = []
+        for dim in range(rank):
+            values = [found[index].dims[dim] for found in arrays]
+            for group in subsets:
+                constant = values[0] - sum(keys[0][a] for a in group)
+                if all(v - sum([k[a] for a in group]) == constant for v, k in zip(values, keys, strict=True)):
+                    formula.append((constant, group))
+                    break
+            else:
+                return None
+        terms.append((element_bytes(element), formula))
+    if not any(group for _, formula in terms for _, group in formula):
+        return None  # the results do not change with the sizes: nothing of theirs pads
+
+    def cost(key: tuple[int, ...]) -> float:
+        return float(
+            sum(
+                size * math.prod([c + sum([key[a] for a in group]) for c, group in formula])
+                for size, formula in terms
+            )
+        )
+
+    return cost
+
+
+def _what_differs(distinct: Sequence[_Variant]) -> str:
+    params = {p for p, _ in distinct}
+    parts = []
+    if len({len(p) for p in params}) > 1:
+        parts.append("parameter count")
+    if len({tuple(e for e, _, _ in p) for p in params}) > 1:
+        parts.append("element types")
+    if len({tuple(len(d) for _, d, _ in p) for p in params}) > 1:
+        parts.append("ranks")
+    if len(params) > 1 and not parts:
+        parts.append("dynamic bounds")
+    if len({r for _, r in distinct}) > 1:
+        parts.append("result shape" if len(params) > 1 else "result shape only")
+    what = ", ".join(parts) if parts else "nothing in the shapes"
+    return f"no input dimension varies: padding cannot merge these variants (they differ in: {what})"
 
 
 def analyse(
-    signatures: Sequence[Signature], *, schemes: Sequence[Scheme] = SCHEMES, values_shown: int = VALUES_SHOWN
+    signatures: Sequence[Signature],
+    *,
+    weights: Sequence[float] | None = None,
+    schemes: Sequence[Scheme] = SCHEMES,
+    values_shown: int = VALUES_SHOWN,
 ) -> BucketingReport:
-    """The varying dimensions of one graph's variants and what each padding scheme would leave.
+    """The varying dimensions of one graph's variants, the per-dimension choices and their combinations
+    (:func:`analyse_axes`, the cost in bytes of the padded parameters), and each scheme applied to all.
 
-    ``signatures`` are the graph's variants, one per distinct shape (repeats of a parameter shape count
-    once). Only the variants of the most common layout are compared (the rest: ``other_layouts``).
+    ``signatures`` are the graph's variants (repeats count once), ``weights`` how often each is used (the
+    report passes its entries' hits + 1; repeats add up; None: 1 each). Only the variants of the most
+    common layout are compared (the rest: ``other_layouts``, one compilation each).
     """
     # plain tuples, not the Shape objects: hashed in C (a graph may have thousands of variants)
-    distinct = list(
-        dict.fromkeys(tuple((p.element, p.dims, p.dynamic) for p in s.params) for s in signatures)
-    )
+    keys = [(tuple((p.element, p.dims, p.dynamic) for p in s.params), s.result) for s in signatures]
+    weight_of: dict[_Variant, float] = {}
+    for key, weight in zip(keys, weights if weights is not None else [1.0] * len(keys), strict=True):
+        weight_of[key] = weight_of.get(key, 0.0) + weight
+    distinct = list(weight_of)
     if not distinct:
-        return BucketingReport(0, 0, (), tuple(_outcome(s, _Sizes([], [], []), 0) for s in schemes))
-    layouts = [tuple((element, len(dims)) for element, dims, _ in params) for params in distinct]
+        return BucketingReport(0, 0, (), ())
+    layouts = [tuple((element, len(dims)) for element, dims, _ in params) for params, _ in distinct]
     common = Counter(layouts).most_common(1)[0][0]
-    variants: list[_Dims] = [
-        tuple(dims for _, dims, _ in params)
-        for params, layout in zip(distinct, layouts, strict=True)
+    in_common = [
+        (tuple(dims for _, dims, _ in params), weight_of[(params, result)])
+        for (params, result), layout in zip(distinct, layouts, strict=True)
         if layout == common
     ]
-    others = len(distinct) - len(variants)
+    point_weight: dict[_Dims, float] = {}
+    result_of: dict[_Dims, str] = {}
+    for (dims, weight), (_, result) in zip(
+        in_common, [v for v, layout in zip(distinct, layouts, strict=True) if layout == common], strict=True
+    ):
+        point_weight[dims] = point_weight.get(dims, 0.0) + weight
+        result_of.setdefault(dims, result)
+    variants: list[_Dims] = list(point_weight)
+    others = len(distinct) - len(in_common)
+    result_only = len(in_common) - len(variants)
     found: list[VaryingDimension] = []
     for param, (_, rank) in enumerate(common):
         for dim in range(rank):
@@ -190,10 +745,37 @@ def analyse(
                 found.append(
                     VaryingDimension(param, dim, len(sizes), sizes[0], sizes[-1], tuple(sizes[:values_shown]))
                 )
-    reduced = _sizes(variants, [(v.param, v.dim) for v in found])
+    if not found:
+        return BucketingReport(
+            variants=len(distinct),
+            other_layouts=others,
+            varying=(),
+            schemes=(),
+            axes=None,
+            result_only=result_only,
+            unchanged=_what_differs(distinct) if len(distinct) > 1 else None,
+        )
+    places = [(v.param, v.dim) for v in found]
+    cost = _parameter_cost(variants[0], [e for e, _ in common], places)
+    points = [Point(tuple([dims[p][d] for p, d in places]), point_weight[dims]) for dims in variants]
+    separate = others + result_only
+    results = _result_cost([result_of[dims] for dims in variants], [p.sizes for p in points])
+    axes = analyse_axes(
+        [v.label for v in found],
+        points,
+        cost,
+        separate=separate,
+        cost_label=COST_PARAMETERS,
+        weights_label=WEIGHTS if weights is None else WEIGHTS_HITS,
+        values_shown=values_shown,
+        uniform=schemes,
+        also=(COST_RESULTS, results) if results is not None else None,
+    )
     return BucketingReport(
         variants=len(distinct),
         other_layouts=others,
         varying=tuple(found),
-        schemes=tuple(_outcome(scheme, reduced, others) for scheme in schemes),
+        schemes=axes.uniform,
+        axes=axes,
+        result_only=result_only,
     )

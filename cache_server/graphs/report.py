@@ -85,7 +85,11 @@ class GraphReports:
         ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP))
         reads = shares([graph.variants for graph in ranked], per_graph=per_graph, total=total)
         for graph in self._repository.read_shapes(namespace, ranked, reads):
-            signatures = [s for s in map(parse_signature, graph.shapes) if s is not None]
+            parsed = [
+                (s, hits + 1)
+                for s, hits in zip(map(parse_signature, graph.shapes), graph.hits, strict=True)
+                if s is not None
+            ]
             reports.append(
                 GraphReport(
                     module=graph.module,
@@ -93,7 +97,7 @@ class GraphReports:
                     entries=graph.entries,
                     read=len(graph.shapes),
                     example=graph.shapes[0] if graph.shapes else None,
-                    bucketing=analyse(signatures),
+                    bucketing=analyse([s for s, _ in parsed], weights=[w for _, w in parsed]),
                 )
             )
         return reports

@@ -14,7 +14,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Dimension", "Shape", "Signature", "differing_dimensions", "nearest", "parse_signature"]
+__all__ = [
+    "Dimension",
+    "Shape",
+    "Signature",
+    "differing_dimensions",
+    "nearest",
+    "parse_arrays",
+    "parse_signature",
+]
 
 _ARRAY = re.compile(r"([A-Za-z0-9_]+)\[([^\]]*)\]")
 _FLAT = re.compile(r"[^\[\]()]*(?:\[[^\[\]()]*\][^\[\]()]*)*")  # no parentheses, brackets paired, unnested
@@ -90,6 +98,12 @@ def _arrays(text: str) -> tuple[Shape, ...]:
             dynamic.append(bounded)
         shapes.append(Shape(match.group(1), tuple(dims), tuple(dynamic)))
     return tuple(shapes)
+
+
+def parse_arrays(text: str) -> tuple[Shape, ...]:
+    """The arrays of a shape text in order (``(f32[8,128], s32[8])``: two), tuples flattened; () when a
+    dimension is not a number."""
+    return _arrays(text)
 
 
 def parse_signature(text: str | None) -> Signature | None:

@@ -4,7 +4,9 @@ Bounded whatever the namespace's size: the ``top`` graphs with the most distinct
 the first ``top`` rows of the namespace in ``ix_graph_counts_ranking`` (``graph_counts``, kept by triggers
 on ``entry_graphs``, migration 0013), and of each only ``per_graph`` variants' shapes texts are read (one
 per signature, off ``ix_entry_graphs_module_signature``): the first in signature order, which is the order
-of a digest of the shapes, so a capped read is a sample with no bias toward small or large shapes.
+of a digest of the shapes, so a capped read is a sample with no bias toward small or large shapes. With
+each variant its entries' hits (``entries.hits``, as last flushed from the access counters; a primary-key
+lookup per entry read), which weigh it in the report.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ class GraphCounted:
 @dataclass(frozen=True)
 class GraphVariants:
     """One graph (HLO module) of a namespace: its distinct shape signatures (``variants``), the entries
-    that hold them, and the shapes texts of up to the cap of those variants (``shapes``)."""
+    that hold them, the shapes texts of up to the cap of those variants (``shapes``) and each one's hits
+    (``hits``: summed over its entries)."""
 
     module: str
     variants: int
     entries: int
     shapes: list[str]
+    hits: list[int]
 
 
 @dataclass(frozen=True)
@@ -78,19 +82,27 @@ class GraphVariantsRepository:
         self, namespace: str, graphs: Sequence[GraphCounted], reads: Sequence[int]
     ) -> list[GraphVariants]:
         """Each of ``graphs`` with the shapes of the first ``reads[i]`` of its variants in signature
-        order (one per signature)."""
+        order (one per signature) and their entries' hits."""
         found: list[GraphVariants] = []
         with self._db.transaction() as session:
             for graph, read in zip(graphs, reads, strict=True):
-                shapes = session.scalars(
-                    select(func.min(EntryGraph.shapes))
+                rows = session.execute(
+                    select(func.min(EntryGraph.shapes), func.sum(Entry.hits))
+                    .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
                     .where(EntryGraph.namespace == namespace, EntryGraph.module == graph.module)
                     .group_by(EntryGraph.signature)
                     .order_by(EntryGraph.signature)
                     .limit(read)
                 ).all()
+                kept = [(t, int(h or 0)) for t, h in rows if t]
                 found.append(
-                    GraphVariants(graph.module, graph.variants, graph.entries, [t for t in shapes if t])
+                    GraphVariants(
+                        graph.module,
+                        graph.variants,
+                        graph.entries,
+                        [t for t, _ in kept],
+                        [h for _, h in kept],
+                    )
                 )
         return found
 

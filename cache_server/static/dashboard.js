@@ -235,7 +235,8 @@ function renderBuckets(report) {
     }
     const varying = el("p", { class: "varying" });
     if (g.varying.length === 0) {
-      varying.textContent = "No dimension varies.";
+      varying.textContent = g.unchanged ? `No input dimension varies: ${g.unchanged.replace(/^no input dimension varies: /, "")}.`
+        : "No dimension varies.";
     } else {
       varying.appendChild(document.createTextNode("Varying: "));
       g.varying.forEach((d, i) => {
@@ -250,11 +251,26 @@ function renderBuckets(report) {
     part.appendChild(varying);
     box.appendChild(part);
     if (g.varying.length === 0) continue; // nothing to pad
-    const table = el("table", { class: "schemes" });
-    part.appendChild(table);
-    table.id = `schemes-${box.children.length}`;
-    renderTable(table.id,
-      [["padding", "text"], ["compilations left"], ["mean padding overhead"], ["largest overhead"]],
+    const addTable = (cls, caption, headers, rows) => {
+      part.appendChild(el("p", { class: "explain" }, caption));
+      const table = el("table", { class: cls });
+      part.appendChild(table);
+      table.id = `${cls}-${box.children.length}`;
+      renderTable(table.id, headers, rows);
+    };
+    const overheads = [["mean overhead"], ["largest overhead"]];
+    const results = g.result_cost ? [[`mean, in ${g.result_cost}`]] : [];
+    addTable("frontier", `Best combinations: fewest compilations for the padding (overhead: extra ${g.cost}).`,
+      [["padding", "text"], ["compilations left"]].concat(overheads, results),
+      (g.frontier || []).map((c) => [c.description, fmtCount(c.compiles), fmtOverhead(c.mean_overhead),
+        fmtOverhead(c.max_overhead)].concat(g.result_cost ? [fmtOverhead(c.result_mean_overhead)] : [])));
+    addTable("choices", "Each dimension padded alone (the others as they are).",
+      [["dimension", "text"], ["padding", "text"], ["sizes left"], ["compilations left"]].concat(overheads),
+      g.varying.flatMap((d) => (d.choices || []).map((c) => [d.label,
+        c.boundaries.length > 1 ? `${c.description} (${c.boundaries.join(", ")})` : c.description,
+        fmtCount(c.sizes), fmtCount(c.compiles), fmtOverhead(c.mean_overhead), fmtOverhead(c.max_overhead)])));
+    addTable("schemes", "One rounding for every dimension at once.",
+      [["padding", "text"], ["compilations left"]].concat(overheads),
       [["none (as now)", fmtCount(g.variants), "–", "–"]].concat(g.schemes.map((s) => [
         s.description, fmtCount(s.variants), fmtOverhead(s.mean_overhead), fmtOverhead(s.max_overhead)])));
   }

@@ -40,7 +40,7 @@ def store(services: Services, namespace: str, key: str, module: str | None, shap
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestClient]:
     """An app with auth on over each index, with no background work (its lifespan is not entered), holding:
     in "vision" the graph "fuse" at 12 shapes (one stored twice), "small" at 2, an unparseable entry;
-    in "text" a graph of 20 shapes."""
+    in "text" a graph of 20 shapes and one of 3 results of the same input."""
     with fresh_database_url(request.param, tmp_path) as url:
         settings = Settings(
             data_dir=tmp_path / "data", database_url=url, auth=True, access_flush_seconds=60.0
@@ -57,6 +57,8 @@ def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestClient]:
         store(services, "vision", "opaque", None, None)
         for n in range(20):
             store(services, "text", f"t{n}", "embed", f"(s64[{n + 1}]) -> (f32[1])")
+        for n in range(3):  # one input broadcast to other shapes: only the result varies
+            store(services, "text", f"b{n}", "bcast", f"(f32[3]) -> (f32[{n + 2},3])")
         try:
             yield client
         finally:
@@ -85,13 +87,86 @@ def test_the_varying_dimensions_and_what_each_scheme_leaves(app: TestClient) -> 
     # pow2: rows 0 4 8, tokens 2 4 8 16; mult8: rows 0 8, tokens 8 16; mult64 and mult128: rows 0 and one
     left = {s["scheme"]: s["variants"] for s in fuse["schemes"]}
     assert left == {"pow2": 12, "mult8": 4, "mult64": 2, "mult128": 2}
+    # overheads in bytes of the padded parameters: 128 bytes a row (f32[rows,32]), 8 a token (s64)
     pow2 = next(s for s in fuse["schemes"] if s["scheme"] == "pow2")
-    real = [r * 32 + t for r in ROWS for t in TOKENS]
-    padded = [r * 32 + {2: 2, 3: 4, 5: 8, 9: 16}[t] for r in ROWS for t in TOKENS]
+    real = [r * 128 + t * 8 for r in ROWS for t in TOKENS]
+    padded = [r * 128 + {2: 2, 3: 4, 5: 8, 9: 16}[t] * 8 for r in ROWS for t in TOKENS]
     assert pow2["mean_overhead"] == pytest.approx(
         sum((p - q) / q for p, q in zip(padded, real, strict=True)) / 12
     )
     assert fuse["other_layouts"] == 0 and fuse["example"].startswith("(f32[32,32], f32[")
+    assert fuse["result_cost"] is None  # its result f32[64,32] never changes
+    assert (fuse["cost"], fuse["weights"], fuse["unchanged"]) == (
+        "bytes of the padded parameters",
+        "its entries' hits + 1 per variant",
+        None,
+    )
+
+
+def test_hits_weigh_the_variants(app: TestClient) -> None:
+    """A variant whose entries were hit more counts more in the mean overhead (entries.hits + 1)."""
+    from sqlalchemy import update
+
+    from cache_server.index.models import Entry
+
+    with services_of(app).database.transaction() as session:
+        session.execute(update(Entry).where(Entry.key == "fuse-0-3").values(hits=99))
+        session.execute(
+            update(Entry).where(Entry.key == "fuse-again").values(hits=5)
+        )  # also 4 rows, 3 tokens
+    body = app.get("/admin/graphs", params={"namespace": "vision"}, headers=bearer(app, Role.ADMIN)).json()
+    fuse = body["graphs"][0]
+    weight = {(r, t): 1 for r in ROWS for t in TOKENS}
+    weight[(0, 3)] = 100
+    weight[(4, 3)] = 1 + 0 + 5  # two entries at these shapes: hits 0 and 5, + 1 for the variant
+    pad = {2: 2, 3: 4, 5: 8, 9: 16}
+    ratios = {(r, t): ((r * 128 + pad[t] * 8) - (r * 128 + t * 8)) / (r * 128 + t * 8) for r, t in weight}
+    pow2 = next(s for s in fuse["schemes"] if s["scheme"] == "pow2")
+    expected = sum(weight[k] * ratios[k] for k in weight) / sum(weight.values())
+    assert pow2["mean_overhead"] == pytest.approx(expected)
+
+
+def test_per_dimension_choices_and_the_frontier(app: TestClient) -> None:
+    body = app.get("/admin/graphs", params={"namespace": "vision"}, headers=bearer(app, Role.ADMIN)).json()
+    fuse = body["graphs"][0]
+    rows, tokens = fuse["varying"]
+    # rows alone: as is (3 sizes, 12 compilations), max (8: 4 compilations, one per token count)
+    by_name = {c["name"]: c for c in rows["choices"]}
+    assert by_name["as is"] == {
+        "name": "as is",
+        "description": "as is",
+        "sizes": 3,
+        "compiles": 12,
+        "boundaries": [],
+        "mean_overhead": 0.0,
+        "max_overhead": 0.0,
+        "result_mean_overhead": None,  # the result never changes: it does not pad
+        "result_max_overhead": None,
+    }
+    assert (by_name["max"]["sizes"], by_name["max"]["compiles"], by_name["max"]["boundaries"]) == (1, 4, [8])
+    # rows to multiples of 8: 0 stays 0, 4 pads to 8 (the best 2 boundaries, 0 and 8, pad the same: not
+    # listed twice)
+    assert (by_name["mult8"]["sizes"], by_name["mult8"]["compiles"]) == (2, 8)
+    assert "buckets2" not in by_name
+    tokens_by_name = {c["name"]: c for c in tokens["choices"]}
+    assert "pow2" not in tokens_by_name  # 2 4 8 16: still 4 sizes, so not offered
+    assert tokens_by_name["mult8"]["sizes"] == 2 and tokens_by_name["mult8"]["compiles"] == 6
+    frontier = fuse["frontier"]
+    assert frontier[0]["choices"] == {"p1.d0": "max", "p2.d0": "max"} and frontier[0]["compiles"] == 1
+    assert frontier[0]["description"] == "all max"
+    assert frontier[-1]["choices"] == {"p1.d0": "as is", "p2.d0": "as is"} and frontier[-1]["compiles"] == 12
+    assert 2 <= len(frontier) <= 6
+    # all to the maximum, in bytes: 8 rows and 9 tokens for every variant
+    real = [r * 128 + t * 8 for r in ROWS for t in TOKENS]
+    assert frontier[0]["mean_overhead"] == pytest.approx(sum((8 * 128 + 72 - q) / q for q in real) / 12)
+
+
+def test_nothing_varying_offers_no_padding(app: TestClient) -> None:
+    body = app.get("/admin/graphs", params={"namespace": "text"}, headers=bearer(app, Role.ADMIN)).json()
+    bcast = next(g for g in body["graphs"] if g["module"] == "bcast")
+    assert (bcast["variants"], bcast["result_only"], bcast["varying"], bcast["schemes"]) == (3, 2, [], [])
+    assert bcast["frontier"] == [] and bcast["cost"] is None
+    assert bcast["unchanged"].startswith("no input dimension varies: padding cannot merge these variants")
 
 
 def test_top_and_the_cap_on_variants_read(app: TestClient) -> None:
@@ -103,7 +178,7 @@ def test_top_and_the_cap_on_variants_read(app: TestClient) -> None:
     assert (fuse["module"], fuse["variants"], fuse["read"]) == ("fuse", 12, 5)
     assert all(s["variants"] <= 5 for s in fuse["schemes"])
     text = app.get("/admin/graphs", params={"namespace": "text"}, headers=admin).json()
-    assert [(g["module"], g["variants"]) for g in text["graphs"]] == [("embed", 20)]
+    assert [(g["module"], g["variants"]) for g in text["graphs"]] == [("embed", 20), ("bcast", 3)]
     assert {s["scheme"]: s["variants"] for s in text["graphs"][0]["schemes"]} == {
         "pow2": 6,  # 1 2 4 8 16 32
         "mult8": 3,

@@ -62,32 +62,33 @@ def test_the_table_names_the_varying_dimension_and_each_scheme(
     code, out, _ = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("namespace cpu-job: compilations left")
-    # rows 2, 4, 8: powers of two already; one multiple of 8 (+(3 + 1 + 0) / 3); of 64: (31 + 15 + 7) / 3
-    assert lines[1].split() == [
-        "SyncTensorsGraph.15",
-        "3",
-        "variants",
-        "varying:",
-        "p1.d0",
-        "(2..8,",
-        "3",
-        "values)",
-        "pow2:",
-        "3",
-        "(+0%)",
-        "mult8:",
-        "1",
-        "(+133%)",
-        "mult64:",
-        "1",
-        "(+1767%)",
-        "mult128:",
-        "1",
-        "(+3633%)",
+    assert lines[0].startswith("namespace cpu-job: for each varying dimension, the compilations left")
+    assert "bytes of the padded parameters" in lines[0]
+    assert lines[1] == "SyncTensorsGraph.15  3 variants"
+    # rows 2, 4, 8 (f32[rows,16]): powers of two already and the multiples of 8 pad all to the maximum, so
+    # neither is offered; the best 2 boundaries are 4 and 8 (+(1 + 0 + 0) / 3); the maximum 8 costs
+    # +(3 + 1 + 0) / 3; multiples of 64: (31 + 15 + 7) / 3
+    assert lines[2].strip().split("  ") == [
+        "p1.d0 (2..8, 3 values): as is 3",
+        "mult64 1 (+1767%)",
+        "mult128 1 (+3633%)",
+        "buckets2[4,8] 2 (+33%)",
+        "max(8) 1 (+133%)",
     ]
-    assert lines[2].split()[:5] == ["SyncTensorsGraph.12", "1", "variant", "varying:", "none"]
-    assert len(lines) == 3
+    assert lines[3] == "  best combinations (compilations, +mean / +largest overhead):"
+    assert [line.split() for line in lines[4:7]] == [
+        ["1", "(+133%", "/", "+300%)", "p1.d0", "max"],
+        ["2", "(+33%", "/", "+100%)", "p1.d0", "buckets2"],
+        ["3", "(+0.0%", "/", "+0.0%)", "p1.d0", "as", "is"],
+    ]
+    assert lines[7].strip().split("  ") == [
+        "one rounding for every dimension: pow2: 3 (+0.0%)",
+        "mult8: 1 (+133%)",
+        "mult64: 1 (+1767%)",
+        "mult128: 1 (+3633%)",
+    ]
+    assert lines[8].split() == ["SyncTensorsGraph.12", "1", "variant", "varying:", "none"]
+    assert len(lines) == 9
 
 
 def test_json_and_top(server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,6 +98,21 @@ def test_json_and_top(server: tuple[LiveServer, dict[str, str]], capsys: pytest.
     assert code == 0
     (graph,) = json.loads(out)["graphs"]
     assert [(d["label"], d["values"]) for d in graph["varying"]] == [("p1.d0", [2, 4, 8])]
+    choices = {
+        c["name"]: (c["sizes"], c["compiles"], c["boundaries"]) for c in graph["varying"][0]["choices"]
+    }
+    assert choices == {
+        "as is": (3, 3, []),
+        "mult64": (1, 1, []),
+        "mult128": (1, 1, []),
+        "buckets2": (2, 2, [4, 8]),
+        "max": (1, 1, [8]),
+    }
+    assert [(c["description"], c["compiles"]) for c in graph["frontier"]] == [
+        ("p1.d0 max", 1),
+        ("p1.d0 buckets2", 2),
+        ("p1.d0 as is", 3),
+    ]
     assert {s["scheme"]: s["variants"] for s in graph["schemes"]} == {
         "pow2": 3,
         "mult8": 1,

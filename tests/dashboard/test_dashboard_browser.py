@@ -193,6 +193,9 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
                   const box = (sel) => { const r = document.querySelector(sel).getBoundingClientRect();
                                          return [r.width, r.height]; };
                   const total = (label) => document.querySelector(`[data-total="${label}"]`).textContent;
+                  const rows = (table, cells) => [
+                    ...document.querySelectorAll(`#buckets .bucket-graph:first-child table.${table} tr`),
+                  ].slice(1).map((tr) => [...tr.children].slice(0, cells).map((td) => td.textContent));
                   return {
                     entries: total("Entries stored"), hitRate: total("Hit rate"),
                     saved: total("Compile time saved"), live: total("Delivered live"),
@@ -210,8 +213,8 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
                     bucketGraphs: [...document.querySelectorAll("#buckets .bucket-graph")].map(
                       (g) => g.dataset.module),
                     varying: document.querySelector("#buckets .bucket-graph .varying").textContent,
-                    schemeRows: [...document.querySelectorAll("#buckets .bucket-graph:first-child tr")]
-                      .slice(1).map((tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
+                    schemeRows: rows("schemes", 3), frontierRows: rows("frontier", 3),
+                    choiceRows: rows("choices", 4),
                   };
                 })()"""
             )
@@ -242,6 +245,18 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
         ["next multiple of 8", "1", "+133 %"],
         ["next multiple of 64", "1", "+1767 %"],
         ["next multiple of 128", "1", "+3633 %"],
+    ]
+    assert page["frontierRows"] == [
+        ["p1.d0 max", "1", "+133 %"],
+        ["p1.d0 buckets2", "2", "+33 %"],
+        ["p1.d0 as is", "3", "+0.0 %"],
+    ]
+    assert page["choiceRows"] == [
+        ["p1.d0", "as is", "3", "3"],
+        ["p1.d0", "next multiple of 64", "1", "1"],
+        ["p1.d0", "next multiple of 128", "1", "1"],
+        ["p1.d0", "best 2 boundaries (4, 8)", "2", "2"],
+        ["p1.d0", "pad to the maximum (8)", "1", "1"],
     ]
     assert page["error"] is True  # the error box stayed hidden
     assert errors == []

@@ -1,6 +1,8 @@
 """End to end: the seed's fuse-embedding job (real torch_xla 2.7) has uploaded its graphs; the server has
-parsed them; ``xla-cache graphs`` names the two dimensions that vary and the compilations each padding
-scheme would leave, checked against what the job ran (the shapes of ``fuse_job.shapes``)."""
+parsed them; ``xla-cache graphs`` names the two dimensions that vary, the ways to pad each (and to pad both
+to their maximum) and the compilations each would leave, checked against counts made here from what the
+job ran (the shapes of ``fuse_job.shapes``): the 60-shape first job, and a seed-like job of 300 shapes at
+sequence length 128 on a server of its own."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ import pytest
 
 from tests.e2e.fuse_job import PATCHES_PER_IMAGE
 from tests.e2e.fuse_job import shapes as job_shapes
-from tests.support.server import LiveServer
-from tests.support.torch_xla_jobs import FIRST_JOB_SHAPES, JobResult, run_cli
+from tests.support.server import LiveServer, run_server
+from tests.support.torch_xla_jobs import FIRST_JOB_SHAPES, JobResult, run_cli, run_job
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -39,6 +41,46 @@ def parsed_report(server: LiveServer, namespace: str, entries: int) -> dict[str,
         return dict(body) if sum(g["entries"] for g in body["graphs"]) >= entries else None
 
     return wait_until(ready, timeout=120, interval=0.5, message="the job's entries were not all parsed")
+
+
+def check_per_dimension_choices(fuse: dict[str, Any], fused: list[tuple[int, int]]) -> None:
+    """Each varying dimension's choices and the frontier's ends, against counts made from the job's own
+    (rows, tokens) list: padding one dimension leaves the distinct (padded rows, tokens) pairs, or (rows,
+    padded tokens); padding both to their maximum leaves one compilation."""
+    rows, tokens = sorted({r for r, _ in fused}), sorted({t for _, t in fused})
+    by_values = {tuple(d["values"][:32]): d for d in fuse["varying"]}
+    dims = {"rows": by_values[tuple(rows[:32])], "tokens": by_values[tuple(tokens[:32])]}
+    for which, dim in dims.items():
+        index = 0 if which == "rows" else 1
+        top = max(pair[index] for pair in fused)
+        choices = {c["name"]: c for c in dim["choices"]}
+        assert choices["as is"]["compiles"] == len(fused)
+        assert (choices["max"]["sizes"], choices["max"]["boundaries"]) == (1, [top])
+        assert choices["max"]["compiles"] == len({pair[1 - index] for pair in fused})
+        for name, pad in PADDINGS.items():
+            left = {(pad(a), b) if index == 0 else (a, pad(b)) for a, b in fused}
+            if name in choices:
+                assert choices[name]["compiles"] == len(left), (which, name)
+            else:  # not offered: it merges no size, or pads every size to the maximum
+                sizes = {pad(pair[index]) for pair in fused}
+                assert len(sizes) == len(rows if index == 0 else tokens) or sizes == {pad(top)}, (which, name)
+        for name, choice in choices.items():
+            if name.startswith("buckets"):
+                tops = choice["boundaries"]
+                assert tops[-1] == top and len(tops) <= int(name[len("buckets") :])
+
+                def bucket(size: int, tops: list[int] = tops) -> int:
+                    return min(t for t in tops if t >= size)
+
+                left = {(bucket(a), b) if index == 0 else (a, bucket(b)) for a, b in fused}
+                assert choice["compiles"] == len(left), (which, name)
+    frontier = fuse["frontier"]
+    assert frontier[0]["description"] == "all max" and frontier[0]["compiles"] == 1
+    assert frontier[-1]["description"] == "all as is" and frontier[-1]["compiles"] == len(fused)
+    assert fuse["cost"] == "bytes of the padded parameters"
+    # its results (f32[rows,32], f32[tokens,32], f32[rows+tokens,32], f32[seq,32]) pad with the sizes
+    assert fuse["result_cost"] == "bytes of the padded results"
+    assert frontier[0]["result_mean_overhead"] > 0 and frontier[-1]["result_mean_overhead"] == 0
 
 
 def test_graphs_names_the_fuse_graphs_varying_dimensions_and_what_bucketing_leaves(
@@ -73,13 +115,48 @@ def test_graphs_names_the_fuse_graphs_varying_dimensions_and_what_bucketing_leav
     left = {name: len({(pad(r), pad(t)) for r, t in fused}) for name, pad in PADDINGS.items()}
     assert {s["scheme"]: s["variants"] for s in fuse["schemes"]} == left
     assert left == {"pow2": 20, "mult8": 8, "mult64": 2, "mult128": 2}  # 54 compilations down to these
-    # the table says the same, on the fuse graph's line
-    line = next(line for line in table.stdout.splitlines() if line.startswith(fuse["module"] + " "))
-    assert f"{len(fused)} variants" in line
+    check_per_dimension_choices(fuse, fused)
+    # the table says the same, in the fuse graph's lines
+    lines = table.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(fuse["module"] + " "))
+    assert lines[start] == f"{fuse['module']}  {len(fused)} variants"
+    block = "\n".join(lines[start + 1 : start + 2 + len(fuse["varying"]) + 1 + len(fuse["frontier"])])
     for dim in fuse["varying"]:
-        assert f"{dim['label']} ({dim['min']}..{dim['max']}, {dim['count']} values)" in line
+        assert f"  {dim['label']} ({dim['min']}..{dim['max']}, {dim['count']} values): as is 54" in block
+        assert f"max({dim['max']}) " in block
+    assert "all max" in block and "all as is" in block
+    rounding = next(line for line in lines[start:] if line.startswith("  one rounding for every dimension: "))
     for name, count in left.items():
-        assert f"{name}: {count} (+" in line
+        assert f"{name}: {count} (+" in rounding
     # the single-token graph: only the rows vary
     single = graphs[1]
     assert [d["values"] for d in single["varying"]] == [rows]
+
+
+def test_a_seed_like_job_of_300_shapes_gets_per_dimension_choices(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The seed workload's shapes at sequence length 128 (300 of them: 0, 1 or 2 images, 1 to 128 text
+    tokens), on a server of its own (the same runtime's namespace as the first job's)."""
+    pairs = job_shapes(300, 128)
+    with run_server(tmp_path_factory.mktemp("seed-300")) as server:
+        cache = tmp_path_factory.mktemp("seed-300-cache")
+        job = run_job(
+            ["--server", server.url, "--cache-dir", str(cache), "--shapes", "300", "--seq-len", "128"]
+        )
+        assert job.data["graphs"] == len(pairs) == 300
+        namespace = job.warm["namespace"]
+        parsed_report(server, namespace, 300)
+        done = run_cli(["graphs", namespace, "--server", server.url, "--top", "3", "--json"])
+        assert done.returncode == 0, done.stderr
+        table = run_cli(["graphs", namespace, "--server", server.url, "--top", "3"])
+        print(table.stdout)
+    fused = [(images * PATCHES_PER_IMAGE, text) for images, text in pairs if text >= 2]
+    fuse = json.loads(done.stdout)["graphs"][0]
+    assert fuse["variants"] == fuse["read"] == len(fused) == 297 and fuse["other_layouts"] == 0
+    check_per_dimension_choices(fuse, fused)
+    # by hand: tokens to multiples of 64, rows as they are: 64 and 128 with 0 or 4 rows, 64 only with 8
+    # (at most 48 tokens fit beside 2 images)
+    tokens = next(d for d in fuse["varying"] if d["max"] == 128)
+    assert next(c for c in tokens["choices"] if c["name"] == "mult64")["compiles"] == 5
+    assert f"{fuse['module']}  297 variants" in table.stdout
