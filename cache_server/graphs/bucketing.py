@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from cache_server.graphs.schema import ELEMENT_BYTES
 from cache_server.graphs.shapes import Signature, parse_arrays
 
 __all__ = [
@@ -77,30 +78,10 @@ RESULT_AXES = 4  # a result's dimensions are matched to sums of at most this man
 WEIGHTS = "1 per variant"
 WEIGHTS_HITS = "its entries' hits + 1 per variant"
 
-ELEMENT_BYTES = {
-    "pred": 1,
-    "s4": 1,
-    "u4": 1,
-    "s8": 1,
-    "u8": 1,
-    "s16": 2,
-    "u16": 2,
-    "f16": 2,
-    "bf16": 2,
-    "s32": 4,
-    "u32": 4,
-    "f32": 4,
-    "s64": 8,
-    "u64": 8,
-    "f64": 8,
-    "c64": 8,
-    "c128": 16,
-}
-
 
 def element_bytes(element: str) -> int:
     """Bytes of one element of an HLO element type (``f8e4m3fn``: 1; an unknown type: 4)."""
-    return ELEMENT_BYTES.get(element, 1 if element.startswith("f8") else 4)
+    return ELEMENT_BYTES.get(element, 4)
 
 
 def next_power_of_two(size: int) -> int:
