@@ -76,31 +76,57 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         lines.append(title)
         for dim in graph["varying"]:
             lines.append(f"  {_dimension(dim)}: " + "  ".join(_choice(c) for c in dim.get("choices", [])))
-        frontier = graph.get("frontier") or []
-        if frontier:
-            results = graph.get("result_cost") is not None
-            lines.append(
-                "  best combinations (compilations, +mean / +largest overhead"
-                + (", then in bytes of the padded results" if results else "")
-                + "):"
-            )
-            width = max(len(str(c["compiles"])) for c in frontier)
-            overheads = []
-            for combo in frontier:
-                overhead = f"({_percent(combo['mean_overhead'])} / {_percent(combo['max_overhead'])})"
-                if results and combo.get("result_mean_overhead") is not None:
-                    overhead += (
-                        f" results ({_percent(combo['result_mean_overhead'])} / "
-                        f"{_percent(combo['result_max_overhead'])})"
-                    )
-                overheads.append(overhead)
-            room = max(18, *map(len, overheads))
-            for combo, overhead in zip(frontier, overheads, strict=True):
-                lines.append(f"    {combo['compiles']:>{width}} {overhead:<{room}} {combo['description']}")
+        lines.extend(_frontier_lines(graph.get("frontier") or [], graph.get("result_cost") is not None, "  "))
         if graph["schemes"]:
             lines.append(
                 "  one rounding for every dimension: " + "  ".join(_scheme(s) for s in graph["schemes"])
             )
+        baked = graph.get("baked_sizes")
+        if baked:
+            lines.extend(_baked_lines(baked))
+    return lines
+
+
+def _frontier_lines(frontier: list[dict[str, Any]], results: bool, indent: str) -> list[str]:
+    """The best combinations: compilations, +mean / +largest overhead (and in result bytes), which."""
+    if not frontier:
+        return []
+    lines = [
+        f"{indent}best combinations (compilations, +mean / +largest overhead"
+        + (", then in bytes of the padded results" if results else "")
+        + "):"
+    ]
+    width = max(len(str(c["compiles"])) for c in frontier)
+    overheads = []
+    for combo in frontier:
+        overhead = f"({_percent(combo['mean_overhead'])} / {_percent(combo['max_overhead'])})"
+        if results and combo.get("result_mean_overhead") is not None:
+            overhead += (
+                f" results ({_percent(combo['result_mean_overhead'])} / "
+                f"{_percent(combo['result_max_overhead'])})"
+            )
+        overheads.append(overhead)
+    room = max(18, *map(len, overheads))
+    for combo, overhead in zip(frontier, overheads, strict=True):
+        lines.append(f"{indent}  {combo['compiles']:>{width}} {overhead:<{room}} {combo['description']}")
+    return lines
+
+
+def _baked_lines(baked: dict[str, Any]) -> list[str]:
+    """Sizes baked into the graph: each with its values and choices, then the best combinations."""
+    lines = [
+        f"  sizes baked into the graph: {baked['entries']} entries at the same input shapes "
+        f"{baked['params']} differ only in these (+mean extra {baked['cost']}); pass them as data, pad "
+        "them, or run the section eagerly:"
+    ]
+    for size in baked["sizes"]:
+        follows = f", {size['folded']} more follow from it" if size.get("folded") else ""
+        shown = ",".join(str(v) for v in size["values"][:12]) + (",…" if size["count"] > 12 else "")
+        lines.append(
+            f"    {size['label']}: {size['count']} values {shown} ({size['min']}..{size['max']}{follows})"
+        )
+        lines.append("      " + "  ".join(_choice(c) for c in size.get("choices", [])))
+    lines.extend(_frontier_lines(baked.get("frontier") or [], False, "    "))
     return lines
 
 

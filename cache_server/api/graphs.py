@@ -13,12 +13,13 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from cache_server.api.deps import GraphsDep
-from cache_server.graphs.bucketing import VALUES_SHOWN
+from cache_server.graphs.bucketing import VALUES_SHOWN, AxisChoice, Combination
 from cache_server.graphs.report import (
     DEFAULT_VARIANTS_READ,
     MAX_TOP,
     MAX_VARIANTS_READ,
     VARIANTS_READ_PER_REPORT,
+    BakedReport,
     GraphReport,
 )
 
@@ -56,6 +57,20 @@ class ChoiceOut(BaseModel):
     )
     result_max_overhead: float | None
 
+    @classmethod
+    def of(cls, choice: AxisChoice) -> ChoiceOut:
+        return cls(
+            name=choice.name,
+            description=choice.description,
+            sizes=choice.sizes,
+            compiles=choice.compiles,
+            boundaries=list(choice.boundaries),
+            mean_overhead=choice.mean_overhead,
+            max_overhead=choice.max_overhead,
+            result_mean_overhead=choice.also_mean_overhead,
+            result_max_overhead=choice.also_max_overhead,
+        )
+
 
 class DimensionOut(BaseModel):
     label: str = Field(description="p<parameter>.d<dimension>, both from 0.")
@@ -78,6 +93,82 @@ class CombinationOut(BaseModel):
     max_overhead: float
     result_mean_overhead: float | None = Field(description="As for a choice: in bytes of the results.")
     result_max_overhead: float | None
+
+    @classmethod
+    def of(cls, combination: Combination, labels: list[str]) -> CombinationOut:
+        return cls(
+            choices=dict(zip(labels, combination.choices, strict=True)),
+            description=combination.describe(labels),
+            compiles=combination.compiles,
+            mean_overhead=combination.mean_overhead,
+            max_overhead=combination.max_overhead,
+            result_mean_overhead=combination.also_mean_overhead,
+            result_max_overhead=combination.also_max_overhead,
+        )
+
+
+class InternalSizeOut(BaseModel):
+    label: str = Field(
+        description="The op, attribute and dimension, with op name and source: "
+        "'slice.0 limit[0] (jit(step)/slice, train/step.py:9)'."
+    )
+    op: str = Field(description="The instruction's name in the HLO (slice.0).")
+    opcode: str
+    op_name: str | None = Field(description="From the op's metadata (jit(step)/slice, xla__select).")
+    source: str | None = Field(description="file:line from the op's metadata, where the module has it.")
+    attribute: str = Field(description="limit, high, shape, sizes, slice_sizes, value, ...")
+    index: int = Field(description="The dimension (or literal element) of the attribute.")
+    count: int
+    min: int
+    max: int
+    values: list[int] = Field(description=f"The smallest {VALUES_SHOWN} sizes it took, ascending.")
+    folded: int = Field(
+        description="Other varying sizes that follow from this one (a pad's width, the "
+        "broadcast after a slice), left out of the analysis."
+    )
+    choices: list[ChoiceOut] = Field(description="Ways to pad this size alone (bytes: see cost).")
+
+
+class BakedSizesOut(BaseModel):
+    """Sizes baked into the graph: entries at one input shape that differ only in sizes inside it."""
+
+    params: str = Field(description="The parameters of the entries compared.")
+    entries: int = Field(description="Entries compared (the latest, at most a few hundred).")
+    cost: str = Field(description="What the overheads measure.")
+    sizes: list[InternalSizeOut]
+    frontier: list[CombinationOut] = Field(
+        description="The best trades of compilations against padding of these sizes; the first all to "
+        "their maximum (one compilation), the last as they are."
+    )
+
+    @classmethod
+    def of(cls, baked: BakedReport) -> BakedSizesOut:
+        group, analysis = baked.group, baked.analysis
+        labels = [axis.label for axis in group.axes]
+        return cls(
+            params=group.params,
+            entries=group.entries,
+            cost=analysis.cost,
+            sizes=[
+                InternalSizeOut(
+                    label=axis.label,
+                    op=axis.op.name,
+                    opcode=axis.op.opcode,
+                    op_name=axis.op.op,
+                    source=axis.op.source,
+                    attribute=axis.attribute,
+                    index=axis.index,
+                    count=len(axis.values),
+                    min=axis.values[0],
+                    max=axis.values[-1],
+                    values=list(axis.values[:VALUES_SHOWN]),
+                    folded=axis.folded,
+                    choices=[ChoiceOut.of(c) for c in report.choices],
+                )
+                for axis, report in zip(group.axes, analysis.axes, strict=True)
+            ],
+            frontier=[CombinationOut.of(c, labels) for c in analysis.frontier],
+        )
 
 
 class SchemeOut(BaseModel):
@@ -125,6 +216,11 @@ class GraphReportOut(BaseModel):
         "fewest compilations first (all to the maximum), the last the variants as they are (at most 6)."
     )
     schemes: list[SchemeOut] = Field(description="One rounding applied to every varying dimension at once.")
+    baked_sizes: BakedSizesOut | None = Field(
+        default=None,
+        description="Where entries repeat an input shape with other sizes inside the graph (a step that "
+        "slices or pads by Python integers): those sizes, their values and what padding them leaves.",
+    )
 
     @classmethod
     def of(cls, report: GraphReport) -> GraphReportOut:
@@ -148,36 +244,13 @@ class GraphReportOut(BaseModel):
                 DimensionOut(
                     label=v.label,
                     **{**vars(v), "values": list(v.values)},
-                    choices=[
-                        ChoiceOut(
-                            name=c.name,
-                            description=c.description,
-                            sizes=c.sizes,
-                            compiles=c.compiles,
-                            boundaries=list(c.boundaries),
-                            mean_overhead=c.mean_overhead,
-                            max_overhead=c.max_overhead,
-                            result_mean_overhead=c.also_mean_overhead,
-                            result_max_overhead=c.also_max_overhead,
-                        )
-                        for c in found
-                    ],
+                    choices=[ChoiceOut.of(c) for c in found],
                 )
                 for v, found in zip(bucketing.varying, choices, strict=True)
             ],
-            frontier=[
-                CombinationOut(
-                    choices=dict(zip(labels, c.choices, strict=True)),
-                    description=c.describe(labels),
-                    compiles=c.compiles,
-                    mean_overhead=c.mean_overhead,
-                    max_overhead=c.max_overhead,
-                    result_mean_overhead=c.also_mean_overhead,
-                    result_max_overhead=c.also_max_overhead,
-                )
-                for c in (axes.frontier if axes else ())
-            ],
+            frontier=[CombinationOut.of(c, labels) for c in (axes.frontier if axes else ())],
             schemes=[SchemeOut(**vars(s)) for s in bucketing.schemes],
+            baked_sizes=BakedSizesOut.of(report.baked) if report.baked is not None else None,
         )
 
 

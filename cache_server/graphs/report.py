@@ -1,5 +1,8 @@
 """The bucketing report of a namespace: its graphs with the most shape variants, each analysed by
-:func:`~cache_server.graphs.bucketing.analyse` (which dimensions vary, what each padding scheme leaves).
+:func:`~cache_server.graphs.bucketing.analyse` (which dimensions vary, what each padding scheme leaves);
+and where a graph's entries repeat its input shapes (sizes baked into the graph: a step that slices or
+pads by Python integers), the sizes that vary inside it (:func:`~cache_server.graphs.baked.baked_group`)
+analysed the same way (:func:`~cache_server.graphs.bucketing.analyse_axes`).
 
 :class:`GraphReports` is the one door to it: ``GET /admin/graphs`` and the dashboard's graph view ask it,
 and it reads the index through :class:`~cache_server.index.graph_variants.GraphVariantsRepository`.
@@ -10,16 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cache_server.errors import NamespaceNotFound
-from cache_server.graphs.bucketing import BucketingReport, analyse
+from cache_server.graphs.baked import BakedGroup, baked_group
+from cache_server.graphs.bucketing import AxesReport, BucketingReport, Point, analyse, analyse_axes
 from cache_server.graphs.shapes import parse_signature
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.names import check_namespace
 
 __all__ = [
+    "BAKED_COST",
+    "BAKED_ENTRIES_READ",
     "DEFAULT_VARIANTS_READ",
     "MAX_TOP",
     "MAX_VARIANTS_READ",
     "VARIANTS_READ_PER_REPORT",
+    "BakedReport",
     "GraphReport",
     "GraphReports",
     "shares",
@@ -31,6 +38,9 @@ DEFAULT_VARIANTS_READ = 2_500  # the seed workload's fuse graph (2,112 shapes at
 # Variants one report reads in all (or ``per_graph``, if more): parsing and analysing cost ~12 us of CPU per
 # variant, so ten graphs of 10,000 variants read 2,000 each took most of a second. Shared by :func:`shares`.
 VARIANTS_READ_PER_REPORT = 4_000
+# Entries of one graph whose bodies are read for its baked sizes (only where entries repeat input shapes).
+BAKED_ENTRIES_READ = 500
+BAKED_COST = "bytes of the results of the ops whose sizes pad"
 
 
 def shares(variants: list[int], *, per_graph: int, total: int) -> list[int]:
@@ -58,6 +68,34 @@ class GraphReport:
     read: int
     example: str | None
     bucketing: BucketingReport
+    baked: BakedReport | None = None
+
+
+@dataclass(frozen=True)
+class BakedReport:
+    """The sizes baked into one graph at one input shape (``group``: which entries, the varying sizes and
+    each entry's point) and what padding them would leave (``analysis``, by :data:`BAKED_COST`)."""
+
+    group: BakedGroup
+    analysis: AxesReport
+
+
+def baked_report(group: BakedGroup) -> BakedReport:
+    """``group``'s sizes analysed as axes: each entry weighs 1, a point costs the bytes of the results of
+    the ops whose sizes vary, at those sizes."""
+    axes = group.axes
+
+    def cost(sizes: tuple[int, ...]) -> float:
+        return float(sum(axis.bytes_at(size) for axis, size in zip(axes, sizes, strict=True)))
+
+    analysis = analyse_axes(
+        [axis.label for axis in axes],
+        [Point(point) for point in group.points],
+        cost,
+        cost_label=BAKED_COST,
+        weights_label="1 per entry",
+    )
+    return BakedReport(group, analysis)
 
 
 class GraphReports:
@@ -90,6 +128,12 @@ class GraphReports:
                 for s, hits in zip(map(parse_signature, graph.shapes), graph.hits, strict=True)
                 if s is not None
             ]
+            bucketing = analyse([s for s, _ in parsed], weights=[w for _, w in parsed])
+            baked = None
+            if graph.entries > graph.variants or (bucketing.unchanged and graph.variants > 1):
+                bodies = self._repository.read_bodies(namespace, graph.module, limit=BAKED_ENTRIES_READ)
+                group = baked_group([(b.shapes, b.structure, b.ops) for b in bodies])
+                baked = baked_report(group) if group is not None else None
             reports.append(
                 GraphReport(
                     module=graph.module,
@@ -97,7 +141,8 @@ class GraphReports:
                     entries=graph.entries,
                     read=len(graph.shapes),
                     example=graph.shapes[0] if graph.shapes else None,
-                    bucketing=analyse([s for s, _ in parsed], weights=[w for _, w in parsed]),
+                    bucketing=bucketing,
+                    baked=baked,
                 )
             )
         return reports

@@ -75,6 +75,11 @@ def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dime
     assert "hits         2" in out and "new_shapes" in out and miss["detail"] in out
 
 
+def first_params(misses: list[dict[str, Any]]) -> str:
+    """The parameters' part of the misses' one shapes text."""
+    return str(misses[0]["shapes"]).rpartition(") -> ")[0] + ")"
+
+
 def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_the_sizes(
     own_server: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,3 +113,31 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
     out = capsys.readouterr().out
     print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
     assert "baked_sizes" in out and "pass the sizes as data" in out
+
+    # the graphs report lists the sizes baked into the graph, their values, and pad-to-maximum: 1 compile
+    baked_texts = {
+        text for miss, (_, text) in zip(misses, shapes, strict=True) if miss["reason"] == "baked_sizes"
+    }
+    module = next(miss["module"] for miss in misses if miss["reason"] == "baked_sizes")
+    namespace = detail["namespace"]
+    answer = httpx.get(f"{own_server.url}/admin/graphs", params={"namespace": namespace}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    graph = next(g for g in answer.json()["graphs"] if g["module"] == module)
+    baked = graph["baked_sizes"]
+    assert baked is not None and graph["variants"] == 1 and baked["params"] == first_params(misses)
+    limit = next(size for size in baked["sizes"] if (size["opcode"], size["attribute"]) == ("slice", "limit"))
+    # the entries of the graph's structure: every baked compile and the one it was compared with first
+    assert set(limit["values"]) >= baked_texts and len(limit["values"]) == baked["entries"]
+    assert limit["source"] and "fuse_job.py:" in limit["source"]
+    assert limit["choices"][0]["name"] == "as is" and limit["choices"][-1]["name"] == "max"
+    assert limit["choices"][-1]["compiles"] == 1 and limit["choices"][-1]["boundaries"] == [
+        max(limit["values"])
+    ]
+    first, last = baked["frontier"][0], baked["frontier"][-1]
+    assert first["compiles"] == 1 and first["description"].endswith("max")
+    assert last["compiles"] == baked["entries"]
+    capsys.readouterr()
+    assert main(["graphs", "--server", own_server.url, namespace]) == 0
+    out = capsys.readouterr().out
+    print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
+    assert "sizes baked into the graph" in out and "max(" in out
