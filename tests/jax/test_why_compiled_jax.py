@@ -128,6 +128,20 @@ def test_a_static_python_integer_is_baked_sizes_naming_the_slice_its_line_and_th
     listed, _, advice = out.partition("what to do:")
     assert listed.count("baked_sizes") == len(ns) - 1 and "pass the sizes as data" in advice
 
+    # the graphs report: the slice's limit took every n; padded to its maximum, one compilation
+    answer = httpx.get(
+        f"{live_server.url}/admin/graphs", params={"namespace": detail["namespace"], "top": 100}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    graph = next(g for g in answer.json()["graphs"] if g["module"] == "jit_baked_step")
+    baked = graph["baked_sizes"]
+    assert baked is not None and baked["entries"] == len(ns)
+    limit = next(size for size in baked["sizes"] if (size["opcode"], size["attribute"]) == ("slice", "limit"))
+    assert limit["values"] == ns and limit["folded"] >= 1
+    (pad_to_max,) = [c for c in limit["choices"] if c["name"] == "max"]
+    assert pad_to_max["compiles"] == 1 and pad_to_max["boundaries"] == [max(ns)]
+    assert baked["frontier"][0]["compiles"] == 1
+
 
 def test_an_evicted_entry_recompiled_says_when_and_by_which_policy(
     live_server: LiveServer, job_a: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
