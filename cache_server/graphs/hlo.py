@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from cache_server.graphs.body import Body
 from cache_server.graphs.instructions import read_body
 from cache_server.graphs.schema import COMPUTATION, ELEMENT_TYPES, MODULE, SHAPE, TUPLE
-from cache_server.graphs.wire import Buffer, WireError, iter_fields
+from cache_server.graphs.tpu import tpu_module_spans
+from cache_server.graphs.wire import Buffer, Prefix, WireError, iter_fields
 from cache_server.graphs.wire import ints as _ints
 from cache_server.graphs.wire import read as _read
 from cache_server.graphs.wire import text as _text
-from cache_server.graphs.wire import varint as _varint
 from cache_server.streams import NotZstd, zstd_decompressed
 
 __all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_executable", "parse_entry"]
@@ -117,36 +117,7 @@ def _span(field: list[tuple[int, int, int]]) -> tuple[int, int] | None:
 
 
 # -- reading only what is needed ------------------------------------------------------------------------
-class _Prefix:
-    """The first bytes of a blob, read from its chunk iterator only as far as asked."""
-
-    def __init__(self, chunks: Iterator[bytes], limit: int) -> None:
-        self._chunks = chunks
-        self._limit = limit
-        self.buf = bytearray()
-
-    def ensure(self, size: int) -> bool:
-        """Read until ``size`` bytes are here; False at the end of the blob or past the limit."""
-        if size > self._limit:
-            return False
-        while len(self.buf) < size:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return False
-            self.buf += chunk
-        return True
-
-    def rest(self) -> Iterator[bytes]:
-        """The chunks not read yet."""
-        return self._chunks
-
-    def varint(self, pos: int) -> tuple[int, int]:
-        """The varint at ``pos`` and the position after it, reading more of the blob if needed."""
-        self.ensure(pos + 10)  # a varint is at most 10 bytes; a shorter blob is fine
-        return _varint(self.buf, pos, len(self.buf))
-
-
-def _locate_module(prefix: _Prefix) -> tuple[int, int] | None:
+def _locate_module(prefix: Prefix) -> tuple[int, int] | None:
     """Follow field 1 three levels down, skipping other fields by their lengths without reading them."""
     start, end = 0, sys.maxsize  # the blob's length is not known before the end
     for wanted in _MODULE_PATH:
@@ -227,9 +198,9 @@ def jax_executable(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) ->
     source = iter(chunks)
     first = next(source, b"")
     if _is_zlib(first[:2]):
-        prefix = _Prefix(_inflated(first, source, limit), limit)
+        prefix = Prefix(_inflated(first, source, limit), limit)
     elif _is_zstd(first):
-        prefix = _Prefix(_zstd_inflated(first, source, limit), limit)
+        prefix = Prefix(_zstd_inflated(first, source, limit), limit)
     else:
         return None
     try:
@@ -257,11 +228,18 @@ def parse_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> Gr
 
 
 def _parse_executable(chunks: Iterator[bytes], limit: int) -> GraphInfo | None:
-    prefix = _Prefix(chunks, limit)
+    prefix = Prefix(chunks, limit)
     try:
         span = _locate_module(prefix)
-        if span is None or not prefix.ensure(span[1]):
-            return None
-        return _module_info(prefix.buf, *span)
+        if span is not None and prefix.ensure(span[1]):
+            return _module_info(prefix.buf, *span)
+        for start, end in tpu_module_spans(prefix):  # not a CPU/GPU layout: a TPU executable's?
+            try:
+                info = _module_info(prefix.buf, start, end)
+            except WireError:
+                continue  # not a module after all: the next candidate
+            if info is not None:
+                return info
+        return None
     except (WireError, zlib.error):
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-__all__ = ["Buffer", "WireError", "ints", "iter_fields", "read", "text", "varint"]
+__all__ = ["Buffer", "Prefix", "WireError", "ints", "iter_fields", "read", "text", "varint"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -115,3 +115,32 @@ def ints(buf: Buffer, field: list[tuple[int, int, int]], limit: int | None = Non
                 number, pos = varint(buf, pos, end)
                 numbers.append(number)
     return numbers
+
+
+class Prefix:
+    """The first bytes of a blob, read from its chunk iterator only as far as asked."""
+
+    def __init__(self, chunks: Iterator[bytes], limit: int) -> None:
+        self._chunks = chunks
+        self._limit = limit
+        self.buf = bytearray()
+
+    def ensure(self, size: int) -> bool:
+        """Read until ``size`` bytes are here; False at the end of the blob or past the limit."""
+        if size > self._limit:
+            return False
+        while len(self.buf) < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return False
+            self.buf += chunk
+        return True
+
+    def rest(self) -> Iterator[bytes]:
+        """The chunks not read yet."""
+        return self._chunks
+
+    def varint(self, pos: int) -> tuple[int, int]:
+        """The varint at ``pos`` and the position after it, reading more of the blob if needed."""
+        self.ensure(pos + 10)  # a varint is at most 10 bytes; a shorter blob is fine
+        return varint(self.buf, pos, len(self.buf))
