@@ -207,8 +207,8 @@ class BakedSizeOut(BaseModel):
     source: str | None
     attribute: str
     index: int
-    ours: float
-    theirs: float
+    ours: float | None = Field(description="Null where this side's attribute has fewer dimensions.")
+    theirs: float | None
 
 
 class MissOut(BaseModel):

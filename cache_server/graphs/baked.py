@@ -38,10 +38,15 @@ __all__ = [
 
 MAX_AXES = 64  # varying sizes considered before folding the dependent ones
 SHOWN_CHANGES = 3  # changes a miss's detail names (the rest are counted)
+# Which attribute of an op of one kind says most: the size the user chose (a slice's limit, a shape) before
+# what follows from it (a pad's widths, a slice's start and stride)
+_ATTRIBUTE_RANK = {"limit": 0, "sizes": 0, "slice_sizes": 0, "shape": 0, "value": 1}
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if value == int(value) else f"{value:g}"
+def _number(value: float | None) -> str:
+    if value is None:
+        return "none"
+    return str(int(value)) if math.isfinite(value) and value == int(value) else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,8 @@ class SizeChange:
     op: SizedOp
     attribute: str
     index: int
-    ours: float
-    theirs: float
+    ours: float | None  # None: the attribute has fewer dimensions on this side
+    theirs: float | None
 
     def describe(self) -> str:
         return (
@@ -78,10 +83,11 @@ def size_changes(ours: Body, theirs: Body) -> list[SizeChange] | None:
             if mine == theirs_values:
                 continue
             for index in range(max(len(mine), len(theirs_values))):
-                a = mine[index] if index < len(mine) else math.nan
-                b = theirs_values[index] if index < len(theirs_values) else math.nan
+                a = mine[index] if index < len(mine) else None
+                b = theirs_values[index] if index < len(theirs_values) else None
                 if a != b:
                     changes.append(SizeChange(op, attribute, index, a, b))
+    changes.sort(key=lambda c: (c.op.priority, _ATTRIBUTE_RANK.get(c.attribute, 1), c.op.position))
     return changes
 
 
@@ -138,22 +144,25 @@ def internal_axes(bodies: Sequence[Body]) -> tuple[list[InternalAxis], list[tupl
     same = [b for b in bodies if b.structure == common]
     by_position = [{op.position: op for op in b.ops} for b in same]
     candidates: list[tuple[SizedOp, str, int, list[int]]] = []
-    for op in sorted(same[0].ops, key=lambda o: (o.priority, o.position)):
-        for attribute, first in sorted(op.sizes.items()):
-            for index in range(len(first)):
-                column: list[int] = []
-                for ops in by_position:
-                    other = ops.get(op.position)
-                    values = other.sizes.get(attribute, []) if other is not None else []
-                    if other is None or other.opcode != op.opcode or index >= len(values):
-                        break
-                    value = values[index]
-                    if value != int(value):  # not a size: a floating-point literal
-                        break
-                    column.append(int(value))
-                else:
-                    if len(set(column)) > 1:
-                        candidates.append((op, attribute, index, column))
+    telling = sorted(
+        ((op, attribute, first) for op in same[0].ops for attribute, first in op.sizes.items()),
+        key=lambda item: (item[0].priority, _ATTRIBUTE_RANK.get(item[1], 1), item[0].position),
+    )
+    for op, attribute, first in telling:
+        for index in range(len(first)):
+            column: list[int] = []
+            for ops in by_position:
+                other = ops.get(op.position)
+                values = other.sizes.get(attribute, []) if other is not None else []
+                if other is None or other.opcode != op.opcode or index >= len(values):
+                    break
+                value = values[index]
+                if not math.isfinite(value) or value != int(value):  # not a size: a float literal
+                    break
+                column.append(int(value))
+            else:
+                if len(set(column)) > 1:
+                    candidates.append((op, attribute, index, column))
         if len(candidates) >= MAX_AXES:
             break
     kept: list[tuple[SizedOp, str, int, list[int], int]] = []

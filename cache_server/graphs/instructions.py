@@ -25,6 +25,7 @@ has at most :data:`MAX_LITERAL_VALUES`; nothing recurses.
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -130,7 +131,9 @@ def _literal_values(buf: Buffer, start: int, end: int) -> list[float] | None:
                 count = (stop - value) // size
                 if count > MAX_LITERAL_VALUES or (stop - value) % size:
                     return None
-                return [float(x) for x in struct.unpack_from(f"<{count}{fmt[1]}", buf, value)]
+                floats = [float(x) for x in struct.unpack_from(f"<{count}{fmt[1]}", buf, value)]
+                # -inf masks and NaN are no size (and NaN equals nothing): such a literal is not kept
+                return floats if all(math.isfinite(x) for x in floats) else None
     return None
 
 

@@ -326,7 +326,7 @@ def _baked(
         if changes is None:
             continue
         # the fewest sizes that differ, then the smallest difference (then the latest stored)
-        distance = sum(abs(c.ours - c.theirs) for c in changes if c.ours == c.ours and c.theirs == c.theirs)
+        distance = sum(abs(c.ours - c.theirs) for c in changes if c.ours is not None and c.theirs is not None)
         if best is None or (len(changes), distance) < best[0]:
             best = ((len(changes), distance), graph, changes)
     if best is None:
