@@ -4,6 +4,7 @@ GET /admin/runs/{id} says why each compile happened, from entries stored through
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -305,3 +306,55 @@ def test_saved_seconds_estimated_from_the_namespace_hits(client: TestClient, ser
     services.access.flush()
     post(client, report(hits=4))
     assert client.get("/admin/runs").json()["runs"][0]["saved_seconds"] == pytest.approx(12.0)
+
+
+FIXTURES = Path(__file__).parents[1] / "admin" / "fixtures"
+
+
+@pytest.mark.parametrize(
+    ("folder", "names"),
+    [
+        # JAX TPU entries made deviceless (libtpu 0.0.42.1, v5e): two input shapes of jit_step, three sizes
+        # baked into jit_baked_step at one input shape
+        (
+            "jax_0.10.2_tpu",
+            [
+                "v5e-step-rows2",
+                "v5e-step-rows4",
+                "v5e-baked_step-n3",
+                "v5e-baked_step-n5",
+                "v5e-baked_step-n9",
+            ],
+        ),
+        # the same baked function's JAX CPU entries
+        ("jax_0.10.2_cpu_baked", [None, None, "n3-rows16", "n5-rows16", "n9-rows16"]),
+    ],
+)
+def test_tpu_entries_are_explained_as_cpu_entries_are(
+    client: TestClient, services: Services, folder: str, names: list[str | None]
+) -> None:
+    keys = [f"jit_entry-{i}-cache" for i, name in enumerate(names) if name is not None]
+    for key, name in zip(keys, [n for n in names if n is not None], strict=True):
+        put_ok(client, "jax-ns", key, (FIXTURES / folder / name).read_bytes())
+    assert services.admin.wait_parsed(30)
+    new = [miss(key, module=None) for key in keys]
+    body = report("run-tpu-0001", namespace="jax-ns", framework="jax", misses=len(keys), new_misses=new)
+    assert post(client, body).status_code == 200
+    detail = client.get("/admin/runs/run-tpu-0001").json()
+    got = [(m["module"], m["reason"]) for m in detail["misses"]]
+    expected = [("jit_step", "new_graph"), ("jit_step", "new_shapes")] if names[0] else []
+    expected += [
+        ("jit_baked_step", "new_graph"),
+        ("jit_baked_step", "baked_sizes"),
+        ("jit_baked_step", "baked_sizes"),
+    ]
+    assert got == expected
+    n9 = detail["misses"][-1]
+    limit = next(b for b in n9["baked_sizes"] if (b["opcode"], b["attribute"]) == ("slice", "limit"))
+    assert (limit["ours"], limit["theirs"]) == (9, 5)  # the nearest: 5 rows
+    assert "limit[0] 9 (stored: 5)" in n9["detail"]
+    graphs = client.get("/admin/graphs", params={"namespace": "jax-ns"}).json()["graphs"]
+    baked = next(g for g in graphs if g["module"] == "jit_baked_step")["baked_sizes"]
+    (size,) = baked["sizes"]
+    assert (size["opcode"], size["attribute"], size["values"]) == ("slice", "limit", [3, 5, 9])
+    assert baked["frontier"][0]["compiles"] == 1 and baked["frontier"][-1]["compiles"] == 3
