@@ -51,7 +51,8 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
     compilations left, +mean overhead), the frontier of combinations, and each rounding applied to all."""
     graphs = report["graphs"]
     if not graphs:
-        return [f"namespace {report['namespace']}: no parsed graphs (TPU executables cannot be read)"]
+        namespace = report["namespace"]
+        return [f"namespace {namespace}: no parsed graphs (yet: entries are parsed in the background)"]
     cost = next((g["cost"] for g in graphs if g.get("cost")), "bytes of the padded parameters")
     lines = [
         f"namespace {report['namespace']}: for each varying dimension, the compilations left by padding it "

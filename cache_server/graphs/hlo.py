@@ -5,8 +5,9 @@ CPU and GPU entries written by torch_xla are a serialized ``xla.ExecutableAndOpt
 ``HloModuleProtoWithConfig`` whose field 1 is the ``HloModuleProto``. That module is read here with a small
 protobuf wire-format reader, so the server needs no XLA schema. JAX entries are compressed (zlib, or
 zstandard where JAX finds it installed): a 4-byte compile time, a length-prefixed IFRT header, then the
-same ``ExecutableAndOptionsProto``; they are decompressed as far as the module reaches. TPU executables are
-opaque: they (and anything else that does not have one of these layouts) parse to ``None``.
+same ``ExecutableAndOptionsProto``; they are decompressed as far as the module reaches. TPU executables
+(libtpu's serialization: a sequence of length-delimited messages) are read by :mod:`.tpu`, their
+pre-optimization global module; anything else that has none of these layouts parses to ``None``.
 
 Only the bytes up to the end of the HLO module are read; the object code after it never is.
 """

@@ -17,8 +17,8 @@ In this order, the first that applies (:data:`cache_protocol.runs.MISS_REASONS`)
   JAX's cache-key components, the ones that differ from the nearest earlier miss of the module that recorded
   them are named; otherwise the graphs say whether the module is the same to the byte (the key differs
   outside it), differs only in metadata (source lines, as ``XLA_HLO_DEBUG`` adds), or in its instructions;
-- ``unknown``: the bytes are opaque (a TPU executable does not parse) and nothing above applies; the detail
-  says what the client knew (its module name).
+- ``unknown``: the bytes do not parse (not an executable this parser reads) and nothing above applies;
+  the detail says what the client knew (its module name).
 
 The module and shapes of a miss are those parsed from its own stored entry; where that is not stored or not
 parseable, the module the client reported.

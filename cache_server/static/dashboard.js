@@ -195,7 +195,7 @@ function renderNamespaces(namespaces) {
 function renderGraphs(graphs) {
   if (graphs.length === 0) {
     empty(document.getElementById("graphs-chart"),
-      "No parsed graphs yet (CPU and GPU entries are parsed after upload; TPU executables cannot be read).");
+      "No parsed graphs yet (entries are parsed in the background after upload).");
     clear(document.getElementById("graphs-table"));
     return;
   }
