@@ -22,6 +22,7 @@ __all__ = [
     "InvalidName",
     "NamespaceNotFound",
     "QuotaExceeded",
+    "RunAmbiguous",
     "RunConflict",
     "RunNotFound",
     "RunOwned",
@@ -228,6 +229,12 @@ class RunConflict(CacheError):
     """A report of an existing run id with another namespace or framework than the run has."""
 
     code = "run_conflict"
+
+
+class RunAmbiguous(CacheError):
+    """A run id prefix that more than one run starts with (the detail lists them)."""
+
+    code = "run_ambiguous"
 
 
 class RunNotFound(CacheError):

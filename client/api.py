@@ -448,11 +448,15 @@ class CacheApi:
         params = {name: value for name, value in (("limit", limit), ("after", after)) if value is not None}
         return dict(self._json(self._call("GET", "/admin/stats", what, deadline, params=params), what))
 
-    def admin_graphs(self, namespace: str, deadline: Deadline, *, top: int = 10) -> dict[str, Any]:
+    def admin_graphs(
+        self, namespace: str, deadline: Deadline, *, top: int = 10, module: str | None = None
+    ) -> dict[str, Any]:
         """``GET /admin/graphs``: the namespace's bucketing report (an admin token, or one whose namespace
-        patterns cover it)."""
+        patterns cover it); with ``module``, that graph's only."""
         what = "the graphs report"
-        params = {"namespace": namespace, "top": top}
+        params: dict[str, Any] = {"namespace": namespace, "top": top}
+        if module is not None:
+            params["module"] = module
         return dict(self._json(self._call("GET", "/admin/graphs", what, deadline, params=params), what))
 
     def admin_evict(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
@@ -514,7 +518,12 @@ class CacheApi:
         query = {name: value for name, value in params.items() if value is not None}
         return dict(self._json(self._call("GET", "/admin/runs", what, deadline, params=query), what))
 
-    def admin_run(self, run_id: str, deadline: Deadline) -> dict[str, Any]:
-        """``GET /admin/runs/{id}``: one run with its misses and why each compiled."""
+    def admin_run(
+        self, run_id: str, deadline: Deadline, *, offset: int = 0, limit: int = 100
+    ) -> dict[str, Any]:
+        """``GET /admin/runs/{id}``: one run (``run_id`` may be a unique prefix) with a page of its misses
+        and why each compiled, and the count of each reason."""
         what = f"run {run_id}"
-        return dict(self._json(self._call("GET", f"/admin/runs/{_seg(run_id)}", what, deadline), what))
+        params = {"offset": offset, "limit": limit}
+        path = f"/admin/runs/{_seg(run_id)}"
+        return dict(self._json(self._call("GET", path, what, deadline, params=params), what))

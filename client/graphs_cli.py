@@ -137,7 +137,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     config = config_of(args)
     api = CacheApi(server_of(config), config.token)
     try:
-        report = api.admin_graphs(namespace, Deadline(args.timeout), top=args.top)
+        report = api.admin_graphs(namespace, Deadline(args.timeout), top=args.top, module=args.module)
     finally:
         api.close()
     emit(args, report, graph_lines(report))
@@ -152,5 +152,6 @@ def add_graphs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     add_common(graphs, timeout=30.0)
     graphs.add_argument("namespace", nargs="?", help="namespace (default: this runtime's)")
     graphs.add_argument("--top", type=int, default=10, help="graphs listed, most variants first (default 10)")
+    graphs.add_argument("--module", help="only this graph (HLO module), as `xla-cache runs RUN` names it")
     add_framework(graphs)
     graphs.set_defaults(func=cmd_graphs)

@@ -9,7 +9,7 @@ import argparse
 import datetime as dt
 from typing import Any
 
-from cache_protocol.runs import FRAMEWORKS
+from cache_protocol.runs import FRAMEWORKS, MISS_REASONS
 from client.admin_cli import format_bytes, parse_duration
 from client.api import CacheApi
 from client.cli_common import add_common, config_of, emit, server_of
@@ -111,8 +111,18 @@ def run_lines(run: dict[str, Any]) -> list[str]:
             else ""
         ),
     ]
+    reasons = run.get("reasons") or {}
+    if reasons:
+        counted = int(run.get("reasons_counted") or 0)
+        stored = int(run.get("misses_stored") or counted)
+        of = f" (the first {counted:,} of {stored:,})" if counted < stored else ""
+        order = {reason: place for place, reason in enumerate(MISS_REASONS)}
+        by_reason = sorted(reasons.items(), key=lambda item: order.get(item[0], len(order)))
+        lines.append(f"reasons      {', '.join(f'{reason} {count:,}' for reason, count in by_reason)}{of}")
     if misses:
-        lines.append(f"misses ({len(misses)} of {total} listed):")
+        first = int(run.get("offset") or 0)
+        span = f"{first + 1}-{first + len(misses)}" if first else f"{len(misses)}"
+        lines.append(f"misses ({span} of {total} listed):")
     for miss in misses:
         seconds = miss.get("compile_seconds")
         spent = f"{float(seconds):.2f} s" if seconds is not None else "-"
@@ -124,7 +134,37 @@ def run_lines(run: dict[str, Any]) -> list[str]:
     if advice:
         lines.append("what to do:")
         lines.extend(f"  {reason:<13}  {text}" for reason, text in advice.items())
+    padded = sorted({str(m["module"]) for m in misses if m.get("reason") in _BUCKETED and m.get("module")})
+    if padded:
+        lines.append("bucketing of the graphs that compiled at new shapes or sizes:")
+        namespace = run.get("namespace")
+        lines.extend(f"  xla-cache graphs {namespace} --module {module}" for module in padded)
     return lines
+
+
+_BUCKETED = ("new_shapes", "baked_sizes")
+
+
+def _run(api: CacheApi, args: argparse.Namespace) -> dict[str, Any]:
+    """One run with the page of misses asked (``--offset``, ``--misses``), or every miss (``--all``: page
+    after page)."""
+    deadline = Deadline(args.timeout)
+    if not args.all:
+        return api.admin_run(args.run_id, deadline, offset=args.offset, limit=args.misses)
+    data = api.admin_run(args.run_id, deadline, offset=0, limit=PAGE)
+    misses = list(data.get("misses") or [])
+    stored = int(data.get("misses_stored") or 0)
+    while len(misses) < stored:
+        more = api.admin_run(str(data["run_id"]), deadline, offset=len(misses), limit=PAGE)
+        page = list(more.get("misses") or [])
+        if not page:
+            break
+        misses.extend(page)
+    data["misses"] = misses
+    return data
+
+
+PAGE = 1000  # misses asked per request with --all (the server's page bound)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -133,7 +173,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     api = CacheApi(server_of(config), config.token)
     try:
         if args.run_id:
-            data = api.admin_run(args.run_id, Deadline(args.timeout))
+            data = _run(api, args)
             lines = run_lines(data)
         else:
             params = {
@@ -169,4 +209,7 @@ def add_runs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     runs.add_argument(
         "--limit", type=int, default=DEFAULT_LIMIT, help=f"at most this many runs (default {DEFAULT_LIMIT})"
     )
+    runs.add_argument("--misses", type=int, default=100, help="with RUN_ID: misses listed (default 100)")
+    runs.add_argument("--offset", type=int, default=0, help="with RUN_ID: list the misses from this one")
+    runs.add_argument("--all", action="store_true", help="with RUN_ID: list every miss (page after page)")
     runs.set_defaults(func=cmd_runs)

@@ -52,6 +52,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.QuotaExceeded: 507,
     errors.RunOwned: 403,
     errors.RunConflict: 409,
+    errors.RunAmbiguous: 409,
     errors.RunNotFound: 404,
 }
 

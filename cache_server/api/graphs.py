@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from cache_protocol.runs import MODULE_MAX_LENGTH
 from cache_server.api.deps import GraphsDep
 from cache_server.graphs.bucketing import VALUES_SHOWN, AxisChoice, Combination
 from cache_server.graphs.report import (
@@ -29,6 +30,7 @@ router = APIRouter(tags=["admin"])
 
 NAMESPACE = Query(min_length=1, max_length=128, description="The namespace whose graphs are reported.")
 TOP = Query(ge=1, le=MAX_TOP, description="How many graphs: those with the most shape variants.")
+MODULE = Query(max_length=MODULE_MAX_LENGTH, description="Only this graph (HLO module).")
 VARIANTS = Query(
     ge=1,
     le=MAX_VARIANTS_READ,
@@ -265,8 +267,10 @@ def graphs(
     namespace: Annotated[str, NAMESPACE],
     top: Annotated[int, TOP] = 10,
     variants: Annotated[int, VARIANTS] = DEFAULT_VARIANTS_READ,
+    module: Annotated[str | None, MODULE] = None,
 ) -> GraphsOut:
-    """The ``top`` graphs of ``namespace`` with the most shape variants: for each, the parameter
+    """The ``top`` graphs of ``namespace`` with the most shape variants (or the one ``module``, as a
+    run's detail links it): for each, the parameter
     dimensions that vary (their sizes: count, min, max, the smallest few) with the ways to pad each alone
     (as is, next power of two, next multiple of 8, 64 or 128, the best 2, 4 or 8 bucket boundaries for the
     sizes seen, the maximum), the best combinations of those (``frontier``: fewest compilations for a
@@ -276,10 +280,8 @@ def graphs(
     graph are read, and :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or
     ``variants``, if more), shared among the graphs (``read`` says how many were). 404 for an unknown
     namespace."""
-    return GraphsOut(
-        namespace=namespace,
-        graphs=[GraphReportOut.of(r) for r in reports.report(namespace, top=top, per_graph=variants)],
-    )
+    found = reports.report(namespace, top=top, per_graph=variants, module=module)
+    return GraphsOut(namespace=namespace, graphs=[GraphReportOut.of(r) for r in found])
 
 
 @router.get("/dashboard/graphs", response_model=GraphsOut, include_in_schema=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Annotated, Literal
+from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
@@ -269,21 +270,41 @@ class MissOut(BaseModel):
 
 
 class RunDetailOut(_RunFields):
-    """A run's fields, with ``misses`` the list of its compiles (the first ``limit``) each with its reason,
-    ``misses_total`` how many it reported in all, ``misses_explained`` how many listed have a reason other
-    than unknown."""
+    """A run's fields, with ``misses`` a page of its compiles (``offset`` to ``offset + limit``, in the order
+    reported) each with its reason, ``misses_total`` how many it reported in all, ``misses_stored`` how many
+    have a row (the rest past the run's bound are counted only), ``misses_explained`` how many listed have a
+    reason other than unknown, ``reasons`` the count of each reason over the first ``reasons_counted``
+    stored misses (all of them up to 1,000), and ``graphs`` the bucketing report's URL of each module
+    listed."""
 
     misses: list[MissOut]
     misses_total: int
     misses_explained: int
+    offset: int
+    misses_stored: int
+    reasons: dict[str, int]
+    reasons_counted: int
+    graphs: dict[str, str]
 
     @classmethod
     def of(cls, detail: RunDetail) -> RunDetailOut:
+        namespace = detail.run.namespace
+        modules = sorted({m.module for m in detail.misses if m.module})
         return cls.model_validate(
             {
                 **_run_fields(detail.run),
                 "misses": [MissOut.of(m) for m in detail.misses],
                 "misses_total": detail.misses_total,
                 "misses_explained": detail.misses_explained,
+                "offset": detail.offset,
+                "misses_stored": detail.misses_stored,
+                "reasons": detail.reasons,
+                "reasons_counted": detail.counted,
+                "graphs": {module: graphs_url(namespace, module) for module in modules},
             }
         )
+
+
+def graphs_url(namespace: str, module: str) -> str:
+    """The bucketing report of one graph: ``/admin/graphs?namespace=NS&module=M``."""
+    return "/admin/graphs?" + urlencode({"namespace": namespace, "module": module})

@@ -22,6 +22,7 @@ __all__ = ["router"]
 
 router = APIRouter(tags=["runs"])
 MAX_LIST = 1000
+MAX_PAGE = 1000  # misses one request explains and lists (each costs its explanation); page with offset
 
 
 @router.post(
@@ -84,19 +85,29 @@ def list_runs(
 
 
 @router.get(
-    "/admin/runs/{run_id}", response_model=RunDetailOut, responses={404: {"description": "No such run"}}
+    "/admin/runs/{run_id}",
+    response_model=RunDetailOut,
+    responses={
+        404: {"description": "No such run"},
+        409: {"description": "run_ambiguous: several runs start with this prefix (listed)"},
+    },
 )
 def run_detail(
     run_id: str,
     request: Request,
     runs: RunsDep,
-    limit: Annotated[
-        int, Query(ge=0, le=MAX_MISSES_PER_RUN, description="At most this many misses listed.")
-    ] = 100,
+    limit: Annotated[int, Query(ge=0, le=MAX_PAGE, description="At most this many misses listed.")] = 100,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_MISSES_PER_RUN, description="List the misses from this one (0: the first).")
+    ] = 0,
 ) -> RunDetailOut:
-    """A run and why it compiled: each miss (in the order reported) with its reason and what supports it
-    (the differing dimensions, the differing JAX cache-key components, the tombstone)."""
-    return RunDetailOut.of(runs.detail(run_id, patterns=_visible(request), limit=limit))
+    """A run and why it compiled: a page of its misses (in the order reported) each with its reason and
+    what supports it (the differing dimensions, the differing JAX cache-key components, the baked sizes,
+    the tombstone, the advice), the count of each reason, and each listed module's bucketing report.
+    ``run_id`` may be a unique prefix of the id (at least 4 characters); 409 ``run_ambiguous`` lists the
+    runs that start with it."""
+    detail = runs.detail(run_id, patterns=_visible(request), limit=limit, offset=offset)
+    return RunDetailOut.of(detail)
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:

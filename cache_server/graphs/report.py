@@ -111,6 +111,7 @@ class GraphReports:
         top: int = 10,
         per_graph: int = DEFAULT_VARIANTS_READ,
         total: int = VARIANTS_READ_PER_REPORT,
+        module: str | None = None,
     ) -> list[GraphReport]:
         """The ``top`` graphs of ``namespace`` with the most variants, each with its report (at most
         ``per_graph`` variants read of one, ``max(total, per_graph)`` in all: :func:`shares`).
@@ -120,7 +121,7 @@ class GraphReports:
             raise NamespaceNotFound(f"There is no namespace {namespace!r}.")
         reports: list[GraphReport] = []
         per_graph = min(per_graph, MAX_VARIANTS_READ)
-        ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP))
+        ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP), module=module)
         reads = shares([graph.variants for graph in ranked], per_graph=per_graph, total=total)
         for graph in self._repository.read_shapes(namespace, ranked, reads):
             parsed = [

@@ -66,12 +66,13 @@ class GraphVariantsRepository:
         with self._db.transaction() as session:
             return session.get(Namespace, namespace) is not None
 
-    def ranked(self, namespace: str, *, top: int) -> list[GraphCounted]:
+    def ranked(self, namespace: str, *, top: int, module: str | None = None) -> list[GraphCounted]:
         """The ``top`` graphs of ``namespace`` with the most variants (then the most entries, then by
         name): the namespace's first rows in ``ix_graph_counts_ranking``."""
         stmt = (
             select(GraphCount.module, GraphCount.variants, GraphCount.entries)
             .where(GraphCount.namespace == namespace, GraphCount.entries > 0)
+            .where(*([] if module is None else [GraphCount.module == module]))
             .order_by(GraphCount.variants.desc(), GraphCount.entries.desc(), GraphCount.module)
             .limit(top)
         )

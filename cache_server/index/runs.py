@@ -309,6 +309,19 @@ class RunRepository:
             ).scalar_one()
         return _run_info(tuple(row), int(count))
 
+    def run_ids_starting(self, prefix: str, *, limit: int) -> list[tuple[str, str]]:
+        """``(run id, namespace)`` of up to ``limit`` runs whose id starts with ``prefix``, by id (off the
+        primary key: ``LIKE`` with the prefix's own ``_`` escaped)."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        stmt = (
+            select(Run.run_id, Run.namespace)
+            .where(Run.run_id.like(f"{escaped}%", escape="\\"), Run.run_id >= prefix)
+            .order_by(Run.run_id)
+            .limit(limit)
+        )
+        with self._db.reading() as connection:
+            return [(run_id, namespace) for run_id, namespace in connection.execute(stmt)]
+
     def misses_of(self, run_id: str) -> list[MissRecord]:
         """Every stored miss of a run, in the order it reported them."""
         stmt = (

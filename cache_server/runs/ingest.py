@@ -11,19 +11,28 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cache_server import metrics
 from cache_server.domain import Clock, utcnow
-from cache_server.errors import RunNotFound
+from cache_server.errors import RunAmbiguous, RunNotFound
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRepository
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache
 
-__all__ = ["RunDetail", "RunReport", "RunService"]
+__all__ = ["MAX_COUNTED", "MIN_PREFIX", "RunDetail", "RunReport", "RunService"]
+
+MAX_COUNTED = 1_000
+"""Misses a run's detail explains to count its reasons (each costs the explanation; the rest are counted as
+not explained: ``counted`` says how many were)."""
+MIN_PREFIX = 4
+"""The shortest run id prefix looked up (a shorter one must be a whole id)."""
+CANDIDATES_SHOWN = 10
+_PREFIX = re.compile(rf"[A-Za-z0-9._-]{{{MIN_PREFIX},64}}")
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,10 @@ class RunDetail:
     misses: list[ExplainedMiss]
     misses_total: int
     misses_explained: int
+    offset: int = 0  # the listed misses are the run's from this one (in the order reported)
+    misses_stored: int = 0  # misses with a row (a run past MAX_MISSES_PER_RUN counts the rest only)
+    reasons: dict[str, int] = field(default_factory=dict)  # reason -> misses, over the first `counted`
+    counted: int = 0
 
 
 def _ms(seconds: float) -> int:
@@ -112,23 +125,63 @@ class RunService:
         """The runs ``query`` asks for, the latest started first."""
         return self._repository.list_runs(query)
 
-    def detail(self, run_id: str, *, patterns: tuple[str, ...] | None, limit: int) -> RunDetail:
-        """A run with its first ``limit`` misses explained; :class:`RunNotFound` if there is no such run or
-        it is in a namespace ``patterns`` (a scoped token's) do not cover."""
-        run = self._repository.get_run(run_id)
-        if run is None or (patterns is not None and not _covered(run.namespace, patterns)):
-            raise RunNotFound(f"No run {run_id!r} was reported (or it is not one this token may see).")
-        stored = self._repository.misses_of(run_id)
-        listed = stored[:limit]
-        modules = sorted({m.module for m in listed if m.module is not None})
-        facts = read_facts(self._database, run.namespace, [m.key for m in listed], modules)
-        explained = explain(listed, [m.key for m in stored], facts, self._variants)
+    def detail(
+        self, run_id: str, *, patterns: tuple[str, ...] | None, limit: int, offset: int = 0
+    ) -> RunDetail:
+        """A run with its misses ``offset`` to ``offset + limit`` explained, and the count of each reason
+        over its first :data:`MAX_COUNTED` misses (and the page). ``run_id`` may be a unique prefix of at
+        least :data:`MIN_PREFIX` characters; :class:`RunAmbiguous` (listing them) if several runs start
+        with it; :class:`RunNotFound` if there is no such run or it is in a namespace ``patterns`` (a
+        scoped token's) do not cover."""
+        run = self._resolve(run_id, patterns)
+        stored = self._repository.misses_of(run.run_id)
+        page = range(offset, min(offset + limit, len(stored)))
+        wanted = sorted({*range(min(MAX_COUNTED, len(stored))), *page})
+        chosen = [stored[i] for i in wanted]
+        modules = sorted({m.module for m in chosen if m.module is not None})
+        facts = read_facts(self._database, run.namespace, [m.key for m in chosen], modules)
+        explained = dict(
+            zip(wanted, explain(chosen, [m.key for m in stored], facts, self._variants), strict=True)
+        )
+        listed = [explained[i] for i in page]
+        counted = [explained[i] for i in wanted if i < MAX_COUNTED]
+        reasons: dict[str, int] = {}
+        for miss in counted:
+            reasons[miss.reason] = reasons.get(miss.reason, 0) + 1
         return RunDetail(
             run=run,
-            misses=explained,
+            misses=listed,
             misses_total=max(run.numbers.misses, len(stored)),
-            misses_explained=sum(1 for m in explained if m.reason != "unknown"),
+            misses_explained=sum(1 for m in listed if m.reason != "unknown"),
+            offset=offset,
+            misses_stored=len(stored),
+            reasons=reasons,
+            counted=len(counted),
         )
+
+    def _resolve(self, run_id: str, patterns: tuple[str, ...] | None) -> RunInfo:
+        """The run of this id, or of the one visible run whose id starts with it."""
+        run = self._repository.get_run(run_id)
+        if run is not None and (patterns is None or _covered(run.namespace, patterns)):
+            return run
+        if run is None and _PREFIX.fullmatch(run_id):
+            found = [
+                found_id
+                for found_id, namespace in self._repository.run_ids_starting(
+                    run_id, limit=CANDIDATES_SHOWN + 1
+                )
+                if patterns is None or _covered(namespace, patterns)
+            ]
+            if len(found) > 1:
+                shown = ", ".join(found[:CANDIDATES_SHOWN]) + (
+                    ", ..." if len(found) > CANDIDATES_SHOWN else ""
+                )
+                raise RunAmbiguous(f"Several runs start with {run_id!r}: {shown}. Give more of the id.")
+            if found:
+                again = self._repository.get_run(found[0])
+                if again is not None:
+                    return again
+        raise RunNotFound(f"No run {run_id!r} was reported (or it is not one this token may see).")
 
 
 def _covered(namespace: str, patterns: tuple[str, ...]) -> bool:

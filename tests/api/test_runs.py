@@ -4,6 +4,7 @@ GET /admin/runs/{id} says why each compile happened, from entries stored through
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -353,8 +354,45 @@ def test_tpu_entries_are_explained_as_cpu_entries_are(
     limit = next(b for b in n9["baked_sizes"] if (b["opcode"], b["attribute"]) == ("slice", "limit"))
     assert (limit["ours"], limit["theirs"]) == (9, 5)  # the nearest: 5 rows
     assert "limit[0] 9 (stored: 5)" in n9["detail"]
-    graphs = client.get("/admin/graphs", params={"namespace": "jax-ns"}).json()["graphs"]
-    baked = next(g for g in graphs if g["module"] == "jit_baked_step")["baked_sizes"]
+    assert detail["reasons"] == dict(Counter(reason for _, reason in expected))
+    assert detail["graphs"]["jit_baked_step"] == "/admin/graphs?namespace=jax-ns&module=jit_baked_step"
+    graphs = client.get(detail["graphs"]["jit_baked_step"]).json()["graphs"]
+    assert [g["module"] for g in graphs] == ["jit_baked_step"]  # the link gives that graph only
+    baked = graphs[0]["baked_sizes"]
     (size,) = baked["sizes"]
     assert (size["opcode"], size["attribute"], size["values"]) == ("slice", "limit", [3, 5, 9])
     assert baked["frontier"][0]["compiles"] == 1 and baked["frontier"][-1]["compiles"] == 3
+
+
+def test_a_run_is_found_by_a_unique_prefix_of_its_id_and_an_ambiguous_one_lists_the_runs(
+    client: TestClient,
+) -> None:
+    for run_id in ("run-prefix-aaaa1", "run-prefix-aaaa2", "run_x_000001", "runAxB000001"):
+        assert post(client, report(run_id)).status_code == 200
+    assert client.get("/admin/runs/run-prefix-aaaa2").json()["run_id"] == "run-prefix-aaaa2"  # exact
+    assert client.get("/admin/runs/run-prefix-aaaa1x").status_code == 404
+    ambiguous = client.get("/admin/runs/run-prefix-a")
+    assert ambiguous.status_code == 409 and ambiguous.json()["error"] == "run_ambiguous"
+    assert (
+        "run-prefix-aaaa1" in ambiguous.json()["detail"] and "run-prefix-aaaa2" in ambiguous.json()["detail"]
+    )
+    # '_' in a prefix is itself, not LIKE's any-character: run_x matches run_x_000001 only
+    assert client.get("/admin/runs/run_x").json()["run_id"] == "run_x_000001"
+    assert client.get("/admin/runs/runAx").json()["run_id"] == "runAxB000001"
+    assert client.get("/admin/runs/run").status_code == 404  # shorter than 4 characters: a whole id only
+    assert client.get("/admin/runs/r%25n-").status_code == 404  # not a run id's characters
+
+
+def test_a_runs_compiles_page_through_with_the_count_of_each_reason(client: TestClient) -> None:
+    new = [miss(f"key-{i:04d}") for i in range(250)]
+    assert post(client, report("run-paged-0001", misses=250, new_misses=new)).status_code == 200
+    first = client.get("/admin/runs/run-paged-0001", params={"limit": 100}).json()
+    assert [m["key"] for m in first["misses"]] == [f"key-{i:04d}" for i in range(100)]
+    assert first["reasons"] == {"unknown": 250} and first["reasons_counted"] == 250
+    assert first["misses_stored"] == 250 and first["misses_total"] == 250 and first["offset"] == 0
+    last = client.get("/admin/runs/run-paged-0001", params={"limit": 100, "offset": 200}).json()
+    assert [m["key"] for m in last["misses"]] == [f"key-{i:04d}" for i in range(200, 250)]
+    assert last["offset"] == 200 and last["reasons"] == first["reasons"]
+    beyond = client.get("/admin/runs/run-paged-0001", params={"offset": 250}).json()
+    assert beyond["misses"] == [] and beyond["reasons"] == {"unknown": 250}
+    assert client.get("/admin/runs/run-paged-0001", params={"limit": 1001}).status_code == 400

@@ -109,10 +109,15 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
         assert f"limit[0] {text} (stored: {int(limit['theirs'])})" in miss["detail"]
         assert "Python integers" in miss["advice"]
     capsys.readouterr()
-    assert main(["runs", "--server", own_server.url, job.warm["run_id"]]) == 0
+    prefix = job.warm["run_id"][:12]  # as `xla-cache runs` lists it
+    assert main(["runs", "--server", own_server.url, prefix, "--all"]) == 0
     out = capsys.readouterr().out
     print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
     assert "baked_sizes" in out and "pass the sizes as data" in out
+    counts = ", ".join(f"{r} {reasons.count(r)}" for r in ("new_graph", "baked_sizes"))
+    assert f"reasons      {counts}" in out
+    module = next(m["module"] for m in misses if m["reason"] == "baked_sizes")
+    assert f"xla-cache graphs {detail['namespace']} --module {module}" in out
 
     # the graphs report lists the sizes baked into the graph, their values, and pad-to-maximum: 1 compile
     baked_texts = {
@@ -137,7 +142,7 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
     assert first["compiles"] == 1 and first["description"].endswith("max")
     assert last["compiles"] == baked["entries"]
     capsys.readouterr()
-    assert main(["graphs", "--server", own_server.url, namespace]) == 0
+    assert main(["graphs", "--server", own_server.url, namespace, "--module", module]) == 0
     out = capsys.readouterr().out
     print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
     assert "sizes baked into the graph" in out and "max(" in out
