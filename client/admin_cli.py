@@ -80,10 +80,24 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
     """The server's totals, a table of namespaces, and the graphs with the most shape variants."""
     t = stats["totals"]
+    jobs = stats.get("jobs") or {}
+    if jobs.get("runs"):
+        reported = [
+            f"what jobs reported ({jobs['runs']:,} runs)",
+            f"  hit rate     {_rate(jobs['hit_rate'])}  ({jobs['hits']:,} loaded from the cache, "
+            f"{jobs['compiles']:,} compiled: xla-cache runs says why)",
+            f"  compiling    {format_seconds(jobs['compile_seconds'])} paid, "
+            f"{format_seconds(jobs['saved_seconds'])} saved by hits",
+        ]
+    else:
+        reported = ["what jobs reported: no run reports (the hit rate below is the server's lookups)"]
+    lookups = "lookups" if jobs.get("runs") else "hit rate"
     lines = [
+        *reported,
         "server totals",
         f"  stored       {t['entries']:,} entries, {format_bytes(t['bytes'])}",
-        f"  hit rate     {_rate(t['hit_rate'])}  ({t['hits']:,} hits, {t['misses']:,} misses)",
+        f"  {lookups:<12} {_rate(t['hit_rate'])} found  ({t['hits']:,} hits, {t['misses']:,} misses of "
+        "manifests and GETs)",
         f"  saved        {format_seconds(t['compile_seconds_saved'])} of compile time (uploaders' figures)",
         f"  served       {format_bytes(t['bytes_served'])}",
         f"  uploads      {t['uploads']:,}    evictions {t['evictions']:,}",

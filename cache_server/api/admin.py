@@ -25,7 +25,7 @@ from cache_server.api.admin_schemas import (
     StatsOut,
     TokensOut,
 )
-from cache_server.api.deps import AdminDep, SettingsDep
+from cache_server.api.deps import AdminDep, RunsDep, SettingsDep
 from cache_server.errors import InvalidName, PacksOff
 
 __all__ = ["router"]
@@ -39,6 +39,7 @@ PAGE_AFTER = "The next_after of the page before (absent: the first page)."
 @router.get("/stats", response_model=StatsOut)
 def stats(
     admin: AdminDep,
+    runs: RunsDep,
     settings: SettingsDep,
     days: Annotated[int, Query(ge=1, le=3660, description="Days of daily rollup, today included.")] = 30,
     top: Annotated[int, Query(ge=0, le=1000, description="How many graphs to list.")] = 10,
@@ -48,12 +49,14 @@ def stats(
 ) -> StatsOut:
     """Totals and per namespace (entries, bytes, hits, misses, hit rate, uploads, evictions, bytes served,
     compile time saved), a daily rollup, the graphs with the most shape variants, and what each token
-    stored (every namespace's, also with ``namespace``). Namespaces come a page at a time, largest first:
-    ``limit`` of them (default ``XLA_CACHE_STATS_PAGE_NAMESPACES``) after the cursor ``after`` (the
-    ``next_after`` of the page before, null on the last page); totals and ``namespace_count`` cover all."""
+    stored (every namespace's, also with ``namespace``); ``jobs``: what the jobs' run reports of the same
+    days say (their hit rate and compiles; the totals' hits and misses are the server's lookups).
+    Namespaces come a page at a time, largest first: ``limit`` of them (default
+    ``XLA_CACHE_STATS_PAGE_NAMESPACES``) after the cursor ``after`` (the ``next_after`` of the page
+    before, null on the last page); totals and ``namespace_count`` cover all."""
     limit = limit or settings.stats_page_namespaces
     report = admin.stats(StatsQuery(days=days, top=top, namespace=namespace, limit=limit, after=after))
-    return StatsOut.of(report, admin.token_usage())
+    return StatsOut.of(report, admin.token_usage(), runs.totals(days=days, namespace=namespace))
 
 
 @router.post("/evict", response_model=EvictOut)

@@ -14,6 +14,7 @@ from cache_server.admin.provenance import PurgeResult, TokenUsage
 from cache_server.admin.stats import StatsReport
 from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.domain import COUNTERS, Counters, NamespaceInfo, TokenInfo, counter_description
+from cache_server.runs import RunTotals
 
 __all__ = [
     "CountersOut",
@@ -119,8 +120,38 @@ class GraphOut(BaseModel):
     examples: list[str] = Field(description="A few of its shape signatures.")
 
 
+class JobsOut(BaseModel):
+    """What jobs reported of the same period (their run reports): what they loaded from the cache and what
+    they compiled. The hit rate a team cares about; ``totals`` counts the server's own lookups (a manifest
+    or GET that found its key), which a job that compiled without asking never makes."""
+
+    runs: int = Field(description="Runs started in the period that reported.")
+    hits: int = Field(description="Compiles the jobs' caches answered (entries loaded).")
+    compiles: int = Field(description="Compiles the jobs paid (their misses).")
+    hit_rate: float | None = Field(description="hits / (hits + compiles); null without reports.")
+    compile_seconds: float = Field(description="Compile time the jobs paid.")
+    saved_seconds: float = Field(description="Compile time the hits saved (estimated).")
+
+    @classmethod
+    def of(cls, totals: RunTotals) -> JobsOut:
+        looked = totals.hits + totals.misses
+        return cls(
+            runs=totals.runs,
+            hits=totals.hits,
+            compiles=totals.misses,
+            hit_rate=totals.hits / looked if looked else None,
+            compile_seconds=totals.compile_ms / 1000,
+            saved_seconds=totals.saved_ms / 1000,
+        )
+
+
 class StatsOut(BaseModel):
     generated_at: dt.datetime
+    jobs: JobsOut | None = Field(
+        default=None,
+        description="What the jobs' run reports say for the same days (and namespace): the hit rate and "
+        "compiles of the jobs themselves. ``totals`` are the server's lookups.",
+    )
     totals: CountersOut
     namespaces: list[NamespaceStatsOut]
     daily: list[DayOut] = Field(
@@ -137,9 +168,12 @@ class StatsOut(BaseModel):
     )
 
     @classmethod
-    def of(cls, report: StatsReport, usage: list[TokenUsage] | None = None) -> StatsOut:
+    def of(
+        cls, report: StatsReport, usage: list[TokenUsage] | None = None, jobs: RunTotals | None = None
+    ) -> StatsOut:
         totals = report.totals
         return cls(
+            jobs=JobsOut.of(jobs) if jobs is not None else None,
             namespace_count=report.namespace_count,
             next_after=report.next_after,
             generated_at=report.generated_at,

@@ -72,6 +72,7 @@ def dashboard(
 @router.get("/dashboard/data", response_model=StatsOut)
 def dashboard_data(
     admin: AdminDep,
+    runs: RunsDep,
     settings: SettingsDep,
     days: Annotated[int, Query(ge=1, le=3660)] = 30,
     top: Annotated[int, Query(ge=0, le=100)] = 10,
@@ -81,7 +82,8 @@ def dashboard_data(
     """The numbers the dashboard draws (the same as ``GET /admin/stats``, a page of namespaces at a time:
     ``limit`` and ``after`` as there)."""
     limit = limit or settings.stats_page_namespaces
-    return StatsOut.of(admin.stats(StatsQuery(days=days, top=top, limit=limit, after=after)))
+    report = admin.stats(StatsQuery(days=days, top=top, limit=limit, after=after))
+    return StatsOut.of(report, jobs=runs.totals(days=days))
 
 
 @router.get("/dashboard/runs", response_model=RunsOut)

@@ -289,8 +289,8 @@ def dashboard_graphs(
     reports: GraphsDep,
     namespace: Annotated[str, NAMESPACE],
     top: Annotated[int, TOP] = 5,
+    module: Annotated[str | None, MODULE] = None,
 ) -> GraphsOut:
     """What the dashboard's graph view draws (``GET /admin/graphs``, for the read role)."""
-    return GraphsOut(
-        namespace=namespace, graphs=[GraphReportOut.of(r) for r in reports.report(namespace, top=top)]
-    )
+    found = reports.report(namespace, top=top, module=module)
+    return GraphsOut(namespace=namespace, graphs=[GraphReportOut.of(r) for r in found])

@@ -28,6 +28,7 @@ __all__ = [
     "RunNumbers",
     "RunRecorded",
     "RunRepository",
+    "RunTotals",
     "pattern_to_like",
 ]
 
@@ -158,6 +159,18 @@ def _run_info(row: Sequence[Any], misses_stored: int = 0) -> RunInfo:
         numbers=RunNumbers(*(int(v) for v in row[9:])),
         misses_stored=misses_stored,
     )
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """The runs of a period together: how many, and what they reported (their hits are entries loaded
+    from the cache, their misses compiles)."""
+
+    runs: int
+    hits: int
+    misses: int
+    compile_ms: int
+    saved_ms: int
 
 
 class RunRepository:
@@ -321,6 +334,20 @@ class RunRepository:
         )
         with self._db.reading() as connection:
             return [(run_id, namespace) for run_id, namespace in connection.execute(stmt)]
+
+    def totals(self, *, since: dt.datetime, namespace: str | None = None) -> RunTotals:
+        """What the runs started at or after ``since`` (of ``namespace``, if given) reported, summed (off
+        ``ix_runs_started_at`` or ``ix_runs_namespace_started_at``)."""
+        stmt = select(
+            func.count(),
+            func.coalesce(func.sum(Run.hits), 0),
+            func.coalesce(func.sum(Run.misses), 0),
+            func.coalesce(func.sum(Run.compile_ms), 0),
+            func.coalesce(func.sum(Run.saved_ms), 0),
+        ).where(Run.started_at >= since, *([] if namespace is None else [Run.namespace == namespace]))
+        with self._db.reading() as connection:
+            row = connection.execute(stmt).one()
+        return RunTotals(*(int(value) for value in row))
 
     def misses_of(self, run_id: str) -> list[MissRecord]:
         """Every stored miss of a run, in the order it reported them."""

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
+from cache_server.index.runs import RunTotals
 from cache_server.runs.ingest import RunDetail, RunReport, RunService
 from cache_server.runs.reasons import ExplainedMiss
 
-__all__ = ["ExplainedMiss", "RunDetail", "RunReport", "RunService"]
+__all__ = ["ExplainedMiss", "RunDetail", "RunReport", "RunService", "RunTotals"]

@@ -20,7 +20,7 @@ from cache_server.domain import Clock, utcnow
 from cache_server.errors import RunAmbiguous, RunNotFound
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
-from cache_server.index.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRepository
+from cache_server.index.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRepository, RunTotals
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache
 
@@ -124,6 +124,11 @@ class RunService:
     def list_runs(self, query: RunFilter) -> list[RunInfo]:
         """The runs ``query`` asks for, the latest started first."""
         return self._repository.list_runs(query)
+
+    def totals(self, *, days: int, namespace: str | None = None) -> RunTotals:
+        """What the runs started in the last ``days`` UTC days (today's included) reported, summed."""
+        today = self._clock().astimezone(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        return self._repository.totals(since=today - dt.timedelta(days=days - 1), namespace=namespace)
 
     def detail(
         self, run_id: str, *, patterns: tuple[str, ...] | None, limit: int, offset: int = 0

@@ -45,13 +45,20 @@ function empty(container, sentence) {
   container.appendChild(el("p", { class: "empty" }, sentence));
 }
 
-function renderTotals(t) {
+function renderTotals(t, jobs) {
+  // The hit rate is what the jobs reported (loaded against compiled) where there are run reports; the
+  // server's own lookups (manifests and GETs that found their key) are shown as lookups.
+  const reported = jobs && jobs.runs > 0;
   const cards = [
     ["Entries stored", fmtCount(t.entries)],
     ["Bytes stored", fmtBytes(t.bytes)],
-    ["Hit rate", fmtRate(t.hit_rate)],
-    ["Hits", fmtCount(t.hits)],
-    ["Misses", fmtCount(t.misses)],
+    ["Hit rate", fmtRate(reported ? jobs.hit_rate : t.hit_rate),
+      reported ? `jobs' reports: ${fmtCount(jobs.hits)} loaded, ${fmtCount(jobs.compiles)} compiled`
+        : "server lookups (no run reports)"],
+    ...(reported ? [["Compiles", fmtCount(jobs.compiles), `${fmtCount(jobs.runs)} runs reported`]] : []),
+    ["Lookups found", fmtRate(t.hit_rate)],
+    ["Lookup hits", fmtCount(t.hits)],
+    ["Lookup misses", fmtCount(t.misses)],
     ["Compile time saved", fmtSeconds(t.compile_seconds_saved)],
     ["Delivered live", fmtCount(t.live_deliveries)],
     ["Saved by live delivery", fmtSeconds(t.live_compile_seconds_saved)],
@@ -61,10 +68,11 @@ function renderTotals(t) {
   ];
   const box = document.getElementById("totals");
   clear(box);
-  for (const [label, value] of cards) {
+  for (const [label, value, note] of cards) {
     const card = el("div", { class: "card" });
     card.appendChild(el("div", { class: "value", "data-total": label }, value));
     card.appendChild(el("div", { class: "label" }, label));
+    if (note) card.appendChild(el("div", { class: "label note" }, note));
     box.appendChild(card);
   }
 }
@@ -210,7 +218,7 @@ function renderGraphs(graphs) {
 }
 
 // The graph view: one namespace's graphs, their varying dimensions and what each padding scheme leaves.
-const buckets = { namespace: null };
+const buckets = { namespace: null, module: null };
 
 function fmtOverhead(r) { return "+" + (100 * r).toFixed(r < 0.1 ? 1 : 0) + " %"; }
 
@@ -250,15 +258,32 @@ function renderBuckets(report) {
     }
     part.appendChild(varying);
     box.appendChild(part);
-    if (g.varying.length === 0) continue; // nothing to pad
     const addTable = (cls, caption, headers, rows) => {
       part.appendChild(el("p", { class: "explain" }, caption));
       const table = el("table", { class: cls });
       part.appendChild(table);
-      table.id = `${cls}-${box.children.length}`;
+      table.id = `${cls}-${part.dataset.module}-${box.children.length}-${part.children.length}`;
       renderTable(table.id, headers, rows);
     };
     const overheads = [["mean overhead"], ["largest overhead"]];
+    const baked = g.baked_sizes;
+    if (baked) {
+      // entries at one input shape that differ only in sizes inside the graph (sliced by Python integers)
+      part.appendChild(el("p", { class: "explain baked" },
+        `Sizes baked into the graph: ${fmtCount(baked.entries)} entries at the same input shapes ${baked.params} ` +
+        "differ only in these. Pass them as data (masks, index tensors), pad them, or run the section eagerly."));
+      addTable("baked-sizes", `Each size padded alone (overhead: extra ${baked.cost}).`,
+        [["size", "text"], ["values", "text"], ["padding", "text"], ["compilations left"]].concat(overheads),
+        baked.sizes.flatMap((s) => (s.choices || []).map((c) => [s.label,
+          s.values.join(", ") + (s.count > s.values.length ? ", …" : ""),
+          c.boundaries.length > 1 ? `${c.description} (${c.boundaries.join(", ")})` : c.description,
+          fmtCount(c.compiles), fmtOverhead(c.mean_overhead), fmtOverhead(c.max_overhead)])));
+      addTable("baked-frontier", "Best combinations of those sizes.",
+        [["padding", "text"], ["compilations left"]].concat(overheads),
+        (baked.frontier || []).map((c) => [c.description, fmtCount(c.compiles), fmtOverhead(c.mean_overhead),
+          fmtOverhead(c.max_overhead)]));
+    }
+    if (g.varying.length === 0) continue; // nothing to pad
     const results = g.result_cost ? [[`mean, in ${g.result_cost}`]] : [];
     addTable("frontier", `Best combinations: fewest compilations for the padding (overhead: extra ${g.cost}).`,
       [["padding", "text"], ["compilations left"]].concat(overheads, results),
@@ -280,7 +305,9 @@ async function loadBuckets() {
   if (!buckets.namespace) return;
   const error = document.getElementById("error");
   try {
-    const query = new URLSearchParams({ namespace: buckets.namespace, top: 5 }).toString();
+    const params = { namespace: buckets.namespace, top: 5 };
+    if (buckets.module) params.module = buckets.module;  // one graph, as a run's detail links it
+    const query = new URLSearchParams(params).toString();
     const response = await fetch("/dashboard/graphs?" + query, { credentials: "same-origin", cache: "no-store" });
     const body = await response.json();
     if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
@@ -418,11 +445,26 @@ async function showRun(runId) {
     document.getElementById("run-detail-summary").textContent =
       `${run.framework} on ${run.host} in ${run.namespace}: ${fmtCount(run.hits)} hits, ` +
       `${fmtCount(run.misses_total)} compiles (${fmtSeconds(run.compile_seconds)} paid), ` +
-      `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained.`;
+      `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained. By reason: ` +
+      Object.entries(run.reasons || {}).map(([reason, count]) => `${reason} ${fmtCount(count)}`).join(", ") +
+      (run.reasons_counted < run.misses_stored ? ` (the first ${fmtCount(run.reasons_counted)})` : "") + ".";
+    const moduleCell = (m) => {
+      if (!m.module) return "–";
+      if (!run.graphs[m.module] || !["new_shapes", "baked_sizes"].includes(m.reason)) return m.module;
+      // the graph's bucketing lines, in the graph view below
+      const open = el("button", { type: "button", class: "link", "data-graph": m.module,
+        title: "show this graph's bucketing" }, m.module);
+      open.addEventListener("click", () => {
+        buckets.namespace = run.namespace;
+        buckets.module = m.module;
+        loadBuckets().then(() => document.getElementById("buckets").scrollIntoView());
+      });
+      return open;
+    };
     renderTable("run-misses",
       [["key", "text"], ["module", "text"], ["reason", "text"], ["why", "text"], ["compile"]],
-      run.misses.map((m) => [el("code", {}, m.key), m.module || "–",
-        el("span", { class: `reason reason-${m.reason}` }, m.reason), m.detail,
+      run.misses.map((m) => [el("code", {}, m.key), moduleCell(m),
+        el("span", { class: `reason reason-${m.reason}`, title: m.advice || "" }, m.reason), m.detail,
         m.compile_seconds === null ? "–" : fmtSeconds(m.compile_seconds)]));
     document.getElementById("run-detail").hidden = false;
     document.body.dataset.runShown = run.run_id;
@@ -447,7 +489,7 @@ async function load() {
     nsPages.shown = body.namespaces;
     nsPages.next = body.next_after;
     nsPages.count = body.namespace_count;
-    renderTotals(body.totals);
+    renderTotals(body.totals, body.jobs);
     renderHits(body.daily);
     renderNamespacePages();
     renderGraphs(body.top_graphs);
@@ -466,6 +508,7 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("ns-more").addEventListener("click", loadMoreNamespaces);
   document.getElementById("buckets-namespace").addEventListener("change", (event) => {
     buckets.namespace = event.target.value;
+    buckets.module = null;
     loadBuckets();
   });
   load();

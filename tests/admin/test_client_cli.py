@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -67,15 +68,43 @@ def test_stats_is_readable_and_json(
     code, out, _ = run(["stats", "--all", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert code == 0
     assert "14 entries" in out  # 4 real entries and 10 small ones
-    assert "hit rate     100.0 %  (4 hits, 0 misses)" in out
+    assert "no run reports" in out
+    assert "hit rate     100.0 % found  (4 hits, 0 misses of manifests and GETs)" in out
     assert "6.0 min of compile time" in out  # 4 hits x 90 s
     assert "cpu-job" in out and "small" in out
     assert "3 variants  SyncTensorsGraph.15  [cpu-job]" in out
     assert "e.g. (f32[16,3], f32[2,16]) -> (f32[3])" in out
 
+    # a job reports what it compiled: the hit rate is the jobs', the server's lookups are shown as such
+    run_report = {
+        "run_id": "run-stats-0001",
+        "namespace": "cpu-job",
+        "framework": "torch_xla",
+        "host": "h",
+        "process_index": 0,
+        "started_at": time.time() - 30,
+        "hits": 1,
+        "misses": 3,
+        "compile_seconds": 6.0,
+    }
+    headers = {"Authorization": f"Bearer {tokens['admin']}"}
+    assert httpx.post(f"{srv.url}/v1/runs", json=run_report, headers=headers, timeout=30).status_code == 200
+    code, out, _ = run(["stats", "--all", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    assert "what jobs reported (1 runs)" in out
+    assert "hit rate     25.0 %  (1 loaded from the cache, 3 compiled" in out
+    assert "lookups      100.0 % found" in out
+
     code, out, _ = run(["stats", "--all", "--json", "--server", srv.url, "--token", tokens["admin"]], capsys)
     body = json.loads(out)
     assert code == 0 and body["admin"]["totals"]["entries"] == 14
+    assert body["admin"]["jobs"] == {
+        "runs": 1,
+        "hits": 1,
+        "compiles": 3,
+        "hit_rate": 0.25,
+        "compile_seconds": 6.0,
+        "saved_seconds": body["admin"]["jobs"]["saved_seconds"],
+    }
     assert body["admin"]["top_graphs"][0]["variants"] == 3
 
     code, out, _ = run(

@@ -198,6 +198,7 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
                   ].slice(1).map((tr) => [...tr.children].slice(0, cells).map((td) => td.textContent));
                   return {
                     entries: total("Entries stored"), hitRate: total("Hit rate"),
+                    lookups: total("Lookups found"), compiles: total("Compiles"),
                     saved: total("Compile time saved"), live: total("Delivered live"),
                     liveSaved: total("Saved by live delivery"),
                     hitBars: count("#hits-chart rect.bar-hit"), missBars: count("#hits-chart rect.bar-miss"),
@@ -224,7 +225,9 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
         finally:
             browser.close()
     assert page["entries"] == "9"
-    assert page["hitRate"] == "80.0 %"  # 4 hits, 1 miss
+    assert page["hitRate"] == "60.0 %"  # the job's report: 6 loaded, 4 compiled
+    assert page["compiles"] == "4"
+    assert page["lookups"] == "80.0 %"  # the server's lookups: 4 hits, 1 miss
     assert page["saved"] == "2.8 min"  # 4 hits x 42 s
     assert (page["live"], page["liveSaved"]) == ("1", "42.0 s")
     assert page["hitBars"] == 21 and page["missBars"] == 21  # 20 days of history and today
@@ -235,20 +238,21 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert page["graphRows"][0] == ["SyncTensorsGraph.15", "vision-tpu-v5e", "3"]
     assert page["nsRows"] == ["text-gpu", "vision-tpu-v5e"]  # largest first
     assert first_page == [1, "1 of 2 namespaces shown."] and more_hidden is True
-    # the graph view: the fixture graph's rows (2, 4 or 8 of 16) vary; +(3 + 1 + 0) / 3 with multiples of 8
+    # the graph view: the fixture graph's rows (2, 4 or 8 of 16) vary; each variant weighs its hits + 1, and
+    # the 8-row one was read 4 times: multiples of 8 cost +(300 % + 100 % + 5 x 0) / 7 = +57 % in bytes
     assert page["bucketNamespace"] == "vision-tpu-v5e"
     assert page["bucketGraphs"] == ["SyncTensorsGraph.15", "SyncTensorsGraph.12"]
     assert page["varying"] == "Varying: p1.d0 2..8 (3 sizes)"
     assert page["schemeRows"] == [
         ["none (as now)", "3", "\u2013"],  # an en dash: no overhead
         ["next power of two", "3", "+0.0 %"],
-        ["next multiple of 8", "1", "+133 %"],
-        ["next multiple of 64", "1", "+1767 %"],
-        ["next multiple of 128", "1", "+3633 %"],
+        ["next multiple of 8", "1", "+57 %"],
+        ["next multiple of 64", "1", "+1157 %"],  # (3,100 + 1,500 + 5 x 700) / 7
+        ["next multiple of 128", "1", "+2414 %"],  # (6,300 + 3,100 + 5 x 1,500) / 7
     ]
     assert page["frontierRows"] == [
-        ["p1.d0 max", "1", "+133 %"],
-        ["p1.d0 buckets2", "2", "+33 %"],
+        ["p1.d0 max", "1", "+57 %"],
+        ["p1.d0 buckets2", "2", "+14 %"],  # 2 rows padded to 4: +100 % of a weight of 1 in 7
         ["p1.d0 as is", "3", "+0.0 %"],
     ]
     assert page["choiceRows"] == [
