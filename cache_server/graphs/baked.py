@@ -123,7 +123,8 @@ class InternalAxis:
         element, dims = _result_dims(self.op.result)
         if self.index < len(dims) and self.attribute in ("limit", "shape", "sizes", "slice_sizes"):
             dims[self.index] = size
-        return ELEMENT_BYTES.get(element, 4) * math.prod(dims)
+        # a crafted entry's dimensions must not overflow the report's arithmetic
+        return min(ELEMENT_BYTES.get(element, 4) * math.prod(min(max(d, 0), 1 << 40) for d in dims), 1 << 62)
 
 
 def _result_dims(result: str) -> tuple[str, list[int]]:

@@ -128,6 +128,8 @@ def _locate_module(prefix: Prefix) -> tuple[int, int] | None:
                 return None
             tag, pos = prefix.varint(pos)
             number, wire = tag >> 3, tag & 7
+            if number == 0:  # no message has a field 0 (zeroed bytes would be walked two at a time)
+                return None
             if wire == 0:
                 _, pos = prefix.varint(pos)
             elif wire in (1, 5):
@@ -231,9 +233,14 @@ def parse_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> Gr
 def _parse_executable(chunks: Iterator[bytes], limit: int) -> GraphInfo | None:
     prefix = Prefix(chunks, limit)
     try:
-        span = _locate_module(prefix)
+        try:
+            span = _locate_module(prefix)
+        except WireError:
+            span = None  # not this layout: perhaps a TPU executable's
         if span is not None and prefix.ensure(span[1]):
-            return _module_info(prefix.buf, *span)
+            info = _module_info(prefix.buf, *span)
+            if info is not None:
+                return info
         for start, end in tpu_module_spans(prefix):  # not a CPU/GPU layout: a TPU executable's?
             try:
                 info = _module_info(prefix.buf, start, end)

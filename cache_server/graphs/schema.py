@@ -110,7 +110,7 @@ SLICE_DIMENSION = {"start": 1, "limit": 2, "stride": 3}
 # PaddingConfig.PaddingConfigDimension (PaddingConfig's field 1 repeats it)
 PADDING_DIMENSION = {"low": 1, "high": 2, "interior": 3}
 # LiteralProto: the integer arrays (varints) and the floating-point ones (fixed width: format, bytes)
-LITERAL_VARINT = {"preds": 2, "u8s": 3, "s32s": 4, "s64s": 5, "u32s": 6, "u64s": 7}
+LITERAL_VARINT = {"preds": 2, "s32s": 4, "s64s": 5, "u32s": 6, "u64s": 7}  # (u8s, field 3, is bytes)
 LITERAL_FIXED = {"f32s": (8, "<f", 4), "f64s": (9, "<d", 8)}
 # StackFrameIndexProto (a module's source locations, which metadata's stack_frame_id points into)
 STACK_FRAMES = {"file_names": 1, "function_names": 2, "file_locations": 3, "stack_frames": 4}
