@@ -60,22 +60,16 @@ MAX_FRAMES = 100_000  # stack frames, locations and file names read of a module'
 _SHAPE_IS_ATTRIBUTE = {"iota", "rng", "rng-bit-generator", "broadcast", "dynamic-reshape", "reshape"}
 
 _F = INSTRUCTION
-# left out of the structure digest: the sizes (and what carries them), names and metadata
-_NOT_STRUCTURE = frozenset(
-    {
-        _F["name"],
-        _F["shape"],
-        _F["metadata"],
-        _F["literal"],
-        _F["slice_dimensions"],
-        _F["dynamic_slice_sizes"],
-        _F["padding_config"],
-        _F["gather_slice_sizes"],
-        _F["frontend_attributes"],
-        _F["statistics_viz"],
-        _F["original_value"],
-    }
+# the fields that carry an instruction's own sizes (read as sized ops, left out of the structure digest)
+_SIZE_FIELDS = frozenset(
+    _F[name]
+    for name in ("literal", "slice_dimensions", "dynamic_slice_sizes", "padding_config", "gather_slice_sizes")
 )
+# left out of the structure digest: the sizes (and what carries them), names and metadata
+_NOT_STRUCTURE = _SIZE_FIELDS | {
+    _F[name]
+    for name in ("name", "shape", "metadata", "frontend_attributes", "statistics_viz", "original_value")
+}
 # left out of the program digest: names and metadata only
 _NOT_PROGRAM = frozenset(
     {_F["name"], _F["metadata"], _F["frontend_attributes"], _F["statistics_viz"], _F["original_value"]}
@@ -349,16 +343,4 @@ def _instruction(
     return SizedOp(position, opcode, name[:MAX_LABEL], sizes, _shape_text(element, dims, parts), op, source)
 
 
-_WANTED = frozenset(
-    {
-        _F["name"],
-        _F["opcode"],
-        _F["shape"],
-        _F["metadata"],
-        _F["literal"],
-        _F["slice_dimensions"],
-        _F["dynamic_slice_sizes"],
-        _F["padding_config"],
-        _F["gather_slice_sizes"],
-    }
-)
+_WANTED = _SIZE_FIELDS | {_F[name] for name in ("name", "opcode", "shape", "metadata")}
