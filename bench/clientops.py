@@ -1,7 +1,7 @@
 """The client's public paths, as the benchmark calls them: ``xla-cache push`` and ``warm()``.
 
-Push goes through the CLI's own entry point (``client.cli.main``), so it measures whatever the CLI does
-(one PUT per entry today, the bulk endpoint once the client moves to it). Warm calls ``client.warm`` with
+Push goes through the CLI's own entry point (``xla_cache.cli.main``), so it measures whatever the CLI does
+(one PUT per entry today, the bulk endpoint once the client moves to it). Warm calls ``xla_cache.warm`` with
 an explicit fingerprint and ``initialize=False``: the download path of a job, without importing torch_xla.
 """
 
@@ -36,7 +36,7 @@ class WarmOutcome:
 
 def push(server: str, cache: CacheDir, *, timeout: float) -> PushOutcome:
     """``xla-cache push --namespace NS --json`` of ``cache`` (its output is captured, not printed)."""
-    from client.cli import main
+    from xla_cache.cli import main
 
     out = io.StringIO()
     argv = [
@@ -62,8 +62,8 @@ def push(server: str, cache: CacheDir, *, timeout: float) -> PushOutcome:
 
 
 def warm(server: str, cache: CacheDir, destination: Path, *, timeout: float) -> WarmOutcome:
-    """``client.warm`` of ``cache``'s namespace into ``destination`` (no framework set up, no uploader)."""
-    from client.warming import warm as client_warm
+    """``xla_cache.warm`` of ``cache``'s namespace into ``destination`` (no framework set up, no uploader)."""
+    from xla_cache.warming import warm as client_warm
 
     report = client_warm(
         server,

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE
-from client.cachedir import write_fingerprint
-from client.fingerprint import namespace_id
-from client.frameworks.torch_xla import build_fingerprint
+from xla_cache.cachedir import write_fingerprint
+from xla_cache.fingerprint import namespace_id
+from xla_cache.frameworks.torch_xla import build_fingerprint
 
 __all__ = [
     "FIXTURE_DIR",

@@ -1,7 +1,7 @@
 """What a run report costs: the job (client CPU and bytes of one report, requests per run) and the server
 (rows, bytes and time per run in the index), measured in one run (``python -m bench.run_reports``).
 
-Client: a :class:`~client.runs.RunReporter` over a cache directory of 2,000 warmed entries posts to a real
+Client: a :class:`~xla_cache.runs.RunReporter` over a cache directory of 2,000 warmed entries posts to a real
 ``xla-cache-server serve`` (its own process, so the client's thread CPU is the reporter's alone); each
 report is timed (thread CPU and wall) with 0, 100 and 1,000 new compiles in the directory, JAX-like (module
 name and the eight key components of :data:`~cache_protocol.runs.COMPONENT_NAMES`) and torch_xla-like (a
@@ -37,12 +37,12 @@ from bench.launch import run_server
 from cache_protocol.runs import COMPONENT_NAMES, MAX_MISSES_PER_REPORT, REPORT_INTERVAL_SECONDS
 from cache_server.app import create_app
 from cache_server.settings import Settings
-from client.api import CacheApi
-from client.cachedir import LocalFile, scan
-from client.frameworks import all_frameworks
-from client.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
 from tests.support.clock import ManualMonotonic
 from tests.support.databases import fresh_database_url
+from xla_cache.api import CacheApi
+from xla_cache.cachedir import LocalFile, scan
+from xla_cache.frameworks import all_frameworks
+from xla_cache.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
 
 WARMED = 2_000
 CLIENT_MISSES = (0, 100, 1_000)

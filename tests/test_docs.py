@@ -18,7 +18,7 @@ def test_every_setting_is_in_the_readme() -> None:
 def test_the_folder_map_names_every_module_of_the_server_and_the_client() -> None:
     text = README.read_text()
     folders = text[text.index("## Folders") :]
-    server, client = README.parent / "cache_server", README.parent / "client"
+    server, client = README.parent / "cache_server", README.parent / "client" / "xla_cache"
     packages = (
         server,
         server / "index",

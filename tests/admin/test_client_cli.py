@@ -10,12 +10,12 @@ import httpx
 import pytest
 
 from cache_protocol import SHA256_HEADER
-from client.admin_cli import parse_duration, parse_size
-from client.cli import main as cli_main
 from tests.support.api import sha
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
+from xla_cache.admin_cli import parse_duration, parse_size
+from xla_cache.cli import main as cli_main
 
 KIB = 1024
 

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from cache_protocol import SHA256_HEADER
-from client.cli import main as cli_main
 from tests.support.api import sha
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
+from xla_cache.cli import main as cli_main
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from cache_protocol.signing import Signer
-from client.cli import main as cli_main
 from tests.support.api import put_ok
 from tests.support.real_entries import FIXTURES, real_entries
 from tests.support.server import LiveServer, run_server
+from xla_cache.cli import main as cli_main
 
 
 @pytest.fixture(scope="module")

@@ -17,14 +17,14 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.settings import Settings
-from client import warming as warm_module
-from client.fingerprint import namespace_id
-from client.frameworks import all_frameworks
-from client.frameworks.torch_xla import build_fingerprint
 from tests.support.asgi_transport import PortalASGITransport
 from tests.support.client_kit import FACTS, FakeTorchXla, RealServer
 from tests.support.fake_server import FakeCacheServer
 from tests.support.migrated import migrated
+from xla_cache import warming as warm_module
+from xla_cache.fingerprint import namespace_id
+from xla_cache.frameworks import all_frameworks
+from xla_cache.frameworks.torch_xla import build_fingerprint
 
 
 @pytest.fixture

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from client import transfer, warm
-from client.api import CacheApi
-from client.cli import main as cli_main
-from client.deadline import Deadline
-from client.fingerprint import namespace_id
-from client.frameworks.torch_xla import FRAMEWORK as TORCH_XLA
-from client.frameworks.torch_xla import build_fingerprint
-from client.uploader import Uploader
 from tests.support.client_kit import FACTS, warnings_of
 from tests.support.server import LiveServer, run_server
+from xla_cache import transfer, warm
+from xla_cache.api import CacheApi
+from xla_cache.cli import main as cli_main
+from xla_cache.deadline import Deadline
+from xla_cache.fingerprint import namespace_id
+from xla_cache.frameworks.torch_xla import FRAMEWORK as TORCH_XLA
+from xla_cache.frameworks.torch_xla import build_fingerprint
+from xla_cache.uploader import Uploader
 
 TIMEOUT = 10.0
 

@@ -8,9 +8,9 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from client.api import RemoteEntry
-from client.bundle import extract_bundle
 from tests.support.api import sha
+from xla_cache.api import RemoteEntry
+from xla_cache.bundle import extract_bundle
 
 
 def tar_of(members: list[tuple[str, bytes]], *, links: tuple[str, ...] = ()) -> bytes:

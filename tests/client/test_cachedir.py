@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from client import cachedir
-from client.cachedir import (
+from tests.support.api import sha
+from xla_cache import cachedir
+from xla_cache.cachedir import (
     TEMP_SUFFIX,
     VerifiedWriter,
     files_open_for_writing,
@@ -19,8 +20,7 @@ from client.cachedir import (
     scan,
     write_fingerprint,
 )
-from client.errors import CorruptTransfer
-from tests.support.api import sha
+from xla_cache.errors import CorruptTransfer
 
 
 def test_entry_names() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from client.cli import build_parser, main
+from xla_cache.cli import build_parser, main
 
 
 def test_every_subcommand_has_its_own_function() -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from client.api import CacheApi, RemoteEntry
-from client.config import Compression, is_loopback, wants_compression
-from client.deadline import Deadline
-from client.transfer import DownloadOptions, download
 from tests.support.api import sha
 from tests.support.client_kit import UPLOAD_NAMESPACE, RealServer, make_uploader, tar_members
 from tests.support.http_stub import Recorded
+from xla_cache.api import CacheApi, RemoteEntry
+from xla_cache.config import Compression, is_loopback, wants_compression
+from xla_cache.deadline import Deadline
+from xla_cache.transfer import DownloadOptions, download
 
 NS = UPLOAD_NAMESPACE
 

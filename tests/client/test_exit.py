@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = """
 import json, logging, os, sys
 from pathlib import Path
-from client import warming
-from client.frameworks import all_frameworks
-from client.frameworks.torch_xla import TorchXla
+from xla_cache import warming
+from xla_cache.frameworks import all_frameworks
+from xla_cache.frameworks.torch_xla import TorchXla
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
 

@@ -12,9 +12,9 @@ import pytest
 
 from cache_protocol import is_namespace
 from cache_protocol.fingerprint import REDACTED, differences
-from client.fingerprint import flags_digest, namespace_id
-from client.frameworks.torch_xla import build_fingerprint
 from tests.support.client_kit import FACTS
+from xla_cache.fingerprint import flags_digest, namespace_id
+from xla_cache.frameworks.torch_xla import build_fingerprint
 
 DESIGN_FIELDS = {
     "torch_xla_version",
@@ -119,7 +119,7 @@ def test_odd_versions_still_give_a_valid_namespace() -> None:
 
 def test_importing_the_client_never_imports_torch() -> None:
     code = (
-        "import sys, client, client.cli, client.doctor, client.uploader, client.transfer\n"
+        "import sys, xla_cache, xla_cache.cli, xla_cache.doctor, xla_cache.uploader, xla_cache.transfer\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla'))\n"
         "assert not loaded, loaded\n"
     )

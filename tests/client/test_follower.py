@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from client import warm
-from client import warming as warm_module
-from client.api import CacheApi
-from client.follower import Follower
 from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
 from tests.support.wait import wait_until
+from xla_cache import warm
+from xla_cache import warming as warm_module
+from xla_cache.api import CacheApi
+from xla_cache.follower import Follower
 
 TIMEOUT = 10.0
 

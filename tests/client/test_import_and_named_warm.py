@@ -40,7 +40,11 @@ def xla_cache(*args: str, hide: Path) -> subprocess.CompletedProcess[str]:
     """The CLI in a process where importing torch, torch_xla or jax raises."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(hide), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-c", "import sys; from client.cli import main; sys.exit(main(sys.argv[1:]))"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from xla_cache.cli import main; sys.exit(main(sys.argv[1:]))",
+    ]
     return subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -161,7 +165,11 @@ def test_warm_follow_beside_a_job_fetches_and_uploads_until_stopped(
     ).is_success
     env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(hide), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-c", "import sys; from client.cli import main; sys.exit(main(sys.argv[1:]))"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from xla_cache.cli import main; sys.exit(main(sys.argv[1:]))",
+    ]
     args = [
         "warm",
         "--namespace",

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from client import warm
-from client.fingerprint import namespace_id
-from client.frameworks.torch_xla import build_fingerprint
-from client.nearest import ASK_SECONDS, NearDifference, NearNamespace, nearest_line
 from tests.support.client_kit import FACTS, RealServer
 from tests.support.fake_server import FakeCacheServer
 from tests.support.http_stub import Recorded, Reply
+from xla_cache import warm
+from xla_cache.fingerprint import namespace_id
+from xla_cache.frameworks.torch_xla import build_fingerprint
+from xla_cache.nearest import ASK_SECONDS, NearDifference, NearNamespace, nearest_line
 
 TIMEOUT = 5.0
 FAST = "--xla_cpu_enable_fast_math=true"
@@ -129,7 +129,7 @@ def test_cli_warm_prints_why(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from client import cli
+    from xla_cache import cli
 
     _seed(real_server, build_fingerprint(FACTS, env={}), 12)
     ours = _seed(real_server, build_fingerprint(FACTS, env={"XLA_FLAGS": FAST}), 0)
@@ -147,7 +147,7 @@ def test_cli_warm_prints_why(
 def test_doctor_names_the_nearest_namespace_of_its_runtime(
     real_server: RealServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from client import cli, doctor
+    from xla_cache import cli, doctor
 
     _seed(real_server, build_fingerprint(FACTS, env={}), 12)
     ours = build_fingerprint(FACTS, env={"XLA_FLAGS": FAST})

@@ -20,26 +20,26 @@ from typing import Any, ClassVar
 import pytest
 from starlette.types import Receive, Scope, Send
 
-import client
+import xla_cache
 from cache_protocol.runs import (
     COMPONENT_NAMES,
     MAX_MISSES_PER_REPORT,
     REPORT_INTERVAL_SECONDS,
     RUN_ID_PATTERN,
 )
-from client import warming
-from client.api import CacheApi
-from client.cachedir import LocalFile, scan
-from client.config import run_report_settings
-from client.frameworks import all_frameworks
-from client.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
-from client.runs.jax_events import JaxCollector, JaxEvents, KeyComponentLog, key_hash, module_of
-from client.warming import warm
 from tests.support.client_kit import FakeTorchXla, RealServer
 from tests.support.clock import ManualMonotonic
 from tests.support.run_receiver import RunReceiver, no_run_routes, report_problems
 from tests.support.server import free_port
 from tests.support.threaded_server import serve_in_thread
+from xla_cache import warming
+from xla_cache.api import CacheApi
+from xla_cache.cachedir import LocalFile, scan
+from xla_cache.config import run_report_settings
+from xla_cache.frameworks import all_frameworks
+from xla_cache.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
+from xla_cache.runs.jax_events import JaxCollector, JaxEvents, KeyComponentLog, key_hash, module_of
+from xla_cache.warming import warm
 
 INTERVAL = 60.0
 HEX = "ab" * 32
@@ -415,14 +415,14 @@ def test_warm_names_its_run_and_reports_can_be_turned_off(
 ) -> None:
     report = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=10.0)
     assert report.run_id is not None and RUN_ID_PATTERN.fullmatch(report.run_id)
-    now = client.run_report()
+    now = xla_cache.run_report()
     assert now is not None and (now["run_id"], now["namespace"]) == (report.run_id, report.namespace)
     assert now["framework"] == "torch_xla" and now["ended_at"] is None
-    client.stop()
+    xla_cache.stop()
 
     monkeypatch.setenv("XLA_CACHE_RUN_REPORTS", "0")
     again = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=10.0)
-    assert again.run_id is None and client.run_report() is None
+    assert again.run_id is None and xla_cache.run_report() is None
 
 
 def test_a_reporter_that_cannot_start_costs_the_job_nothing_but_a_warning(
@@ -439,6 +439,6 @@ def test_a_reporter_that_cannot_start_costs_the_job_nothing_but_a_warning(
     monkeypatch.setattr(warming, "reporter_for", broken)
     with caplog.at_level(logging.WARNING, logger="xla_cache"):
         report = warm(real_server.url, tmp_path, fingerprint=fingerprint, timeout=10.0)
-    assert report.errors == [] and report.run_id is None and client.run_report() is None
+    assert report.errors == [] and report.run_id is None and xla_cache.run_report() is None
     assert any("cannot report this run" in r.getMessage() for r in caplog.records)
-    client.stop()
+    xla_cache.stop()

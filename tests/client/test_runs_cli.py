@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from client.api import CacheApi
-from client.cli import main
-from client.deadline import Deadline
-from client.runs_cli import since_of
 from tests.support.run_receiver import RunReceiver, no_run_routes
 from tests.support.threaded_server import serve_in_thread
+from xla_cache.api import CacheApi
+from xla_cache.cli import main
+from xla_cache.deadline import Deadline
+from xla_cache.runs_cli import since_of
 
 HEX = "ab" * 32
 

@@ -22,19 +22,19 @@ from cache_protocol import SHA256_HEADER
 from cache_protocol.signing import SIGNATURE_HEADER, Signer, Verifier
 from cache_server.index.models import Entry
 from cache_server.storage.base import blob_name
-from client import stop, transfer, warm
-from client import warming as warm_module
-from client.api import CacheApi, RemoteEntry
-from client.cachedir import scan
-from client.deadline import Deadline
-from client.errors import ServerError
-from client.follower import Follower
-from client.transfer import DownloadOptions, download, upload_entries
-from client.trust import EntryTrust
 from tests.support.api import put, sha
 from tests.support.apps import services_of
 from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
 from tests.support.wait import wait_until
+from xla_cache import stop, transfer, warm
+from xla_cache import warming as warm_module
+from xla_cache.api import CacheApi, RemoteEntry
+from xla_cache.cachedir import scan
+from xla_cache.deadline import Deadline
+from xla_cache.errors import ServerError
+from xla_cache.follower import Follower
+from xla_cache.transfer import DownloadOptions, download, upload_entries
+from xla_cache.trust import EntryTrust
 
 TIMEOUT = 10.0
 TRUSTED = "XLA_CACHE_TRUSTED_KEYS"

@@ -15,12 +15,6 @@ from pathlib import Path
 import pytest
 
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
-from client import uploader as uploader_module
-from client.api import CacheApi
-from client.cachedir import LocalFile, scan
-from client.frameworks import torch_xla as torch_xla_adapter
-from client.frameworks.torch_xla import TorchXla, deserialize_failure_cause, match_compile_times
-from client.uploader import Uploader
 from tests.support.api import sha
 from tests.support.client_kit import (
     UPLOAD_NAMESPACE,
@@ -32,6 +26,12 @@ from tests.support.client_kit import (
 )
 from tests.support.fake_server import FakeCacheServer
 from tests.support.wait import wait_until
+from xla_cache import uploader as uploader_module
+from xla_cache.api import CacheApi
+from xla_cache.cachedir import LocalFile, scan
+from xla_cache.frameworks import torch_xla as torch_xla_adapter
+from xla_cache.frameworks.torch_xla import TorchXla, deserialize_failure_cause, match_compile_times
+from xla_cache.uploader import Uploader
 
 NS = UPLOAD_NAMESPACE
 
@@ -205,4 +205,4 @@ def test_spmd_switched_after_warm_stops_uploads(
     with caplog.at_level(logging.INFO, logger="xla_cache"):
         report = make_uploader(real_server.api(), tmp_path, framework=torch_xla).flush()
     assert report.uploaded == 0 and real_server.requests == []
-    assert "use_spmd() before client.warm()" in warnings_of(caplog)[0]
+    assert "use_spmd() before xla_cache.warm()" in warnings_of(caplog)[0]

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from cache_protocol import FINGERPRINT_FILE
-from client import CacheAlreadyInitialized, warm
-from client import warming as warm_module
-from client.cachedir import read_fingerprint
-from client.dirlock import DirLock
 from tests.support.client_kit import FakeTorchXla, RealServer, tar_members, warnings_of
 from tests.support.fake_server import FakeCacheServer
+from xla_cache import CacheAlreadyInitialized, warm
+from xla_cache import warming as warm_module
+from xla_cache.cachedir import read_fingerprint
+from xla_cache.dirlock import DirLock
 
 TIMEOUT = 2.0
 SLACK = 1.5  # thread start-up and teardown on a loaded 2-core machine; far below any real timeout
@@ -92,7 +92,7 @@ def test_a_warm_streams_at_most_as_many_bundles_as_the_server_has_workers(
 ) -> None:
     """Several streams into a one-process server only take turns on its CPU (2,000 small entries: 0.33 s as
     one bundle, 0.50 s as four); a server with more processes gets more, up to the client's four."""
-    from client import transfer
+    from xla_cache import transfer
 
     monkeypatch.setattr(transfer, "BUNDLE_MIN_ENTRIES", 5)
     monkeypatch.setattr(real_server.http.app.state.settings, "workers", workers)
@@ -113,7 +113,7 @@ def test_large_entries_come_by_parallel_gets(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from client import transfer
+    from xla_cache import transfer
 
     monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 5000)
     small = seed(real_server, namespace, 3, size=100)
@@ -226,7 +226,7 @@ def test_warm_fails_open_within_the_timeout_with_one_warning(
     elif failure == "garbage bundle":
         fake_server.garbage_bundle = True
     else:
-        from client import transfer
+        from xla_cache import transfer
 
         fake_server.corrupt_bundle = True  # the fake also corrupts single GETs
         monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 1)

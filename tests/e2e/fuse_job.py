@@ -2,9 +2,9 @@
 
 Like the user's multimodal model: image tokens and text tokens of varying counts are embedded, concatenated
 and padded to a fixed length. Every (image count, text count) pair is a new XLA graph. The job warms the
-cache with ``client.warm()`` first (unless ``--no-warm``), runs the shapes, flushes uploads, and prints one
+cache with ``xla_cache.warm()`` first (unless ``--no-warm``), runs the shapes, flushes uploads, and prints one
 JSON line: torch_xla's cache counters, the warm and upload reports, a digest of every output and the run as
-its reports tell it (``client.run_report()``).
+its reports tell it (``xla_cache.run_report()``).
 
     python tests/e2e/fuse_job.py --server URL --cache-dir DIR --shapes 60 [--spmd] [--corrupt-local]
         [--order-seed N] [--follow] [--no-warm | --no-cache] [--seq-len 128]
@@ -26,9 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
-
-import client
+import xla_cache
 
 PATCHES_PER_IMAGE = 4
 EMBED_DIM = 32
@@ -103,7 +101,7 @@ def main() -> int:
         xr.initialize_cache(args.cache_dir, readonly=False)
         warm_report = None
     else:
-        warm_report = client.warm(args.server, args.cache_dir, timeout=args.timeout, follow=args.follow)
+        warm_report = xla_cache.warm(args.server, args.cache_dir, timeout=args.timeout, follow=args.follow)
     warm_seconds = time.monotonic() - started
     if args.corrupt_local and warm_report is not None:
         for item in Path(warm_report.cache_dir).iterdir():
@@ -164,7 +162,7 @@ def main() -> int:
         by_shape[f"{images}x{text}"] = digests[-1]
     loop_seconds = time.monotonic() - loop_started
 
-    upload = client.UploadReport() if args.no_flush else client.flush()
+    upload = xla_cache.UploadReport() if args.no_flush else xla_cache.flush()
     import torch_xla.debug.metrics as met
 
     counters = {
@@ -188,7 +186,7 @@ def main() -> int:
                 "warm_seconds": warm_seconds,
                 "upload": upload.__dict__,
                 "pid": os.getpid(),
-                "run": client.run_report(),
+                "run": xla_cache.run_report(),
             }
         ),
         flush=True,

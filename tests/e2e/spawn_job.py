@@ -14,9 +14,6 @@ import json
 import logging
 import sys
 import threading
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
 
 _PRINT_LOCK = threading.Lock()
 
@@ -29,9 +26,9 @@ def rank_main(index: int, args: argparse.Namespace) -> None:
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
 
-    import client
+    import xla_cache
 
-    report = client.warm(args.server, args.cache_dir, timeout=30)
+    report = xla_cache.warm(args.server, args.cache_dir, timeout=30)
     device = torch_xla.device()
     generator = torch.Generator().manual_seed(7)
     table = torch.randn(97, 16, generator=generator).to(device)
@@ -41,7 +38,7 @@ def rank_main(index: int, args: argparse.Namespace) -> None:
         fused = torch.nn.functional.pad(table[ids] * 2.0, (0, 0, 0, 32 - text))
         xm.mark_step()
         digests.append(hashlib.sha256(fused.cpu().numpy().tobytes()).hexdigest())
-    upload = client.flush()
+    upload = xla_cache.flush()
     counters = {
         name: int(met.counter_value(name) or 0)
         for name in ("PersistentCacheHit", "UncachedCompile", "PersistentCacheDeserializeFailure")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from client.api import CacheApi
-from client.deadline import Deadline
 from tests.support.fake_server import FakeCacheServer
 from tests.support.server import LiveServer
 from tests.support.torch_xla_jobs import JobResult, run_job
+from xla_cache.api import CacheApi
+from xla_cache.deadline import Deadline
 
 pytestmark = pytest.mark.e2e
 

@@ -225,12 +225,12 @@ def test_doctor_says_this_torch_xla_loads_its_own_entries(live_server: LiveServe
 
 TOO_LATE = """
 import torch, torch_xla, torch_xla.core.xla_model as xm
-import client
+import xla_cache
 x = torch.ones(3, device=torch_xla.device()) * 2
 xm.mark_step()
 try:
-    client.warm("http://127.0.0.1:9", sys.argv[1])
-except client.CacheAlreadyInitialized as exc:
+    xla_cache.warm("http://127.0.0.1:9", sys.argv[1])
+except xla_cache.CacheAlreadyInitialized as exc:
     print("refused:", exc)
 """
 

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from client.cli import main
 from tests.e2e.fuse_job import shapes as fuse_shapes
 from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import run_job
 from tests.support.wait import wait_until
+from xla_cache.cli import main
 
 pytestmark = pytest.mark.e2e
 

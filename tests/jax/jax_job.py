@@ -1,6 +1,6 @@
 """A JAX job for the end-to-end tests: one jit-compiled function run at many input shapes.
 
-It warms the cache with ``client.warm(framework="jax")`` first (unless ``--no-warm``, which points JAX at the
+It warms with ``xla_cache.warm(framework="jax")`` first (unless ``--no-warm``, which points JAX at the
 directory itself, as a job without this client would), runs the shapes with NumPy inputs (so the only
 compilations are the function's), flushes uploads and prints one JSON line: JAX's own cache events, the warm
 and upload reports, the entry files and a digest of every output.
@@ -14,7 +14,7 @@ with ``jax.jit(..., compiler_options=...)``, a per-call option that changes JAX'
 component) and not the namespace; ``--follow`` warms with ``follow=True``; ``--then-wait`` prints
 ``COMPILED`` after the shapes and waits to be killed; ``--baked`` runs the seed's pattern instead: x at one
 shape, sliced and padded by a static Python integer (one graph per n at the same input shape). The JSON line
-also holds the run as its reports tell it (``client.run_report()``).
+also holds the run as its reports tell it (``xla_cache.run_report()``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for tests.support
 
-import client
+import xla_cache
 from tests.support.jax_job_support import CacheEvents, job_arguments
 
 BAKED_ROWS = 16  # --baked: x is 16x4 for every n (n < 16)
@@ -65,7 +65,7 @@ def main() -> int:
         warm: dict[str, Any] = {}
         directory = Path(args.cache_dir)
     else:
-        report = client.warm(
+        report = xla_cache.warm(
             args.server, args.cache_dir, framework="jax", timeout=args.timeout, follow=args.follow
         )
         warm = report.as_dict()
@@ -105,7 +105,7 @@ def main() -> int:
     if args.then_wait:
         print("COMPILED", flush=True)
         threading.Event().wait()
-    uploaded = asdict(client.flush(timeout=args.timeout)) if not args.no_warm else {}
+    uploaded = asdict(xla_cache.flush(timeout=args.timeout)) if not args.no_warm else {}
     print(
         json.dumps(
             {
@@ -117,7 +117,7 @@ def main() -> int:
                 "entries": sorted(p.name for p in directory.iterdir() if p.is_file()),
                 "digest": digest.hexdigest(),
                 "digests_by_shape": by_shape,
-                "run": client.run_report(),
+                "run": xla_cache.run_report(),
             }
         ),
         flush=True,

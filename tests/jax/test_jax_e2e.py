@@ -112,18 +112,18 @@ def test_a_torch_model_through_torchax_shares_the_jax_cache(live_server: LiveSer
 
 
 def test_warm_again_after_stop_and_too_late_elsewhere(tmp_path: Path) -> None:
-    """A second warm of the same directory works (after client.stop()); another directory once JAX's cache
+    """A second warm of the same directory works (after xla_cache.stop()); another directory once JAX's cache
     is bound is a clear error, not a silent use of the old one."""
     script = (
-        "import sys, client\n"
-        "from client.errors import CacheAlreadyInitialized\n"
-        "first = client.warm(None, sys.argv[1], framework='jax')\n"
-        "client.stop()\n"
-        "again = client.warm(None, sys.argv[1], framework='jax')\n"
+        "import sys, xla_cache\n"
+        "from xla_cache.errors import CacheAlreadyInitialized\n"
+        "first = xla_cache.warm(None, sys.argv[1], framework='jax')\n"
+        "xla_cache.stop()\n"
+        "again = xla_cache.warm(None, sys.argv[1], framework='jax')\n"
         "assert again.initialized and again.cache_dir == first.cache_dir\n"
-        "client.stop()\n"
+        "xla_cache.stop()\n"
         "try:\n"
-        "    client.warm(None, sys.argv[2], framework='jax')\n"
+        "    xla_cache.warm(None, sys.argv[2], framework='jax')\n"
         "except CacheAlreadyInitialized as exc:\n"
         "    print('TOO LATE:', exc)\n"
     )

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from cache_protocol.runs import COMPONENT_NAMES
-from client.cli import main
 from tests.support.jax_jobs import JOB, jax_env, run_jax_job
 from tests.support.run_receiver import RunReceiver, receiving_server
 from tests.support.wait import wait_until
+from xla_cache.cli import main
 
 SHAPES = 3
 

@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from client.cli import main
 from tests.support.jax_jobs import JOB, jax_env, run_jax_job
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
+from xla_cache.cli import main
 
 SHAPES = 2  # job A: x of 1x4 and 2x4
 FAST_MATH = "xla_cpu_enable_fast_math=true"

@@ -1,6 +1,6 @@
 """A PyTorch model run through torchax (which compiles with JAX), for the end-to-end tests.
 
-``client.warm()`` with the default ``framework="auto"`` picks JAX: the job imported torchax, hence jax, and
+``xla_cache.warm()`` with the default ``framework="auto"`` picks JAX: the job imported torchax, hence jax, and
 not torch_xla. Prints one JSON line like ``jax_job.py``: JAX's cache events, the warm and upload reports
 and a digest of the outputs.
 
@@ -16,9 +16,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for `import client`
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root, for tests.support
 
-import client
+import xla_cache
 from tests.support.jax_job_support import CacheEvents, job_arguments
 
 BATCHES = (1, 2, 3, 5, 8)
@@ -32,7 +32,7 @@ def main() -> int:
     import torchax
 
     events = CacheEvents()
-    report = client.warm(args.server, args.cache_dir, timeout=args.timeout)  # auto: JAX
+    report = xla_cache.warm(args.server, args.cache_dir, timeout=args.timeout)  # auto: JAX
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
@@ -44,7 +44,7 @@ def main() -> int:
         x = torch.arange(batch * 16, dtype=torch.float32, device="jax").reshape(batch, 16) / 100.0
         digest.update(compiled(x).cpu().detach().numpy().tobytes())
     torchax.disable_globally()
-    uploaded = client.flush(timeout=args.timeout)
+    uploaded = xla_cache.flush(timeout=args.timeout)
     print(
         json.dumps(
             {

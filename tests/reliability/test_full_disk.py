@@ -18,15 +18,15 @@ import httpx
 import pytest
 
 from cache_protocol import FINGERPRINT_FILE, SHA256_HEADER
-from client import warm
-from client.cachedir import TEMP_SUFFIX, file_sha256
-from client.fingerprint import namespace_id
-from client.frameworks.torch_xla import build_fingerprint
 from tests.support.api import put, sha
 from tests.support.client_kit import FACTS
 from tests.support.harness import MIB
 from tests.support.server import LiveServer, run_server
 from tests.support.small_fs import free_bytes, small_filesystem
+from xla_cache import warm
+from xla_cache.cachedir import TEMP_SUFFIX, file_sha256
+from xla_cache.fingerprint import namespace_id
+from xla_cache.frameworks.torch_xla import build_fingerprint
 
 DISK = 4 * MIB
 ENTRY = 600 * 1024

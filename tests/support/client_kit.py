@@ -18,14 +18,14 @@ import zstandard
 from fastapi.testclient import TestClient
 
 from cache_protocol.signing import Signer
-from client.api import CacheApi
-from client.cachedir import LocalFile
-from client.errors import CacheAlreadyInitialized
-from client.frameworks.torch_xla import TorchXla
-from client.uploader import Uploader
 from tests.support.api import put_ok
 from tests.support.asgi_transport import PortalASGITransport
 from tests.support.http_stub import Recorded
+from xla_cache.api import CacheApi
+from xla_cache.cachedir import LocalFile
+from xla_cache.errors import CacheAlreadyInitialized
+from xla_cache.frameworks.torch_xla import TorchXla
+from xla_cache.uploader import Uploader
 
 __all__ = [
     "FACTS",

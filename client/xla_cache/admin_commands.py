@@ -1,0 +1,207 @@
+"""The admin subcommands of ``xla-cache``: stats, evict, tokens, quota and purge-token, and their part of
+the argument parser (:func:`add_admin_commands`, called by :func:`xla_cache.cli.build_parser`).
+
+Printing is in :mod:`xla_cache.admin_cli`; the arguments and helpers every subcommand shares are in
+:mod:`xla_cache.cli_common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from xla_cache.admin_cli import (
+    evict_lines,
+    parse_duration,
+    parse_size,
+    purge_lines,
+    quota_lines,
+    stats_lines,
+    token_lines,
+)
+from xla_cache.api import CacheApi
+from xla_cache.cli_common import add_common, add_framework, config_of, emit, runtime_fingerprint, server_of
+from xla_cache.deadline import Deadline
+from xla_cache.errors import ClientError, ServerProblem
+from xla_cache.fingerprint import namespace_id
+from xla_cache.signing_commands import signer_lines
+
+__all__ = ["add_admin_commands", "cmd_evict", "cmd_purge_token", "cmd_quota", "cmd_stats", "cmd_tokens"]
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """The namespace's entries, bytes and counters on the server, and the server's totals if allowed.
+
+    With ``--all`` only the server-wide part (no framework needed): totals, namespaces, top graphs.
+    """
+    namespace = None if args.all else args.namespace or namespace_id(runtime_fingerprint(args))
+    config = config_of(args)
+    api = CacheApi(server_of(config), config.token)
+    try:
+        info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
+        totals: dict[str, Any] | None
+        admin_error: str | None
+        signers: list[dict[str, Any]] = []
+        try:
+            totals = api.admin_stats(Deadline(args.timeout), limit=args.limit, after=args.after)
+            signers = api.admin_signers(Deadline(args.timeout))["signers"]
+        except ServerProblem as exc:
+            totals = None
+            admin_error = exc.reason
+        else:
+            admin_error = None
+    finally:
+        api.close()
+    data: dict[str, Any] = {
+        "namespace": info,
+        "admin": totals,
+        "admin_error": admin_error,
+        "signers": signers,
+    }
+    lines = [f"namespace  {namespace}"] if namespace else []
+    for key in ("entries", "bytes", "hits", "misses", "uploads", "created_at", "last_used_at"):
+        if key in info:
+            lines.append(f"  {key:<12} {info[key]}")
+    if totals is not None:
+        lines += stats_lines(totals)
+        lines += ["entries per signer (unsigned: no signature; xla-cache unsigned --remove)"]
+        lines += signer_lines(signers)
+    else:
+        lines.append(f"server totals unavailable ({admin_error})")
+    emit(args, data, lines)
+    return 0 if totals is not None or namespace else 1
+
+
+def cmd_evict(args: argparse.Namespace) -> int:
+    """Evict least recently used entries on the server (``--dry-run`` lists what would go)."""
+    body: dict[str, Any] = {"dry_run": args.dry_run, "namespace": args.namespace}
+    try:
+        if args.max_total_bytes is not None:
+            body["max_total_bytes"] = parse_size(args.max_total_bytes)
+        if args.older_than is not None:
+            body["older_than_seconds"] = parse_duration(args.older_than)
+    except ValueError as exc:
+        raise ClientError(str(exc)) from None
+    config = config_of(args)
+    api = CacheApi(server_of(config), config.token)
+    try:
+        result = api.admin_evict(body, Deadline(args.timeout))
+    finally:
+        api.close()
+    emit(args, result, evict_lines(result))
+    return 0
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    """Every token, its role and namespace patterns, and the entries it stored (admin token)."""
+    config = config_of(args)
+    api = CacheApi(server_of(config), config.token)
+    try:
+        listing = api.admin_tokens(Deadline(args.timeout))
+    finally:
+        api.close()
+    emit(args, listing, token_lines(listing))
+    return 0
+
+
+def cmd_quota(args: argparse.Namespace) -> int:
+    """List the quotas, or set (``--clear``: remove) a namespace's or a token's (admin token)."""
+    config = config_of(args)
+    api = CacheApi(server_of(config), config.token)
+    try:
+        if args.namespace is None and args.token_name is None:
+            result = api.admin_quotas(Deadline(args.timeout))
+        else:
+            body: dict[str, Any] = {"max_entries": None, "max_bytes": None}
+            if not args.clear:
+                if args.max_entries is None and args.max_bytes is None:
+                    print("xla-cache quota: give --max-entries, --max-bytes or --clear", file=sys.stderr)
+                    return 2
+                body["max_entries"] = args.max_entries
+                try:
+                    body["max_bytes"] = parse_size(args.max_bytes) if args.max_bytes is not None else None
+                except ValueError as exc:
+                    print(f"xla-cache quota: --max-bytes: {exc}", file=sys.stderr)
+                    return 2
+            kind, subject = ("namespace", args.namespace) if args.namespace else ("token", args.token_name)
+            answer = api.admin_set_quota(kind, subject, body, Deadline(args.timeout))
+            result = answer if "quotas" in answer else {"quotas": [answer]}
+    finally:
+        api.close()
+    emit(args, result, quota_lines(result["quotas"]))
+    return 0
+
+
+def cmd_purge_token(args: argparse.Namespace) -> int:
+    """Revoke a token and remove every entry it stored (``--dry-run`` lists what would go)."""
+    body = {"dry_run": args.dry_run, "revoke": not args.keep_token}
+    config = config_of(args)
+    api = CacheApi(server_of(config), config.token)
+    try:
+        result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
+    finally:
+        api.close()
+    emit(args, result, purge_lines(result))
+    return 0
+
+
+def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register stats, evict, tokens, purge-token and quota on ``xla-cache``'s subparsers."""
+    stats = sub.add_parser("stats", help="the namespace's entries and counters, and server totals")
+    add_common(stats, timeout=30.0)
+    stats.add_argument("--namespace", help="namespace (default: this runtime's)")
+    add_framework(stats)
+    stats.add_argument("--spmd", action="store_true", help="fingerprint the torch_xla runtime with SPMD on")
+    stats.add_argument("--all", action="store_true", help="only the server-wide stats (no namespace)")
+    stats.add_argument("--limit", type=int, help="namespaces listed (a page; default: the server's, 100)")
+    stats.add_argument("--after", metavar="CURSOR", help="the next page of namespaces (the page says)")
+    stats.set_defaults(func=cmd_stats)
+
+    evict = sub.add_parser(
+        "evict",
+        help="evict least recently used entries on the server (admin token)",
+        description="With no limit given, the server applies its configured budgets.",
+    )
+    add_common(evict, timeout=600.0)
+    evict.add_argument("--max-total-bytes", metavar="SIZE", help="keep at most this much, e.g. 500G or 10GiB")
+    evict.add_argument(
+        "--older-than", metavar="AGE", help="evict entries unused for this long, e.g. 30d or 12h"
+    )
+    evict.add_argument("--namespace", help="only this namespace (the size limit is then its own)")
+    evict.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    evict.set_defaults(func=cmd_evict)
+
+    tokens = sub.add_parser("tokens", help="every token and what it stored (admin token)")
+    add_common(tokens, timeout=30.0)
+    tokens.set_defaults(func=cmd_tokens)
+
+    purge = sub.add_parser(
+        "purge-token",
+        help="revoke a token and remove every entry it stored (admin token)",
+        description="The answer to a leaked token: it is revoked first, then what it stored is removed.",
+    )
+    add_common(purge, timeout=600.0)
+    purge.add_argument("token_name", metavar="NAME_OR_ID", help="the token's name or id (xla-cache tokens)")
+    purge.add_argument("--dry-run", action="store_true", help="list what would go; revoke and remove nothing")
+    purge.add_argument("--keep-token", action="store_true", help="remove its entries but do not revoke it")
+    purge.set_defaults(func=cmd_purge_token)
+
+    quota = sub.add_parser(
+        "quota",
+        help="list quotas, or set a namespace's or a token's (admin token)",
+        description="Uploads past a quota are refused with 507 before anything of them is stored.",
+    )
+    add_common(quota, timeout=30.0)
+    subject = quota.add_mutually_exclusive_group()
+    subject.add_argument("--namespace", help="set this namespace's quota (it need not exist yet)")
+    subject.add_argument(
+        "--for-token",
+        dest="token_name",
+        metavar="NAME_OR_ID",
+        help="set the quota of these tokens",
+    )
+    quota.add_argument("--max-entries", type=int, help="at most this many entries")
+    quota.add_argument("--max-bytes", metavar="SIZE", help="at most this much, e.g. 500G or 10GiB")
+    quota.add_argument("--clear", action="store_true", help="remove the quota")
+    quota.set_defaults(func=cmd_quota)

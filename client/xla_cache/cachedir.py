@@ -1,0 +1,300 @@
+"""The local cache directory: which files are entries, their digests, and verified atomic writes.
+
+torch_xla names each entry after its graph hash (decimal digits) and writes it in place, without a temporary
+name or a rename (``open(O_WRONLY|O_CREAT|O_TRUNC)``, write, close). So a file can be seen half written;
+:func:`files_open_for_writing` and a stable size tell the uploader when one is complete. Files this client
+writes go through :class:`VerifiedWriter`: a hidden temporary file, SHA-256 checked, then renamed, so
+torch_xla only ever sees complete, verified entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import secrets
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from cache_protocol import FINGERPRINT_FILE, is_key
+from xla_cache.errors import CorruptTransfer
+
+__all__ = [
+    "CHUNK",
+    "LOCK_NAME",
+    "TEMP_SUFFIX",
+    "EntryCheck",
+    "LocalFile",
+    "VerifiedWriter",
+    "file_sha256",
+    "files_open_for_writing",
+    "fsync_directory",
+    "is_entry_name",
+    "read_fingerprint",
+    "remove_temp_files",
+    "scan",
+    "write_fingerprint",
+]
+
+CHUNK = 1024 * 1024
+LOCK_NAME = ".xla-cache.lock"
+TEMP_SUFFIX = ".part"
+
+# A temporary file is named by the pid and a count, no longer than the random name it had (os.urandom per
+# file cost 15 us, a tenth of writing a small entry); a name a dead process of the same pid left is skipped.
+_temp_numbers = itertools.count()
+
+EntryCheck = Callable[[Path], "str | None"]
+"""Why an entry file cannot be loaded by the framework, or None when it can."""
+
+
+def is_entry_name(name: str) -> bool:
+    """Whether a file name in the cache directory is an entry (not our lock or temporary files)."""
+    return is_key(name) and not name.endswith(TEMP_SUFFIX)
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """One entry file as last seen on disk."""
+
+    key: str
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+def scan(
+    directory: Path, is_entry: Callable[[str], bool] = is_entry_name, *, skip: Container[str] = ()
+) -> dict[str, LocalFile]:
+    """Every entry file in ``directory`` (regular files whose name ``is_entry``), by key; names in ``skip``
+    are left out before any ``stat``."""
+    found: dict[str, LocalFile] = {}
+    try:
+        iterator = os.scandir(directory)
+    except FileNotFoundError:
+        return found
+    with iterator:
+        for item in iterator:
+            if item.name in skip or not is_entry(item.name):
+                continue
+            try:
+                if not item.is_file(follow_symlinks=False):
+                    continue
+                info = item.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed between listing and stat
+                continue
+            found[item.name] = LocalFile(item.name, Path(item.path), info.st_size, info.st_mtime_ns)
+    return found
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def files_open_for_writing(directory: Path) -> set[str] | None:
+    """Names of files in ``directory`` that this process has open for writing, or None if unknowable.
+
+    torch_xla writes entries from inside this process, so its open descriptors show a file still being
+    written. Reads ``/proc/self/fd`` and ``/proc/self/fdinfo`` (Linux); elsewhere returns None.
+    """
+    fd_dir = Path("/proc/self/fd")
+    if not fd_dir.is_dir():
+        return None
+    target = os.path.realpath(directory)
+    names: set[str] = set()
+    try:
+        descriptors = os.listdir(fd_dir)
+    except OSError:
+        return None
+    for fd in descriptors:
+        try:
+            link = os.readlink(fd_dir / fd)
+        except OSError:
+            continue
+        if os.path.dirname(link) != target:
+            continue
+        try:
+            flags_line = next(
+                line
+                for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
+                if line.startswith("flags:")
+            )
+        except (OSError, StopIteration):
+            continue
+        flags = int(flags_line.split()[1], 8)
+        if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+            names.add(os.path.basename(link))
+    return names
+
+
+def remove_temp_files(directory: Path) -> int:
+    """Remove leftover temporary files (call only while holding the directory lock); returns how many."""
+    removed = 0
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as iterator:
+        for item in iterator:
+            if item.name.startswith(".") and item.name.endswith(TEMP_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(item.path)
+                    removed += 1
+    return removed
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make renames in ``directory`` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class VerifiedWriter:
+    """Write one entry through a hidden temporary file; it appears under its key only if it verifies.
+
+    Use as a context manager: :meth:`write` the bytes, then :meth:`commit`. Leaving the block without a
+    successful commit removes the temporary file and leaves any existing entry untouched.
+
+    The rename makes the entry appear whole or not at all for every reader. ``durable=True`` also fsyncs
+    the data before the rename; it is off by default because it halves the speed of a bundle of small
+    entries, and a power cut can only leave a short file behind, which torch_xla (2.7, tried with empty
+    and truncated entries) counts as a deserialization failure and recompiles, and which the next warm
+    replaces (its size or SHA-256 no longer matches the manifest).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        key: str,
+        *,
+        size: int,
+        sha256: str,
+        durable: bool = False,
+        check: EntryCheck | None = None,
+        replace: bool = True,
+    ) -> None:
+        if not is_entry_name(key):
+            raise CorruptTransfer(f"the server sent an entry named {key!r}, which is not a valid key")
+        self.directory = directory
+        self.key = key
+        self.expected_size = size
+        self.expected_sha256 = sha256.lower()
+        self.durable = durable
+        self.check = check
+        self.replace = replace
+        self.written = 0
+        self._digest = hashlib.sha256()
+        # plain strings, not Paths: pathlib's joins were a tenth of a bundle's time in Python
+        self._target = os.path.join(directory, key)
+        self._temp = self._temp_name()
+        self._fd: int | None = None
+        self._committed = False
+
+    def _temp_name(self) -> str:
+        number = next(_temp_numbers)
+        return os.path.join(self.directory, f".{self.key}.{os.getpid():x}-{number:x}{TEMP_SUFFIX}")
+
+    def __enter__(self) -> VerifiedWriter:
+        for _ in range(3):
+            try:
+                self._fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                return self
+            except FileExistsError:
+                self._temp = self._temp_name()
+        self._fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        return self
+
+    def write(self, chunk: bytes) -> None:
+        """Append bytes; refuses to grow past the announced size."""
+        assert self._fd is not None, "use VerifiedWriter as a context manager"
+        self.written += len(chunk)
+        if self.written > self.expected_size:
+            raise CorruptTransfer(
+                f"entry {self.key}: more bytes than the {self.expected_size} the manifest announced"
+            )
+        self._digest.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            done = os.write(self._fd, view)
+            view = view[done:]
+
+    def commit(self) -> bool:
+        """Check size and SHA-256 (and the framework's ``check``), then rename into place (fsync first when
+        durable). With ``replace=False`` an existing file of that name stays, and this returns False."""
+        assert self._fd is not None, "use VerifiedWriter as a context manager"
+        if self.written != self.expected_size:
+            raise CorruptTransfer(
+                f"entry {self.key}: {self.written} bytes received, {self.expected_size} announced"
+            )
+        actual = self._digest.hexdigest()
+        if actual != self.expected_sha256:
+            raise CorruptTransfer(
+                f"entry {self.key}: SHA-256 {actual[:12]}... does not match {self.expected_sha256[:12]}..."
+            )
+        if self.durable:
+            os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+        problem = self.check(Path(self._temp)) if self.check is not None else None
+        if problem is not None:
+            raise CorruptTransfer(f"entry {self.key}: the framework could not load it: {problem}")
+        if self.replace:
+            os.replace(self._temp, self._target)
+        else:
+            try:
+                os.link(self._temp, self._target)  # fails if the name exists: never over it
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._temp)
+        self._committed = True
+        return True
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if not self._committed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._temp)
+
+
+def write_fingerprint(directory: Path, fingerprint: dict[str, Any]) -> None:
+    """Record the namespace's fingerprint in its directory (temporary file + rename)."""
+    temp = directory / f".fingerprint.{secrets.token_hex(6)}{TEMP_SUFFIX}"
+    try:
+        temp.write_text(json.dumps(fingerprint, sort_keys=True, indent=1) + "\n")
+        os.replace(temp, directory / FINGERPRINT_FILE)
+    except BaseException:  # a full disk: no half-written temporary file stays behind
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+        raise
+
+
+def read_fingerprint(directory: Path) -> dict[str, Any] | None:
+    """The fingerprint :func:`write_fingerprint` recorded, or None."""
+    try:
+        value = json.loads((directory / FINGERPRINT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,407 @@
+"""``xla-cache``: warm, push, stats, evict, runs, doctor. One function per subcommand; ``--json`` for scripts.
+
+This module is the entry point (:func:`main`, :func:`build_parser`) and holds warm, push and doctor; the
+admin subcommands (stats, evict, tokens, quota, purge-token) are in :mod:`xla_cache.admin_commands`, ``runs``
+in :mod:`xla_cache.runs_cli`, and what every subcommand shares (common arguments, server and token, printing)
+in :mod:`xla_cache.cli_common`.
+
+Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`
+(an admin one in :func:`xla_cache.admin_commands.add_admin_commands`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from cache_protocol import FINGERPRINT_FILE, name_problem
+from xla_cache.admin_commands import add_admin_commands
+from xla_cache.api import CacheApi
+from xla_cache.cachedir import read_fingerprint, scan
+from xla_cache.cli_common import (
+    add_common,
+    add_framework,
+    config_of,
+    emit,
+    progress_of,
+    runtime_fingerprint,
+    server_of,
+)
+from xla_cache.config import ClientConfig
+from xla_cache.deadline import Deadline
+from xla_cache.errors import ClientError, ServerProblem
+from xla_cache.fingerprint import namespace_id
+from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
+from xla_cache.graphs_cli import add_graphs_command
+from xla_cache.nearest import nearest_line
+from xla_cache.runs_cli import add_runs_command
+from xla_cache.signing_commands import add_signing_commands
+
+__all__ = ["build_parser", "main"]
+
+
+def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
+    if namespace:
+        return [cache_dir / namespace]
+    if not cache_dir.is_dir():
+        return []
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and (p / FINGERPRINT_FILE).is_file())
+
+
+# -- subcommands ------------------------------------------------------------------------------------------
+
+
+def _named_namespace(args: argparse.Namespace, config: ClientConfig) -> tuple[dict[str, Any], str]:
+    """``--namespace``: its fingerprint as the server has it ({} if it has none) and whose cache it is
+    (from that fingerprint, else ``--framework``, else the framework installed), without importing any."""
+    api = CacheApi(server_of(config), config.token)
+    try:
+        info = api.get_namespace(args.namespace, Deadline(args.timeout))
+    finally:
+        api.close()
+    fingerprint = dict(info.get("fingerprint") or {})
+    framework = str(fingerprint.get("framework") or "")
+    if not framework:
+        framework = choose(args.framework).name  # auto: the one installed; nothing is imported
+    return fingerprint, framework
+
+
+def cmd_warm(args: argparse.Namespace) -> int:
+    """Download this runtime's entries (or ``--namespace``'s) into the cache directory (the framework is not
+    initialized; with ``--namespace`` it is not even imported)."""
+    from xla_cache.warming import warm
+
+    config = config_of(args)
+    if args.namespace:
+        fingerprint, framework = _named_namespace(args, config)
+    else:
+        fingerprint, framework = runtime_fingerprint(args), args.framework
+    report = warm(
+        server_of(config),
+        config.cache_dir,
+        framework=framework,
+        token=config.token,
+        max_bytes=args.max_bytes,
+        timeout=args.timeout,
+        initialize=False,
+        upload=False,
+        fingerprint=fingerprint or None,
+        progress=progress_of(args),
+        namespace=args.namespace,
+        follow=args.follow,
+    )
+    lines = [
+        f"namespace   {report.namespace}",
+        f"framework   {report.framework}",
+        f"cache dir   {report.cache_dir}",
+        f"downloaded  {report.downloaded_entries} entries, {report.downloaded_bytes} bytes",
+        f"present     {report.present_entries} entries, {report.present_bytes} bytes",
+        *(
+            [f"unverified  {report.unverified_entries} entries skipped: no trusted key signed them"]
+            if report.unverified_entries
+            else []
+        ),
+        f"seconds     {report.seconds:.2f}",
+    ]
+    if report.nearest:
+        lines.append(f"why         {nearest_line(report.manifest_entries, report.nearest)}")
+    lines += [f"error       {error}" for error in report.errors]
+    lines.append("a job that does not call xla_cache.warm() uses it with:")
+    lines += [f"    {line}" for line in framework_named(report.framework).setup_lines(Path(report.cache_dir))]
+    emit(args, report.as_dict(), lines)
+    if args.follow and report.feed_cursor is not None:
+        directory = Path(report.cache_dir)
+        return _follow(args, config, report.namespace, directory, report.feed_cursor, report.framework)
+    return 1 if report.errors and args.strict else 0
+
+
+def _follow(
+    args: argparse.Namespace,
+    config: ClientConfig,
+    namespace: str,
+    directory: Path,
+    cursor: int,
+    framework: str,
+) -> int:
+    """``warm --follow``: beside a job, fetch what other jobs store and upload what the job writes, until
+    interrupted (Ctrl-C or SIGTERM)."""
+    import signal
+    import threading
+
+    from xla_cache.follower import Follower
+    from xla_cache.uploader import Uploader
+    from xla_cache.warming import FOLLOW_UPLOAD_INTERVAL
+
+    adapter = choose(framework)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
+    follower = Follower(
+        api, namespace, directory, cursor, check=adapter.entry_problem, trusted=config.verifier()
+    )
+    uploader = Uploader(
+        api,
+        namespace,
+        directory,
+        framework=adapter,
+        known=scan(directory, adapter.is_entry),
+        interval=FOLLOW_UPLOAD_INTERVAL,
+        settle=FOLLOW_UPLOAD_INTERVAL,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print(f"following {namespace} into {directory} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    follower.start()
+    uploader.start()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fetched = follower.stop()
+        uploader.stop()
+        sent = uploader.flush()
+        api.close()
+    lines = [f"fetched {fetched.delivered} entries ({fetched.bytes} bytes), uploaded {sent.uploaded}"]
+    emit(args, {"delivered": fetched.delivered, "bytes": fetched.bytes, "uploaded": sent.uploaded}, lines)
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """Upload every entry of the cache directory's namespaces that the server lacks (``--import DIR``: of a
+    plain torch_xla or JAX cache directory)."""
+    from xla_cache.transfer import upload_entries
+
+    config = config_of(args)
+    if args.import_dir:
+        return _push_import(args, config)
+    directories = _namespace_dirs(config.cache_dir, args.namespace)
+    if not directories:
+        raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
+    results: list[dict[str, Any]] = []
+    failed = False
+    try:
+        for directory in directories:
+            namespace = directory.name
+            fingerprint = read_fingerprint(directory)
+            framework = framework_named(str((fingerprint or {}).get("framework", "torch_xla")))
+            files = [
+                item
+                for item in scan(directory, framework.is_entry).values()
+                if framework.entry_problem(item.path) is None
+            ]
+            deadline = Deadline(args.timeout)
+            row: dict[str, Any] = {"namespace": namespace, "directory": str(directory), "entries": len(files)}
+            try:
+                if fingerprint is not None:
+                    if namespace_id(fingerprint) != namespace:
+                        other = namespace_id(fingerprint)
+                        raise ClientError(f"{directory}: its {FINGERPRINT_FILE} belongs to namespace {other}")
+                    api.register_namespace(namespace, fingerprint, {}, deadline)
+                result = upload_entries(
+                    api, namespace, files, deadline, progress=progress_of(args), workers=4
+                )
+            except ServerProblem as exc:
+                row["error"] = exc.reason
+                failed = True
+            else:
+                row.update(
+                    uploaded=result.stored,
+                    bytes=result.bytes,
+                    already_present=result.already_present,
+                    conflicts=result.conflicts,
+                    errors=result.errors,
+                )
+                failed = failed or bool(result.errors)
+            results.append(row)
+    finally:
+        api.close()
+    lines = []
+    for row in results:
+        if "error" in row:
+            lines.append(f"{row['namespace']}: failed: {row['error']}")
+        else:
+            lines.append(
+                f"{row['namespace']}: {row['uploaded']} uploaded ({row['bytes']} bytes), "
+                f"{row['already_present']} already on the server, {row['conflicts']} conflicts"
+                + (f", {len(row['errors'])} errors" if row["errors"] else "")
+            )
+    emit(args, {"namespaces": results}, lines)
+    return 1 if failed else 0
+
+
+def _framework_of_directory(name: str, directory: Path) -> Framework:
+    """``--framework``, or for auto whose cache ``directory`` is by its file names (JAX names its entries
+    ``<name>-<64 hex>-cache``; anything else is taken for torch_xla's); nothing is imported."""
+    if name != AUTO:
+        return framework_named(name)
+    frameworks = all_frameworks()
+    names = [path.name for path in directory.iterdir() if path.is_file()]
+    if "jax" in frameworks and any(frameworks["jax"].is_entry(n) for n in names):
+        return frameworks["jax"]
+    return framework_named("torch_xla")
+
+
+def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
+    """``push --import DIR``: a framework's own cache directory (files named by hash, no fingerprint file)
+    into this runtime's namespace, or into ``--namespace`` (then the framework is not imported)."""
+    from xla_cache.transfer import upload_entries
+
+    directory = Path(args.import_dir).expanduser()
+    if not directory.is_dir():
+        raise ClientError(f"--import {directory}: not a directory")
+    fingerprint: dict[str, Any] | None = None
+    if args.namespace:
+        namespace = args.namespace
+        framework = _framework_of_directory(args.framework, directory)
+    else:
+        fingerprint = runtime_fingerprint(args)
+        namespace = namespace_id(fingerprint)
+        framework = framework_named(str(fingerprint.get("framework", "torch_xla")))
+    files = [
+        item
+        for item in scan(directory, framework.is_entry).values()
+        if framework.entry_problem(item.path) is None
+    ]
+    skipped = len(scan(directory, framework.is_entry)) - len(files)
+    api = CacheApi(server_of(config), config.token, signer=config.signer())
+    deadline = Deadline(args.timeout)
+    try:
+        if fingerprint is not None:
+            api.register_namespace(namespace, fingerprint, {}, deadline)
+        result = upload_entries(api, namespace, files, deadline, progress=progress_of(args), workers=4)
+    finally:
+        api.close()
+    row = {
+        "namespace": namespace,
+        "directory": str(directory),
+        "framework": framework.name,
+        "entries": len(files),
+        "unloadable_skipped": skipped,
+        "uploaded": result.stored,
+        "bytes": result.bytes,
+        "already_present": result.already_present,
+        "conflicts": result.conflicts,
+        "errors": result.errors,
+    }
+    lines = [
+        f"{namespace}: {result.stored} uploaded ({result.bytes} bytes), {result.already_present} already on "
+        f"the server, {result.conflicts} conflicts, from {directory} ({framework.name} entries"
+        + (f"; {skipped} it could not load were skipped)" if skipped else ")")
+        + (f", {len(result.errors)} errors" if result.errors else "")
+    ]
+    emit(args, {"namespaces": [row]}, lines)
+    return 1 if result.errors else 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Two-process self-test: does this torch_xla load its own persistent-cache entries?"""
+    from xla_cache.doctor import run_doctor
+
+    config = config_of(args)
+    report = run_doctor(server=config.server, token=config.token, timeout=args.timeout)
+    lines = [
+        f"torch_xla          {report.torch_xla_version}",
+        f"namespace          {report.namespace}",
+        f"loads own entries  {({True: 'yes', False: 'NO', None: 'unknown'})[report.loads_own_entries]}",
+        f"verdict            {report.verdict}",
+    ]
+    if report.server:
+        state = "ready" if report.server_ready else f"NOT ready ({report.server_error})"
+        lines.append(f"server             {report.server}: {state}")
+    if report.nearest:
+        lines.append(f"namespace entries  {nearest_line(report.namespace_entries or 0, report.nearest)}")
+    emit(args, report.as_dict(), lines)
+    if report.loads_own_entries is None:
+        return 2
+    return 0 if report.loads_own_entries and report.server_ready is not False else 1
+
+
+# -- parser -----------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``xla-cache`` argument parser."""
+    parser = argparse.ArgumentParser(prog="xla-cache", description="Shared torch_xla compilation cache.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log requests")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    warm = sub.add_parser("warm", help="download this runtime's entries into the cache directory")
+    add_common(warm, timeout=30.0)
+    warm.add_argument(
+        "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
+    )
+    warm.add_argument("--max-bytes", type=int, help="download at most this many bytes")
+    warm.add_argument(
+        "--namespace", help="warm this namespace as it is on the server (no framework import, no fingerprint)"
+    )
+    warm.add_argument(
+        "--follow",
+        action="store_true",
+        help="then keep running: fetch what other jobs store, upload what appears here (until Ctrl-C)",
+    )
+    add_framework(warm)
+    warm.add_argument(
+        "--spmd", action="store_true", help="the job runs with SPMD (torch_xla.runtime.use_spmd)"
+    )
+    warm.add_argument("--no-progress", action="store_true", help="no progress bars")
+    warm.add_argument("--strict", action="store_true", help="exit 1 when the warm met errors")
+    warm.set_defaults(func=cmd_warm)
+
+    push = sub.add_parser("push", help="upload local entries the server lacks")
+    add_common(push, timeout=300.0)
+    push.add_argument(
+        "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
+    )
+    push.add_argument(
+        "--namespace",
+        help="only this namespace's directory (default: every one); with --import, the namespace to fill",
+    )
+    push.add_argument(
+        "--import",
+        dest="import_dir",
+        metavar="DIR",
+        help="upload a plain torch_xla or JAX cache directory (no fingerprint file) into this runtime's "
+        "namespace, or into --namespace (then torch_xla or jax is not imported)",
+    )
+    add_framework(push)
+    push.add_argument("--spmd", action="store_true", help="with --import: fingerprint torch_xla with SPMD on")
+    push.add_argument("--no-progress", action="store_true", help="no progress bars")
+    push.set_defaults(func=cmd_push)
+
+    add_admin_commands(sub)
+    add_runs_command(sub)
+    add_graphs_command(sub)
+    add_signing_commands(sub)
+
+    doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
+    add_common(doctor, timeout=300.0)
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``xla-cache`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    if not args.verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    if getattr(args, "namespace", None) and (problem := name_problem("namespace", args.namespace)):
+        parser.error(f"--namespace {args.namespace!r} is not a valid namespace name: {problem}")
+    try:
+        code: int = args.func(args)
+    except ClientError as exc:  # includes ServerProblem: the server could not be used
+        print(f"xla-cache {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

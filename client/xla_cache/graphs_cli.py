@@ -1,0 +1,157 @@
+"""``xla-cache graphs``: which dimensions of a namespace's graphs vary, and what padding them would save.
+
+It prints the server's bucketing report (``GET /admin/graphs``): for each graph with the most shape
+variants, the parameter dimensions that vary (``p1.d0``: parameter 1, dimension 0; from what to what, how
+many sizes), for each the ways to pad it alone (as is, pow2, multiples, the best K boundaries, the
+maximum) with the compilations left and the mean padding overhead (extra bytes / real bytes of the padded
+parameters), the best combinations (fewest compilations for a padding budget) and each rounding applied to
+every dimension. Needs an admin token, or one limited to namespace patterns that cover the namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from xla_cache.api import CacheApi
+from xla_cache.cli_common import add_common, add_framework, config_of, emit, runtime_fingerprint, server_of
+from xla_cache.deadline import Deadline
+from xla_cache.fingerprint import namespace_id
+
+__all__ = ["add_graphs_command", "cmd_graphs", "graph_lines"]
+
+
+def _percent(ratio: float) -> str:
+    """``+3.3%``, ``+41%``: a tenth of a percent below 10 %."""
+    return f"+{ratio:.1%}" if ratio < 0.1 else f"+{ratio:.0%}"
+
+
+def _dimension(dim: dict[str, Any]) -> str:
+    return f"{dim['label']} ({dim['min']}..{dim['max']}, {dim['count']} values)"
+
+
+def _choice(choice: dict[str, Any]) -> str:
+    """``pow2 45 (+3.1%)``, ``buckets4[4,8,12,20] 30 (+5%)``, ``max(20) 9 (+120%)``: compilations left."""
+    name = choice["name"]
+    if choice["name"] == "max":
+        name = f"max({choice['boundaries'][0]})"
+    elif choice["boundaries"]:
+        name += "[" + ",".join(str(b) for b in choice["boundaries"]) + "]"
+    if choice["name"] == "as is":
+        return f"as is {choice['compiles']}"
+    return f"{name} {choice['compiles']} ({_percent(choice['mean_overhead'])})"
+
+
+def _scheme(scheme: dict[str, Any]) -> str:
+    return f"{scheme['scheme']}: {scheme['variants']} ({_percent(scheme['mean_overhead'])})"
+
+
+def graph_lines(report: dict[str, Any]) -> list[str]:
+    """The report as lines: per graph a title line, then per varying dimension its choices (each alone:
+    compilations left, +mean overhead), the frontier of combinations, and each rounding applied to all."""
+    graphs = report["graphs"]
+    if not graphs:
+        namespace = report["namespace"]
+        return [f"namespace {namespace}: no parsed graphs (yet: entries are parsed in the background)"]
+    cost = next((g["cost"] for g in graphs if g.get("cost")), "bytes of the padded parameters")
+    lines = [
+        f"namespace {report['namespace']}: for each varying dimension, the compilations left by padding it "
+        f"alone (+mean extra {cost}), then the best combinations"
+    ]
+    for graph in graphs:
+        plural = "" if graph["variants"] == 1 else "s"
+        title = f"{graph['module']}  {graph['variants']} variant{plural}"
+        if graph.get("unchanged"):
+            title += f"  {graph['unchanged']}"
+        elif not graph["varying"]:
+            title += "  varying: none"
+        notes = []
+        if graph["read"] < graph["variants"]:
+            notes.append(f"analysed {graph['read']} of its {graph['variants']} variants (a sample)")
+        if graph["other_layouts"]:
+            notes.append(f"{graph['other_layouts']} with another parameter layout, each counted as one")
+        if graph.get("result_only") and not graph.get("unchanged"):
+            notes.append(f"{graph['result_only']} differing only in the result, each counted as one")
+        if notes:
+            title += f"  ({'; '.join(notes)})"
+        lines.append(title)
+        for dim in graph["varying"]:
+            lines.append(f"  {_dimension(dim)}: " + "  ".join(_choice(c) for c in dim.get("choices", [])))
+        lines.extend(_frontier_lines(graph.get("frontier") or [], graph.get("result_cost") is not None, "  "))
+        if graph["schemes"]:
+            lines.append(
+                "  one rounding for every dimension: " + "  ".join(_scheme(s) for s in graph["schemes"])
+            )
+        baked = graph.get("baked_sizes")
+        if baked:
+            lines.extend(_baked_lines(baked))
+    return lines
+
+
+def _frontier_lines(frontier: list[dict[str, Any]], results: bool, indent: str) -> list[str]:
+    """The best combinations: compilations, +mean / +largest overhead (and in result bytes), which."""
+    if not frontier:
+        return []
+    lines = [
+        f"{indent}best combinations (compilations, +mean / +largest overhead"
+        + (", then in bytes of the padded results" if results else "")
+        + "):"
+    ]
+    width = max(len(str(c["compiles"])) for c in frontier)
+    overheads = []
+    for combo in frontier:
+        overhead = f"({_percent(combo['mean_overhead'])} / {_percent(combo['max_overhead'])})"
+        if results and combo.get("result_mean_overhead") is not None:
+            overhead += (
+                f" results ({_percent(combo['result_mean_overhead'])} / "
+                f"{_percent(combo['result_max_overhead'])})"
+            )
+        overheads.append(overhead)
+    room = max(18, *map(len, overheads))
+    for combo, overhead in zip(frontier, overheads, strict=True):
+        lines.append(f"{indent}  {combo['compiles']:>{width}} {overhead:<{room}} {combo['description']}")
+    return lines
+
+
+def _baked_lines(baked: dict[str, Any]) -> list[str]:
+    """Sizes baked into the graph: each with its values and choices, then the best combinations."""
+    lines = [
+        f"  sizes baked into the graph: {baked['entries']} entries at the same input shapes "
+        f"{baked['params']} differ only in these (+mean extra {baked['cost']}); pass them as data, pad "
+        "them, or run the section eagerly:"
+    ]
+    for size in baked["sizes"]:
+        follows = f", {size['folded']} more follow from it" if size.get("folded") else ""
+        shown = ",".join(str(v) for v in size["values"][:12]) + (",…" if size["count"] > 12 else "")
+        lines.append(
+            f"    {size['label']}: {size['count']} values {shown} ({size['min']}..{size['max']}{follows})"
+        )
+        lines.append("      " + "  ".join(_choice(c) for c in size.get("choices", [])))
+    lines.extend(_frontier_lines(baked.get("frontier") or [], False, "    "))
+    return lines
+
+
+def cmd_graphs(args: argparse.Namespace) -> int:
+    """The bucketing report of a namespace (default: this runtime's)."""
+    namespace = args.namespace or namespace_id(runtime_fingerprint(args))
+    config = config_of(args)
+    api = CacheApi(server_of(config), config.token)
+    try:
+        report = api.admin_graphs(namespace, Deadline(args.timeout), top=args.top, module=args.module)
+    finally:
+        api.close()
+    emit(args, report, graph_lines(report))
+    return 0
+
+
+def add_graphs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``graphs`` on ``xla-cache``'s subparsers."""
+    graphs = sub.add_parser(
+        "graphs", help="which dimensions of the namespace's graphs vary, and what bucketing would save"
+    )
+    add_common(graphs, timeout=30.0)
+    graphs.add_argument("namespace", nargs="?", help="namespace (default: this runtime's)")
+    graphs.add_argument("--top", type=int, default=10, help="graphs listed, most variants first (default 10)")
+    graphs.add_argument("--module", help="only this graph (HLO module), as `xla-cache runs RUN` names it")
+    add_framework(graphs)
+    graphs.set_defaults(func=cmd_graphs)

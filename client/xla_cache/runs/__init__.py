@@ -1,0 +1,24 @@
+"""Run reports (issue 27): what each job that warms tells the server about its run.
+
+:class:`~xla_cache.runs.reporter.RunReporter` sends the reports; the collectors
+(:mod:`xla_cache.runs.collectors`, :mod:`xla_cache.runs.jax_events`) read the framework's numbers and what it
+knows of each compile. The wire contract is :mod:`cache_protocol.runs`.
+"""
+
+from __future__ import annotations
+
+from xla_cache.runs.collectors import CompileCounts, MissFacts, RunCollector, collector_for
+from xla_cache.runs.reporter import EXIT_SECONDS, Miss, RunReporter, Transfers, WarmFacts, reporter_for
+
+__all__ = [
+    "EXIT_SECONDS",
+    "CompileCounts",
+    "Miss",
+    "MissFacts",
+    "RunCollector",
+    "RunReporter",
+    "Transfers",
+    "WarmFacts",
+    "collector_for",
+    "reporter_for",
+]

@@ -1,0 +1,141 @@
+"""What a run report counts, read from the framework: one collector per framework (torch_xla here; JAX and
+torchax in :mod:`xla_cache.runs.jax_events`), chosen by :func:`collector_for`.
+
+A collector is made when the warm points the framework at its directory, before the job's first compile, so
+the framework's process-wide numbers are the run's own (each collector still subtracts what it found then).
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xla_cache.cachedir import LocalFile
+from xla_cache.frameworks import Framework
+
+__all__ = [
+    "CompileCounts",
+    "MissFacts",
+    "NullCollector",
+    "RunCollector",
+    "TorchXlaCollector",
+    "collector_for",
+]
+
+
+@dataclass(frozen=True)
+class CompileCounts:
+    """The run's persistent-cache loads (hits), compiles (misses), the compile seconds paid and the entries
+    the framework failed to load, since the warm."""
+
+    hits: int = 0
+    misses: int = 0
+    compile_seconds: float = 0.0
+    load_failures: int = 0
+
+
+@dataclass(frozen=True)
+class MissFacts:
+    """What the client knows of one compile: the graph's name, JAX's cache-key component hashes and the
+    compile's own seconds (each None when unknown)."""
+
+    module: str | None = None
+    components: dict[str, str] | None = None
+    compile_seconds: float | None = None
+
+
+class RunCollector(ABC):
+    """Reads one framework's cache counters and what it knows of each compile."""
+
+    @abstractmethod
+    def framework(self) -> str:
+        """The framework the report names (one of :data:`cache_protocol.runs.FRAMEWORKS`)."""
+
+    @abstractmethod
+    def counts(self) -> CompileCounts:
+        """The run's numbers so far."""
+
+    def process_index(self) -> int:
+        """This process's index in a multi-process job (0 when it has no other)."""
+        return 0
+
+    def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
+        """What is known of the compiles that wrote ``files``, by key (keys not known are left out)."""
+        return {}
+
+
+class NullCollector(RunCollector):
+    """A framework without counters: the report carries the warm's and the uploader's numbers only."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def framework(self) -> str:
+        return self._name
+
+    def counts(self) -> CompileCounts:
+        return CompileCounts()
+
+
+class TorchXlaCollector(RunCollector):
+    """torch_xla's counters (``PersistentCacheHit``, ``UncachedCompile``,
+    ``PersistentCacheDeserializeFailure``) and its ``CompileTime`` metric (nanoseconds), from
+    ``torch_xla.debug.metrics``. torch_xla names entries by a hash only: no module name is known."""
+
+    def __init__(self, adapter: Framework) -> None:
+        self._adapter = adapter
+        self._start = self._read()
+
+    def framework(self) -> str:
+        return "torch_xla"
+
+    @staticmethod
+    def _read() -> CompileCounts:
+        if "torch_xla" not in sys.modules:
+            return CompileCounts()
+        import torch_xla.debug.metrics as met
+
+        from xla_cache.frameworks.torch_xla import DESERIALIZE_FAILURE, counter
+
+        data = met.metric_data("CompileTime")
+        nanoseconds = float(data[1]) if data else 0.0
+        return CompileCounts(
+            hits=counter("PersistentCacheHit"),
+            misses=counter("UncachedCompile"),
+            compile_seconds=nanoseconds / 1e9,
+            load_failures=counter(DESERIALIZE_FAILURE),
+        )
+
+    def counts(self) -> CompileCounts:
+        now, start = self._read(), self._start
+        return CompileCounts(
+            hits=max(0, now.hits - start.hits),
+            misses=max(0, now.misses - start.misses),
+            compile_seconds=max(0.0, now.compile_seconds - start.compile_seconds),
+            load_failures=max(0, now.load_failures - start.load_failures),
+        )
+
+    def process_index(self) -> int:
+        if "torch_xla" not in sys.modules:
+            return 0
+        import torch_xla.runtime as xr
+
+        return int(xr.process_index())
+
+    def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
+        # The CompileTime sample torch_xla recorded right after writing each file (what uploads carry too).
+        times = self._adapter.compile_times(files)
+        return {key: MissFacts(compile_seconds=ms / 1000.0) for key, ms in times.items()}
+
+
+def collector_for(adapter: Framework) -> RunCollector:
+    """The collector of the framework ``adapter`` stands for (JAX's counts torchax jobs too)."""
+    if adapter.name == "torch_xla":
+        return TorchXlaCollector(adapter)
+    if adapter.name == "jax":
+        from xla_cache.runs.jax_events import JaxCollector
+
+        return JaxCollector.start()
+    return NullCollector(adapter.name)
