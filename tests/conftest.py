@@ -34,12 +34,25 @@ def shared_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_config_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No process the suite starts reads the config file of the user who runs it: ``XDG_CONFIG_HOME`` is an
+    empty folder (it outlives the ``XLA_CACHE_*`` filters that subprocess environments apply)."""
+    folder = tmp_path_factory.mktemp("config-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(folder))
+        yield folder
+
+
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the XLA_CACHE_* settings of the shell that runs the suite."""
+    """No test sees the XLA_CACHE_* settings of the shell that runs the suite, and none talks to the default
+    server (``http://127.0.0.1:8080``, where a developer's own ``./scripts/serve`` may listen) by accident:
+    ``XLA_CACHE_SERVER=none`` unless the test names a server."""
     for name in list(os.environ):
         if name.startswith("XLA_CACHE_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("XLA_CACHE_SERVER", "none")
 
 
 @pytest.fixture

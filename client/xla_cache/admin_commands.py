@@ -21,10 +21,18 @@ from xla_cache.admin_cli import (
     token_lines,
 )
 from xla_cache.api import CacheApi
-from xla_cache.cli_common import add_common, add_framework, config_of, emit, runtime_fingerprint, server_of
+from xla_cache.cli_common import (
+    add_common,
+    add_runtime,
+    config_of,
+    emit,
+    namespace_name,
+    namespace_of,
+    no_namespace_help,
+    server_of,
+)
 from xla_cache.deadline import Deadline
-from xla_cache.errors import ClientError, ServerProblem
-from xla_cache.fingerprint import namespace_id
+from xla_cache.errors import ClientError, ServerProblem, ServerUnavailable
 from xla_cache.signing_commands import signer_lines
 
 __all__ = ["add_admin_commands", "cmd_evict", "cmd_purge_token", "cmd_quota", "cmd_stats", "cmd_tokens"]
@@ -33,10 +41,12 @@ __all__ = ["add_admin_commands", "cmd_evict", "cmd_purge_token", "cmd_quota", "c
 def cmd_stats(args: argparse.Namespace) -> int:
     """The namespace's entries, bytes and counters on the server, and the server's totals if allowed.
 
-    With ``--all`` only the server-wide part (no framework needed): totals, namespaces, top graphs.
+    The namespace: ``--namespace``, else this runtime's with ``--runtime``, else the one the last warm here
+    recorded (the line says which); with ``--all``, or when none is known, only the server-wide part.
     """
-    namespace = None if args.all else args.namespace or namespace_id(runtime_fingerprint(args))
     config = config_of(args)
+    chosen = None if args.all else namespace_of(args, config)
+    namespace = chosen.name if chosen is not None else None
     api = CacheApi(server_of(config), config.token)
     try:
         info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
@@ -46,6 +56,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         try:
             totals = api.admin_stats(Deadline(args.timeout), limit=args.limit, after=args.after)
             signers = api.admin_signers(Deadline(args.timeout))["signers"]
+        except ServerUnavailable:
+            raise  # the server could not be reached at all: say so, as every command does
         except ServerProblem as exc:
             totals = None
             admin_error = exc.reason
@@ -59,7 +71,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "admin_error": admin_error,
         "signers": signers,
     }
-    lines = [f"namespace  {namespace}"] if namespace else []
+    if chosen is not None:
+        lines = [f"namespace  {chosen.name} ({chosen.how})"]
+    else:
+        lines = [] if args.all else [f"namespace  none: {no_namespace_help(config)}"]
     for key in ("entries", "bytes", "hits", "misses", "uploads", "created_at", "last_used_at"):
         if key in info:
             lines.append(f"  {key:<12} {info[key]}")
@@ -150,9 +165,10 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     """Register stats, evict, tokens, purge-token and quota on ``xla-cache``'s subparsers."""
     stats = sub.add_parser("stats", help="the namespace's entries and counters, and server totals")
     add_common(stats, timeout=30.0)
-    stats.add_argument("--namespace", help="namespace (default: this runtime's)")
-    add_framework(stats)
-    stats.add_argument("--spmd", action="store_true", help="fingerprint the torch_xla runtime with SPMD on")
+    stats.add_argument(
+        "--namespace", type=namespace_name, help="namespace (default: the one the last warm here recorded)"
+    )
+    add_runtime(stats)
     stats.add_argument("--all", action="store_true", help="only the server-wide stats (no namespace)")
     stats.add_argument("--limit", type=int, help="namespaces listed (a page; default: the server's, 100)")
     stats.add_argument("--after", metavar="CURSOR", help="the next page of namespaces (the page says)")
@@ -168,7 +184,9 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     evict.add_argument(
         "--older-than", metavar="AGE", help="evict entries unused for this long, e.g. 30d or 12h"
     )
-    evict.add_argument("--namespace", help="only this namespace (the size limit is then its own)")
+    evict.add_argument(
+        "--namespace", type=namespace_name, help="only this namespace (the size limit is then its own)"
+    )
     evict.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
     evict.set_defaults(func=cmd_evict)
 
@@ -194,7 +212,9 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     add_common(quota, timeout=30.0)
     subject = quota.add_mutually_exclusive_group()
-    subject.add_argument("--namespace", help="set this namespace's quota (it need not exist yet)")
+    subject.add_argument(
+        "--namespace", type=namespace_name, help="set this namespace's quota (it need not exist yet)"
+    )
     subject.add_argument(
         "--for-token",
         dest="token_name",

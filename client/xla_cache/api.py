@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -25,7 +25,15 @@ from xla_cache.config import Compression, wants_compression
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerError, ServerUnavailable
 
-__all__ = ["MAX_KEYS_PER_REQUEST", "CacheApi", "FeedAnswer", "Manifest", "RemoteEntry", "normalize_server"]
+__all__ = [
+    "MAX_KEYS_PER_REQUEST",
+    "CacheApi",
+    "FeedAnswer",
+    "Manifest",
+    "RemoteEntry",
+    "normalize_server",
+    "server_url_problem",
+]
 
 # Well under the server's default limit on keys in one request, so a server configured lower still takes it.
 MAX_KEYS_PER_REQUEST = SERVER_MAX_KEYS // 5
@@ -78,6 +86,30 @@ def normalize_server(server: str) -> str:
     if "://" not in server:
         server = "http://" + server
     return server.rstrip("/")
+
+
+# The first segments of the server's own paths: a server URL ending in one of them is a path of the API,
+# not the server's base URL (which may have a path of its own, behind a proxy).
+_API_SEGMENTS = ("v1", "admin", "dashboard", "metrics", "healthz", "readyz", "docs", "openapi.json")
+
+
+def server_url_problem(server: str) -> str | None:
+    """Why ``server`` is not a usable base URL (a scheme other than http or https, no host, or a path of
+    the API itself such as ``http://host:8080/v1``), or None."""
+    url = normalize_server(server)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return f"{server!r} is not an http:// or https:// URL"
+    if not parts.hostname:
+        return f"{server!r} names no host"
+    segments = parts.path.strip("/").split("/")
+    if segments[-1] in _API_SEGMENTS:
+        base = url[: url.rindex("/" + segments[-1])] or f"{parts.scheme}://{parts.netloc}"
+        return (
+            f"{server!r} is a path of the server's API, not its base URL: use {base} (the client adds "
+            f"/{segments[-1]} and the other paths itself)"
+        )
+    return None
 
 
 @functools.lru_cache(maxsize=4)
@@ -158,6 +190,14 @@ class CacheApi:
             reason += f" {code}"
         if detail:
             reason += f": {detail}"
+        if response.status_code == 404 and (code in ("", "not_found")):
+            # Not one of the API's own answers (those name what was not found): no such path here.
+            problem = server_url_problem(self.server)
+            reason += (
+                f" ({problem})"
+                if problem
+                else f" (is {self.server} the cache server's base URL, and is the server this version?)"
+            )
         return ServerError(reason, status=response.status_code, code=code, detail=detail)
 
     def _call(

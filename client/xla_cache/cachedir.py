@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Container
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,9 +26,11 @@ from xla_cache.errors import CorruptTransfer
 
 __all__ = [
     "CHUNK",
+    "LAST_WARM_FILE",
     "LOCK_NAME",
     "TEMP_SUFFIX",
     "EntryCheck",
+    "LastWarm",
     "LocalFile",
     "VerifiedWriter",
     "file_sha256",
@@ -36,6 +38,8 @@ __all__ = [
     "fsync_directory",
     "is_entry_name",
     "read_fingerprint",
+    "read_last_warm",
+    "record_last_warm",
     "remove_temp_files",
     "scan",
     "write_fingerprint",
@@ -44,6 +48,7 @@ __all__ = [
 CHUNK = 1024 * 1024
 LOCK_NAME = ".xla-cache.lock"
 TEMP_SUFFIX = ".part"
+LAST_WARM_FILE = "last-warm.json"  # in the base cache directory: see LastWarm
 
 # A temporary file is named by the pid and a count, no longer than the random name it had (os.urandom per
 # file cost 15 us, a tenth of writing a small entry); a name a dead process of the same pid left is skipped.
@@ -279,22 +284,62 @@ class VerifiedWriter:
                 os.unlink(self._temp)
 
 
-def write_fingerprint(directory: Path, fingerprint: dict[str, Any]) -> None:
-    """Record the namespace's fingerprint in its directory (temporary file + rename)."""
-    temp = directory / f".fingerprint.{secrets.token_hex(6)}{TEMP_SUFFIX}"
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    """``value`` as ``path``, whole or not at all (temporary file + rename)."""
+    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
     try:
-        temp.write_text(json.dumps(fingerprint, sort_keys=True, indent=1) + "\n")
-        os.replace(temp, directory / FINGERPRINT_FILE)
+        temp.write_text(json.dumps(value, sort_keys=True, indent=1) + "\n")
+        os.replace(temp, path)
     except BaseException:  # a full disk: no half-written temporary file stays behind
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
         raise
 
 
-def read_fingerprint(directory: Path) -> dict[str, Any] | None:
-    """The fingerprint :func:`write_fingerprint` recorded, or None."""
+def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        value = json.loads((directory / FINGERPRINT_FILE).read_text())
+        value = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def write_fingerprint(directory: Path, fingerprint: dict[str, Any]) -> None:
+    """Record the namespace's fingerprint in its directory."""
+    _write_json(directory / FINGERPRINT_FILE, fingerprint)
+
+
+def read_fingerprint(directory: Path) -> dict[str, Any] | None:
+    """The fingerprint :func:`write_fingerprint` recorded, or None."""
+    return _read_json(directory / FINGERPRINT_FILE)
+
+
+@dataclass(frozen=True)
+class LastWarm:
+    """What the last warm of this runtime into a base cache directory recorded: the namespace it filled,
+    whose cache it is, when (ISO 8601, UTC) and from which server (None: local only). Commands that want
+    "this runtime's namespace" read it instead of starting the runtime to fingerprint it."""
+
+    namespace: str
+    framework: str
+    at: str
+    server: str | None
+
+
+def record_last_warm(cache_dir: Path, last: LastWarm) -> None:
+    """Record ``last`` in ``<cache_dir>/last-warm.json``."""
+    _write_json(cache_dir / LAST_WARM_FILE, asdict(last))
+
+
+def read_last_warm(cache_dir: Path) -> LastWarm | None:
+    """The last warm :func:`record_last_warm` recorded under ``cache_dir``, or None (none, or unreadable)."""
+    value = _read_json(cache_dir / LAST_WARM_FILE)
+    if value is None or not isinstance(value.get("namespace"), str) or not value["namespace"]:
+        return None
+    server = value.get("server")
+    return LastWarm(
+        namespace=value["namespace"],
+        framework=str(value.get("framework") or ""),
+        at=str(value.get("at") or ""),
+        server=server if isinstance(server, str) else None,
+    )

@@ -12,12 +12,13 @@ Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from cache_protocol import FINGERPRINT_FILE, name_problem
+from cache_protocol import FINGERPRINT_FILE
 from xla_cache.admin_commands import add_admin_commands
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import read_fingerprint, scan
@@ -26,13 +27,15 @@ from xla_cache.cli_common import (
     add_framework,
     config_of,
     emit,
+    namespace_name,
     progress_of,
     runtime_fingerprint,
     server_of,
 )
 from xla_cache.config import ClientConfig
+from xla_cache.config_cli import add_config_command
 from xla_cache.deadline import Deadline
-from xla_cache.errors import ClientError, ServerProblem
+from xla_cache.errors import ClientError, ServerProblem, ServerUnavailable
 from xla_cache.fingerprint import namespace_id
 from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
 from xla_cache.graphs_cli import add_graphs_command
@@ -324,18 +327,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``xla-cache`` argument parser."""
-    parser = argparse.ArgumentParser(prog="xla-cache", description="Shared torch_xla compilation cache.")
+    parser = argparse.ArgumentParser(
+        prog="xla-cache",
+        description="A shared compilation cache for PyTorch/XLA, JAX and torchax jobs: warm a job's cache "
+        "from the server, upload what it compiles, and see why jobs compiled (runs, graphs, stats).",
+        epilog="Server, token and cache directory: the flag, else XLA_CACHE_SERVER, XLA_CACHE_TOKEN and "
+        "XLA_CACHE_DIR, else the config file (xla-cache config shows where each value came from).",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log requests")
     sub = parser.add_subparsers(dest="command", required=True)
 
     warm = sub.add_parser("warm", help="download this runtime's entries into the cache directory")
     add_common(warm, timeout=30.0)
     warm.add_argument(
-        "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
+        "--cache-dir",
+        help="base cache directory (default: $XLA_CACHE_DIR, the config file's, or ~/.cache/xla-cache)",
     )
     warm.add_argument("--max-bytes", type=int, help="download at most this many bytes")
     warm.add_argument(
-        "--namespace", help="warm this namespace as it is on the server (no framework import, no fingerprint)"
+        "--namespace",
+        type=namespace_name,
+        help="warm this namespace as it is on the server (no framework import, no fingerprint)",
     )
     warm.add_argument(
         "--follow",
@@ -353,10 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     push = sub.add_parser("push", help="upload local entries the server lacks")
     add_common(push, timeout=300.0)
     push.add_argument(
-        "--cache-dir", help="base cache directory (default: $XLA_CACHE_DIR or ~/.cache/xla-cache)"
+        "--cache-dir",
+        help="base cache directory (default: $XLA_CACHE_DIR, the config file's, or ~/.cache/xla-cache)",
     )
     push.add_argument(
         "--namespace",
+        type=namespace_name,
         help="only this namespace's directory (default: every one); with --import, the namespace to fill",
     )
     push.add_argument(
@@ -375,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runs_command(sub)
     add_graphs_command(sub)
     add_signing_commands(sub)
+    add_config_command(sub)
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)
@@ -393,12 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    if getattr(args, "namespace", None) and (problem := name_problem("namespace", args.namespace)):
-        parser.error(f"--namespace {args.namespace!r} is not a valid namespace name: {problem}")
     try:
         code: int = args.func(args)
     except ClientError as exc:  # includes ServerProblem: the server could not be used
         print(f"xla-cache {args.command}: {exc}", file=sys.stderr)
+        if isinstance(exc, ServerUnavailable) and not getattr(args, "server", None):
+            with contextlib.suppress(ClientError):  # where the URL came from, and how to set another
+                print(f"  ({config_of(args).server_hint()})", file=sys.stderr)
         return 2
     return code
 

@@ -1,5 +1,6 @@
 """What the ``xla-cache`` subcommands share: the arguments every one takes, the server and token they
-resolve, this runtime's fingerprint, and how a result is printed (lines, or one JSON document).
+resolve, the namespace a command means when none is named, and how a result is printed (lines, or one JSON
+document).
 
 The commands are in :mod:`xla_cache.cli` (warm, push, doctor) and :mod:`xla_cache.admin_commands` (stats,
 evict, tokens, quota, purge-token).
@@ -9,18 +10,27 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from xla_cache.config import ClientConfig
+from cache_protocol import FINGERPRINT_FILE, name_problem
+from xla_cache.api import server_url_problem
+from xla_cache.cachedir import read_last_warm
+from xla_cache.config import DEFAULT_SERVER, ClientConfig
 from xla_cache.errors import ClientError
 from xla_cache.frameworks import AUTO, all_frameworks, choose
 from xla_cache.progress import NullProgress, Progress, TqdmProgress
 
 __all__ = [
+    "ChosenNamespace",
     "add_common",
     "add_framework",
+    "add_runtime",
     "config_of",
     "emit",
+    "namespace_name",
+    "namespace_of",
+    "no_namespace_help",
     "progress_of",
     "runtime_fingerprint",
     "server_of",
@@ -43,15 +53,74 @@ def progress_of(args: argparse.Namespace) -> Progress:
 
 
 def config_of(args: argparse.Namespace) -> ClientConfig:
-    """Server, token and cache directory from the arguments and the environment."""
-    return ClientConfig.resolve(args.server, args.token, getattr(args, "cache_dir", None))
+    """Server, token and cache directory: the flags, else the environment, else the config file, else the
+    defaults (:meth:`ClientConfig.resolve`)."""
+    flags = {"server": "--server", "token": "--token", "cache_dir": "--cache-dir"}
+    return ClientConfig.resolve(
+        getattr(args, "server", None),
+        getattr(args, "token", None),
+        getattr(args, "cache_dir", None),
+        flags=flags,
+    )
 
 
 def server_of(config: ClientConfig) -> str:
-    """The server's URL; a :class:`ClientError` when none was given."""
+    """The server's URL; a :class:`ClientError` when it is set to none or is no base URL."""
     if not config.server:
-        raise ClientError("no server: pass --server or set XLA_CACHE_SERVER")
+        source = config.sources.get("server")
+        raise ClientError(
+            f"this command needs a server, and the server is set to none ({source}): pass --server"
+        )
+    problem = server_url_problem(config.server)
+    if problem:
+        raise ClientError(f"server {problem} ({config.sources.get('server')})")
     return config.server
+
+
+def namespace_name(value: str) -> str:
+    """An argparse ``type``: a valid namespace name (argparse names the argument, positional or not)."""
+    problem = name_problem("namespace", value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid namespace name: {problem}")
+    return value
+
+
+@dataclass(frozen=True)
+class ChosenNamespace:
+    """The namespace a command works on, and how it was chosen (printed, so the user knows which)."""
+
+    name: str
+    how: str
+
+
+def namespace_of(args: argparse.Namespace, config: ClientConfig) -> ChosenNamespace | None:
+    """The namespace named on the command line; else with ``--runtime`` this runtime's (the framework is
+    imported and fingerprinted: seconds); else the one the last warm into the cache directory recorded;
+    else None (no warm has run here). Nothing is imported unless ``--runtime`` asks for it."""
+    named = getattr(args, "namespace", None)
+    if named:
+        return ChosenNamespace(named, "as named")
+    if getattr(args, "runtime", False):
+        from xla_cache.fingerprint import namespace_id
+
+        fingerprint = runtime_fingerprint(args)
+        return ChosenNamespace(namespace_id(fingerprint), f"this {fingerprint.get('framework')} runtime's")
+    last = read_last_warm(config.cache_dir)
+    if last is None:
+        return None
+    return ChosenNamespace(last.namespace, f"the last warm here: {last.framework}, {last.at}")
+
+
+def no_namespace_help(config: ClientConfig) -> str:
+    """What to do when no namespace was named and no warm has run into the cache directory."""
+    local = []
+    if config.cache_dir.is_dir():
+        local = sorted(p.name for p in config.cache_dir.iterdir() if (p / FINGERPRINT_FILE).is_file())
+    listed = f"; the namespaces under it: {', '.join(local[:10])}" if local else ""
+    return (
+        f"no warm has recorded this host's namespace in {config.cache_dir}{listed}. Name one, or pass "
+        f"--runtime to fingerprint this runtime (it imports torch_xla or jax: seconds)"
+    )
 
 
 def runtime_fingerprint(args: argparse.Namespace) -> dict[str, Any]:
@@ -70,10 +139,29 @@ def runtime_fingerprint(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_common(parser: argparse.ArgumentParser, *, timeout: float) -> None:
     """``--server``, ``--token``, ``--timeout`` (default ``timeout``) and ``--json``."""
-    parser.add_argument("--server", help="server URL (default: $XLA_CACHE_SERVER)")
-    parser.add_argument("--token", help="bearer token (default: $XLA_CACHE_TOKEN)")
+    parser.add_argument(
+        "--server", help=f"server URL (default: $XLA_CACHE_SERVER, the config file's, or {DEFAULT_SERVER})"
+    )
+    parser.add_argument("--token", help="bearer token (default: $XLA_CACHE_TOKEN or the config file's)")
     parser.add_argument("--timeout", type=float, default=timeout, help=f"seconds (default {timeout:g})")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def add_runtime(parser: argparse.ArgumentParser) -> None:
+    """``--runtime`` (with ``--framework`` and ``--spmd``): this runtime's namespace, fingerprinted live."""
+    parser.add_argument(
+        "--runtime",
+        action="store_true",
+        help="use this runtime's namespace, fingerprinted now (imports torch_xla or jax: seconds); "
+        "default: the namespace the last warm here recorded",
+    )
+    add_framework(parser)
+    parser.add_argument("--spmd", action="store_true", help="with --runtime: torch_xla with SPMD on")
+    parser.add_argument(
+        "--cache-dir",
+        help="base cache directory, where the last warm is recorded (default: $XLA_CACHE_DIR, the config "
+        "file's, or ~/.cache/xla-cache)",
+    )
 
 
 def add_framework(parser: argparse.ArgumentParser) -> None:

@@ -1,10 +1,14 @@
-"""Where the client's settings come from: the call's own arguments first, then the environment.
+"""Where the client's settings come from: a flag (or the call's own argument) first, then the environment,
+then the config file (:mod:`xla_cache.config_file`), then the default. :meth:`ClientConfig.resolve` does it
+once per call and records where each value came from (``xla-cache config`` prints that).
 
-``XLA_CACHE_SERVER`` (the server's URL), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
+``XLA_CACHE_SERVER`` (the server's URL; default :data:`DEFAULT_SERVER`, where ``./scripts/serve`` listens;
+``none`` for the local cache only), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``),
 ``XLA_CACHE_SIGNING_KEY`` (the key this client signs its uploads with: the key itself or a file holding it),
 ``XLA_CACHE_TRUSTED_KEYS`` (public keys, or files of them, comma separated: with any, only entries they
-signed are placed; :mod:`xla_cache.trust`), ``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether
+signed are placed; :mod:`xla_cache.trust`): each also a key of the config file. ``XLA_CACHE_CONFIG`` names
+the config file. Environment only: ``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether
 bulk uploads and bundles travel zstd-compressed; see :func:`wants_compression`) and
 ``XLA_CACHE_REDACT_FLAG_VALUES`` (``1``: the fingerprint names each XLA flag but not its value; see
 :func:`redacts_flag_values`). ``warm()``, the CLI and ``doctor`` all resolve them here.
@@ -18,16 +22,19 @@ import ipaddress
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from cache_protocol.runs import REPORT_INTERVAL_SECONDS
 from cache_protocol.signing import BadKey, Signer, Verifier, parse_public_keys, read_key_texts
+from xla_cache.config_file import KEYS, read_config_file
 from xla_cache.errors import ClientError
 
 __all__ = [
     "COMPRESSION_ENV",
+    "DEFAULT_SERVER",
+    "LOCAL_ONLY",
     "REDACT_FLAG_VALUES_ENV",
     "REPORT_INTERVAL_ENV",
     "RUN_REPORTS_ENV",
@@ -44,6 +51,8 @@ __all__ = [
     "wants_compression",
 ]
 
+DEFAULT_SERVER = "http://127.0.0.1:8080"  # where ./scripts/serve and xla-cache-server serve listen
+LOCAL_ONLY = ("none", "off")  # a server setting that means: no server, the local cache only
 COMPRESSION_ENV = "XLA_CACHE_COMPRESSION"
 RUN_REPORTS_ENV = "XLA_CACHE_RUN_REPORTS"
 REPORT_INTERVAL_ENV = "XLA_CACHE_REPORT_INTERVAL"
@@ -133,13 +142,9 @@ def redacts_flag_values(env: Mapping[str, str] | None = None) -> bool:
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$XLA_CACHE_DIR``, else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``."""
-    env = os.environ if env is None else env
-    configured = env.get("XLA_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "xla-cache"
+    """``$XLA_CACHE_DIR``, else the config file's ``cache_dir``, else ``$XDG_CACHE_HOME/xla-cache``, else
+    ``~/.cache/xla-cache``."""
+    return ClientConfig.resolve(env=env).cache_dir
 
 
 def namespace_dir(cache_dir: Path | str, namespace: str) -> Path:
@@ -153,13 +158,17 @@ def namespace_dir(cache_dir: Path | str, namespace: str) -> Path:
 @dataclass(frozen=True)
 class ClientConfig:
     """The server (None: local cache only), the token and the base cache directory of one call; the signing
-    key and the trusted keys as configured (texts or paths; read by :meth:`signer` and :meth:`verifier`)."""
+    key and the trusted keys as configured (texts or paths; read by :meth:`signer` and :meth:`verifier`);
+    and where each came from (``sources``: ``--server``, ``XLA_CACHE_SERVER``, ``config file PATH`` or
+    ``default``)."""
 
     server: str | None
     token: str | None
     cache_dir: Path
     signing_key: str | None = None
     trusted_keys: str | None = None
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    config_file: Path | None = field(default=None, compare=False)
 
     def signer(self) -> Signer | None:
         """The key uploads are signed with (``XLA_CACHE_SIGNING_KEY``), or None. :class:`ClientError` when
@@ -169,20 +178,29 @@ class ClientConfig:
         try:
             return Signer.from_text(read_key_texts(self.signing_key))
         except (OSError, BadKey, ValueError) as exc:
-            raise ClientError(f"{SIGNING_KEY_ENV}: {exc}") from None
+            raise ClientError(f"{SIGNING_KEY_ENV} ({self.sources.get('signing_key')}): {exc}") from None
 
     def verifier(self) -> Verifier | None:
         """The trusted public keys (``XLA_CACHE_TRUSTED_KEYS``), or None: nothing is verified.
         :class:`ClientError` when set but unreadable or empty: a job told to verify never skips it."""
         if not self.trusted_keys:
             return None
+        where = self.sources.get("trusted_keys")
         try:
             keys = parse_public_keys(read_key_texts(self.trusted_keys))
         except (OSError, BadKey, ValueError) as exc:
-            raise ClientError(f"{TRUSTED_KEYS_ENV}: {exc}") from None
+            raise ClientError(f"{TRUSTED_KEYS_ENV} ({where}): {exc}") from None
         if not keys:
-            raise ClientError(f"{TRUSTED_KEYS_ENV} is set but names no key")
+            raise ClientError(f"{TRUSTED_KEYS_ENV} ({where}) is set but names no key")
         return Verifier(keys)
+
+    def server_hint(self) -> str:
+        """Where the server's URL came from, and how to set another (for messages about it)."""
+        source = self.sources.get("server", "default")
+        if source == "default":
+            where = f" or server in {self.config_file}" if self.config_file is not None else ""
+            return f"the default server; set XLA_CACHE_SERVER{where} to use another"
+        return f"from {source}"
 
     @classmethod
     def resolve(
@@ -191,13 +209,41 @@ class ClientConfig:
         token: str | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        *,
+        flags: Mapping[str, str] | None = None,
     ) -> ClientConfig:
-        """The given values, each missing one from the environment."""
+        """Each value from the given argument, else the environment, else the config file, else its
+        default. ``flags`` names the argument each given value came from (``--server``; default
+        ``argument``), for :attr:`sources`. A server of ``none`` or ``off`` means the local cache only."""
         env = os.environ if env is None else env
+        given = {"server": server, "token": token, "cache_dir": None if cache_dir is None else str(cache_dir)}
+        config_file = read_config_file(env)
+        values: dict[str, str | None] = {}
+        sources: dict[str, str] = {}
+        for key, variable in KEYS.items():
+            if given.get(key):
+                values[key], sources[key] = given[key], (flags or {}).get(key, "argument")
+            elif env.get(variable):
+                values[key], sources[key] = env[variable], variable
+            elif config_file.values.get(key):
+                values[key], sources[key] = config_file.values[key], f"config file {config_file.path}"
+            else:
+                values[key], sources[key] = None, "default"
+        chosen_server = values["server"]
+        if chosen_server is None:
+            chosen_server = DEFAULT_SERVER
+        elif chosen_server.strip().lower() in LOCAL_ONLY:
+            chosen_server = None
+        if values["cache_dir"]:
+            chosen_dir = Path(values["cache_dir"]).expanduser()
+        else:
+            chosen_dir = Path(env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "xla-cache"
         return cls(
-            server=server or env.get("XLA_CACHE_SERVER") or None,
-            token=token or env.get("XLA_CACHE_TOKEN") or None,
-            cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(env),
-            signing_key=env.get(SIGNING_KEY_ENV) or None,
-            trusted_keys=env.get(TRUSTED_KEYS_ENV) or None,
+            server=chosen_server,
+            token=values["token"],
+            cache_dir=chosen_dir,
+            signing_key=values["signing_key"],
+            trusted_keys=values["trusted_keys"],
+            sources=sources,
+            config_file=config_file.path,
         )

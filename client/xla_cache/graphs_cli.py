@@ -14,9 +14,18 @@ import argparse
 from typing import Any
 
 from xla_cache.api import CacheApi
-from xla_cache.cli_common import add_common, add_framework, config_of, emit, runtime_fingerprint, server_of
+from xla_cache.cli_common import (
+    add_common,
+    add_runtime,
+    config_of,
+    emit,
+    namespace_name,
+    namespace_of,
+    no_namespace_help,
+    server_of,
+)
 from xla_cache.deadline import Deadline
-from xla_cache.fingerprint import namespace_id
+from xla_cache.errors import ClientError
 
 __all__ = ["add_graphs_command", "cmd_graphs", "graph_lines"]
 
@@ -132,15 +141,20 @@ def _baked_lines(baked: dict[str, Any]) -> list[str]:
 
 
 def cmd_graphs(args: argparse.Namespace) -> int:
-    """The bucketing report of a namespace (default: this runtime's)."""
-    namespace = args.namespace or namespace_id(runtime_fingerprint(args))
+    """The bucketing report of a namespace (default: the one the last warm here recorded)."""
     config = config_of(args)
+    chosen = namespace_of(args, config)
+    if chosen is None:
+        raise ClientError(no_namespace_help(config))
     api = CacheApi(server_of(config), config.token)
     try:
-        report = api.admin_graphs(namespace, Deadline(args.timeout), top=args.top, module=args.module)
+        report = api.admin_graphs(chosen.name, Deadline(args.timeout), top=args.top, module=args.module)
     finally:
         api.close()
-    emit(args, report, graph_lines(report))
+    lines = graph_lines(report)
+    if chosen.how != "as named":
+        lines.insert(0, f"namespace {chosen.name} ({chosen.how})")
+    emit(args, report, lines)
     return 0
 
 
@@ -150,8 +164,13 @@ def add_graphs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "graphs", help="which dimensions of the namespace's graphs vary, and what bucketing would save"
     )
     add_common(graphs, timeout=30.0)
-    graphs.add_argument("namespace", nargs="?", help="namespace (default: this runtime's)")
+    graphs.add_argument(
+        "namespace",
+        nargs="?",
+        type=namespace_name,
+        help="namespace (default: the one the last warm here recorded)",
+    )
     graphs.add_argument("--top", type=int, default=10, help="graphs listed, most variants first (default 10)")
     graphs.add_argument("--module", help="only this graph (HLO module), as `xla-cache runs RUN` names it")
-    add_framework(graphs)
+    add_runtime(graphs)
     graphs.set_defaults(func=cmd_graphs)

@@ -12,7 +12,7 @@ from typing import Any
 from cache_protocol.runs import FRAMEWORKS, MISS_REASONS
 from xla_cache.admin_cli import format_bytes, parse_duration
 from xla_cache.api import CacheApi
-from xla_cache.cli_common import add_common, config_of, emit, server_of
+from xla_cache.cli_common import add_common, config_of, emit, namespace_name, server_of
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerError
 
@@ -186,8 +186,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             data = api.admin_runs(params, Deadline(args.timeout))
             lines = runs_lines(list(data.get("runs") or []))
     except ServerError as exc:
-        if exc.status == 404 and not args.run_id:
-            raise ClientError(f"{api.server} keeps no run reports (GET /admin/runs answered 404)") from None
+        if exc.status == 404 and exc.code in ("", "not_found") and not args.run_id:
+            raise ClientError(f"{exc.reason}: it keeps no run reports, or is not the cache server") from None
         raise
     finally:
         api.close()
@@ -202,7 +202,7 @@ def add_runs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     add_common(runs, timeout=30.0)
     runs.add_argument("run_id", nargs="?", help="show this run, with each compile and why it happened")
-    runs.add_argument("--namespace", help="only runs of this namespace")
+    runs.add_argument("--namespace", type=namespace_name, help="only runs of this namespace")
     runs.add_argument("--framework", choices=FRAMEWORKS, help="only runs of this framework")
     runs.add_argument("--host", help="only runs of this host")
     runs.add_argument("--since", help="only runs started since: an ISO time, or a duration back (12h, 7d)")

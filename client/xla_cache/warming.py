@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_cache.api import CacheApi
-from xla_cache.cachedir import LocalFile, scan, write_fingerprint
+from xla_cache.cachedir import LastWarm, LocalFile, record_last_warm, scan, write_fingerprint
 from xla_cache.config import ClientConfig
 from xla_cache.conversation import Conversation, WarmCounts, talk
 from xla_cache.errors import ClientError
@@ -110,8 +110,9 @@ def warm(
     Call it once at job start, before the first compilation (torch_xla: after
     ``torch_xla.runtime.use_spmd()`` if the job uses SPMD). ``framework`` is ``"torch_xla"``, ``"jax"`` or
     ``"auto"`` (the one the job imported, else the one installed; torch_xla first). ``server``, ``token``
-    and ``cache_dir`` default to ``XLA_CACHE_SERVER``, ``XLA_CACHE_TOKEN`` and ``XLA_CACHE_DIR``
-    (:mod:`xla_cache.config`). The framework's cache directory is ``<cache_dir>/<namespace>``.
+    and ``cache_dir`` default to ``XLA_CACHE_SERVER``, ``XLA_CACHE_TOKEN`` and ``XLA_CACHE_DIR``, then to the
+    config file, then to ``http://127.0.0.1:8080`` and ``~/.cache/xla-cache`` (:mod:`xla_cache.config`).
+    The framework's cache directory is ``<cache_dir>/<namespace>``.
 
     Server trouble never raises: it costs at most ``timeout`` seconds and one warning, and is listed in the
     report's ``errors``. Raises :class:`~xla_cache.errors.CacheAlreadyInitialized` if the framework already
@@ -185,15 +186,17 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
         # are costs the job pays anyway.
         talked, server_seconds = talk(api, plan)
     else:
-        logger.info("xla-cache: no server configured (XLA_CACHE_SERVER); using the local cache only")
+        source = options.config.sources.get("server")
+        logger.info("xla-cache: the server is set to none (%s); using the local cache only", source)
     server = api.server if api is not None else None
     errors = [*local_errors, *talked.errors]
     if errors:
         logger.warning(
-            "xla-cache: trouble with namespace %s on %s: %s; training continues with the local cache "
+            "xla-cache: trouble with namespace %s on %s (%s): %s; training continues with the local cache "
             "(%d entries)",
             plan.namespace,
             server,
+            options.config.server_hint(),
             _summarize(errors),
             len(scan(plan.directory, options.framework.is_entry)),
         )
@@ -250,10 +253,15 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
 def _prepare(plan: WarmPlan) -> list[str]:
     """Make the namespace's directory and record its fingerprint there; a failure (a full disk, say) is
     returned, and the warm goes on: it fails open as for any server trouble."""
+    options = plan.options
     try:
         plan.directory.mkdir(parents=True, exist_ok=True)
         if plan.record_fingerprint:  # for xla-cache push
             write_fingerprint(plan.directory, plan.fingerprint)
+        if plan.register:  # this runtime's namespace, for xla-cache stats and graphs without one
+            at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            last = LastWarm(plan.namespace, options.framework.name, at, options.config.server)
+            record_last_warm(options.config.cache_dir, last)
     except OSError as exc:
         return [f"cannot write into the cache directory {plan.directory} ({exc})"]
     return []

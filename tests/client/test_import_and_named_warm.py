@@ -206,3 +206,65 @@ def test_warm_follow_beside_a_job_fetches_and_uploads_until_stopped(
     assert side.returncode == 0, err
     summary = json.loads(out[out.rindex("{\n") :] if "{\n" in out else out.strip().splitlines()[-1])
     assert summary["delivered"] == 1 and summary["uploaded"] == 1
+
+
+COMMAND_IN_PROCESS = """
+import json, sys, time
+from xla_cache.cli import main
+started = time.monotonic()
+code = main(sys.argv[1:])
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "torch_xla", "jax", "jaxlib", "torchax"})
+print(json.dumps({"code": code, "loaded": loaded, "seconds": time.monotonic() - started}), file=sys.stderr)
+"""
+
+WARM_GIVEN_FINGERPRINT = """
+import sys
+import xla_cache
+fingerprint = {"schema": 1, "framework": "torch_xla", "torch_xla_version": "2.7.0", "device_type": "CPU"}
+report = xla_cache.warm(sys.argv[1], sys.argv[2], initialize=False, upload=False, fingerprint=fingerprint)
+print(report.namespace)
+"""
+
+
+def test_stats_graphs_and_runs_take_the_last_warms_namespace_and_start_no_framework(
+    server: LiveServer, tmp_path: Path, hide: Path
+) -> None:
+    """Commands that only ask the server answer without importing torch, torch_xla or jax; where they
+    want this host's namespace they take the one the last warm recorded, and say so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
+    cache_dir = tmp_path / "cache"
+    env["XLA_CACHE_DIR"] = str(cache_dir)
+
+    def command(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+        done = subprocess.run(
+            [sys.executable, "-c", COMMAND_IN_PROCESS, *args, "--server", server.url],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return done, json.loads(done.stderr.strip().splitlines()[-1])
+
+    graphs, result = command("graphs")
+    assert result["code"] == 2 and result["loaded"] == []
+    assert f"no warm has recorded this host's namespace in {cache_dir}" in graphs.stderr
+    assert "--runtime" in graphs.stderr
+
+    warmed = subprocess.run(
+        [sys.executable, "-c", WARM_GIVEN_FINGERPRINT, server.url, str(cache_dir)],
+        env={**env, "PYTHONPATH": os.pathsep.join([str(hide), env.get("PYTHONPATH", "")])},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    namespace = warmed.stdout.strip()
+    seconds = []
+    for args in (["stats"], ["graphs"], ["runs"]):
+        done, result = command(*args)
+        assert result["code"] == 0, done.stderr
+        assert result["loaded"] == [], args
+        seconds.append(float(str(result["seconds"])))
+        if args != ["runs"]:
+            assert f"namespace {namespace} (the last warm here: torch_xla" in " ".join(done.stdout.split())
+    print(f"[measured] stats, graphs, runs in process: {', '.join(f'{s:.3f}' for s in seconds)} s")

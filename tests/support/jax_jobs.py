@@ -25,6 +25,7 @@ def jax_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     CPU, the repository importable; ``extra`` on top."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_"))}
     env["JAX_PLATFORMS"] = "cpu"
+    env["XLA_CACHE_SERVER"] = "none"  # not the default server: a job talks to the server it is given
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.update(extra or {})
     return env

@@ -40,6 +40,7 @@ def job_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         if not k.startswith("XLA_") and k not in ("CPU_NUM_DEVICES", "LIBTPU_INIT_ARGS", "PJRT_DEVICE")
     }
     env["PJRT_DEVICE"] = "CPU"
+    env["XLA_CACHE_SERVER"] = "none"  # not the default server: a job talks to the server it is given
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.update(extra or {})
     return env
