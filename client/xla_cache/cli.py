@@ -304,12 +304,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from xla_cache.doctor import run_doctor
 
     config = config_of(args)
+    print(
+        "xla-cache doctor: starting torch_xla in two processes, one after the other (the second must load "
+        "what the first compiled); each takes 10-60 s, most of it importing torch_xla",
+        file=sys.stderr,
+        flush=True,
+    )
     report = run_doctor(server=config.server, token=config.token, timeout=args.timeout)
     lines = [
         f"torch_xla          {report.torch_xla_version}",
         f"namespace          {report.namespace}",
         f"loads own entries  {({True: 'yes', False: 'NO', None: 'unknown'})[report.loads_own_entries]}",
         f"verdict            {report.verdict}",
+        f"seconds            {', '.join(f'{s:g}' for s in report.seconds)} (each self-test process)",
     ]
     if report.server:
         state = "ready" if report.server_ready else f"NOT ready ({report.server_error})"

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,13 +48,15 @@ class DoctorReport:
     server_error: str | None = None
     namespace_entries: int | None = None  # what the server holds in this runtime's namespace
     nearest: list[NearNamespace] = field(default_factory=list)  # when that is empty or thin
+    seconds: list[float] = field(default_factory=list)  # what each self-test process took
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
 
 
-def _project_root() -> str:
+def _import_root() -> str:
+    """The folder that holds the ``xla_cache`` package (site-packages, or client/ in a checkout)."""
     return str(Path(__file__).resolve().parent.parent)
 
 
@@ -62,7 +65,7 @@ def run_selftest_job(directory: Path, timeout: float) -> dict[str, Any]:
     env = dict(os.environ)
     env.pop("XLA_PERSISTENT_CACHE_PATH", None)
     env.pop("XLA_PERSISTENT_CACHE_READ_ONLY", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_project_root(), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_import_root(), env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "xla_cache._selftest_job", str(directory)],
@@ -127,8 +130,15 @@ def run_doctor(
     """Run the two-process self-test (and check the server if one is given)."""
     with tempfile.TemporaryDirectory(prefix="xla-cache-doctor-") as temp:
         directory = Path(temp)
+        seconds = []
+        started = time.monotonic()
         first = runner(directory, timeout)
-        second = runner(directory, timeout) if "error" not in first else {}
+        seconds.append(round(time.monotonic() - started, 1))
+        second: dict[str, Any] = {}
+        if "error" not in first:
+            started = time.monotonic()
+            second = runner(directory, timeout)
+            seconds.append(round(time.monotonic() - started, 1))
     loads, verdict = judge(first, second)
     report = DoctorReport(
         loads_own_entries=loads,
@@ -137,6 +147,7 @@ def run_doctor(
         namespace=first.get("namespace"),
         first_run=dict(first),
         second_run=dict(second),
+        seconds=seconds,
     )
     config = ClientConfig.resolve(server, token)
     if config.server:

@@ -129,7 +129,7 @@ def warm(
     one runs (and uploads this job's new compilations within a second of being written).
     """
     started = time.monotonic()
-    config = ClientConfig.resolve(server, token, cache_dir)
+    config = ClientConfig.resolve(server, token, cache_dir, flags=WARM_ARGUMENTS)
     options = WarmOptions(
         config=config,
         signer=config.signer(),
@@ -160,6 +160,9 @@ def warm(
         report = _warm(plan, started)
         _PROCESS.record(report)
         return report
+
+
+WARM_ARGUMENTS = {"server": "warm(server=)", "token": "warm(token=)", "cache_dir": "warm(cache_dir=)"}
 
 
 def _framework(name: str, fingerprint: Mapping[str, Any] | None) -> Framework:

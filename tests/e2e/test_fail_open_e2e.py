@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_server import FakeCacheServer
-from tests.support.server import LiveServer
+from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import JobResult, run_job
 from xla_cache.api import CacheApi
 from xla_cache.deadline import Deadline
@@ -85,3 +85,17 @@ def test_job_fails_open(
             f"\n[measured] {failure}: warm cost {job.warm['server_seconds']:.2f} s with the server "
             f"(timeout {TIMEOUT:g} s), flush {job.data['upload']['seconds']:.2f} s"
         )
+
+
+def test_a_wrong_token_costs_one_warning(tmp_path: Path) -> None:
+    """The server refuses the token on the warm's first request, and again on every upload and run report:
+    the job hears of it once, from the warm (not as compiles the server refused, nor once per part)."""
+    with run_server(tmp_path / "server", {"XLA_CACHE_AUTH": "true"}) as server:
+        job = run_job(
+            ["--server", server.url, "--cache-dir", str(tmp_path / "cache"), "--shapes", "2"],
+            {"XLA_CACHE_TOKEN": "xlc_not_a_token_of_this_server"},
+        )
+    warnings = job.cache_warnings()
+    assert len(warnings) == 1, warnings
+    assert "HTTP 401 unauthorized" in warnings[0] and "training continues" in warnings[0]
+    assert job.counters["UncachedCompile"] == 2

@@ -355,7 +355,10 @@ class RunReporter:
             return True
         if _refused(problem):
             state.disabled = problem.reason
-            level = logging.INFO if _not_taken(problem) else logging.WARNING
+            # A token the warm's own requests were refused with was warned of then: one warning per cause.
+            unauthorized = isinstance(problem, ServerError) and problem.status == 401
+            quiet = _not_taken(problem) and (self._warned or not unauthorized)
+            level = logging.INFO if quiet else logging.WARNING
             logger.log(level, "xla-cache: not sending run reports (%s)", problem.reason)
         else:
             self._failed(problem, final=final)
@@ -384,9 +387,9 @@ class RunReporter:
 
 
 def _not_taken(problem: ServerProblem) -> bool:
-    """A server without run reports (404, 405: an older one) or a token that may not send them (403): no
-    report is taken, whatever it holds."""
-    return isinstance(problem, ServerError) and problem.status in (403, 404, 405)
+    """A server without run reports (404, 405: an older one), a token it does not take (401) or one that
+    may not send them (403): no report is taken, whatever it holds."""
+    return isinstance(problem, ServerError) and problem.status in (401, 403, 404, 405)
 
 
 def reporter_for(
