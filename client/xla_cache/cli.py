@@ -35,7 +35,7 @@ from xla_cache.cli_common import (
 from xla_cache.config import ClientConfig
 from xla_cache.config_cli import add_config_command
 from xla_cache.deadline import Deadline
-from xla_cache.errors import ClientError, ServerProblem, ServerUnavailable
+from xla_cache.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
 from xla_cache.fingerprint import namespace_id
 from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
 from xla_cache.graphs_cli import add_graphs_command
@@ -404,6 +404,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _hint(args: argparse.Namespace, exc: ClientError) -> str | None:
+    """Where the setting at fault came from and how to set another: the server's URL for a server that
+    could not be reached, the token for one the server refused."""
+    if isinstance(exc, ServerUnavailable) and not getattr(args, "server", None):
+        return config_of(args).server_hint()
+    if isinstance(exc, ServerError) and exc.status == 401:
+        config = config_of(args)
+        source = config.sources.get("token", "default")
+        where = "no token was given" if source == "default" else f"the token came from {source}"
+        return f"{where}; pass --token, or set XLA_CACHE_TOKEN or token in {config.config_file}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``xla-cache`` console script."""
     parser = build_parser()
@@ -419,9 +432,10 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
     except ClientError as exc:  # includes ServerProblem: the server could not be used
         print(f"xla-cache {args.command}: {exc}", file=sys.stderr)
-        if isinstance(exc, ServerUnavailable) and not getattr(args, "server", None):
-            with contextlib.suppress(ClientError):  # where the URL came from, and how to set another
-                print(f"  ({config_of(args).server_hint()})", file=sys.stderr)
+        with contextlib.suppress(ClientError):
+            hint = _hint(args, exc)
+            if hint:
+                print(f"  ({hint})", file=sys.stderr)
         return 2
     return code
 

@@ -159,6 +159,17 @@ def test_stats_with_a_read_token_says_why_totals_are_missing(
     assert "server totals unavailable" in out and "403" in out and "admin role" in out
 
 
+def test_a_missing_or_refused_token_says_where_a_token_comes_from(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, _ = server
+    code, _, err = run(["runs", "--server", srv.url], capsys)
+    assert code == 2 and "HTTP 401" in err
+    assert "no token was given; pass --token, or set XLA_CACHE_TOKEN or token in" in err
+    code, _, err = run(["runs", "--server", srv.url, "--token", "xlc_wrong"], capsys)
+    assert code == 2 and "the token came from --token" in err
+
+
 def test_evict_dry_run_then_for_real(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
