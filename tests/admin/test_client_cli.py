@@ -14,8 +14,8 @@ from tests.support.api import sha
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
-from xla_cache.admin_cli import parse_duration, parse_size
 from xla_cache.cli import main as cli_main
+from xla_cache.cli.admin_text import parse_duration, parse_size
 
 KIB = 1024
 

@@ -2,7 +2,7 @@
 resolve, the namespace a command means when none is named, and how a result is printed (lines, or one JSON
 document).
 
-The commands are in :mod:`xla_cache.cli` (warm, push, doctor) and :mod:`xla_cache.admin_commands` (stats,
+The commands are in :mod:`xla_cache.cli` (warm, push, doctor) and :mod:`xla_cache.cli.admin` (stats,
 evict, tokens, quota, purge-token).
 """
 

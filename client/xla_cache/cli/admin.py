@@ -1,8 +1,8 @@
 """The admin subcommands of ``xla-cache``: stats, evict, tokens, quota and purge-token, and their part of
 the argument parser (:func:`add_admin_commands`, called by :func:`xla_cache.cli.build_parser`).
 
-Printing is in :mod:`xla_cache.admin_cli`; the arguments and helpers every subcommand shares are in
-:mod:`xla_cache.cli_common`.
+Printing is in :mod:`xla_cache.cli.admin_text`; the arguments and helpers every subcommand shares are in
+:mod:`xla_cache.cli.common`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from xla_cache.admin_cli import (
+from xla_cache.api import CacheApi
+from xla_cache.cli.admin_text import (
     evict_lines,
     parse_duration,
     parse_size,
@@ -20,8 +21,7 @@ from xla_cache.admin_cli import (
     stats_lines,
     token_lines,
 )
-from xla_cache.api import CacheApi
-from xla_cache.cli_common import (
+from xla_cache.cli.common import (
     add_common,
     add_runtime,
     config_of,
@@ -31,9 +31,9 @@ from xla_cache.cli_common import (
     no_namespace_help,
     server_of,
 )
+from xla_cache.cli.signing import signer_lines
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerProblem, ServerUnavailable
-from xla_cache.signing_commands import signer_lines
 
 __all__ = ["add_admin_commands", "cmd_evict", "cmd_purge_token", "cmd_quota", "cmd_stats", "cmd_tokens"]
 

@@ -1,28 +1,18 @@
-"""``xla-cache``: warm, push, stats, evict, runs, doctor. One function per subcommand; ``--json`` for scripts.
-
-This module is the entry point (:func:`main`, :func:`build_parser`) and holds warm, push and doctor; the
-admin subcommands (stats, evict, tokens, quota, purge-token) are in :mod:`xla_cache.admin_commands`, ``runs``
-in :mod:`xla_cache.runs_cli`, and what every subcommand shares (common arguments, server and token, printing)
-in :mod:`xla_cache.cli_common`.
-
-Adding a subcommand: write ``cmd_<name>(args) -> int`` and register its parser in :func:`build_parser`
-(an admin one in :func:`xla_cache.admin_commands.add_admin_commands`).
-"""
+"""The commands that work on this host's cache directory: ``warm`` (download, or ``--follow`` beside a job),
+``push`` (upload, or ``--import`` a framework's own directory) and ``doctor`` (does this torch_xla load its
+own entries?)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE
-from xla_cache.admin_commands import add_admin_commands
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import read_fingerprint, scan
-from xla_cache.cli_common import (
+from xla_cache.cli.common import (
     add_common,
     add_framework,
     config_of,
@@ -33,17 +23,13 @@ from xla_cache.cli_common import (
     server_of,
 )
 from xla_cache.config import ClientConfig
-from xla_cache.config_cli import add_config_command
 from xla_cache.deadline import Deadline
-from xla_cache.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
+from xla_cache.errors import ClientError, ServerProblem
 from xla_cache.fingerprint import namespace_id
 from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
-from xla_cache.graphs_cli import add_graphs_command
 from xla_cache.nearest import nearest_line
-from xla_cache.runs_cli import add_runs_command
-from xla_cache.signing_commands import add_signing_commands
 
-__all__ = ["build_parser", "main"]
+__all__ = ["add_local_commands", "cmd_doctor", "cmd_push", "cmd_warm"]
 
 
 def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
@@ -52,9 +38,6 @@ def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
     if not cache_dir.is_dir():
         return []
     return sorted(p for p in cache_dir.iterdir() if p.is_dir() and (p / FINGERPRINT_FILE).is_file())
-
-
-# -- subcommands ------------------------------------------------------------------------------------------
 
 
 def _named_namespace(args: argparse.Namespace, config: ClientConfig) -> tuple[dict[str, Any], str]:
@@ -329,21 +312,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report.loads_own_entries and report.server_ready is not False else 1
 
 
-# -- parser -----------------------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``xla-cache`` argument parser."""
-    parser = argparse.ArgumentParser(
-        prog="xla-cache",
-        description="A shared compilation cache for PyTorch/XLA, JAX and torchax jobs: warm a job's cache "
-        "from the server, upload what it compiles, and see why jobs compiled (runs, graphs, stats).",
-        epilog="Server, token and cache directory: the flag, else XLA_CACHE_SERVER, XLA_CACHE_TOKEN and "
-        "XLA_CACHE_DIR, else the config file (xla-cache config shows where each value came from).",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log requests")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def add_local_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register warm, push and doctor on ``xla-cache``'s subparsers."""
     warm = sub.add_parser("warm", help="download this runtime's entries into the cache directory")
     add_common(warm, timeout=30.0)
     warm.add_argument(
@@ -392,53 +362,6 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--no-progress", action="store_true", help="no progress bars")
     push.set_defaults(func=cmd_push)
 
-    add_admin_commands(sub)
-    add_runs_command(sub)
-    add_graphs_command(sub)
-    add_signing_commands(sub)
-    add_config_command(sub)
-
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)
     doctor.set_defaults(func=cmd_doctor)
-    return parser
-
-
-def _hint(args: argparse.Namespace, exc: ClientError) -> str | None:
-    """Where the setting at fault came from and how to set another: the server's URL for a server that
-    could not be reached, the token for one the server refused."""
-    if isinstance(exc, ServerUnavailable) and not getattr(args, "server", None):
-        return config_of(args).server_hint()
-    if isinstance(exc, ServerError) and exc.status == 401:
-        config = config_of(args)
-        source = config.sources.get("token", "default")
-        where = "no token was given" if source == "default" else f"the token came from {source}"
-        return f"{where}; pass --token, or set XLA_CACHE_TOKEN or token in {config.config_file}"
-    return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``xla-cache`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    if not args.verbose:
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-    try:
-        code: int = args.func(args)
-    except ClientError as exc:  # includes ServerProblem: the server could not be used
-        print(f"xla-cache {args.command}: {exc}", file=sys.stderr)
-        with contextlib.suppress(ClientError):
-            hint = _hint(args, exc)
-            if hint:
-                print(f"  ({hint})", file=sys.stderr)
-        return 2
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,9 +10,9 @@ import datetime as dt
 from typing import Any
 
 from cache_protocol.runs import FRAMEWORKS, MISS_REASONS
-from xla_cache.admin_cli import format_bytes, parse_duration
 from xla_cache.api import CacheApi
-from xla_cache.cli_common import add_common, config_of, emit, namespace_name, server_of
+from xla_cache.cli.admin_text import format_bytes, parse_duration
+from xla_cache.cli.common import add_common, config_of, emit, namespace_name, server_of
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerError
 

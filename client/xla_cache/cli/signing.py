@@ -20,9 +20,9 @@ from cache_protocol.signing import (
     parse_public_keys,
     read_key_texts,
 )
-from xla_cache.admin_cli import evict_lines, format_bytes
 from xla_cache.api import CacheApi
-from xla_cache.cli_common import add_common, config_of, emit, server_of
+from xla_cache.cli.admin_text import evict_lines, format_bytes
+from xla_cache.cli.common import add_common, config_of, emit, server_of
 from xla_cache.config import SIGNING_KEY_ENV
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from xla_cache.cachedir import read_last_warm
-from xla_cache.cli_common import config_of, emit
+from xla_cache.cli.common import config_of, emit
 from xla_cache.config_file import CONFIG_ENV, KEYS
 
 __all__ = ["add_config_command", "cmd_config", "shown_token"]

@@ -14,7 +14,7 @@ import argparse
 from typing import Any
 
 from xla_cache.api import CacheApi
-from xla_cache.cli_common import (
+from xla_cache.cli.common import (
     add_common,
     add_runtime,
     config_of,

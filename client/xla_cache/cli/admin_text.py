@@ -1,7 +1,7 @@
 """What ``xla-cache stats``, ``evict``, ``tokens`` and ``purge-token`` print, and how they read sizes and
 durations.
 
-The commands themselves are in :mod:`xla_cache.admin_commands` (one function per subcommand); this module
+The commands themselves are in :mod:`xla_cache.cli.admin` (one function per subcommand); this module
 turns the server's ``/admin/...`` answers into lines a person reads, and parses ``10GiB`` or ``7d`` style
 arguments.
 """

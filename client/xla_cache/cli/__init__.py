@@ -1,0 +1,94 @@
+"""``xla-cache``, the command line: one module per group of subcommands, one ``cmd_<name>(args) -> int``
+per subcommand, ``--json`` for scripts.
+
+- :mod:`.local`: warm, push, doctor (this host's cache directory)
+- :mod:`.admin`: stats, evict, tokens, quota, purge-token; what they print is made in :mod:`.admin_text`
+- :mod:`.runs`: runs (the runs jobs reported, one run and why it compiled)
+- :mod:`.graphs`: graphs (a namespace's bucketing report)
+- :mod:`.signing`: keys, signers, purge-signer, unsigned
+- :mod:`.config`: config (each setting and where it came from)
+- :mod:`.common`: what every subcommand shares (arguments, server and token, the namespace meant, printing)
+
+This module is the entry point (:func:`main`, :func:`build_parser`). Adding a subcommand: write its
+``cmd_<name>`` in the module of its group and register its parser in that module's ``add_*`` function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+
+from xla_cache.cli.admin import add_admin_commands
+from xla_cache.cli.common import config_of
+from xla_cache.cli.config import add_config_command
+from xla_cache.cli.graphs import add_graphs_command
+from xla_cache.cli.local import add_local_commands
+from xla_cache.cli.runs import add_runs_command
+from xla_cache.cli.signing import add_signing_commands
+from xla_cache.errors import ClientError, ServerError, ServerUnavailable
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``xla-cache`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="xla-cache",
+        description="A shared compilation cache for PyTorch/XLA, JAX and torchax jobs: warm a job's cache "
+        "from the server, upload what it compiles, and see why jobs compiled (runs, graphs, stats).",
+        epilog="Server, token and cache directory: the flag, else XLA_CACHE_SERVER, XLA_CACHE_TOKEN and "
+        "XLA_CACHE_DIR, else the config file (xla-cache config shows where each value came from).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log requests")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    add_local_commands(sub)
+    add_admin_commands(sub)
+    add_runs_command(sub)
+    add_graphs_command(sub)
+    add_signing_commands(sub)
+    add_config_command(sub)
+
+    return parser
+
+
+def _hint(args: argparse.Namespace, exc: ClientError) -> str | None:
+    """Where the setting at fault came from and how to set another: the server's URL for a server that
+    could not be reached, the token for one the server refused."""
+    if isinstance(exc, ServerUnavailable) and not getattr(args, "server", None):
+        return config_of(args).server_hint()
+    if isinstance(exc, ServerError) and exc.status == 401:
+        config = config_of(args)
+        source = config.sources.get("token", "default")
+        where = "no token was given" if source == "default" else f"the token came from {source}"
+        return f"{where}; pass --token, or set XLA_CACHE_TOKEN or token in {config.config_file}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``xla-cache`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    if not args.verbose:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        code: int = args.func(args)
+    except ClientError as exc:  # includes ServerProblem: the server could not be used
+        print(f"xla-cache {args.command}: {exc}", file=sys.stderr)
+        with contextlib.suppress(ClientError):
+            hint = _hint(args, exc)
+            if hint:
+                print(f"  ({hint})", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
