@@ -31,8 +31,10 @@ from xla_cache.errors import (
     TorchXlaUnavailable,
 )
 from xla_cache.fingerprint import collect_fingerprint, namespace_id
+from xla_cache.process import flush, run_report, stop
 from xla_cache.uploader import UploadReport
-from xla_cache.warming import WarmReport, flush, run_report, stop, warm
+from xla_cache.warm_report import WarmReport
+from xla_cache.warming import warm
 
 __all__ = [
     "CacheAlreadyInitialized",

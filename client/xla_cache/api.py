@@ -1,4 +1,5 @@
-"""The HTTP API v1 as Python calls, with every failure turned into a :class:`ServerProblem` naming why.
+"""The HTTP API v1 as Python calls (a job's: namespaces, manifests, bundles, entries, uploads, the feed, run
+reports), with every failure turned into a :class:`ServerProblem` naming why (:mod:`xla_cache.server_http`).
 
 One :class:`CacheApi` per server; it is safe to share between threads (httpx's client is). Every call takes a
 :class:`Deadline`: no single wait on the network exceeds what is left of it.
@@ -7,23 +8,20 @@ One :class:`CacheApi` per server; it is safe to share between threads (httpx's c
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
-import socket
-import ssl
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 
-from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER, UPLOADER_HEADER
+from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
 from cache_protocol.signing import SIGNATURE_HEADER, Signer
 from xla_cache.config import Compression, wants_compression
 from xla_cache.deadline import Deadline
-from xla_cache.errors import ServerError, ServerUnavailable
+from xla_cache.errors import ServerError
+from xla_cache.server_http import ServerHttp
 
 __all__ = [
     "MAX_KEYS_PER_REQUEST",
@@ -31,13 +29,11 @@ __all__ = [
     "FeedAnswer",
     "Manifest",
     "RemoteEntry",
-    "normalize_server",
-    "server_url_problem",
+    "seg",
 ]
 
 # Well under the server's default limit on keys in one request, so a server configured lower still takes it.
 MAX_KEYS_PER_REQUEST = SERVER_MAX_KEYS // 5
-USER_AGENT = "xla-cache-client/0.1"
 
 
 @dataclass(frozen=True)
@@ -80,51 +76,15 @@ def _zstd(pieces: Iterator[bytes], level: int = 3) -> Iterator[bytes]:
     yield compressor.flush()
 
 
-def normalize_server(server: str) -> str:
-    """``host:port`` or a URL -> a base URL without a trailing slash."""
-    server = server.strip()
-    if "://" not in server:
-        server = "http://" + server
-    return server.rstrip("/")
-
-
-# The first segments of the server's own paths: a server URL ending in one of them is a path of the API,
-# not the server's base URL (which may have a path of its own, behind a proxy).
-_API_SEGMENTS = ("v1", "admin", "dashboard", "metrics", "healthz", "readyz", "docs", "openapi.json")
-
-
-def server_url_problem(server: str) -> str | None:
-    """Why ``server`` is not a usable base URL (a scheme other than http or https, no host, or a path of
-    the API itself such as ``http://host:8080/v1``), or None."""
-    url = normalize_server(server)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        return f"{server!r} is not an http:// or https:// URL"
-    if not parts.hostname:
-        return f"{server!r} names no host"
-    segments = parts.path.strip("/").split("/")
-    if segments[-1] in _API_SEGMENTS:
-        base = url[: url.rindex("/" + segments[-1])] or f"{parts.scheme}://{parts.netloc}"
-        return (
-            f"{server!r} is a path of the server's API, not its base URL: use {base} (the client adds "
-            f"/{segments[-1]} and the other paths itself)"
-        )
-    return None
-
-
-@functools.lru_cache(maxsize=4)
-def _trust(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
-    """httpx's own default context (certifi's roots, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), made once per
-    process: loading the roots takes 20-25 ms, which every warm paid before its first request."""
-    return httpx.create_ssl_context()
-
-
-def _seg(name: str) -> str:
+def seg(name: str) -> str:
+    """``name`` as one path segment of a URL (every reserved character quoted)."""
     return quote(name, safe="")
 
 
-class CacheApi:
-    """Calls to one cache server."""
+class CacheApi(ServerHttp):
+    """Calls to one cache server: what a job needs (namespaces, manifests, bundles, entries, uploads, the
+    feed, run reports); the admin calls are :class:`~xla_cache.admin_api.AdminApi`'s. A context manager
+    (closes its connections) or :meth:`close` it."""
 
     def __init__(
         self,
@@ -135,126 +95,14 @@ class CacheApi:
         compression: Compression | None = None,
         signer: Signer | None = None,
     ) -> None:
-        self.server = normalize_server(server)
+        super().__init__(server, token, transport=transport)
         self.signer = signer  # signs each entry uploaded (XLA_CACHE_SIGNING_KEY)
         # zstd for bulk uploads, and for bundles except (by default) from a server on loopback
         self.compression = wants_compression(self.server) if compression is None else compression
-        headers = {"User-Agent": USER_AGENT, UPLOADER_HEADER: f"{socket.gethostname()}:{os.getpid()}"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=self.server,
-            headers=headers,
-            transport=transport,
-            follow_redirects=True,
-            timeout=30.0,
-            verify=_trust(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")),
-        )
-
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._http.close()
 
     def signature(self, namespace: str, key: str, sha256: str) -> str | None:
         """This client's signature of an entry it uploads (None: it has no signing key)."""
         return self.signer.sign(namespace, key, sha256) if self.signer is not None else None
-
-    # -- plumbing -----------------------------------------------------------------------------------------
-
-    def _timeout(self, deadline: Deadline) -> httpx.Timeout:
-        return httpx.Timeout(deadline.wait_limit())
-
-    def _unavailable(self, what: str, exc: httpx.HTTPError, deadline: Deadline) -> ServerUnavailable:
-        if isinstance(exc, httpx.TimeoutException):
-            return ServerUnavailable(
-                f"{self.server} did not answer {what} in time ({type(exc).__name__}; the client's timeout is "
-                f"{deadline.seconds:g} s)"
-            )
-        if isinstance(exc, httpx.ConnectError):
-            return ServerUnavailable(f"cannot connect to {self.server} for {what} ({exc})")
-        return ServerUnavailable(f"{self.server} failed during {what} ({type(exc).__name__}: {exc})")
-
-    def _error(self, what: str, response: httpx.Response) -> ServerError:
-        code = detail = ""
-        with contextlib.suppress(Exception):
-            response.read()
-            body = response.json()
-            if isinstance(body, dict):
-                code = str(body.get("error", ""))
-                detail = str(body.get("detail", ""))
-        if not detail:
-            with contextlib.suppress(Exception):
-                detail = response.text[:200].strip()
-        reason = f"{self.server} answered {what} with HTTP {response.status_code}"
-        if code:
-            reason += f" {code}"
-        if detail:
-            reason += f": {detail}"
-        if response.status_code == 404 and (code in ("", "not_found")):
-            # Not one of the API's own answers (those name what was not found): no such path here.
-            problem = server_url_problem(self.server)
-            reason += (
-                f" ({problem})"
-                if problem
-                else f" (is {self.server} the cache server's base URL, and is the server this version?)"
-            )
-        return ServerError(reason, status=response.status_code, code=code, detail=detail)
-
-    def _call(
-        self,
-        method: str,
-        path: str,
-        what: str,
-        deadline: Deadline,
-        *,
-        ok: Iterable[int] = (200, 201),
-        **kwargs: Any,
-    ) -> httpx.Response:
-        if deadline.expired():
-            raise ServerUnavailable(
-                f"no time left for {what} (the client's timeout is {deadline.seconds:g} s)"
-            )
-        try:
-            response = self._http.request(method, path, timeout=self._timeout(deadline), **kwargs)
-        except httpx.HTTPError as exc:
-            raise self._unavailable(what, exc, deadline) from exc
-        if response.status_code not in ok:
-            raise self._error(what, response)
-        return response
-
-    def _json(self, response: httpx.Response, what: str) -> Any:
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise ServerError(
-                f"{self.server} answered {what} with a body that is not JSON",
-                status=response.status_code,
-            ) from exc
-
-    @contextlib.contextmanager
-    def _stream(
-        self, method: str, path: str, what: str, deadline: Deadline, **kwargs: Any
-    ) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
-        if deadline.expired():
-            raise ServerUnavailable(
-                f"no time left for {what} (the client's timeout is {deadline.seconds:g} s)"
-            )
-        try:
-            with self._http.stream(method, path, timeout=self._timeout(deadline), **kwargs) as response:
-                if response.status_code != 200:
-                    raise self._error(what, response)
-                yield response, self._chunks(response, what, deadline)
-        except httpx.HTTPError as exc:
-            raise self._unavailable(what, exc, deadline) from exc
-
-    def _chunks(self, response: httpx.Response, what: str, deadline: Deadline) -> Iterator[bytes]:
-        for chunk in response.iter_bytes():
-            if deadline.expired():
-                raise ServerUnavailable(
-                    f"{self.server} was too slow sending {what} "
-                    f"(the client's timeout is {deadline.seconds:g} s)"
-                )
-            yield chunk
 
     # -- the API ------------------------------------------------------------------------------------------
 
@@ -269,7 +117,7 @@ class CacheApi:
         what = "the namespace registration"
         response = self._call(
             "PUT",
-            f"/v1/namespaces/{_seg(namespace)}",
+            f"/v1/namespaces/{seg(namespace)}",
             what,
             deadline,
             json={"fingerprint": dict(fingerprint), "labels": dict(labels)},
@@ -279,7 +127,7 @@ class CacheApi:
     def get_namespace(self, namespace: str, deadline: Deadline) -> dict[str, Any]:
         """``GET /v1/namespaces/{ns}``: fingerprint, entry count, bytes and counters."""
         what = "the namespace query"
-        return dict(self._json(self._call("GET", f"/v1/namespaces/{_seg(namespace)}", what, deadline), what))
+        return dict(self._json(self._call("GET", f"/v1/namespaces/{seg(namespace)}", what, deadline), what))
 
     def nearest(
         self, namespace: str, fingerprint: Mapping[str, Any] | None, deadline: Deadline
@@ -287,7 +135,7 @@ class CacheApi:
         """``POST /v1/namespaces/{ns}/nearest`` with ``fingerprint`` (``GET``, the registered one's, when
         None): the nearest populated namespaces of the same framework and how they differ."""
         what = "the nearest-namespaces query"
-        path = f"/v1/namespaces/{_seg(namespace)}/nearest"
+        path = f"/v1/namespaces/{seg(namespace)}/nearest"
         if fingerprint is None:
             response = self._call("GET", path, what, deadline)
         else:
@@ -310,7 +158,7 @@ class CacheApi:
         if max_entries is not None:
             params["max_entries"] = max_entries
         body = self._json(
-            self._call("GET", f"/v1/namespaces/{_seg(namespace)}/manifest", what, deadline, params=params),
+            self._call("GET", f"/v1/namespaces/{seg(namespace)}/manifest", what, deadline, params=params),
             what,
         )
         try:
@@ -337,7 +185,11 @@ class CacheApi:
             batch = keys[start : start + MAX_KEYS_PER_REQUEST]
             body = self._json(
                 self._call(
-                    "POST", f"/v1/namespaces/{_seg(namespace)}/missing", what, deadline, json={"keys": batch}
+                    "POST",
+                    f"/v1/namespaces/{seg(namespace)}/missing",
+                    what,
+                    deadline,
+                    json={"keys": batch},
                 ),
                 what,
             )
@@ -355,7 +207,7 @@ class CacheApi:
         """``POST .../bundle``: one tar stream of these entries (use as a context manager)."""
         return self._stream(
             "POST",
-            f"/v1/namespaces/{_seg(namespace)}/bundle",
+            f"/v1/namespaces/{seg(namespace)}/bundle",
             f"the bundle of {len(keys)} entries",
             deadline,
             json={"keys": keys},
@@ -369,7 +221,7 @@ class CacheApi:
         follower (counted by the server as delivered live)."""
         return self._stream(
             "GET",
-            f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}",
+            f"/v1/namespaces/{seg(namespace)}/entries/{seg(key)}",
             f"entry {key}",
             deadline,
             headers={LIVE_HEADER: "1"} if live else None,
@@ -383,7 +235,8 @@ class CacheApi:
             params["after"] = after
         what = f"the change feed of {namespace}"
         body = self._json(
-            self._call("GET", f"/v1/namespaces/{_seg(namespace)}/feed", what, deadline, params=params), what
+            self._call("GET", f"/v1/namespaces/{seg(namespace)}/feed", what, deadline, params=params),
+            what,
         )
         try:
             entries = [
@@ -441,7 +294,7 @@ class CacheApi:
             headers[SIGNATURE_HEADER] = signature
         response = self._call(
             "PUT",
-            f"/v1/namespaces/{_seg(namespace)}/entries/{_seg(key)}",
+            f"/v1/namespaces/{seg(namespace)}/entries/{seg(key)}",
             f"the upload of entry {key}",
             deadline,
             ok=(200, 201, 409),
@@ -458,7 +311,7 @@ class CacheApi:
         answers 415 to that. ``stream`` makes the tar stream (each call anew). Returns the server's answer:
         every member's status, as a PUT of it would have had."""
         what = "a bulk upload"
-        path = f"/v1/namespaces/{_seg(namespace)}/entries"
+        path = f"/v1/namespaces/{seg(namespace)}/entries"
         plain = {"Content-Type": "application/x-tar"}
         if self.compression.uploads:
             try:
@@ -478,68 +331,6 @@ class CacheApi:
         response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=plain)
         return dict(self._json(response, what))
 
-    def admin_stats(
-        self, deadline: Deadline, *, limit: int | None = None, after: str | None = None
-    ) -> dict[str, Any]:
-        """``GET /admin/stats`` (needs an admin token when auth is on): one page of namespaces, ``limit``
-        of them (the server's default page when None) after the cursor ``after`` (a page's
-        ``next_after``)."""
-        what = "the admin stats request"
-        params = {name: value for name, value in (("limit", limit), ("after", after)) if value is not None}
-        return dict(self._json(self._call("GET", "/admin/stats", what, deadline, params=params), what))
-
-    def admin_graphs(
-        self, namespace: str, deadline: Deadline, *, top: int = 10, module: str | None = None
-    ) -> dict[str, Any]:
-        """``GET /admin/graphs``: the namespace's bucketing report (an admin token, or one whose namespace
-        patterns cover it); with ``module``, that graph's only."""
-        what = "the graphs report"
-        params: dict[str, Any] = {"namespace": namespace, "top": top}
-        if module is not None:
-            params["module"] = module
-        return dict(self._json(self._call("GET", "/admin/graphs", what, deadline, params=params), what))
-
-    def admin_evict(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
-        """``POST /admin/evict`` (needs an admin token when auth is on)."""
-        what = "the eviction request"
-        return dict(self._json(self._call("POST", "/admin/evict", what, deadline, json=body), what))
-
-    def admin_tokens(self, deadline: Deadline) -> dict[str, Any]:
-        """``GET /admin/tokens``: every token and what it stored (admin token)."""
-        what = "the token listing"
-        return dict(self._json(self._call("GET", "/admin/tokens", what, deadline), what))
-
-    def admin_quotas(self, deadline: Deadline) -> dict[str, Any]:
-        """``GET /admin/quotas``: every quota with what its namespace or token stores now (admin token)."""
-        what = "the quota listing"
-        return dict(self._json(self._call("GET", "/admin/quotas", what, deadline), what))
-
-    def admin_set_quota(
-        self, kind: str, subject: str, body: dict[str, Any], deadline: Deadline
-    ) -> dict[str, Any]:
-        """``PUT /admin/quotas/{kind}/{subject}``: set (both limits null: remove) the quota of a namespace or
-        of the tokens with a name or id (admin token)."""
-        what = f"the quota of {kind} {subject!r}"
-        path = f"/admin/quotas/{_seg(kind)}/{_seg(subject)}"
-        return dict(self._json(self._call("PUT", path, what, deadline, json=body), what))
-
-    def admin_signers(self, deadline: Deadline) -> dict[str, Any]:
-        """``GET /admin/signers``: entries and bytes per signer key id (admin token)."""
-        what = "the signers request"
-        return dict(self._json(self._call("GET", "/admin/signers", what, deadline), what))
-
-    def admin_purge_signer(self, signer: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
-        """``POST /admin/signers/{key id or unsigned}/purge``: remove what a key signed (admin token)."""
-        what = f"the purge of signer {signer!r}"
-        path = f"/admin/signers/{_seg(signer)}/purge"
-        return dict(self._json(self._call("POST", path, what, deadline, json=body), what))
-
-    def admin_purge_token(self, token: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
-        """``POST /admin/tokens/{token}/purge``: revoke a token and remove what it stored (admin token)."""
-        what = f"the purge of token {token!r}"
-        path = f"/admin/tokens/{_seg(token)}/purge"
-        return dict(self._json(self._call("POST", path, what, deadline, json=body), what))
-
     # -- run reports (issue 27) ---------------------------------------------------------------------------
 
     def post_run(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
@@ -550,20 +341,3 @@ class CacheApi:
             answer = self._json(response, what)
             return dict(answer) if isinstance(answer, dict) else {}
         return {}
-
-    def admin_runs(self, params: Mapping[str, Any], deadline: Deadline) -> dict[str, Any]:
-        """``GET /admin/runs``: the runs reported, newest first, filtered by ``params`` (namespace,
-        framework, host, since, until, limit)."""
-        what = "the run listing"
-        query = {name: value for name, value in params.items() if value is not None}
-        return dict(self._json(self._call("GET", "/admin/runs", what, deadline, params=query), what))
-
-    def admin_run(
-        self, run_id: str, deadline: Deadline, *, offset: int = 0, limit: int = 100
-    ) -> dict[str, Any]:
-        """``GET /admin/runs/{id}``: one run (``run_id`` may be a unique prefix) with a page of its misses
-        and why each compiled, and the count of each reason."""
-        what = f"run {run_id}"
-        params = {"offset": offset, "limit": limit}
-        path = f"/admin/runs/{_seg(run_id)}"
-        return dict(self._json(self._call("GET", path, what, deadline, params=params), what))

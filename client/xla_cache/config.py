@@ -46,8 +46,10 @@ __all__ = [
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
+    "normalize_server",
     "redacts_flag_values",
     "run_report_settings",
+    "server_url_problem",
     "wants_compression",
 ]
 
@@ -60,6 +62,38 @@ REDACT_FLAG_VALUES_ENV = "XLA_CACHE_REDACT_FLAG_VALUES"
 SIGNING_KEY_ENV = "XLA_CACHE_SIGNING_KEY"
 TRUSTED_KEYS_ENV = "XLA_CACHE_TRUSTED_KEYS"
 logger = logging.getLogger("xla_cache")
+
+
+def normalize_server(server: str) -> str:
+    """``host:port`` or a URL -> a base URL without a trailing slash."""
+    server = server.strip()
+    if "://" not in server:
+        server = "http://" + server
+    return server.rstrip("/")
+
+
+# The first segments of the server's own paths: a server URL ending in one of them is a path of the API,
+# not the server's base URL (which may have a path of its own, behind a proxy).
+_API_SEGMENTS = ("v1", "admin", "dashboard", "metrics", "healthz", "readyz", "docs", "openapi.json")
+
+
+def server_url_problem(server: str) -> str | None:
+    """Why ``server`` is not a usable base URL (a scheme other than http or https, no host, or a path of
+    the API itself such as ``http://host:8080/v1``), or None."""
+    url = normalize_server(server)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return f"{server!r} is not an http:// or https:// URL"
+    if not parts.hostname:
+        return f"{server!r} names no host"
+    segments = parts.path.strip("/").split("/")
+    if segments[-1] in _API_SEGMENTS:
+        base = url[: url.rindex("/" + segments[-1])] or f"{parts.scheme}://{parts.netloc}"
+        return (
+            f"{server!r} is a path of the server's API, not its base URL: use {base} (the client adds "
+            f"/{segments[-1]} and the other paths itself)"
+        )
+    return None
 
 
 def is_loopback(server_url: str) -> bool:

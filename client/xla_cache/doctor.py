@@ -151,17 +151,15 @@ def run_doctor(
     )
     config = ClientConfig.resolve(server, token)
     if config.server:
-        api = CacheApi(config.server, config.token)
-        report.server = api.server
-        try:
-            api.ready(Deadline(10.0))
-            report.server_ready = True
-            _namespace_state(api, report, first.get("fingerprint"))
-        except ServerProblem as exc:
-            report.server_ready = False
-            report.server_error = exc.reason
-        finally:
-            api.close()
+        with CacheApi(config.server, config.token) as api:
+            report.server = api.server
+            try:
+                api.ready(Deadline(10.0))
+                report.server_ready = True
+                _namespace_state(api, report, first.get("fingerprint"))
+            except ServerProblem as exc:
+                report.server_ready = False
+                report.server_error = exc.reason
     return report
 
 

@@ -27,7 +27,7 @@ from xla_cache.cachedir import LocalFile, files_open_for_writing, scan
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
-from xla_cache.transfer import upload_entries
+from xla_cache.upload import upload_entries
 
 __all__ = ["UploadReport", "Uploader"]
 

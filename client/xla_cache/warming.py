@@ -14,77 +14,33 @@ within the timeout with one warning, and training goes on with the local cache.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import LastWarm, LocalFile, record_last_warm, scan, write_fingerprint
 from xla_cache.config import ClientConfig
-from xla_cache.conversation import Conversation, WarmCounts, talk
+from xla_cache.conversation import Conversation, talk
 from xla_cache.errors import ClientError
 from xla_cache.follower import Follower
 from xla_cache.frameworks import AUTO, Framework, choose
-from xla_cache.nearest import NearNamespace, nearest_line
 from xla_cache.plan import WarmOptions, WarmPlan
+from xla_cache.process import PROCESS, Background
 from xla_cache.progress import Progress
 from xla_cache.runs import RunReporter, Transfers, WarmFacts, reporter_for
-from xla_cache.uploader import Uploader, UploadReport
+from xla_cache.uploader import Uploader
+from xla_cache.warm_report import WarmReport
 
-__all__ = ["FOLLOW_UPLOAD_INTERVAL", "WarmCounts", "WarmReport", "flush", "run_report", "stop", "warm"]
+__all__ = ["FOLLOW_UPLOAD_INTERVAL", "warm"]
 
 logger = logging.getLogger("xla_cache")
 
 FOLLOW_UPLOAD_INTERVAL = 0.25  # seconds between the uploader's scans while following
-
-
-@dataclass(kw_only=True)
-class WarmReport(WarmCounts):
-    """What :func:`warm` did."""
-
-    namespace: str
-    framework: str
-    cache_dir: str  # the directory the framework's persistent cache uses
-    server: str | None
-    seconds: float = 0.0  # the whole call, including importing the framework and starting its runtime
-    server_seconds: float = 0.0  # the server conversation alone: what the timeout bounds
-    errors: list[str] = field(default_factory=list)
-    removed_entries: int = 0  # local entries the framework could not load, removed so it writes them again
-    initialized: bool = False  # the framework's persistent cache points at cache_dir
-    uploading: bool = False  # the background uploader runs
-    following: bool = False  # the background follower fetches what other jobs store meanwhile
-    feed_cursor: int | None = None  # with follow: the change feed's position before the manifest
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    run_id: str | None = None  # the id this run's reports carry (None: no reports, XLA_CACHE_RUN_REPORTS=0)
-    # when the namespace is empty or thin: the nearest populated namespaces and how they differ
-    nearest: list[NearNamespace] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
-
-    def summary(self) -> str:
-        """The log line; a second line when the namespace is empty or thin, naming the nearest populated
-        namespace and how it differs (:func:`xla_cache.nearest.nearest_line`)."""
-        text = (
-            f"xla-cache warm: {self.framework} namespace {self.namespace}: {self.downloaded_entries} entries "
-            f"({self.downloaded_bytes} bytes) downloaded, {self.present_entries} already present, "
-            f"{self.seconds:.2f} s ({self.server_seconds:.2f} s with the server), cache dir {self.cache_dir}"
-        )
-        if self.unverified_entries:
-            text += f", {self.unverified_entries} skipped (signed by no trusted key)"
-        if self.errors:
-            text += f", {len(self.errors)} errors"
-        if self.nearest:
-            text += "\n" + nearest_line(self.manifest_entries, self.nearest)
-        return text
 
 
 def warm(
@@ -149,16 +105,16 @@ def warm(
     if namespace is not None:
         raise ClientError("warm(namespace=...) only fills a directory: pass initialize=False")
     options.framework.require()
-    with _PROCESS.turn:
+    with PROCESS.turn:
         plan = WarmPlan.make(options, fingerprint, None)  # after require(): the runtime can be fingerprinted
-        earlier = _PROCESS.warmed(plan.directory)
+        earlier = PROCESS.warmed(plan.directory)
         if earlier is not None:
             # Several rank threads of one process (xmp.spawn on CPU/GPU) share one cache directory.
             logger.info("xla-cache: %s is already warmed and in use in this process", earlier.cache_dir)
             return earlier
         options.framework.check_not_too_late(plan.directory)
         report = _warm(plan, started)
-        _PROCESS.record(report)
+        PROCESS.record(report)
         return report
 
 
@@ -177,7 +133,7 @@ def _framework(name: str, fingerprint: Mapping[str, Any] | None) -> Framework:
 
 def _warm(plan: WarmPlan, started: float) -> WarmReport:
     """Prepare the directory, talk to the server, remove what the framework cannot load; when initializing,
-    point the framework at the directory and hand the uploader and follower to :data:`_PROCESS`."""
+    point the framework at the directory and hand the uploader and follower to :data:`PROCESS`."""
     options = plan.options
     local_errors = _prepare(plan)
     api: CacheApi | None = None
@@ -213,13 +169,13 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
         )
     on_server = talked.on_server()
     removed = _remove_unloadable(plan, on_server)
-    background: _Background | None = None
+    background: Background | None = None
     reporter: RunReporter | None = None
     if options.initialize:
         options.framework.initialize(plan.directory, all_compilations=options.all_compilations)
         background = _start_background(plan, api, talked, on_server, failed=bool(errors), unloadable=removed)
         reporter = background.reporter
-        _PROCESS.run(background)
+        PROCESS.run(background)
     elif api is not None:
         api.close()
     report = WarmReport(
@@ -278,7 +234,7 @@ def _start_background(
     *,
     failed: bool,
     unloadable: list[str],
-) -> _Background:
+) -> Background:
     """Start the uploader (which uploads only when there is a server, the token may write and this process
     writes the cache; ``failed``: the warm met trouble, warned of once), the run reporter (unless
     ``XLA_CACHE_RUN_REPORTS=0``; it reports from the uploader's thread) and, when following, the follower
@@ -332,7 +288,7 @@ def _start_background(
         cursor, check = talked.feed_cursor, framework.entry_problem
         follower = Follower(api, plan.namespace, plan.directory, cursor, check=check, trusted=options.trusted)
         follower.start()
-    return _Background(uploader, follower, api, reporter)
+    return Background(uploader, follower, api, reporter)
 
 
 def _summarize(errors: list[str], limit: int = 3) -> str:
@@ -371,140 +327,3 @@ def _remove_unloadable(plan: WarmPlan, on_server: set[str]) -> list[str]:
                 item.path.unlink()
             removed.append(item.key)
     return removed
-
-
-@dataclass(frozen=True)
-class _Background:
-    """What a warm that pointed the framework at its directory leaves running."""
-
-    uploader: Uploader
-    follower: Follower | None
-    api: CacheApi | None  # theirs to use, closed with them
-    reporter: RunReporter | None = None
-
-    @property
-    def uploading(self) -> bool:
-        return self.uploader.api is not None  # else it only watches the framework's load failures
-
-    def stop(self, *, flush: bool) -> UploadReport:
-        """Stop following and uploading (uploading what is complete first if ``flush``); the totals."""
-        if self.follower is not None:
-            self.follower.stop()
-        self.uploader.stop()
-        report = self.uploader.flush() if flush else self.uploader.report()
-        if self.reporter is not None:
-            self.reporter.finish()
-        if self.api is not None:
-            self.api.close()
-        return report
-
-
-class _Process:
-    """This process's warm: the framework's persistent cache is one per process, so one directory, the
-    report of the warm that pointed the framework at it, and the uploader and follower running for it.
-
-    Its one instance, :data:`_PROCESS`, belongs to this module: :func:`warm` takes its turn with it and hands
-    it what an initializing warm started; :func:`flush` and :func:`stop` act through it; at exit it
-    uploads what is complete. Nothing else changes it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards the two fields below
-        self._report: WarmReport | None = None
-        self._background: _Background | None = None
-        self._exit_handler = False
-        # Warms that initialize the cache take turns; a warm of the directory already in use (another rank
-        # thread of this process) returns that warm's report.
-        self.turn = threading.Lock()
-
-    @property
-    def uploader(self) -> Uploader | None:
-        background = self._background
-        return background.uploader if background is not None else None
-
-    @property
-    def follower(self) -> Follower | None:
-        background = self._background
-        return background.follower if background is not None else None
-
-    def warmed(self, directory: Path) -> WarmReport | None:
-        """The report of the warm that pointed the framework at ``directory``, if it is the one in use."""
-        report = self._report
-        return report if report is not None and report.cache_dir == str(directory) else None
-
-    def run(self, background: _Background) -> None:
-        """Keep ``background`` running for this process; what an earlier warm started stops (its complete
-        entries uploaded first)."""
-        with self._lock:
-            old, self._background = self._background, background
-            if not self._exit_handler:
-                atexit.register(self._at_exit)
-                self._exit_handler = True
-        if old is not None:
-            old.stop(flush=True)
-
-    def record(self, report: WarmReport) -> None:
-        """``report`` is the warm whose directory is in use now."""
-        with self._lock:
-            self._report = report
-
-    def flush(self, timeout: float | None) -> UploadReport:
-        uploader = self.uploader
-        return uploader.flush(timeout) if uploader is not None else UploadReport()
-
-    def stop(self, *, flush: bool) -> UploadReport:
-        """Stop the background (uploading what is complete first if ``flush``); forget this process's warm."""
-        with self._lock:
-            background, self._background, self._report = self._background, None, None
-        return background.stop(flush=flush) if background is not None else UploadReport()
-
-    def _at_exit(self) -> None:
-        background = self._background
-        if background is None:
-            return
-        if background.follower is not None:
-            background.follower.stop(timeout=1.0)  # a daemon thread: what it has not finished, it leaves
-        uploader = background.uploader
-        uploader.stop()
-        report = uploader.flush(at_exit=True)
-        if report.uploaded:
-            logger.info(
-                "xla-cache: uploaded %d new entries (%d bytes) to namespace %s",
-                report.uploaded,
-                report.bytes,
-                uploader.namespace,
-            )
-        if background.reporter is not None:
-            background.reporter.finish()
-
-    def run_report(self) -> dict[str, Any] | None:
-        background = self._background
-        reporter = background.reporter if background is not None else None
-        return reporter.current() if reporter is not None else None
-
-
-_PROCESS = _Process()
-
-
-def flush(timeout: float | None = None) -> UploadReport:
-    """Upload every complete new entry now (at most ``timeout`` seconds; default: warm's timeout).
-
-    Returns the uploader's running totals; an empty report when :func:`warm` started no uploader.
-    """
-    return _PROCESS.flush(timeout)
-
-
-def run_report() -> dict[str, Any] | None:
-    """This process's run as its reports tell it (:mod:`xla_cache.runs`): the run id, the cumulative numbers
-    (hits, misses, compile seconds, uploads, ...), every compile's key found so far (``missed_keys``: key,
-    module, JAX's key components, seconds) and how many of those no report carried yet. None when no warm
-    pointed the framework at its cache in this process, or with ``XLA_CACHE_RUN_REPORTS=0``."""
-    return _PROCESS.run_report()
-
-
-def stop(*, flush: bool = True) -> UploadReport:
-    """Stop uploading (after uploading what is complete, unless ``flush`` is False); returns the totals.
-
-    A later :func:`warm` in this process starts afresh.
-    """
-    return _PROCESS.stop(flush=flush)

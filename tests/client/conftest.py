@@ -21,6 +21,7 @@ from tests.support.asgi_transport import PortalASGITransport
 from tests.support.client_kit import FACTS, FakeTorchXla, RealServer
 from tests.support.fake_server import FakeCacheServer
 from tests.support.migrated import migrated
+from xla_cache import process as process_module
 from xla_cache import warming as warm_module
 from xla_cache.fingerprint import namespace_id
 from xla_cache.frameworks import all_frameworks
@@ -75,7 +76,7 @@ def real_server(
 
 
 def _stop_warm_state() -> None:
-    warm_module.stop(flush=False)
+    process_module.stop(flush=False)
 
 
 @pytest.fixture(autouse=True)

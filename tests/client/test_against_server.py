@@ -20,8 +20,9 @@ import pytest
 
 from tests.support.client_kit import FACTS, warnings_of
 from tests.support.server import LiveServer, run_server
-from xla_cache import transfer, warm
+from xla_cache import download, upload, warm
 from xla_cache.api import CacheApi
+from xla_cache.cachedir import scan
 from xla_cache.cli import main as cli_main
 from xla_cache.deadline import Deadline
 from xla_cache.fingerprint import namespace_id
@@ -79,7 +80,7 @@ def test_upload_then_warm_round_trip_through_a_bundle(server: LiveServer, tmp_pa
 
 
 def test_large_entries_by_get(server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 100_000)
+    monkeypatch.setattr(download, "LARGE_ENTRY_BYTES", 100_000)
     fp = fresh_fingerprint("large")
     ns = namespace_id(fp)
     warm(server.url, tmp_path / "a", initialize=False, fingerprint=fp, timeout=TIMEOUT)
@@ -116,12 +117,10 @@ def test_an_entry_with_another_digest_is_a_conflict_and_the_first_stays(
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "42").write_bytes(b"a nondeterministic second compile")
     with closing(CacheApi(server.url)) as api:
-        result = transfer.upload_entries(
-            api, ns, list(transfer.scan(tmp_path / "other").values()), Deadline(TIMEOUT)
-        )
+        result = upload.upload_entries(api, ns, list(scan(tmp_path / "other").values()), Deadline(TIMEOUT))
         assert result.already_present == 1  # `missing` says the server has the key: nothing is sent
-        local = transfer.scan(tmp_path / "other")["42"]
-        status, _, _ = transfer.upload_file(api, ns, local, Deadline(TIMEOUT))
+        local = scan(tmp_path / "other")["42"]
+        status, _, _ = upload.upload_file(api, ns, local, Deadline(TIMEOUT))
     assert status == 409
     report = warm(server.url, tmp_path / "b", initialize=False, fingerprint=fp, timeout=TIMEOUT)
     assert report.downloaded_entries == 1

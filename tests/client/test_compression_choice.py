@@ -17,7 +17,7 @@ from tests.support.http_stub import Recorded
 from xla_cache.api import CacheApi, RemoteEntry
 from xla_cache.config import Compression, is_loopback, wants_compression
 from xla_cache.deadline import Deadline
-from xla_cache.transfer import DownloadOptions, download
+from xla_cache.download import DownloadOptions, download
 
 NS = UPLOAD_NAMESPACE
 

@@ -13,8 +13,8 @@ import pytest
 
 from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
 from tests.support.wait import wait_until
+from xla_cache import process as process_module
 from xla_cache import warm
-from xla_cache import warming as warm_module
 from xla_cache.api import CacheApi
 from xla_cache.follower import Follower
 
@@ -43,7 +43,7 @@ def test_a_following_job_receives_what_another_job_stores(
     assert (directory / "201").read_bytes() == others["201"]
     assert (directory / "300").read_bytes() == mine  # never over the job's own file
     assert not [p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
-    follower = warm_module._PROCESS.follower
+    follower = process_module.PROCESS.follower
     assert follower is not None
     wait_until(lambda: follower.report().delivered == 2, timeout=5)
     real_server.put(namespace, "202", b"one more")  # its answer repeats the entries just before it
@@ -57,9 +57,9 @@ def test_a_following_job_receives_what_another_job_stores(
     assert totals["live_deliveries"] == 3
 
     started = time.monotonic()
-    warm_module.stop(flush=False)
+    process_module.stop(flush=False)
     assert time.monotonic() - started < 8  # one long poll at most
-    assert warm_module._PROCESS.follower is None
+    assert process_module.PROCESS.follower is None
 
 
 def test_this_jobs_new_compilation_goes_up_within_a_second_while_following(

@@ -26,15 +26,18 @@ from tests.support.api import put, sha
 from tests.support.apps import services_of
 from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
 from tests.support.wait import wait_until
-from xla_cache import stop, transfer, warm
+from xla_cache import download as download_module
+from xla_cache import process as process_module
+from xla_cache import stop, warm
 from xla_cache import warming as warm_module
 from xla_cache.api import CacheApi, RemoteEntry
 from xla_cache.cachedir import scan
 from xla_cache.deadline import Deadline
+from xla_cache.download import DownloadOptions, download
 from xla_cache.errors import ServerError
 from xla_cache.follower import Follower
-from xla_cache.transfer import DownloadOptions, download, upload_entries
 from xla_cache.trust import EntryTrust
+from xla_cache.upload import upload_entries
 
 TIMEOUT = 10.0
 TRUSTED = "XLA_CACHE_TRUSTED_KEYS"
@@ -143,7 +146,7 @@ def test_a_manifest_naming_a_key_twice_places_nothing_of_it(
     impostor = Impostor(
         real_server, "1001", evil, lambda what, n, listed: [*listed, impostor.forged], delay=0.3
     )
-    monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 1)  # single GETs, as in the attack
+    monkeypatch.setattr(download_module, "LARGE_ENTRY_BYTES", 1)  # single GETs, as in the attack
     api = CacheApi(real_server.url, transport=impostor)
     with pytest.raises(ServerError, match="naming entry '1001' twice"):
         api.manifest(namespace, Deadline(TIMEOUT))
@@ -292,7 +295,7 @@ def test_the_follower_places_only_what_a_trusted_key_signed(
     upload_signed(real_server, namespace, alice, {"501": signed}, tmp_path / "other-job")
     wait_until(lambda: (directory / "501").exists(), timeout=15)
     assert (directory / "501").read_bytes() == signed
-    follower = warm_module._PROCESS.follower
+    follower = process_module.PROCESS.follower
     assert follower is not None
     wait_until(lambda: follower.report().unverified == 1, timeout=5)
     assert not (directory / "500").exists()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xla_cache.api import MAX_KEYS_PER_REQUEST, RemoteEntry
-from xla_cache.transfer import BUNDLE_MIN_ENTRIES, _plan
+from xla_cache.download import BUNDLE_MIN_ENTRIES, _plan
 
 
 def entries(count: int, size: int, first: int = 0) -> list[RemoteEntry]:

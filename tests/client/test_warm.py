@@ -17,7 +17,7 @@ from cache_protocol import FINGERPRINT_FILE
 from tests.support.client_kit import FakeTorchXla, RealServer, tar_members, warnings_of
 from tests.support.fake_server import FakeCacheServer
 from xla_cache import CacheAlreadyInitialized, warm
-from xla_cache import warming as warm_module
+from xla_cache import process as process_module
 from xla_cache.cachedir import read_fingerprint
 from xla_cache.dirlock import DirLock
 
@@ -92,9 +92,9 @@ def test_a_warm_streams_at_most_as_many_bundles_as_the_server_has_workers(
 ) -> None:
     """Several streams into a one-process server only take turns on its CPU (2,000 small entries: 0.33 s as
     one bundle, 0.50 s as four); a server with more processes gets more, up to the client's four."""
-    from xla_cache import transfer
+    from xla_cache import download as download_module
 
-    monkeypatch.setattr(transfer, "BUNDLE_MIN_ENTRIES", 5)
+    monkeypatch.setattr(download_module, "BUNDLE_MIN_ENTRIES", 5)
     monkeypatch.setattr(real_server.http.app.state.settings, "workers", workers)
     manifest = real_server.http.get(f"/v1/namespaces/{namespace}/manifest").json()
     assert manifest["bundle_streams"] == workers
@@ -113,9 +113,9 @@ def test_large_entries_come_by_parallel_gets(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from xla_cache import transfer
+    from xla_cache import download as download_module
 
-    monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 5000)
+    monkeypatch.setattr(download_module, "LARGE_ENTRY_BYTES", 5000)
     small = seed(real_server, namespace, 3, size=100)
     big = {"77": os.urandom(6000), "78": os.urandom(7000)}
     for key, data in big.items():
@@ -226,10 +226,10 @@ def test_warm_fails_open_within_the_timeout_with_one_warning(
     elif failure == "garbage bundle":
         fake_server.garbage_bundle = True
     else:
-        from xla_cache import transfer
+        from xla_cache import download as download_module
 
         fake_server.corrupt_bundle = True  # the fake also corrupts single GETs
-        monkeypatch.setattr(transfer, "LARGE_ENTRY_BYTES", 1)
+        monkeypatch.setattr(download_module, "LARGE_ENTRY_BYTES", 1)
     with caplog.at_level(logging.INFO, logger="xla_cache"):
         report, seconds = _warm_and_time(url, fingerprint, tmp_path)
     assert seconds < TIMEOUT + SLACK, f"{failure}: warm cost {seconds:.2f} s"
@@ -359,7 +359,7 @@ def test_warm_initializes_the_cache_and_starts_the_uploader(
     assert report.initialized and report.uploading
     new = os.urandom(500)
     (tmp_path / namespace / "999").write_bytes(new)
-    totals = warm_module.flush(timeout=TIMEOUT)
+    totals = process_module.flush(timeout=TIMEOUT)
     assert totals.uploaded == 1
     assert real_server.entry(namespace, "999") == new
     bulk = [r for r in real_server.requests if r.method == "POST" and r.path.endswith("/entries")]

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from xla_cache.api import CacheApi
+from xla_cache.admin_api import AdminApi
 from xla_cache.cli.admin_text import (
     evict_lines,
     parse_duration,
@@ -47,8 +47,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     config = config_of(args)
     chosen = None if args.all else namespace_of(args, config)
     namespace = chosen.name if chosen is not None else None
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
         totals: dict[str, Any] | None
         admin_error: str | None
@@ -63,8 +62,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
             admin_error = exc.reason
         else:
             admin_error = None
-    finally:
-        api.close()
     data: dict[str, Any] = {
         "namespace": info,
         "admin": totals,
@@ -99,11 +96,8 @@ def cmd_evict(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ClientError(str(exc)) from None
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         result = api.admin_evict(body, Deadline(args.timeout))
-    finally:
-        api.close()
     emit(args, result, evict_lines(result))
     return 0
 
@@ -111,11 +105,8 @@ def cmd_evict(args: argparse.Namespace) -> int:
 def cmd_tokens(args: argparse.Namespace) -> int:
     """Every token, its role and namespace patterns, and the entries it stored (admin token)."""
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         listing = api.admin_tokens(Deadline(args.timeout))
-    finally:
-        api.close()
     emit(args, listing, token_lines(listing))
     return 0
 
@@ -123,8 +114,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 def cmd_quota(args: argparse.Namespace) -> int:
     """List the quotas, or set (``--clear``: remove) a namespace's or a token's (admin token)."""
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         if args.namespace is None and args.token_name is None:
             result = api.admin_quotas(Deadline(args.timeout))
         else:
@@ -142,8 +132,6 @@ def cmd_quota(args: argparse.Namespace) -> int:
             kind, subject = ("namespace", args.namespace) if args.namespace else ("token", args.token_name)
             answer = api.admin_set_quota(kind, subject, body, Deadline(args.timeout))
             result = answer if "quotas" in answer else {"quotas": [answer]}
-    finally:
-        api.close()
     emit(args, result, quota_lines(result["quotas"]))
     return 0
 
@@ -152,11 +140,8 @@ def cmd_purge_token(args: argparse.Namespace) -> int:
     """Revoke a token and remove every entry it stored (``--dry-run`` lists what would go)."""
     body = {"dry_run": args.dry_run, "revoke": not args.keep_token}
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
-    finally:
-        api.close()
     emit(args, result, purge_lines(result))
     return 0
 

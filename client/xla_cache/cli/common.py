@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE, name_problem
-from xla_cache.api import server_url_problem
 from xla_cache.cachedir import read_last_warm
-from xla_cache.config import DEFAULT_SERVER, ClientConfig
+from xla_cache.config import DEFAULT_SERVER, ClientConfig, server_url_problem
 from xla_cache.errors import ClientError
 from xla_cache.frameworks import AUTO, all_frameworks, choose
 from xla_cache.progress import NullProgress, Progress, TqdmProgress

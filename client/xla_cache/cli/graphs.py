@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from xla_cache.api import CacheApi
+from xla_cache.admin_api import AdminApi
 from xla_cache.cli.common import (
     add_common,
     add_runtime,
@@ -146,11 +146,8 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     chosen = namespace_of(args, config)
     if chosen is None:
         raise ClientError(no_namespace_help(config))
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         report = api.admin_graphs(chosen.name, Deadline(args.timeout), top=args.top, module=args.module)
-    finally:
-        api.close()
     lines = graph_lines(report)
     if chosen.how != "as named":
         lines.insert(0, f"namespace {chosen.name} ({chosen.how})")

@@ -43,11 +43,8 @@ def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
 def _named_namespace(args: argparse.Namespace, config: ClientConfig) -> tuple[dict[str, Any], str]:
     """``--namespace``: its fingerprint as the server has it ({} if it has none) and whose cache it is
     (from that fingerprint, else ``--framework``, else the framework installed), without importing any."""
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with CacheApi(server_of(config), config.token) as api:
         info = api.get_namespace(args.namespace, Deadline(args.timeout))
-    finally:
-        api.close()
     fingerprint = dict(info.get("fingerprint") or {})
     framework = str(fingerprint.get("framework") or "")
     if not framework:
@@ -157,7 +154,7 @@ def _follow(
 def cmd_push(args: argparse.Namespace) -> int:
     """Upload every entry of the cache directory's namespaces that the server lacks (``--import DIR``: of a
     plain torch_xla or JAX cache directory)."""
-    from xla_cache.transfer import upload_entries
+    from xla_cache.upload import upload_entries
 
     config = config_of(args)
     if args.import_dir:
@@ -165,10 +162,9 @@ def cmd_push(args: argparse.Namespace) -> int:
     directories = _namespace_dirs(config.cache_dir, args.namespace)
     if not directories:
         raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
-    api = CacheApi(server_of(config), config.token, signer=config.signer())
     results: list[dict[str, Any]] = []
     failed = False
-    try:
+    with CacheApi(server_of(config), config.token, signer=config.signer()) as api:
         for directory in directories:
             namespace = directory.name
             fingerprint = read_fingerprint(directory)
@@ -202,8 +198,6 @@ def cmd_push(args: argparse.Namespace) -> int:
                 )
                 failed = failed or bool(result.errors)
             results.append(row)
-    finally:
-        api.close()
     lines = []
     for row in results:
         if "error" in row:
@@ -233,7 +227,7 @@ def _framework_of_directory(name: str, directory: Path) -> Framework:
 def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
     """``push --import DIR``: a framework's own cache directory (files named by hash, no fingerprint file)
     into this runtime's namespace, or into ``--namespace`` (then the framework is not imported)."""
-    from xla_cache.transfer import upload_entries
+    from xla_cache.upload import upload_entries
 
     directory = Path(args.import_dir).expanduser()
     if not directory.is_dir():
@@ -252,14 +246,11 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
         if framework.entry_problem(item.path) is None
     ]
     skipped = len(scan(directory, framework.is_entry)) - len(files)
-    api = CacheApi(server_of(config), config.token, signer=config.signer())
     deadline = Deadline(args.timeout)
-    try:
+    with CacheApi(server_of(config), config.token, signer=config.signer()) as api:
         if fingerprint is not None:
             api.register_namespace(namespace, fingerprint, {}, deadline)
         result = upload_entries(api, namespace, files, deadline, progress=progress_of(args), workers=4)
-    finally:
-        api.close()
     row = {
         "namespace": namespace,
         "directory": str(directory),

@@ -10,7 +10,7 @@ import datetime as dt
 from typing import Any
 
 from cache_protocol.runs import FRAMEWORKS, MISS_REASONS
-from xla_cache.api import CacheApi
+from xla_cache.admin_api import AdminApi
 from xla_cache.cli.admin_text import format_bytes, parse_duration
 from xla_cache.cli.common import add_common, config_of, emit, namespace_name, server_of
 from xla_cache.deadline import Deadline
@@ -145,7 +145,7 @@ def run_lines(run: dict[str, Any]) -> list[str]:
 _BUCKETED = ("new_shapes", "baked_sizes")
 
 
-def _run(api: CacheApi, args: argparse.Namespace) -> dict[str, Any]:
+def _run(api: AdminApi, args: argparse.Namespace) -> dict[str, Any]:
     """One run with the page of misses asked (``--offset``, ``--misses``), or every miss (``--all``: page
     after page)."""
     deadline = Deadline(args.timeout)
@@ -170,27 +170,27 @@ PAGE = 1000  # misses asked per request with --all (the server's page bound)
 def cmd_runs(args: argparse.Namespace) -> int:
     """List the runs reported (filters), or show one run and why each of its compiles happened."""
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
-        if args.run_id:
-            data = _run(api, args)
-            lines = run_lines(data)
-        else:
-            params = {
-                "namespace": args.namespace,
-                "framework": args.framework,
-                "host": args.host,
-                "since": since_of(args.since) if args.since else None,
-                "limit": args.limit,
-            }
-            data = api.admin_runs(params, Deadline(args.timeout))
-            lines = runs_lines(list(data.get("runs") or []))
-    except ServerError as exc:
-        if exc.status == 404 and exc.code in ("", "not_found") and not args.run_id:
-            raise ClientError(f"{exc.reason}: it keeps no run reports, or is not the cache server") from None
-        raise
-    finally:
-        api.close()
+    with AdminApi(server_of(config), config.token) as api:
+        try:
+            if args.run_id:
+                data = _run(api, args)
+                lines = run_lines(data)
+            else:
+                params = {
+                    "namespace": args.namespace,
+                    "framework": args.framework,
+                    "host": args.host,
+                    "since": since_of(args.since) if args.since else None,
+                    "limit": args.limit,
+                }
+                data = api.admin_runs(params, Deadline(args.timeout))
+                lines = runs_lines(list(data.get("runs") or []))
+        except ServerError as exc:
+            if exc.status == 404 and exc.code in ("", "not_found") and not args.run_id:
+                raise ClientError(
+                    f"{exc.reason}: it keeps no run reports, or is not the cache server"
+                ) from None
+            raise
     emit(args, data, lines)
     return 0
 

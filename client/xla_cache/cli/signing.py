@@ -20,7 +20,7 @@ from cache_protocol.signing import (
     parse_public_keys,
     read_key_texts,
 )
-from xla_cache.api import CacheApi
+from xla_cache.admin_api import AdminApi
 from xla_cache.cli.admin_text import evict_lines, format_bytes
 from xla_cache.cli.common import add_common, config_of, emit, server_of
 from xla_cache.config import SIGNING_KEY_ENV
@@ -86,22 +86,16 @@ def signer_lines(signers: list[dict[str, Any]]) -> list[str]:
 def cmd_signers(args: argparse.Namespace) -> int:
     """Entries and bytes per signer key id on the server (and the unsigned ones)."""
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         result = api.admin_signers(Deadline(args.timeout))
-    finally:
-        api.close()
     emit(args, result, ["signers (key id; unsigned: no signature)", *signer_lines(result["signers"])])
     return 0
 
 
 def _purge(args: argparse.Namespace, signer: str) -> int:
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         result = api.admin_purge_signer(signer, {"dry_run": args.dry_run}, Deadline(args.timeout))
-    finally:
-        api.close()
     emit(args, result, evict_lines(result, verb="remove"))
     return 0
 
@@ -116,11 +110,8 @@ def cmd_unsigned(args: argparse.Namespace) -> int:
     if args.remove or args.dry_run:
         return _purge(args, UNSIGNED)
     config = config_of(args)
-    api = CacheApi(server_of(config), config.token)
-    try:
+    with AdminApi(server_of(config), config.token) as api:
         signers = api.admin_signers(Deadline(args.timeout))["signers"]
-    finally:
-        api.close()
     row: dict[str, Any] = next((s for s in signers if s["signer"] is None), {"entries": 0, "bytes": 0})
     emit(args, row, [f"unsigned  {row['entries']:,} entries, {format_bytes(row['bytes'])}"])
     return 0

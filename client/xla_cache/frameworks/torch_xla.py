@@ -357,8 +357,9 @@ class TorchXla(Framework):
     def check_not_too_late(self, directory: Path | None = None) -> None:
         if self.cache_is_initialized():
             raise CacheAlreadyInitialized(
-                "torch_xla compiled a graph in this process already, so its cache can no longer be "
-                "set: call xla_cache.warm() before the first step (before any mark_step, .cpu() or .item())."
+                "torch_xla already compiled a graph in this process, so its persistent cache can no "
+                "longer be set: call xla_cache.warm() before the first step (before any mark_step, .cpu() "
+                "or .item())."
             )
 
     def initialize(self, directory: Path, *, all_compilations: bool = True) -> None:
