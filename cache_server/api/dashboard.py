@@ -63,6 +63,8 @@ def dashboard(request: Request, settings: SettingsDep, tokens: TokensDep) -> Res
     if settings.auth and _wants_json(request):
         tokens.authenticate(bearer_token(request))  # Unauthorized: answered as everywhere else
     html = (_STATIC / "dashboard.html").read_text(encoding="utf-8")
+    if settings.auth:  # the page asks for a token at once, without a request that would fail first
+        html = html.replace('<body data-auth="off">', '<body data-auth="on">', 1)
     return Response(html, media_type="text/html; charset=utf-8", headers=_SECURITY_HEADERS)
 
 

@@ -657,6 +657,10 @@ function signedIn(me) {
 }
 
 async function start() {
+  if (document.body.dataset.auth === "on" && !session.token) {
+    showSignIn(null);
+    return;
+  }
   try {
     signedIn(await fetchJson("/dashboard/me"));
   } catch (exc) {

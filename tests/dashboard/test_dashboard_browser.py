@@ -1,7 +1,10 @@
 """The dashboard in headless Chromium, against a real server with auth on and a few weeks of history.
 
-A person opens ``/?token=<read token>``; the page must load with the server's numbers, draw its charts,
-and log no console error. The screenshot is kept in ``test-output/dashboard.png``.
+A person opens ``/`` and pastes a read token into the page's form (kept in the tab's sessionStorage, sent
+as a bearer header, never in a URL); the page must load with the server's numbers, draw its charts, and log
+no console error. Each view has its own address (``#/runs``, ``#/runs/<id>``, ``#/graphs/<namespace>``,
+``#/namespaces/<name>``) that opens it directly. The screenshots are kept in ``test-output/`` and
+``/tmp/dash-*.png``. One browser serves the whole module.
 
 The browser is Debian's ``chromium`` (``scripts/test`` installs it), driven by Playwright for Python, which
 is told where it is: no browser of Playwright's own is downloaded or used.
@@ -20,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import ConsoleMessage, Request, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 
 from cache_protocol import SHA256_HEADER
 from cache_server.index import Database
@@ -64,11 +67,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def make_token(data_dir: Path, name: str, role: str) -> str:
+def make_token(data_dir: Path, name: str, role: str, *patterns: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_CACHE_")}
     env["XLA_CACHE_DATA_DIR"] = str(data_dir)
+    limits = [arg for pattern in patterns for arg in ("--namespace", pattern)]
     done = subprocess.run(
-        [str(SERVER_BIN), "token", "create", "--name", name, "--role", role],
+        [str(SERVER_BIN), "token", "create", "--name", name, "--role", role, *limits],
         env=env,
         capture_output=True,
         text=True,
@@ -98,6 +102,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
     clear_of_utc_midnight(120)  # the history, today's traffic and the page's 21 days: one UTC day
     data_dir = tmp_path_factory.mktemp("dashboard")
     tokens = {role: make_token(data_dir, f"dash-{role}", role) for role in ("read", "write", "admin")}
+    tokens["vision"] = make_token(data_dir, "dash-vision", "read", "vision-*")  # one namespace's reader
     # a page of one namespace: the page lists the first and loads the other when asked
     with run_server(data_dir, {"XLA_CACHE_AUTH": "on", "XLA_CACHE_STATS_PAGE_NAMESPACES": "1"}) as srv:
         write = {"Authorization": f"Bearer {tokens['write']}"}
@@ -155,7 +160,49 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
         yield srv, tokens
 
 
-def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer, dict[str, str]]) -> None:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for the module's tests (each opens its own tabs)."""
+    assert CHROMIUM is not None
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def new_tab(browser: Browser, errors: list[str]) -> Page:
+    """A tab of its own (its own sessionStorage) that records console errors and uncaught exceptions."""
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    tab.set_default_timeout(30_000)
+    tab.on("console", lambda m: errors.append(m.text) if m.type in ("error", "assert") else None)
+    tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
+    return tab
+
+
+def sign_in(tab: Page, url: str, token: str) -> None:
+    """Open ``url`` (the page asks for a token) and enter ``token`` in the form, as a person does."""
+    tab.goto(url)
+    tab.wait_for_selector("#token-form", state="visible")
+    tab.fill("#token-input", token)
+    tab.click("#token-form button[type=submit]")
+    # A selector, not a function: the page's CSP forbids the eval a string predicate would need.
+    tab.wait_for_selector("body[data-loaded='true']", state="attached")
+
+
+def visible_views(tab: Page) -> list[str]:
+    return list(
+        tab.evaluate(
+            """[...new Set([...document.querySelectorAll("main > section[data-view]")]
+                 .filter((s) => !s.hidden).map((s) => s.dataset.view))]"""
+        )
+    )
+
+
+def test_dashboard_loads_with_data_and_draws_its_charts(
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
+) -> None:
     srv, tokens = server
     assert CHROMIUM is not None
     errors: list[str] = []  # console errors, uncaught exceptions and failed loads
@@ -167,63 +214,87 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     def failed(request: Request) -> None:
         errors.append(f"failed load: {request.url} {request.failure}")
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            tab.set_default_timeout(30_000)
-            tab.on("console", console)
-            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
-            tab.on("requestfailed", failed)
-            tab.goto(f"{srv.url}/?token={tokens['read']}")  # how a person opens it: the link they were given
-            # A selector, not a function: the page's CSP forbids the eval a string predicate would need.
-            tab.wait_for_selector("body[data-loaded='true']", state="attached")
-            assert tab.url == f"{srv.url}/"  # the token left the address bar
-            first_page = tab.evaluate(
-                """(() => [document.querySelectorAll("#ns-table tbody tr").length,
-                           document.getElementById("ns-count").textContent])()"""
-            )
-            tab.click("#ns-more")
-            tab.wait_for_selector("#ns-table tbody tr:nth-child(2)", state="attached")
-            more_hidden = tab.evaluate("""document.getElementById("ns-more").hidden""")
-            tab.wait_for_selector("#buckets .bucket-graph table.schemes tbody tr", state="attached")
-            page: dict[str, Any] = tab.evaluate(
-                """(() => {
-                  const count = (sel) => document.querySelectorAll(sel).length;
-                  const box = (sel) => { const r = document.querySelector(sel).getBoundingClientRect();
-                                         return [r.width, r.height]; };
-                  const total = (label) => document.querySelector(`[data-total="${label}"]`).textContent;
-                  const rows = (table, cells) => [
-                    ...document.querySelectorAll(`#buckets .bucket-graph:first-child table.${table} tr`),
-                  ].slice(1).map((tr) => [...tr.children].slice(0, cells).map((td) => td.textContent));
-                  return {
-                    entries: total("Entries stored"), hitRate: total("Hit rate"),
-                    lookups: total("Lookups found"), compiles: total("Compiles"),
-                    saved: total("Compile time saved"), live: total("Delivered live"),
-                    liveSaved: total("Saved by live delivery"),
-                    hitBars: count("#hits-chart rect.bar-hit"), missBars: count("#hits-chart rect.bar-miss"),
-                    rateLine: document.querySelector("#hits-chart path.rate-line")?.getAttribute("d") ?? "",
-                    hitsBox: box("#hits-chart svg"), nsBars: count("#ns-chart rect.bar-bytes"),
-                    nsBox: box("#ns-chart svg"), graphBars: count("#graphs-chart rect.bar-variants"),
-                    graphRows: [...document.querySelectorAll("#graphs-table tbody tr")].map(
-                      (tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
-                    nsRows: [...document.querySelectorAll("#ns-table tbody tr td:first-child")].map(
-                      (td) => td.textContent),
-                    error: document.getElementById("error").hidden,
-                    bucketNamespace: document.getElementById("buckets-namespace").value,
-                    bucketGraphs: [...document.querySelectorAll("#buckets .bucket-graph")].map(
-                      (g) => g.dataset.module),
-                    varying: document.querySelector("#buckets .bucket-graph .varying").textContent,
-                    schemeRows: rows("schemes", 3), frontierRows: rows("frontier", 3),
-                    choiceRows: rows("choices", 4),
-                  };
-                })()"""
-            )
-            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            tab.screenshot(path=SCREENSHOT, full_page=True)
-            tab.evaluate("1")  # take in any event still on its way
-        finally:
-            browser.close()
+    urls: list[str] = []  # every URL the page asked for: none may carry the token
+    auth_headers: list[str | None] = []
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        tab.set_default_timeout(30_000)
+        tab.on("console", console)
+        tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
+        tab.on("requestfailed", failed)
+        tab.on("request", lambda r: urls.append(r.url))
+        tab.on(
+            "request",
+            lambda r: auth_headers.append(r.headers.get("authorization")) if "/dashboard/" in r.url else None,
+        )
+        sign_in(tab, f"{srv.url}/", tokens["read"])
+        assert tab.url == f"{srv.url}/"
+        first_page = tab.evaluate(
+            """(() => [document.querySelectorAll("#ns-table tbody tr").length,
+                       document.getElementById("ns-count").textContent])()"""
+        )
+        tab.click("#ns-more")
+        tab.wait_for_selector("#ns-table tbody tr:nth-child(2)", state="attached")
+        more_hidden = tab.evaluate("""document.getElementById("ns-more").hidden""")
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=SCREENSHOT, full_page=True)
+        tab.screenshot(path="/tmp/dash-overview.png", full_page=True)
+        overview: dict[str, Any] = tab.evaluate(
+            """(() => {
+              // every bar label starts inside its chart (none clipped on the left)
+              const labels = (id) => [...document.querySelectorAll(`#${id} text.label`)].map((t) => {
+                const box = t.getBBox(); return [t.textContent, box.x >= 0, box.x + box.width];
+              });
+              const box = (sel) => { const r = document.querySelector(sel).getBoundingClientRect();
+                                     return [r.width, r.height]; };
+              return { ns: labels("ns-chart"), graphs: labels("graphs-chart"),
+                       hitsBox: box("#hits-chart svg"), nsBox: box("#ns-chart svg") };
+            })()"""
+        )
+        tab.click("nav a[data-nav='graphs']")  # the graph view: its own address
+        tab.wait_for_selector("body[data-route='#/graphs']", state="attached")
+        tab.wait_for_selector("#buckets .bucket-graph table.schemes tbody tr", state="attached")
+        page: dict[str, Any] = tab.evaluate(
+            """(() => {
+              const count = (sel) => document.querySelectorAll(sel).length;
+              const total = (label) => document.querySelector(`[data-total="${label}"]`).textContent;
+              const rows = (table, cells) => [
+                ...document.querySelectorAll(`#buckets .bucket-graph:first-child table.${table} tr`),
+              ].slice(1).map((tr) => [...tr.children].slice(0, cells).map((td) => td.textContent));
+              return {
+                entries: total("Entries stored"), hitRate: total("Hit rate"),
+                lookups: total("Lookups found"), compiles: total("Compiles"),
+                saved: total("Compile time saved"), live: total("Delivered live"),
+                liveSaved: total("Saved by live delivery"),
+                hitBars: count("#hits-chart rect.bar-hit"), missBars: count("#hits-chart rect.bar-miss"),
+                rateLine: document.querySelector("#hits-chart path.rate-line")?.getAttribute("d") ?? "",
+                nsBars: count("#ns-chart rect.bar-bytes"),
+                graphBars: count("#graphs-chart rect.bar-variants"),
+                graphRows: [...document.querySelectorAll("#graphs-table tbody tr")].map(
+                  (tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
+                nsRows: [...document.querySelectorAll("#ns-table tbody tr td:first-child")].map(
+                  (td) => td.textContent),
+                error: document.getElementById("error").hidden,
+                bucketNamespace: document.getElementById("buckets-namespace").value,
+                bucketGraphs: [...document.querySelectorAll("#buckets .bucket-graph")].map(
+                  (g) => g.dataset.module),
+                varying: document.querySelector("#buckets .bucket-graph .varying").textContent,
+                schemeRows: rows("schemes", 3), frontierRows: rows("frontier", 3),
+                choiceRows: rows("choices", 4),
+              };
+            })()"""
+        )
+        tab.screenshot(path="/tmp/dash-graphs.png", full_page=True)
+        tab.evaluate("1")  # take in any event still on its way
+    finally:
+        tab.close()
+    assert all(tokens["read"] not in url for url in urls)  # never in a URL (so never in an access log)
+    assert auth_headers and set(auth_headers) == {f"Bearer {tokens['read']}"}  # every request: the header
+    assert [inside for _, inside, _ in overview["ns"] + overview["graphs"]] == [True] * 4
+    assert sorted(label for label, _, _ in overview["graphs"]) == [
+        "vision-tpu-v5e / SyncTensorsGraph.12",  # "namespace / graph": one name in two namespaces differs
+        "vision-tpu-v5e / SyncTensorsGraph.15",
+    ]
     assert page["entries"] == "9"
     assert page["hitRate"] == "60.0 %"  # the job's report: 6 loaded, 4 compiled
     assert page["compiles"] == "4"
@@ -232,8 +303,8 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert (page["live"], page["liveSaved"]) == ("1", "42.0 s")
     assert page["hitBars"] == 21 and page["missBars"] == 21  # 20 days of history and today
     assert page["rateLine"].count("L") == 20  # one point a day
-    assert page["hitsBox"][0] > 600 and page["hitsBox"][1] > 150
-    assert page["nsBars"] == 2 and page["nsBox"][1] > 20
+    assert overview["hitsBox"][0] > 600 and overview["hitsBox"][1] > 150
+    assert page["nsBars"] == 2 and overview["nsBox"][1] > 20
     assert page["graphBars"] == 2
     assert page["graphRows"][0] == ["SyncTensorsGraph.15", "vision-tpu-v5e", "3"]
     assert page["nsRows"] == ["text-gpu", "vision-tpu-v5e"]  # largest first
@@ -265,49 +336,41 @@ def test_dashboard_loads_with_data_and_draws_its_charts(server: tuple[LiveServer
     assert page["error"] is True  # the error box stayed hidden
     assert errors == []
     assert SCREENSHOT.stat().st_size > 20_000
-    assert (
-        json.loads(httpx.get(f"{srv.url}/dashboard/data").text)["error"] == "unauthorized"
-    )  # no cookie here
+    assert json.loads(httpx.get(f"{srv.url}/dashboard/data").text)["error"] == "unauthorized"  # no token here
 
 
 def test_namespace_page_shows_fingerprint_entries_and_the_nearest_namespace(
-    server: tuple[LiveServer, dict[str, str]],
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
 ) -> None:
     """From the namespaces table to a namespace's page: its fingerprint, its entries and its nearest
     populated namespace, with the flag that differs and both values."""
     srv, tokens = server
-    assert CHROMIUM is not None
     errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            tab.set_default_timeout(30_000)
-            tab.on("console", lambda m: errors.append(m.text) if m.type in ("error", "assert") else None)
-            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
-            tab.goto(f"{srv.url}/?token={tokens['read']}")
-            tab.wait_for_selector("body[data-loaded='true']", state="attached")
-            tab.click("#ns-table a[href='#namespace=text-gpu']")
-            tab.wait_for_selector("body[data-namespace-loaded='text-gpu']", state="attached")
-            page: dict[str, Any] = tab.evaluate(
-                """(() => {
-                  const rows = (id) => [...document.querySelectorAll(`#${id} tbody tr`)].map(
-                    (tr) => [...tr.children].map((td) => td.textContent));
-                  return {
-                    title: document.getElementById("nsp-title").textContent,
-                    summary: document.getElementById("nsp-summary").textContent,
-                    fingerprint: rows("nsp-fingerprint"), nearest: rows("nsp-nearest"),
-                    entries: rows("nsp-entries").length,
-                    overviewHidden: document.querySelector("section.overview").hidden,
-                  };
-                })()"""
-            )
-            NAMESPACE_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            tab.screenshot(path=NAMESPACE_SCREENSHOT, full_page=True)
-            tab.go_back()  # back to the overview
-            tab.wait_for_selector("#namespace-page", state="hidden")
-        finally:
-            browser.close()
+    tab = new_tab(browser, errors)
+    try:
+        sign_in(tab, f"{srv.url}/", tokens["read"])
+        tab.click("#ns-table a[href='#/namespaces/text-gpu']")
+        tab.wait_for_selector("body[data-route='#/namespaces/text-gpu']", state="attached")
+        page: dict[str, Any] = tab.evaluate(
+            """(() => {
+              const rows = (id) => [...document.querySelectorAll(`#${id} tbody tr`)].map(
+                (tr) => [...tr.children].map((td) => td.textContent));
+              return {
+                title: document.getElementById("nsp-title").textContent,
+                summary: document.getElementById("nsp-summary").textContent,
+                fingerprint: rows("nsp-fingerprint"), nearest: rows("nsp-nearest"),
+                entries: rows("nsp-entries").length,
+                overviewHidden: document.querySelector("section.overview").hidden,
+              };
+            })()"""
+        )
+        NAMESPACE_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=NAMESPACE_SCREENSHOT, full_page=True)
+        tab.go_back()  # back to the overview
+        tab.wait_for_selector("#namespace-page", state="hidden")
+        tab.wait_for_selector("body[data-route='#/']", state="attached")
+    finally:
+        tab.close()
     assert page["title"] == "text-gpu" and page["overviewHidden"] is True
     assert page["summary"].startswith("torch_xla: 5 entries, 1.43 MiB, 0 hits, last used ")
     assert ["xla_flags", FAST] in page["fingerprint"]
@@ -318,38 +381,36 @@ def test_namespace_page_shows_fingerprint_entries_and_the_nearest_namespace(
     assert errors == []
 
 
-def test_runs_view_lists_runs_and_says_why_a_run_compiled(server: tuple[LiveServer, dict[str, str]]) -> None:
+def test_runs_view_lists_runs_and_says_why_a_run_compiled(
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
+) -> None:
     srv, tokens = server
-    assert CHROMIUM is not None
     errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            tab.set_default_timeout(30_000)
-            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
-            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            tab.goto(f"{srv.url}/?token={tokens['read']}")
-            tab.wait_for_selector("body[data-loaded='true']", state="attached")
-            listed: dict[str, Any] = tab.evaluate(
-                """(() => ({
-                  rows: [...document.querySelectorAll("#runs-table tbody tr")].map(
-                    (tr) => [...tr.children].map((td) => td.textContent)),
-                  paid: document.querySelectorAll("#runs-chart rect.bar-paid").length,
-                  saved: document.querySelectorAll("#runs-chart rect.bar-saved").length,
-                }))()"""
-            )
-            tab.click(f"#runs-table button[data-run='{RUN_ID}']")
-            tab.wait_for_selector(f"body[data-run-shown='{RUN_ID}']", state="attached")
-            misses = tab.evaluate(
-                """[...document.querySelectorAll("#run-misses tbody tr")].map(
-                     (tr) => [...tr.children].map((td) => td.textContent))"""
-            )
-            summary = tab.evaluate("""document.getElementById("run-detail-summary").textContent""")
-            tab.locator("#run-detail").scroll_into_view_if_needed()
-            tab.screenshot(path=RUNS_SCREENSHOT, full_page=True)
-        finally:
-            browser.close()
+    tab = new_tab(browser, errors)
+    try:
+        sign_in(tab, f"{srv.url}/", tokens["read"])
+        tab.click("nav a[data-nav='runs']")
+        tab.wait_for_selector("body[data-route='#/runs']", state="attached")
+        listed: dict[str, Any] = tab.evaluate(
+            """(() => ({
+              rows: [...document.querySelectorAll("#runs-table tbody tr")].map(
+                (tr) => [...tr.children].map((td) => td.textContent)),
+              paid: document.querySelectorAll("#runs-chart rect.bar-paid").length,
+              saved: document.querySelectorAll("#runs-chart rect.bar-saved").length,
+            }))()"""
+        )
+        tab.click(f"#runs-table a[data-run='{RUN_ID}']")
+        tab.wait_for_selector(f"body[data-route='#/runs/{RUN_ID}']", state="attached")
+        misses = tab.evaluate(
+            """[...document.querySelectorAll("#run-misses tbody tr")].map(
+                 (tr) => [...tr.children].map((td) => td.textContent))"""
+        )
+        summary = tab.evaluate("""document.getElementById("run-detail-summary").textContent""")
+        tab.locator("#run-detail").scroll_into_view_if_needed()
+        tab.screenshot(path=RUNS_SCREENSHOT, full_page=True)
+        tab.screenshot(path="/tmp/dash-run.png", full_page=True)
+    finally:
+        tab.close()
     assert len(listed["rows"]) == 1 and (listed["paid"], listed["saved"]) == (1, 1)
     row = listed["rows"][0]
     assert row[0] == RUN_ID[:12] and row[2] == "vision-tpu-v5e" and row[4] == "trainer-0"
@@ -367,12 +428,11 @@ def test_runs_view_lists_runs_and_says_why_a_run_compiled(server: tuple[LiveServ
 
 
 def test_runs_view_says_when_and_by_which_policy_a_recompiled_entry_was_evicted(
-    server: tuple[LiveServer, dict[str, str]],
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
 ) -> None:
     """A run compiled an entry an admin had deleted: its miss in the runs view is evicted, with the
     removal's time and policy (the tombstone the delete wrote)."""
     srv, tokens = server
-    assert CHROMIUM is not None
     run_id, key, namespace = (
         "7c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f",
         "5087000000000000000000000000000001",
@@ -397,23 +457,17 @@ def test_runs_view_says_when_and_by_which_policy_a_recompiled_entry_was_evicted(
         }
         assert http.post("/v1/runs", json=run, headers=write).status_code == 200
     errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            tab.set_default_timeout(30_000)
-            tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
-            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            tab.goto(f"{srv.url}/?token={tokens['read']}")
-            tab.wait_for_selector("body[data-loaded='true']", state="attached")
-            tab.click(f"#runs-table button[data-run='{run_id}']")
-            tab.wait_for_selector(f"body[data-run-shown='{run_id}']", state="attached")
-            misses = tab.evaluate(
-                """[...document.querySelectorAll("#run-misses tbody tr")].map(
-                     (tr) => [...tr.children].map((td) => td.textContent))"""
-            )
-        finally:
-            browser.close()
+    tab = new_tab(browser, errors)
+    try:
+        sign_in(tab, f"{srv.url}/#/runs", tokens["read"])
+        tab.click(f"#runs-table a[data-run='{run_id}']")
+        tab.wait_for_selector(f"body[data-route='#/runs/{run_id}']", state="attached")
+        misses = tab.evaluate(
+            """[...document.querySelectorAll("#run-misses tbody tr")].map(
+                 (tr) => [...tr.children].map((td) => td.textContent))"""
+        )
+    finally:
+        tab.close()
     ((shown_key, _module, reason, why, spent),) = misses
     assert (shown_key, reason, spent) == (key, "evicted", "30.0 s")
     assert why.startswith("stored once, removed ") and why.endswith(" UTC by policy admin")
