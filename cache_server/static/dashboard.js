@@ -466,7 +466,7 @@ function renderRunsChart(runs) {
     }
     if (i % every === 0) {
       const [time, day] = ticks[i / every];
-      svg.appendChild(svgEl("text", { class: "tick", x: x + barW, y: H - B + 16, "text-anchor": "middle" }, time));
+      svg.appendChild(svgEl("text", { class: "tick tick-time", x: x + barW, y: H - B + 16, "text-anchor": "middle" }, time));
       if (day) {
         svg.appendChild(svgEl("text", { class: "tick tick-day", x: x + barW, y: H - B + 30, "text-anchor": "middle" },
           day));

@@ -173,8 +173,9 @@ def browser() -> Iterator[Browser]:
 
 
 def new_tab(browser: Browser, errors: list[str]) -> Page:
-    """A tab of its own (its own sessionStorage) that records console errors and uncaught exceptions."""
-    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    """A tab of its own (its own sessionStorage) that records console errors and uncaught exceptions; its
+    clock reads UTC, as the server's days do."""
+    tab = browser.new_page(viewport={"width": 1280, "height": 900}, timezone_id="UTC")
     tab.set_default_timeout(30_000)
     tab.on("console", lambda m: errors.append(m.text) if m.type in ("error", "assert") else None)
     tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
@@ -472,3 +473,210 @@ def test_runs_view_says_when_and_by_which_policy_a_recompiled_entry_was_evicted(
     assert (shown_key, reason, spent) == (key, "evicted", "30.0 s")
     assert why.startswith("stored once, removed ") and why.endswith(" UTC by policy admin")
     assert errors == []
+
+
+def refused_loads(errors: list[str], *statuses: int) -> list[str]:
+    """The console errors left once the browser's own lines for the expected refusals are set aside."""
+    expected = tuple(f"status of {status} " for status in statuses)
+    return [
+        e for e in errors if not (e.startswith("Failed to load resource") and any(x in e for x in expected))
+    ]
+
+
+def test_the_token_form_says_when_a_token_is_wrong_and_keeps_a_right_one_for_the_session(
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
+) -> None:
+    srv, tokens = server
+    errors: list[str] = []
+    tab = new_tab(browser, errors)
+    try:
+        tab.goto(f"{srv.url}/#/runs")  # an address a colleague shared: the form comes first
+        tab.wait_for_selector("#token-form", state="visible")
+        before = {"views": visible_views(tab), "nav": tab.is_visible("#nav")}
+        tab.fill("#token-input", "xlc_000000000000_" + "A" * 43)
+        tab.click("#token-form button[type=submit]")
+        tab.wait_for_selector("#token-error", state="visible")
+        wrong = tab.text_content("#token-error")
+        tab.screenshot(path="/tmp/dash-signin-wrong.png", full_page=True)
+        stored_wrong = tab.evaluate("sessionStorage.length")
+        tab.fill("#token-input", tokens["read"])
+        tab.click("#token-form button[type=submit]")
+        tab.wait_for_selector("body[data-route='#/runs']", state="attached")  # the shared view, at once
+        signed_in = {
+            "views": visible_views(tab),
+            "rows": tab.locator("#runs-table tbody tr").count(),
+            "who": tab.text_content("#who"),
+            "form": tab.is_visible("#sign-in"),
+            "error": tab.is_visible("#token-error"),
+        }
+        tab.reload()  # the same tab: sessionStorage keeps the token
+        tab.wait_for_selector("body[data-route='#/runs']", state="attached")
+        after_reload = {"form": tab.is_visible("#sign-in"), "views": visible_views(tab)}
+        tab.click("#sign-out")
+        tab.wait_for_selector("#token-form", state="visible")
+        signed_out = {
+            "stored": tab.evaluate("sessionStorage.length"),
+            "note": tab.text_content("#token-note"),
+            "views": visible_views(tab),
+        }
+        tab.reload()
+        tab.wait_for_selector("#token-form", state="visible")
+        tab.screenshot(path="/tmp/dash-signin.png", full_page=True)
+    finally:
+        tab.close()
+    assert before == {"views": [], "nav": False}
+    assert wrong is not None and "not accepted" in wrong and "The token is not valid." in wrong
+    assert stored_wrong == 0  # a wrong token is not kept
+    assert signed_in["views"] == ["runs"] and signed_in["rows"] >= 1
+    assert signed_in["who"] == "Signed in as dash-read (read)"
+    assert signed_in["form"] is False and signed_in["error"] is False
+    assert after_reload == {"form": False, "views": ["runs"]}
+    assert signed_out["stored"] == 0 and signed_out["views"] == []
+    assert signed_out["note"] is not None and signed_out["note"].startswith("Signed out")
+    assert refused_loads(errors, 401) == []  # only the wrong token's refusal
+
+
+def test_each_view_opens_at_its_own_address_and_back_and_forward_move_between_them(
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
+) -> None:
+    srv, tokens = server
+    module = "SyncTensorsGraph.15"
+    # a few more runs over three UTC days, for the runs chart's time axis
+    now = dt.datetime.now(dt.timezone.utc)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    starts = [midnight - dt.timedelta(days=1, hours=12), midnight - dt.timedelta(minutes=50)]
+    starts += [midnight - dt.timedelta(minutes=20), now - dt.timedelta(seconds=60)]
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['write']}"}) as http:
+        for n, started in enumerate(starts):
+            run = {
+                "run_id": f"{n:032x}",
+                "namespace": "text-gpu",
+                "framework": "torch_xla",
+                "host": f"trainer-{n}",
+                "started_at": started.timestamp(),
+                "hits": 3,
+                "misses": 1,
+                "compile_seconds": 20.0 + 15 * n,
+            }
+            assert http.post("/v1/runs", json=run).status_code == 200
+    errors: list[str] = []
+    shown: dict[str, Any] = {}
+    addresses = {
+        "#/": ["overview"],
+        "#/runs": ["runs"],
+        f"#/runs/{RUN_ID}": ["runs"],
+        "#/graphs/vision-tpu-v5e": ["graphs"],
+        f"#/graphs/vision-tpu-v5e/{module}": ["graphs"],
+        "#/namespaces/text-gpu": ["namespace"],
+    }
+    for address in addresses:
+        tab = new_tab(browser, errors)  # a new tab opened at the address
+        try:
+            sign_in(tab, f"{srv.url}/{address}", tokens["read"])
+            tab.wait_for_selector(f"body[data-route='{address}']", state="attached")
+            shown[address] = tab.evaluate(
+                """(() => ({
+                  run: document.getElementById("run-detail").hidden ? null
+                    : document.getElementById("run-detail-title").textContent,
+                  graphs: [...document.querySelectorAll("#buckets .bucket-graph")].map(
+                    (g) => g.dataset.module),
+                  namespace: document.getElementById("namespace-page").hidden ? null
+                    : document.getElementById("nsp-title").textContent,
+                  current: document.querySelector("nav a[aria-current='page']")?.dataset.nav ?? null,
+                  ticks: [...document.querySelectorAll("#runs-chart text.tick-time")].map(
+                    (t) => t.textContent),
+                  days: [...document.querySelectorAll("#runs-chart text.tick-day")].map(
+                    (t) => t.textContent),
+                }))()"""
+            )
+            shown[address]["views"] = visible_views(tab)
+            name = address.strip("#/").replace("/", "-") or "overview"
+            tab.screenshot(path=f"/tmp/dash-view-{name}.png", full_page=True)
+        finally:
+            tab.close()
+    tab = new_tab(browser, errors)
+    try:
+        sign_in(tab, f"{srv.url}/", tokens["read"])
+        tab.click("nav a[data-nav='runs']")
+        tab.wait_for_selector("body[data-route='#/runs']", state="attached")
+        tab.click(f"#runs-table a[data-run='{RUN_ID}']")
+        tab.wait_for_selector(f"body[data-route='#/runs/{RUN_ID}']", state="attached")
+        tab.click(f"#run-misses a[data-graph='{module}']")  # a graph's bucketing, from the run
+        tab.wait_for_selector(f"body[data-route='#/graphs/vision-tpu-v5e/{module}']", state="attached")
+        tab.go_back()
+        tab.wait_for_selector(f"body[data-route='#/runs/{RUN_ID}']", state="attached")
+        tab.go_back()
+        tab.wait_for_selector("body[data-route='#/runs']", state="attached")
+        detail_hidden = tab.evaluate("""document.getElementById("run-detail").hidden""")
+        tab.go_forward()
+        tab.wait_for_selector(f"body[data-route='#/runs/{RUN_ID}']", state="attached")
+        tab.click("#run-detail-summary")  # still there: the view is drawn again, not a blank page
+        tab.click("#runs-table a[data-namespace='vision-tpu-v5e']")  # a namespace, from the runs
+        tab.wait_for_selector("body[data-route='#/namespaces/vision-tpu-v5e']", state="attached")
+    finally:
+        tab.close()
+    for address, views in addresses.items():
+        assert shown[address]["views"] == views, address
+    assert shown["#/"]["current"] == "overview" and shown["#/runs"]["current"] == "runs"
+    assert shown["#/runs"]["run"] is None and shown[f"#/runs/{RUN_ID}"]["run"] == f"Run {RUN_ID}"
+    assert shown["#/graphs/vision-tpu-v5e"]["graphs"] == [module, "SyncTensorsGraph.12"]
+    assert shown[f"#/graphs/vision-tpu-v5e/{module}"]["graphs"] == [module]
+    assert shown["#/namespaces/text-gpu"]["namespace"] == "text-gpu"
+    # the time axis: hours:minutes under each run, the date under the first and wherever it changes
+    ticks, days = shown["#/runs"]["ticks"], shown["#/runs"]["days"]
+    assert len(ticks) >= 6 and all(len(t) == 5 and t[2] == ":" for t in ticks), ticks
+    assert ticks[:3] == ["12:00", "23:10", "23:40"]
+    assert len(days) == 3 and len(set(days)) == 3, days  # three days, each named once
+    assert detail_hidden is True
+    assert errors == []
+
+
+def test_a_scoped_read_token_sees_its_namespace_and_not_the_others(
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
+) -> None:
+    """A read token limited to vision-*: its overview lists its namespace; its runs, graphs and namespace
+    page are those of vision-tpu-v5e; another namespace's page is refused with the reason."""
+    srv, tokens = server
+    errors: list[str] = []
+    tab = new_tab(browser, errors)
+    try:
+        sign_in(tab, f"{srv.url}/", tokens["vision"])
+        tab.wait_for_selector("body[data-view='mine']", state="attached")
+        mine = {
+            "views": visible_views(tab),
+            "rows": tab.evaluate(
+                """[...document.querySelectorAll("#mine-table tbody tr td:first-child")].map(
+                     (td) => td.textContent)"""
+            ),
+            "who": tab.text_content("#who"),
+        }
+        tab.screenshot(path="/tmp/dash-scoped.png", full_page=True)
+        tab.click("nav a[data-nav='runs']")
+        tab.wait_for_selector("body[data-route='#/runs']", state="attached")
+        runs = tab.evaluate(
+            """[...document.querySelectorAll("#runs-table tbody tr")].map(
+                 (tr) => tr.children[2].textContent)"""
+        )
+        tab.click("nav a[data-nav='graphs']")
+        tab.wait_for_selector("body[data-route='#/graphs']", state="attached")
+        graphs = tab.evaluate(
+            """(() => ({
+              choices: [...document.querySelectorAll("#buckets-namespace option")].map((o) => o.value),
+              graphs: [...document.querySelectorAll("#buckets .bucket-graph")].map((g) => g.dataset.module),
+            }))()"""
+        )
+        tab.goto(f"{srv.url}/#/namespaces/vision-tpu-v5e")
+        tab.wait_for_selector("body[data-route='#/namespaces/vision-tpu-v5e']", state="attached")
+        tab.goto(f"{srv.url}/#/namespaces/text-gpu")
+        tab.wait_for_selector("#error", state="visible")
+        refused = tab.text_content("#error")
+        tab.screenshot(path="/tmp/dash-scoped-refused.png", full_page=True)
+    finally:
+        tab.close()
+    assert mine["views"] == ["mine"] and mine["rows"] == ["vision-tpu-v5e"]
+    assert mine["who"] == "Signed in as dash-vision (read, namespaces vision-*)"
+    assert runs and set(runs) == {"vision-tpu-v5e"}  # not text-gpu's nor runs-evicted's
+    assert graphs == {"choices": ["vision-tpu-v5e"], "graphs": ["SyncTensorsGraph.15", "SyncTensorsGraph.12"]}
+    assert refused is not None and "Could not load the namespace text-gpu" in refused
+    assert "limited to namespaces matching vision-*" in refused
+    assert refused_loads(errors, 403) == []
