@@ -112,6 +112,14 @@ function niceMax(v) {
   return 10 * p;
 }
 
+// A round top for an axis of four steps (each step a round number too).
+function quarterMax(v) {
+  if (v <= 0) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 4, 8, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
 // Stacked bars of hits and misses per day, and the day's hit rate as a line on a 0-100 % axis.
 function renderHits(daily) {
   const fig = document.getElementById("hits-chart");
@@ -441,7 +449,10 @@ function renderRunsChart(runs) {
   const ordered = runs.slice().reverse(); // oldest first, left to right
   const W = 900, H = 230, L = 56, R = 16, T = 12, B = 46;
   const plotW = W - L - R, plotH = H - T - B;
-  const max = niceMax(Math.max(...ordered.map((r) => Math.max(r.compile_seconds, r.saved_seconds))));
+  // the axis in one unit (s, min or h) with four even steps: 0, 1, 2, 3, 4 min rather than 50 s, 1.7 min
+  const top = Math.max(...ordered.map((r) => Math.max(r.compile_seconds, r.saved_seconds)));
+  const [unit, unitName] = top >= 7200 ? [3600, "h"] : top >= 120 ? [60, "min"] : [1, "s"];
+  const max = quarterMax(top / unit) * unit;
   const every = ordered.length <= 12 ? 1 : Math.ceil(ordered.length / 8);
   const labelled = ordered.filter((r, i) => i % every === 0);
   const ticks = timeTicks(labelled.map((r) => new Date(r.started_at)));
@@ -452,7 +463,9 @@ function renderRunsChart(runs) {
   for (let i = 0; i <= 4; i++) {
     const y = T + plotH - (plotH * i) / 4;
     svg.appendChild(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: y, y2: y }));
-    svg.appendChild(svgEl("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, fmtSeconds((max * i) / 4)));
+    const value = (max * i) / 4 / unit;
+    svg.appendChild(svgEl("text", { x: L - 6, y: y + 4, "text-anchor": "end" },
+      `${Number.isInteger(value) ? value : value.toFixed(1)} ${unitName}`));
   }
   ordered.forEach((r, i) => {
     const x = L + i * step + step / 2 - barW;
