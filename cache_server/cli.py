@@ -52,9 +52,8 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         from cache_server.migrate import upgrade
 
         upgrade(settings)
-    from cache_server.http_protocol import protocol_factory
+    from cache_server.http_protocol import protocol_factory, serve
     from cache_server.metrics import multiprocess_directory
-    from cache_server.serving import serve
 
     workers = settings.workers if args.workers is None else args.workers
     if workers < 1:
