@@ -589,6 +589,7 @@ function showView(view) {
 }
 
 let generation = 0; // a newer route's load wins over an older one still on its way
+let shownRoute = null; // the route whose data the page shows now
 
 async function refresh() {
   if (!session.me) return;
@@ -616,6 +617,7 @@ async function refresh() {
     else if (view === "namespace") await showNamespace(route.namespace);
     else throw new Error(`the address ${window.location.hash} names no view: use the links above`);
     if (mine !== generation) return;
+    shownRoute = window.location.hash || "#/";
     error.hidden = true;
     document.getElementById("updated").textContent =
       `Updated ${new Date().toLocaleTimeString()}; refreshes every 30 s.`;
@@ -630,6 +632,8 @@ async function refresh() {
     }
     error.textContent = `Could not load ${what[view] || "this view"}: ${exc.message}`;
     error.hidden = false;
+    // another view's data must not stand under this address (a failed refresh keeps what it showed)
+    if (shownRoute !== (window.location.hash || "#/")) showView(null);
     document.body.dataset.view = view;
     document.body.dataset.route = window.location.hash || "#/";
   }
@@ -640,6 +644,7 @@ function showSignIn(problem, note) {
   sessionStorage.removeItem(TOKEN_KEY);
   session.token = null;
   session.me = null;
+  shownRoute = null;
   generation++;
   showView(null);
   document.getElementById("error").hidden = true;

@@ -670,6 +670,7 @@ def test_a_scoped_read_token_sees_its_namespace_and_not_the_others(
         tab.goto(f"{srv.url}/#/namespaces/text-gpu")
         tab.wait_for_selector("#error", state="visible")
         refused = tab.text_content("#error")
+        left_shown = visible_views(tab)  # not the namespace page shown before, under this address
         tab.screenshot(path="/tmp/dash-scoped-refused.png", full_page=True)
     finally:
         tab.close()
@@ -679,4 +680,5 @@ def test_a_scoped_read_token_sees_its_namespace_and_not_the_others(
     assert graphs == {"choices": ["vision-tpu-v5e"], "graphs": ["SyncTensorsGraph.15", "SyncTensorsGraph.12"]}
     assert refused is not None and "Could not load the namespace text-gpu" in refused
     assert "limited to namespaces matching vision-*" in refused
+    assert left_shown == []
     assert refused_loads(errors, 403) == []
