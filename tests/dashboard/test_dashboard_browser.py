@@ -252,6 +252,25 @@ def test_dashboard_loads_with_data_and_draws_its_charts(
                        hitsBox: box("#hits-chart svg"), nsBox: box("#ns-chart svg") };
             })()"""
         )
+        # long names (a namespace id, a jitted function's module) start inside the chart, cut in the middle
+        long_labels: list[list[Any]] = tab.evaluate(
+            """(() => {
+              const names = ["torch_xla-2.7.0-tpu-v5litepod-8-0123456789abcdef0123456789abcdef",
+                             "jax-0.6.2-cuda12-h100x8 / jit__train_step_with_gradient_accumulation.123", "w"];
+              const fig = document.createElement("figure");  // beside the graphs chart, as wide
+              fig.id = "long-labels";
+              fig.className = "chart";
+              document.getElementById("graphs-chart").after(fig);
+              renderBars("long-labels", names, "bar-variants", (n) => n, (n) => n.length,
+                         (n) => `${n.length}`, "long labels");
+              return [...document.querySelectorAll("#long-labels text.label")].map((t) => {
+                const box = t.getBBox();
+                return [t.textContent, box.x, t.querySelector("title")?.textContent ?? null];
+              });
+            })()"""
+        )
+        tab.locator("#long-labels").screenshot(path="/tmp/dash-long-labels.png")
+        tab.evaluate("""document.getElementById("long-labels").remove()""")
         tab.click("nav a[data-nav='graphs']")  # the graph view: its own address
         tab.wait_for_selector("body[data-route='#/graphs']", state="attached")
         tab.wait_for_selector("#buckets .bucket-graph table.schemes tbody tr", state="attached")
@@ -292,6 +311,14 @@ def test_dashboard_loads_with_data_and_draws_its_charts(
     assert all(tokens["read"] not in url for url in urls)  # never in a URL (so never in an access log)
     assert auth_headers and set(auth_headers) == {f"Bearer {tokens['read']}"}  # every request: the header
     assert [inside for _, inside, _ in overview["ns"] + overview["graphs"]] == [True] * 4
+    assert [box_x >= 0 for _, box_x, _ in long_labels] == [True] * 3
+    # the one too long for 45 % of the chart is cut in its middle (whole in its tooltip); the others fit
+    assert [("…" in text, title is not None) for text, _, title in long_labels] == [
+        (False, False),
+        (True, True),
+        (False, False),
+    ]
+    assert long_labels[1][0].startswith("jax-0.6.2") and long_labels[1][0].endswith("accumulation.123")
     assert sorted(label for label, _, _ in overview["graphs"]) == [
         "vision-tpu-v5e / SyncTensorsGraph.12",  # "namespace / graph": one name in two namespaces differs
         "vision-tpu-v5e / SyncTensorsGraph.15",
