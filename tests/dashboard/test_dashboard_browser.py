@@ -640,6 +640,8 @@ def test_each_view_opens_at_its_own_address_and_back_and_forward_move_between_th
         tab.click("#run-detail-summary")  # still there: the view is drawn again, not a blank page
         tab.click("#runs-table a[data-namespace='vision-tpu-v5e']")  # a namespace, from the runs
         tab.wait_for_selector("body[data-route='#/namespaces/vision-tpu-v5e']", state="attached")
+        tab.goto(f"{srv.url}/#namespace=text-gpu")  # a namespace page's old address still opens it
+        tab.wait_for_selector("body[data-route='#/namespaces/text-gpu']", state="attached")
     finally:
         tab.close()
     for address, views in addresses.items():
@@ -651,7 +653,7 @@ def test_each_view_opens_at_its_own_address_and_back_and_forward_move_between_th
     assert shown["#/namespaces/text-gpu"]["namespace"] == "text-gpu"
     # the time axis: hours:minutes under each run, the date under the first and wherever it changes
     ticks, days = shown["#/runs"]["ticks"], shown["#/runs"]["days"]
-    assert len(ticks) >= 6 and all(len(t) == 5 and t[2] == ":" for t in ticks), ticks
+    assert len(ticks) >= 5 and all(len(t) == 5 and t[2] == ":" for t in ticks), ticks
     assert ticks[:3] == ["12:00", "23:10", "23:40"]
     assert len(days) == 3 and len(set(days)) == 3, days  # three days, each named once
     assert detail_hidden is True
