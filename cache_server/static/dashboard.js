@@ -158,8 +158,13 @@ function renderHits(daily) {
       svg.appendChild(r);
     }
     if (d.hit_rate !== null) points.push([x + barW / 2, T + plotH * (1 - d.hit_rate), title]);
-    if (daily.length <= 16 || i % Math.ceil(daily.length / 10) === 0 || i === daily.length - 1) {
-      svg.appendChild(svgEl("text", { x: x + barW / 2, y: H - B + 16, "text-anchor": "middle" }, d.day.slice(5)));
+    // every few days, and the last day (the one before it left out if they would touch)
+    const every = daily.length <= 16 ? 1 : Math.ceil(daily.length / 10), last = daily.length - 1;
+    if (i === last || (i % every === 0 && (every === 1 || last - i > every / 2 + 1))) {
+      // "Nov 6": the day (UTC, as the rollup's days), its month named
+      const day = new Date(`${d.day}T00:00:00Z`).toLocaleDateString(undefined,
+        { month: "short", day: "numeric", timeZone: "UTC" });
+      svg.appendChild(svgEl("text", { class: "tick", x: x + barW / 2, y: H - B + 16, "text-anchor": "middle" }, day));
     }
   });
   if (points.length > 1) {
