@@ -280,8 +280,6 @@ function renderGraphs(graphs) {
 }
 
 // The graph view: one namespace's graphs, their varying dimensions and what each padding scheme leaves.
-const buckets = { namespace: null, module: null };
-
 function fmtOverhead(r) { return "+" + (100 * r).toFixed(r < 0.1 ? 1 : 0) + " %"; }
 
 function renderBuckets(report) {
@@ -375,8 +373,6 @@ async function loadGraphs(namespace, module) {
   const names = await graphChoices();
   const select = document.getElementById("buckets-namespace");
   const chosen = namespace || names[0] || null;
-  buckets.namespace = chosen;
-  buckets.module = module;
   clear(select);
   for (const name of chosen && !names.includes(chosen) ? [chosen, ...names] : names) {
     const option = el("option", { value: name }, name);
