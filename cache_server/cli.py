@@ -52,7 +52,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         from cache_server.migrate import upgrade
 
         upgrade(settings)
-    from cache_server.http_protocol import protocol_factory
+    from cache_server.http_protocol import protocol_factory, serve
     from cache_server.metrics import multiprocess_directory
 
     workers = settings.workers if args.workers is None else args.workers
@@ -60,23 +60,24 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: --workers must be at least 1, not {workers}", file=sys.stderr)
         return 2
     os.environ["XLA_CACHE_WORKERS"] = str(workers)  # the workers' own settings: the manifest says it
+    config = uvicorn.Config(
+        "cache_server.app:create_app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=workers,
+        log_level=settings.log_level,
+        proxy_headers=True,
+        timeout_graceful_shutdown=30,
+        access_log=False,  # the app logs each request as JSON, without query strings (tokens)
+        # idle or trickling connections cannot pile up: README, "Running in production"
+        http=protocol_factory(settings.header_timeout_seconds),
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=settings.keep_alive_seconds,
+    )
     with multiprocess_directory(workers):  # several workers: one /metrics over all of them
-        uvicorn.run(
-            "cache_server.app:create_app_from_env",
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=workers,
-            log_level=settings.log_level,
-            proxy_headers=True,
-            timeout_graceful_shutdown=30,
-            access_log=False,  # the app logs each request as JSON, without query strings (tokens)
-            # idle or trickling connections cannot pile up: README, "Running in production"
-            http=protocol_factory(settings.header_timeout_seconds),
-            limit_concurrency=settings.max_connections,
-            timeout_keep_alive=settings.keep_alive_seconds,
-        )
-    return 0
+        started = serve(config)
+    return 0 if started else 3  # as uvicorn.run: 3 when it could not start
 
 
 def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -152,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"error: invalid XLA_CACHE_* setting:\n{exc}", file=sys.stderr)
         return 2
+    # Alembic's lines (its plugins, "Context impl", each migration run) are for debugging: shown at the
+    # debug log level only, so serve's start says what matters (where the dashboard is).
+    logging.getLogger("alembic").setLevel(logging.DEBUG if settings.log_level == "debug" else logging.WARNING)
     result: int = args.func(args, settings)
     return result
 

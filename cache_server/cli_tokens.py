@@ -71,7 +71,7 @@ def _create(args: argparse.Namespace, settings: Settings) -> int:
     limited = f", namespaces {', '.join(info.namespaces)}" if info.namespaces is not None else ""
     print(
         f"created token {info.name!r} (id {info.id}, role {info.role}{limited}). It is shown only this once: "
-        "give it to its user now (clients read XLA_CACHE_TOKEN; the dashboard opens as /?token=...).",
+        "give it to its user now (clients read XLA_CACHE_TOKEN; the dashboard at / asks for it in a form).",
         file=sys.stderr,
     )
     if not settings.auth:

@@ -10,20 +10,28 @@ last as long as that says. A request whose headers arrived is not timed here: it
 bounds (``XLA_CACHE_BODY_TIMEOUT_SECONDS``), and a long poll may wait as long as it asked.
 
 ``xla-cache-server serve`` hands uvicorn :func:`protocol_factory` (a picklable partial, so that every worker
-process gets the same timeout).
+process gets the same timeout), and runs it with :func:`serve`: once the server listens, that logs one line,
+``dashboard: http://<host>:<port>/``, where a person opens the dashboard (uvicorn's "running on" line names
+no page). With several workers the process that binds their shared socket logs it, once, before they start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import socket
 from typing import Any, cast
 
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from uvicorn.server import ServerState
+from uvicorn.server import Server, ServerState
+from uvicorn.supervisors import Multiprocess
 
-__all__ = ["HeaderTimeoutProtocol", "protocol_factory"]
+__all__ = ["HeaderTimeoutProtocol", "dashboard_line", "protocol_factory", "serve"]
+
+log = logging.getLogger("cache_server.cli")
+EVERY_INTERFACE = frozenset({"0.0.0.0", "::", ""})
 
 
 class HeaderTimeoutProtocol(HttpToolsProtocol):
@@ -83,3 +91,35 @@ def protocol_factory(header_timeout: float) -> type[asyncio.Protocol]:
     return cast(
         "type[asyncio.Protocol]", functools.partial(HeaderTimeoutProtocol, header_timeout=header_timeout)
     )
+
+
+def dashboard_line(host: str, port: int) -> str:
+    """Where the dashboard is: the host and port as served (every interface said in words)."""
+    shown = f"[{host}]" if ":" in host else host
+    line = f"dashboard: http://{shown}:{port}/"
+    if host in EVERY_INTERFACE:
+        line += " (listening on every interface: open it at this machine's name or address)"
+    return line
+
+
+class _Server(Server):
+    """uvicorn's server, which also says where the dashboard is once its socket listens."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.should_exit or not self.servers:
+            return  # it could not bind: uvicorn said why
+        port = self.servers[0].sockets[0].getsockname()[1]
+        log.info("%s", dashboard_line(self.config.host, port))
+
+
+def serve(config: Config) -> bool:
+    """Run the server until it is told to stop; False if it could not start (uvicorn logged why)."""
+    if config.workers > 1:
+        sock = config.bind_socket()  # the workers share the socket this process listens on
+        log.info("%s", dashboard_line(config.host, sock.getsockname()[1]))
+        Multiprocess(config, sockets=[sock]).run()
+        return True
+    server = _Server(config)
+    server.run()
+    return server.started

@@ -3,10 +3,14 @@
 :func:`authorize` is a dependency of the whole app (``create_app``). With ``XLA_CACHE_AUTH`` off it lets
 everything through. With it on, each route needs ``Authorization: Bearer <token>`` with at least the role
 :data:`ROUTE_ROLES` gives it; :data:`OPEN_ROUTES` need nothing; a route missing from both needs admin (a
-new route stays closed until someone decides). The dashboard's routes (:data:`BROWSER_ROUTES`) also take
-the token from an HttpOnly cookie, set by opening ``/?token=<token>`` once (see
-:mod:`cache_server.api.dashboard`); the API never accepts the cookie. A token limited to namespace patterns
-reaches the routes of the namespaces they match and :data:`UNSCOPED_ROUTES`, nothing else.
+new route stays closed until someone decides). A token is only ever taken from that header: never from a
+URL (it would land in access logs) nor a cookie. The dashboard's page (``/``) is open (it holds no data):
+its script asks for the token in a form, keeps it in the tab's ``sessionStorage`` and sends it as that
+header. A token limited to namespace patterns reaches the routes of the namespaces they match and
+:data:`UNSCOPED_ROUTES`, nothing else.
+
+One rule for graphs: a namespace's graphs (``GET /admin/graphs``, which ``xla-cache graphs`` prints, and
+the dashboard's ``GET /dashboard/graphs``) need the read role and a token that reaches the namespace.
 """
 
 from __future__ import annotations
@@ -21,18 +25,16 @@ from cache_server.api.deps import get_settings, get_tokens
 from cache_server.auth import Principal, Role
 
 __all__ = [
-    "BROWSER_ROUTES",
-    "COOKIE_NAME",
     "NAMESPACE_QUERY_ROUTES",
     "OPEN_ROUTES",
     "ROUTE_ROLES",
     "authorize",
+    "bearer_token",
     "principal",
     "principal_name",
     "role_for",
 ]
 
-COOKIE_NAME = "xla_cache_token"
 PRINCIPAL_KEY = "xla_cache.principal"  # the request scope key under which the checked principal is kept
 
 _NS = "/v1/namespaces/{namespace}"
@@ -57,7 +59,7 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("POST", "/admin/pack"): Role.ADMIN,
     ("DELETE", "/admin/namespaces/{namespace}"): Role.ADMIN,
     ("GET", "/admin/tokens"): Role.ADMIN,
-    ("GET", "/admin/graphs"): Role.ADMIN,
+    ("GET", "/admin/graphs"): Role.READ,  # a namespace's graphs: as the dashboard's, for the read role
     ("POST", "/admin/tokens/{token}/purge"): Role.ADMIN,
     ("GET", "/admin/signers"): Role.ADMIN,
     ("POST", "/admin/signers/{signer}/purge"): Role.ADMIN,
@@ -67,7 +69,7 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("POST", "/v1/runs"): Role.WRITE,  # the namespace is in the body: checked by the route
     ("GET", "/admin/runs"): Role.WRITE,  # admin, or a scoped write token (its namespaces): the route checks
     ("GET", "/admin/runs/{run_id}"): Role.WRITE,
-    ("GET", "/"): Role.READ,
+    ("GET", "/dashboard/me"): Role.READ,
     ("GET", "/dashboard/data"): Role.READ,
     ("GET", "/dashboard/runs"): Role.READ,
     ("GET", "/dashboard/runs/{run_id}"): Role.READ,
@@ -77,22 +79,14 @@ ROUTE_ROLES: dict[tuple[str, str], Role] = {
     ("GET", "/openapi.json"): Role.READ,
     ("GET", "/docs"): Role.READ,
 }
-OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}"})
-BROWSER_ROUTES = frozenset(
-    {
-        "/",
-        "/dashboard/data",
-        "/dashboard/runs",
-        "/dashboard/runs/{run_id}",
-        "/dashboard/namespaces/{namespace}",
-        "/dashboard/graphs",
-        "/openapi.json",
-        "/docs",
-    }
-)
-UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs"})  # name no namespace: any valid token may read them
+# the dashboard's page and its script hold no data: the page asks for a token and its script sends it
+OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/static/{name}", "/"})
+# name no namespace: any valid token may read them (/dashboard/me: the token's own name, role and reach)
+UNSCOPED_ROUTES = frozenset({"/openapi.json", "/docs", "/dashboard/me"})
 # name their namespaces elsewhere (a body, a stored run): the route itself checks a scoped token's reach
-SELF_SCOPED_ROUTES = frozenset({"/v1/runs", "/admin/runs", "/admin/runs/{run_id}"})
+SELF_SCOPED_ROUTES = frozenset(
+    {"/v1/runs", "/admin/runs", "/admin/runs/{run_id}", "/dashboard/runs", "/dashboard/runs/{run_id}"}
+)
 NAMESPACE_ROUTES = ("/v1/namespaces/", "/dashboard/namespaces/")  # their {namespace} is checked for scope
 # Routes about the one namespace of their ``namespace`` query parameter, and the role a token limited to
 # namespace patterns needs there (it reaches the namespaces it covers); others need the ROUTE_ROLES role.
@@ -110,7 +104,8 @@ def role_for(method: str, path: str) -> Role:
     return role if role is not None else Role.ADMIN
 
 
-def _bearer(request: Request) -> str | None:
+def bearer_token(request: Request) -> str | None:
+    """The token of the request's ``Authorization: Bearer`` header, if any (the only place one is read)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
@@ -135,9 +130,7 @@ async def authorize(request: Request) -> None:
 
 
 def _check_token(request: Request, path: str) -> None:
-    token = _bearer(request)
-    if path in BROWSER_ROUTES:
-        token = token or request.query_params.get("token") or request.cookies.get(COOKIE_NAME)
+    token = bearer_token(request)
     tokens = get_tokens(request)
     principal = tokens.authenticate(token)
     request.scope[PRINCIPAL_KEY] = principal

@@ -1,8 +1,8 @@
 """The OpenAPI document and its interactive page, behind the same role check as every other route.
 
 FastAPI serves them itself by default, outside the app's dependencies, so with ``XLA_CACHE_AUTH=on`` anyone
-could read them; here they are ordinary routes, given the read role in :mod:`cache_server.api.auth`. A
-browser sends the dashboard's cookie (open ``/?token=<token>`` once), like the dashboard's own routes.
+could read them; here they are ordinary routes, given the read role in :mod:`cache_server.api.auth` (send
+the token as ``Authorization: Bearer``, as to every route).
 
 :func:`describe` makes the document say what the server does: invalid input is a 400 with the error body
 (FastAPI would declare 422), namespaces and keys have their patterns, routes take bearer tokens, and every

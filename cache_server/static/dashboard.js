@@ -1,8 +1,36 @@
 // The dashboard: reads /dashboard/data and draws it with plain SVG (no libraries: the cache VM has no internet).
+// Each view has its own address (a hash route): #/ (overview), #/runs, #/runs/<id>, #/graphs,
+// #/graphs/<namespace>, #/graphs/<namespace>/<module>, #/namespaces/<name> (dashboard_namespace.js).
+// With auth on, the token is asked for in a form, kept in this tab's sessionStorage and sent as
+// "Authorization: Bearer" by every fetch: it never travels in a URL.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
 const REFRESH_MS = 30000;
+const TOKEN_KEY = "xla-cache-token";
+const session = { token: sessionStorage.getItem(TOKEN_KEY), me: null };
+
+// A 401: the token is missing, wrong or revoked (the form is shown again).
+class AuthError extends Error {}
+
+async function fetchJson(path) {
+  const headers = session.token ? { Authorization: `Bearer ${session.token}` } : {};
+  const response = await fetch(path, { headers, credentials: "omit", cache: "no-store" });
+  let body = {};
+  try { body = await response.json(); } catch (exc) { body = {}; }
+  if (response.status === 401) throw new AuthError(body.detail || "The token was not accepted.");
+  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+  return body;
+}
+
+// "#/graphs/ns/module": each part encoded, so a name never breaks the route.
+function routeHash(...parts) { return "#/" + parts.map((p) => encodeURIComponent(p)).join("/"); }
+
+function routeLink(href, text, attrs) {
+  const link = el("a", { href, ...(attrs || {}) });
+  link.appendChild(el("code", {}, text));
+  return link;
+}
 
 function el(tag, attrs, text) {
   const node = document.createElement(tag);
@@ -84,6 +112,14 @@ function niceMax(v) {
   return 10 * p;
 }
 
+// A round top for an axis of four steps (each step a round number too).
+function quarterMax(v) {
+  if (v <= 0) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 4, 8, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
 // Stacked bars of hits and misses per day, and the day's hit rate as a line on a 0-100 % axis.
 function renderHits(daily) {
   const fig = document.getElementById("hits-chart");
@@ -122,8 +158,13 @@ function renderHits(daily) {
       svg.appendChild(r);
     }
     if (d.hit_rate !== null) points.push([x + barW / 2, T + plotH * (1 - d.hit_rate), title]);
-    if (daily.length <= 16 || i % Math.ceil(daily.length / 10) === 0 || i === daily.length - 1) {
-      svg.appendChild(svgEl("text", { x: x + barW / 2, y: H - B + 16, "text-anchor": "middle" }, d.day.slice(5)));
+    // every few days, and the last day (the one before it left out if they would touch)
+    const every = daily.length <= 16 ? 1 : Math.ceil(daily.length / 10), last = daily.length - 1;
+    if (i === last || (i % every === 0 && (every === 1 || last - i > every / 2 + 1))) {
+      // "Nov 6": the day (UTC, as the rollup's days), its month named
+      const day = new Date(`${d.day}T00:00:00Z`).toLocaleDateString(undefined,
+        { month: "short", day: "numeric", timeZone: "UTC" });
+      svg.appendChild(svgEl("text", { class: "tick", x: x + barW / 2, y: H - B + 16, "text-anchor": "middle" }, day));
     }
   });
   if (points.length > 1) {
@@ -143,26 +184,45 @@ function renderHits(daily) {
   fig.appendChild(legend);
 }
 
-// Horizontal bars: one row per item, labelled on the left, value at the end of the bar.
+// The width of a chart label in the SVG's units: measured once drawn (an estimate while hidden).
+function labelWidth(node) {
+  const measured = node.getComputedTextLength ? node.getComputedTextLength() : 0;
+  return measured > 0 ? measured : 6.6 * node.textContent.length;
+}
+
+// Horizontal bars: one row per item, labelled on the left, value at the end of the bar. The label column
+// is as wide as the longest label (at most 45 % of the chart); a longer one is cut in its middle, so both
+// ends ("namespace / graph") stay readable, and shown whole in the bar's tooltip.
 function renderBars(figId, items, barClass, label, value, shown, ariaLabel) {
   const fig = document.getElementById(figId);
   clear(fig);
-  const W = 900, L = 260, R = 110, rowH = 26, T = 4;
+  const W = 900, R = 110, rowH = 26, T = 4, PAD = 8, MAXL = W * 0.45;
   const H = T * 2 + rowH * items.length;
   const max = Math.max(...items.map(value), 1);
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": ariaLabel });
+  fig.appendChild(svg); // in the page first, so the labels can be measured
+  const names = items.map((item, i) => {
+    const text = svgEl("text", { class: "label", y: T + i * rowH + rowH / 2 + 4, "text-anchor": "end" }, label(item));
+    svg.appendChild(text);
+    let full = label(item), cut = 0;
+    while (labelWidth(text) > MAXL - 2 * PAD && full.length - cut > 8) {
+      cut += 2;
+      const keep = full.length - cut, head = Math.ceil(keep / 2);
+      text.textContent = full.slice(0, head) + "…" + full.slice(full.length - (keep - head));
+    }
+    if (cut) text.appendChild(svgEl("title", {}, full));
+    return text;
+  });
+  const L = Math.min(MAXL, Math.max(80, ...names.map(labelWidth)) + 2 * PAD);
   items.forEach((item, i) => {
     const y = T + i * rowH;
+    names[i].setAttribute("x", String(L - PAD));
     const w = Math.max(1, ((W - L - R) * value(item)) / max);
-    let name = label(item);
-    if (name.length > 40) name = name.slice(0, 39) + "…";
-    svg.appendChild(svgEl("text", { x: L - 8, y: y + rowH / 2 + 4, "text-anchor": "end" }, name));
     const r = svgEl("rect", { class: `bar ${barClass}`, x: L, y: y + 4, width: w, height: rowH - 8 });
     r.appendChild(svgEl("title", {}, `${label(item)}: ${shown(item)}`));
     svg.appendChild(r);
     svg.appendChild(svgEl("text", { class: "value", x: L + w + 6, y: y + rowH / 2 + 4 }, shown(item)));
   });
-  fig.appendChild(svg);
 }
 
 function renderTable(id, headers, rows) {
@@ -207,19 +267,19 @@ function renderGraphs(graphs) {
     clear(document.getElementById("graphs-table"));
     return;
   }
-  renderBars("graphs-chart", graphs, "bar-variants", (g) => g.module, (g) => g.variants,
+  // a graph of one name may be in several namespaces: each bar says whose
+  renderBars("graphs-chart", graphs, "bar-variants", (g) => `${g.namespace} / ${g.module}`, (g) => g.variants,
     (g) => `${g.variants} variant${g.variants === 1 ? "" : "s"}`, "Shape variants per graph");
   renderTable("graphs-table",
     [["graph (HLO module)", "text"], ["namespace", "text"], ["variants"], ["entries"], ["bytes"], ["hits"],
       ["traced at", "text"], ["example shapes", "text"]],
-    graphs.map((g) => [el("code", {}, g.module), el("code", {}, g.namespace), fmtCount(g.variants),
+    graphs.map((g) => [routeLink(routeHash("graphs", g.namespace, g.module), g.module, { "data-graph": g.module }),
+      namespaceLink(g.namespace), fmtCount(g.variants),
       fmtCount(g.entries), fmtBytes(g.bytes), fmtCount(g.hits), g.source || "–",
       el("code", {}, g.examples.join("\n"))]));
 }
 
 // The graph view: one namespace's graphs, their varying dimensions and what each padding scheme leaves.
-const buckets = { namespace: null, module: null };
-
 function fmtOverhead(r) { return "+" + (100 * r).toFixed(r < 0.1 ? 1 : 0) + " %"; }
 
 function renderBuckets(report) {
@@ -301,41 +361,38 @@ function renderBuckets(report) {
   }
 }
 
-async function loadBuckets() {
-  if (!buckets.namespace) return;
-  const error = document.getElementById("error");
-  try {
-    const params = { namespace: buckets.namespace, top: 5 };
-    if (buckets.module) params.module = buckets.module;  // one graph, as a run's detail links it
-    const query = new URLSearchParams(params).toString();
-    const response = await fetch("/dashboard/graphs?" + query, { credentials: "same-origin", cache: "no-store" });
-    const body = await response.json();
-    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
-    renderBuckets(body);
-  } catch (exc) {
-    error.textContent = `Could not load the graphs of ${buckets.namespace}: ${exc.message}`;
-    error.hidden = false;
-  }
+// The graph view (#/graphs/<namespace>[/<module>]): the namespaces to choose from are those of the graphs
+// with the most variants (a limited token: its own namespaces), the first one unless the route names one.
+async function graphChoices() {
+  if (session.me && session.me.namespaces !== null) return session.me.namespaces;
+  const body = await fetchData({ days: 1, top: 20, limit: 1 });
+  return [...new Set(body.top_graphs.map((g) => g.namespace))];
 }
 
-// The namespaces to choose from: those of the graphs with the most variants, the first one chosen.
-function renderBucketChoice(graphs) {
+async function loadGraphs(namespace, module) {
+  const names = await graphChoices();
   const select = document.getElementById("buckets-namespace");
-  const names = [...new Set(graphs.map((g) => g.namespace))];
-  if (names.length === 0) {
-    buckets.namespace = null;
-    clear(select);
+  const chosen = namespace || names[0] || null;
+  clear(select);
+  for (const name of chosen && !names.includes(chosen) ? [chosen, ...names] : names) {
+    const option = el("option", { value: name }, name);
+    if (name === chosen) option.selected = true;
+    select.appendChild(option);
+  }
+  const one = document.getElementById("buckets-one");
+  one.hidden = !module;
+  if (module) {
+    clear(one);
+    one.appendChild(document.createTextNode(`The graph ${module} only. `));
+    one.appendChild(el("a", { href: routeHash("graphs", chosen) }, `All graphs of ${chosen}`));
+  }
+  if (!chosen) {
     empty(document.getElementById("buckets"), "No parsed graphs yet.");
     return;
   }
-  if (!names.includes(buckets.namespace)) buckets.namespace = names[0];
-  clear(select);
-  for (const name of names) {
-    const option = el("option", { value: name }, name);
-    if (name === buckets.namespace) option.selected = true;
-    select.appendChild(option);
-  }
-  loadBuckets();
+  const params = { namespace: chosen, top: 5 };
+  if (module) params.module = module; // one graph, as a run's detail links it
+  renderBuckets(await fetchJson("/dashboard/graphs?" + new URLSearchParams(params).toString()));
 }
 
 // Namespaces come a page at a time (largest first): the first page, and more when asked for.
@@ -344,11 +401,7 @@ const MAX_PAGE = 10000; // the most /dashboard/data gives in one page
 
 async function fetchData(params) {
   const query = new URLSearchParams(params).toString();
-  const response = await fetch("/dashboard/data" + (query ? "?" + query : ""),
-    { credentials: "same-origin", cache: "no-store" });
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
-  return body;
+  return fetchJson("/dashboard/data" + (query ? "?" + query : ""));
 }
 
 function renderNamespacePages() {
@@ -374,11 +427,17 @@ async function loadMoreNamespaces() {
 }
 
 // Runs (GET /dashboard/runs): compile seconds paid and saved per run, oldest left; a run opens its misses.
-async function fetchJson(path) {
-  const response = await fetch(path, { credentials: "same-origin", cache: "no-store" });
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
-  return body;
+
+// The time axis's labels: hours:minutes, and the date under the first label and wherever it changes.
+function timeTicks(dates) {
+  let lastDay = null;
+  return dates.map((d) => {
+    const day = d.toLocaleDateString(undefined, { year: "numeric", month: "short", day: "numeric" });
+    const time = d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", hour12: false });
+    const shown = [time, day === lastDay ? null : day];
+    lastDay = day;
+    return shown;
+  });
 }
 
 function renderRunsChart(runs) {
@@ -389,9 +448,15 @@ function renderRunsChart(runs) {
   }
   clear(fig);
   const ordered = runs.slice().reverse(); // oldest first, left to right
-  const W = 900, H = 220, L = 56, R = 16, T = 12, B = 36;
+  const W = 900, H = 230, L = 56, R = 16, T = 12, B = 46;
   const plotW = W - L - R, plotH = H - T - B;
-  const max = niceMax(Math.max(...ordered.map((r) => Math.max(r.compile_seconds, r.saved_seconds))));
+  // the axis in one unit (s, min or h) with four even steps: 0, 1, 2, 3, 4 min rather than 50 s, 1.7 min
+  const top = Math.max(...ordered.map((r) => Math.max(r.compile_seconds, r.saved_seconds)));
+  const [unit, unitName] = top >= 7200 ? [3600, "h"] : top >= 120 ? [60, "min"] : [1, "s"];
+  const max = quarterMax(top / unit) * unit;
+  const every = ordered.length <= 12 ? 1 : Math.ceil(ordered.length / 8);
+  const labelled = ordered.filter((r, i) => i % every === 0);
+  const ticks = timeTicks(labelled.map((r) => new Date(r.started_at)));
   const step = plotW / ordered.length;
   const barW = Math.min(40, Math.max(2, step * 0.35));
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
@@ -399,7 +464,9 @@ function renderRunsChart(runs) {
   for (let i = 0; i <= 4; i++) {
     const y = T + plotH - (plotH * i) / 4;
     svg.appendChild(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: y, y2: y }));
-    svg.appendChild(svgEl("text", { x: L - 6, y: y + 4, "text-anchor": "end" }, fmtSeconds((max * i) / 4)));
+    const value = (max * i) / 4 / unit;
+    svg.appendChild(svgEl("text", { x: L - 6, y: y + 4, "text-anchor": "end" },
+      `${Number.isInteger(value) ? value : value.toFixed(1)} ${unitName}`));
   }
   ordered.forEach((r, i) => {
     const x = L + i * step + step / 2 - barW;
@@ -411,9 +478,13 @@ function renderRunsChart(runs) {
       bar.appendChild(svgEl("title", {}, title));
       svg.appendChild(bar);
     }
-    if (ordered.length <= 12 || i % Math.ceil(ordered.length / 8) === 0) {
-      svg.appendChild(svgEl("text", { x: x + barW, y: H - B + 16, "text-anchor": "middle" },
-        new Date(r.started_at).toLocaleDateString()));
+    if (i % every === 0) {
+      const [time, day] = ticks[i / every];
+      svg.appendChild(svgEl("text", { class: "tick tick-time", x: x + barW, y: H - B + 16, "text-anchor": "middle" }, time));
+      if (day) {
+        svg.appendChild(svgEl("text", { class: "tick tick-day", x: x + barW, y: H - B + 30, "text-anchor": "middle" },
+          day));
+      }
     }
   });
   fig.appendChild(svg);
@@ -429,49 +500,36 @@ function renderRuns(runs) {
     [["run", "text"], ["started", "text"], ["namespace", "text"], ["framework", "text"], ["host", "text"],
       ["hits"], ["misses"], ["hit rate"], ["compile paid"], ["saved"], ["state", "text"]],
     runs.map((r) => {
-      const open = el("button", { type: "button", "data-run": r.run_id }, r.run_id.slice(0, 12));
-      open.addEventListener("click", () => showRun(r.run_id));
-      return [open, fmtWhen(r.started_at), el("code", {}, r.namespace), r.framework, r.host,
+      const open = routeLink(routeHash("runs", r.run_id), r.run_id.slice(0, 12), { "data-run": r.run_id });
+      return [open, fmtWhen(r.started_at), namespaceLink(r.namespace), r.framework, r.host,
         fmtCount(r.hits), fmtCount(r.misses), fmtRate(r.hit_rate), fmtSeconds(r.compile_seconds),
         fmtSeconds(r.saved_seconds), r.ended_at ? "ended" : "running"];
     }));
 }
 
 async function showRun(runId) {
-  const error = document.getElementById("error");
-  try {
-    const run = await fetchJson(`/dashboard/runs/${encodeURIComponent(runId)}`);
-    document.getElementById("run-detail-title").textContent = `Run ${run.run_id}`;
-    document.getElementById("run-detail-summary").textContent =
-      `${run.framework} on ${run.host} in ${run.namespace}: ${fmtCount(run.hits)} hits, ` +
-      `${fmtCount(run.misses_total)} compiles (${fmtSeconds(run.compile_seconds)} paid), ` +
-      `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained. By reason: ` +
-      Object.entries(run.reasons || {}).map(([reason, count]) => `${reason} ${fmtCount(count)}`).join(", ") +
-      (run.reasons_counted < run.misses_stored ? ` (the first ${fmtCount(run.reasons_counted)})` : "") + ".";
-    const moduleCell = (m) => {
-      if (!m.module) return "–";
-      if (!run.graphs[m.module] || !["new_shapes", "baked_sizes"].includes(m.reason)) return m.module;
-      // the graph's bucketing lines, in the graph view below
-      const open = el("button", { type: "button", class: "link", "data-graph": m.module,
-        title: "show this graph's bucketing" }, m.module);
-      open.addEventListener("click", () => {
-        buckets.namespace = run.namespace;
-        buckets.module = m.module;
-        loadBuckets().then(() => document.getElementById("buckets").scrollIntoView());
-      });
-      return open;
-    };
-    renderTable("run-misses",
-      [["key", "text"], ["module", "text"], ["reason", "text"], ["why", "text"], ["compile"]],
-      run.misses.map((m) => [el("code", {}, m.key), moduleCell(m),
-        el("span", { class: `reason reason-${m.reason}`, title: m.advice || "" }, m.reason), m.detail,
-        m.compile_seconds === null ? "–" : fmtSeconds(m.compile_seconds)]));
-    document.getElementById("run-detail").hidden = false;
-    document.body.dataset.runShown = run.run_id;
-  } catch (exc) {
-    error.textContent = `Could not load the run: ${exc.message}`;
-    error.hidden = false;
-  }
+  const run = await fetchJson(`/dashboard/runs/${encodeURIComponent(runId)}`);
+  document.getElementById("run-detail-title").textContent = `Run ${run.run_id}`;
+  document.getElementById("run-detail-summary").textContent =
+    `${run.framework} on ${run.host} in ${run.namespace}: ${fmtCount(run.hits)} hits, ` +
+    `${fmtCount(run.misses_total)} compiles (${fmtSeconds(run.compile_seconds)} paid), ` +
+    `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained. By reason: ` +
+    Object.entries(run.reasons || {}).map(([reason, count]) => `${reason} ${fmtCount(count)}`).join(", ") +
+    (run.reasons_counted < run.misses_stored ? ` (the first ${fmtCount(run.reasons_counted)})` : "") + ".";
+  const moduleCell = (m) => {
+    if (!m.module) return "–";
+    if (!run.graphs[m.module] || !["new_shapes", "baked_sizes"].includes(m.reason)) return m.module;
+    // the graph's bucketing lines, in the graph view
+    return routeLink(routeHash("graphs", run.namespace, m.module), m.module,
+      { "data-graph": m.module, title: "show this graph's bucketing" });
+  };
+  renderTable("run-misses",
+    [["key", "text"], ["module", "text"], ["reason", "text"], ["why", "text"], ["compile"]],
+    run.misses.map((m) => [el("code", {}, m.key), moduleCell(m),
+      el("span", { class: `reason reason-${m.reason}`, title: m.advice || "" }, m.reason), m.detail,
+      m.compile_seconds === null ? "–" : fmtSeconds(m.compile_seconds)]));
+  document.getElementById("run-detail").hidden = false;
+  document.body.dataset.runShown = run.run_id;
 }
 
 async function loadRuns() {
@@ -479,38 +537,187 @@ async function loadRuns() {
   renderRuns(body.runs);
 }
 
-async function load() {
+async function loadOverview() {
+  // a refresh keeps as many namespaces listed as the person asked for
+  const more = nsPages.shown.length > nsPages.firstPage;
+  const body = await fetchData(more ? { limit: Math.min(nsPages.shown.length, MAX_PAGE) } : {});
+  if (!more) nsPages.firstPage = body.namespaces.length;
+  nsPages.shown = body.namespaces;
+  nsPages.next = body.next_after;
+  nsPages.count = body.namespace_count;
+  renderTotals(body.totals, body.jobs);
+  renderHits(body.daily);
+  renderNamespacePages();
+  renderGraphs(body.top_graphs);
+}
+
+// A token limited to namespace patterns: its overview is the list of its namespaces.
+function renderMine() {
+  const me = session.me;
+  document.getElementById("mine-explain").textContent =
+    `The token ${me.name} is limited to namespaces matching ${me.patterns.join(", ")}: it sees these ` +
+    "namespaces, their graphs and their runs. The server-wide numbers need a token without that limit.";
+  if (me.namespaces.length === 0) {
+    empty(document.getElementById("mine-explain"),
+      `No namespace matching ${me.patterns.join(", ")} holds entries yet.`);
+  }
+  renderTable("mine-table", [["namespace", "text"], ["graphs", "text"]],
+    me.namespaces.map((n) => [namespaceLink(n), el("a", { href: routeHash("graphs", n) }, "shape variants")]));
+}
+
+// Hash routes: what the address names, and which sections show it.
+function parseRoute(hash) {
+  const legacy = /^#namespace=(.+)$/.exec(hash); // the old address of a namespace page
+  if (legacy) return { view: "namespace", namespace: decodeURIComponent(legacy[1]) };
+  const parts = hash.replace(/^#\/?/, "").split("/").filter((p) => p !== "").map(decodeURIComponent);
+  const [head, ...rest] = parts;
+  if (!head) return { view: "overview" };
+  if (head === "runs" && rest.length <= 1) return { view: "runs", run: rest[0] || null };
+  if (head === "graphs" && rest.length <= 2) return { view: "graphs", namespace: rest[0] || null, module: rest[1] || null };
+  if (head === "namespaces" && rest.length === 1) return { view: "namespace", namespace: rest[0] };
+  return { view: "unknown" };
+}
+
+function showView(view) {
+  for (const section of document.querySelectorAll("main > section[data-view]")) {
+    section.hidden = section.dataset.view !== view;
+  }
+  for (const link of document.querySelectorAll("nav a[data-nav]")) {
+    if (link.dataset.nav === view || (view === "mine" && link.dataset.nav === "overview")) {
+      link.setAttribute("aria-current", "page");
+    } else link.removeAttribute("aria-current");
+  }
+}
+
+let generation = 0; // a newer route's load wins over an older one still on its way
+let shownRoute = null; // the route whose data the page shows now
+
+async function refresh() {
+  if (!session.me) return;
+  const mine = ++generation;
+  const route = parseRoute(window.location.hash);
+  if (route.view === "namespace" && window.location.hash.startsWith("#namespace=")) {
+    window.location.replace(routeHash("namespaces", route.namespace));
+    return; // the hashchange loads it
+  }
+  const scoped = session.me.namespaces !== null;
+  const view = route.view === "overview" && scoped ? "mine" : route.view;
+  showView(view);
+  document.getElementById("run-detail").hidden = !(view === "runs" && route.run);
+  document.getElementById("run-back").hidden = !(view === "runs" && route.run);
   const error = document.getElementById("error");
+  const what = { overview: "the numbers", mine: "your namespaces", runs: route.run ? "the run" : "the runs",
+    graphs: `the graphs of ${route.namespace || "a namespace"}`, namespace: `the namespace ${route.namespace}` };
   try {
-    // a refresh keeps as many namespaces listed as the person asked for
-    const more = nsPages.shown.length > nsPages.firstPage;
-    const body = await fetchData(more ? { limit: Math.min(nsPages.shown.length, MAX_PAGE) } : {});
-    if (!more) nsPages.firstPage = body.namespaces.length;
-    nsPages.shown = body.namespaces;
-    nsPages.next = body.next_after;
-    nsPages.count = body.namespace_count;
-    renderTotals(body.totals, body.jobs);
-    renderHits(body.daily);
-    renderNamespacePages();
-    renderGraphs(body.top_graphs);
-    await loadRuns();
-    renderBucketChoice(body.top_graphs);
-    document.getElementById("updated").textContent = `Updated ${fmtWhen(body.generated_at)}; refreshes every 30 s.`;
+    if (view === "overview") await loadOverview();
+    else if (view === "mine") renderMine();
+    else if (view === "runs") {
+      await loadRuns();
+      if (route.run) await showRun(route.run);
+    } else if (view === "graphs") await loadGraphs(route.namespace, route.module);
+    else if (view === "namespace") await showNamespace(route.namespace);
+    else throw new Error(`the address ${window.location.hash} names no view: use the links above`);
+    if (mine !== generation) return;
+    shownRoute = window.location.hash || "#/";
     error.hidden = true;
+    document.getElementById("updated").textContent =
+      `Updated ${new Date().toLocaleTimeString()}; refreshes every 30 s.`;
+    document.body.dataset.view = view;
+    document.body.dataset.route = window.location.hash || "#/";
     document.body.dataset.loaded = "true";
   } catch (exc) {
-    error.textContent = `Could not load the numbers: ${exc.message}`;
+    if (mine !== generation) return;
+    if (exc instanceof AuthError) {
+      showSignIn(`The token is no longer accepted: ${exc.message}`);
+      return;
+    }
+    error.textContent = `Could not load ${what[view] || "this view"}: ${exc.message}`;
     error.hidden = false;
+    // another view's data must not stand under this address (a failed refresh keeps what it showed)
+    if (shownRoute !== (window.location.hash || "#/")) showView(null);
+    document.body.dataset.view = view;
+    document.body.dataset.route = window.location.hash || "#/";
+  }
+}
+
+// Signing in and out (auth on): the form checks the token with /dashboard/me before keeping it.
+function showSignIn(problem, note) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  session.token = null;
+  session.me = null;
+  shownRoute = null;
+  generation++;
+  showView(null);
+  document.getElementById("error").hidden = true;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("sign-in").hidden = false;
+  const message = document.getElementById("token-error");
+  message.textContent = problem || "";
+  message.hidden = !problem;
+  const noted = document.getElementById("token-note");
+  noted.textContent = note || "";
+  noted.hidden = !note;
+  document.getElementById("updated").textContent = "Sign in to see the numbers.";
+  document.body.dataset.signedIn = "false";
+  delete document.body.dataset.loaded;
+  delete document.body.dataset.view;
+  document.getElementById("token-input").focus();
+}
+
+function signedIn(me) {
+  session.me = me;
+  document.getElementById("sign-in").hidden = true;
+  document.getElementById("nav").hidden = false;
+  const limited = me.patterns ? `, namespaces ${me.patterns.join(", ")}` : "";
+  document.getElementById("who").textContent = me.auth ? `Signed in as ${me.name} (${me.role}${limited})` : "";
+  document.getElementById("sign-out").hidden = !me.auth;
+  document.body.dataset.signedIn = "true";
+  refresh();
+}
+
+async function start() {
+  if (document.body.dataset.auth === "on" && !session.token) {
+    showSignIn(null);
+    return;
+  }
+  try {
+    signedIn(await fetchJson("/dashboard/me"));
+  } catch (exc) {
+    if (exc instanceof AuthError) showSignIn(session.token ? `The token is no longer accepted: ${exc.message}` : null);
+    else {
+      const error = document.getElementById("error");
+      error.textContent = `Could not reach the server: ${exc.message}`;
+      error.hidden = false;
+    }
+  }
+}
+
+async function submitToken(event) {
+  event.preventDefault();
+  const input = document.getElementById("token-input");
+  const token = input.value.trim();
+  if (!token) return;
+  session.token = token;
+  try {
+    const me = await fetchJson("/dashboard/me");
+    sessionStorage.setItem(TOKEN_KEY, token);
+    input.value = "";
+    signedIn(me);
+  } catch (exc) {
+    const why = exc instanceof AuthError ? exc.message : `the server could not check it (${exc.message})`;
+    showSignIn(`That token was not accepted: ${why} Check that you pasted all of it.`);
   }
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("ns-more").addEventListener("click", loadMoreNamespaces);
   document.getElementById("buckets-namespace").addEventListener("change", (event) => {
-    buckets.namespace = event.target.value;
-    buckets.module = null;
-    loadBuckets();
+    window.location.hash = routeHash("graphs", event.target.value);
   });
-  load();
-  setInterval(load, REFRESH_MS);
+  document.getElementById("token-form").addEventListener("submit", submitToken);
+  document.getElementById("sign-out").addEventListener("click", () =>
+    showSignIn(null, "Signed out: the token is no longer kept in this tab."));
+  window.addEventListener("hashchange", refresh);
+  start();
+  setInterval(refresh, REFRESH_MS);
 });

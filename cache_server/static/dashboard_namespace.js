@@ -1,13 +1,10 @@
-// The namespace page (/#namespace=<id>): the namespace's fingerprint, its most useful entries, and the
-// populated namespaces nearest to it with what differs. Uses the helpers of dashboard.js (loaded first).
+// The namespace page (#/namespaces/<name>): the namespace's fingerprint, its most useful entries, and the
+// populated namespaces nearest to it with what differs. Uses the helpers of dashboard.js (loaded first),
+// whose router (refresh) calls showNamespace.
 "use strict";
 
-const NS_HASH = "#namespace=";
-
 function namespaceLink(name) {
-  const link = el("a", { href: NS_HASH + encodeURIComponent(name) });
-  link.appendChild(el("code", {}, name));
-  return link;
+  return routeLink(routeHash("namespaces", name), name, { "data-namespace": name });
 }
 
 function shownValue(value) {
@@ -61,31 +58,8 @@ function renderNamespacePage(body) {
 }
 
 async function showNamespace(name) {
-  const error = document.getElementById("error");
-  try {
-    const response = await fetch("/dashboard/namespaces/" + encodeURIComponent(name),
-      { credentials: "same-origin", cache: "no-store" });
-    const body = await response.json();
-    if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
-    renderNamespacePage(body);
-    error.hidden = true;
-    document.body.dataset.namespaceLoaded = name;
-  } catch (exc) {
-    error.textContent = `Could not load the namespace ${name}: ${exc.message}`;
-    error.hidden = false;
-  }
+  const body = await fetchJson("/dashboard/namespaces/" + encodeURIComponent(name));
+  renderNamespacePage(body);
+  document.getElementById("nsp-graphs").setAttribute("href", routeHash("graphs", name));
+  document.body.dataset.namespaceLoaded = name;
 }
-
-function route() {
-  const page = document.getElementById("namespace-page");
-  const hash = window.location.hash;
-  const onPage = hash.startsWith(NS_HASH);
-  page.hidden = !onPage;
-  for (const section of document.querySelectorAll("main > section.overview")) section.hidden = onPage;
-  if (onPage) showNamespace(decodeURIComponent(hash.slice(NS_HASH.length)));
-}
-
-document.addEventListener("DOMContentLoaded", () => {
-  window.addEventListener("hashchange", route);
-  route();
-});

@@ -29,8 +29,8 @@ class AdminApi(CacheApi):
     def admin_graphs(
         self, namespace: str, deadline: Deadline, *, top: int = 10, module: str | None = None
     ) -> dict[str, Any]:
-        """``GET /admin/graphs``: the namespace's bucketing report (an admin token, or one whose namespace
-        patterns cover it); with ``module``, that graph's only."""
+        """``GET /admin/graphs``: the namespace's bucketing report (a read token or stronger that reaches the
+        namespace, as for the dashboard's graph view); with ``module``, that graph's only."""
         what = "the graphs report"
         params: dict[str, Any] = {"namespace": namespace, "top": top}
         if module is not None:

@@ -12,8 +12,10 @@ from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
 from cache_server.api.auth import OPEN_ROUTES, ROUTE_ROLES
+from cache_server.auth import Role
 from cache_server.settings import Settings
 from tests.support.api import bearer, sha
+from tests.support.apps import services_of
 
 ORDER = ["read", "write", "admin"]
 ENTRY = b"compiled executable bytes"
@@ -45,8 +47,11 @@ ROUTES: list[tuple[str, str, dict[str, Any], str, set[int]]] = [
     ("DELETE", "/admin/namespaces/spare", {}, "admin", {200}),
     ("GET", "/admin/tokens", {}, "admin", {200}),
     ("POST", "/admin/tokens/nobody/purge", {"json": {"dry_run": True}}, "admin", {404}),
-    ("GET", "/", {}, "read", {200}),
+    ("GET", "/dashboard/me", {}, "read", {200}),
     ("GET", "/dashboard/data", {}, "read", {200}),
+    ("GET", "/dashboard/runs", {}, "read", {200}),
+    ("GET", "/dashboard/graphs", {"params": {"namespace": "ns"}}, "read", {200}),
+    ("GET", "/admin/graphs", {"params": {"namespace": "ns"}}, "read", {200}),
     ("GET", "/dashboard/namespaces/ns", {}, "read", {200}),
 ]
 
@@ -90,7 +95,7 @@ def test_each_route_against_each_principal(
 
 
 def test_open_routes_need_no_token(auth_client: TestClient) -> None:
-    for path in ("/healthz", "/readyz", "/static/dashboard.js", "/static/dashboard.css"):
+    for path in ("/healthz", "/readyz", "/static/dashboard.js", "/static/dashboard.css", "/"):
         assert auth_client.get(path).status_code == 200, path
 
 
@@ -152,16 +157,57 @@ def test_tokens_are_stored_hashed(
         assert secret.encode() not in stored
 
 
-def test_dashboard_token_link_sets_a_cookie_only_the_dashboard_accepts(
+def test_the_dashboard_page_asks_for_a_token_and_never_takes_one_from_a_url(
     auth_client: TestClient, tokens: dict[str, str]
 ) -> None:
-    assert auth_client.get("/").status_code == 401
-    assert auth_client.get("/", params={"token": "xlc_bad"}, follow_redirects=False).status_code == 401
+    """The page holds no data: it is open and asks for a token in a form (its script sends it as a bearer
+    header). A token in a URL would land in access logs: no route takes one there, nor from a cookie."""
+    page = auth_client.get("/", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'id="token-form"' in page.text and 'type="password"' in page.text
+    assert "set-cookie" not in page.headers
+    # an API client asking for JSON still gets the JSON 401 every route gives
+    api = auth_client.get("/", headers={"Accept": "application/json"})
+    assert api.status_code == 401 and api.json()["error"] == "unauthorized"
+    with_token = auth_client.get("/", headers={"Accept": "application/json", **bearer(tokens["read"])})
+    assert with_token.status_code == 200
+    # the old link: the page, no redirect, no cookie; the token it carries opens nothing
     link = auth_client.get("/", params={"token": tokens["read"]}, follow_redirects=False)
-    assert link.status_code == 303 and link.headers["location"] == "/"
-    cookie = link.headers["set-cookie"].lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
-    assert auth_client.get("/").status_code == 200  # the cookie now stands for the token
-    assert auth_client.get("/dashboard/data").json()["totals"]["entries"] == 0
-    assert auth_client.get("/v1/namespaces/ns").status_code == 401  # the API never takes the cookie
-    assert auth_client.get("/admin/stats").status_code == 401
+    assert link.status_code == 200 and "set-cookie" not in link.headers
+    for path in ("/dashboard/data", "/dashboard/me", "/dashboard/runs", "/openapi.json"):
+        assert auth_client.get(path, params={"token": tokens["read"]}).status_code == 401, path
+        cookie = {"Cookie": f"xla_cache_token={tokens['read']}"}
+        assert auth_client.get(path, headers=cookie).status_code == 401, path
+        assert auth_client.get(path, headers=bearer(tokens["read"])).status_code == 200, path
+    me = auth_client.get("/dashboard/me", headers=bearer(tokens["read"])).json()
+    assert me == {"auth": True, "name": "user-read", "role": "read", "patterns": None, "namespaces": None}
+    wrong = auth_client.get("/dashboard/me", headers=bearer("xlc_000000000000_" + "A" * 43))
+    assert (wrong.status_code, wrong.json()["detail"]) == (401, "The token is not valid.")
+
+
+def test_a_scoped_read_token_sees_its_namespaces_in_the_dashboard_and_the_cli_alike(
+    stocked: TestClient,
+) -> None:
+    """A read token limited to ``ns``: the dashboard lists ``ns`` (not ``spare``), opens its page, its
+    graphs and its runs; ``GET /admin/graphs`` (``xla-cache graphs``) answers the same; the server-wide
+    views stay closed, and ``spare`` is refused both ways."""
+    manager = services_of(stocked).tokens
+    token = manager.create("ns-reader", Role.READ, ["ns"])[0]
+    write = manager.create("ns-writer", Role.WRITE)[0]
+    for run_id, namespace in (("a" * 32, "ns"), ("b" * 32, "spare")):
+        run = {"run_id": run_id, "namespace": namespace, "framework": "jax", "host": "h", "started_at": 1e9}
+        assert stocked.post("/v1/runs", json=run, headers=bearer(write)).status_code == 200
+    reader = bearer(token)
+    me = stocked.get("/dashboard/me", headers=reader).json()
+    assert (me["name"], me["role"], me["patterns"], me["namespaces"]) == ("ns-reader", "read", ["ns"], ["ns"])
+    assert stocked.get("/dashboard/namespaces/ns", headers=reader).status_code == 200
+    assert stocked.get("/dashboard/namespaces/spare", headers=reader).status_code == 403
+    runs = stocked.get("/dashboard/runs", headers=reader).json()["runs"]
+    assert [r["namespace"] for r in runs] == ["ns"]
+    assert stocked.get(f"/dashboard/runs/{'a' * 32}", headers=reader).status_code == 200
+    assert stocked.get(f"/dashboard/runs/{'b' * 32}", headers=reader).status_code == 404
+    for url in ("/admin/graphs", "/dashboard/graphs"):
+        assert stocked.get(url, params={"namespace": "ns"}, headers=reader).json()["namespace"] == "ns"
+        assert stocked.get(url, params={"namespace": "spare"}, headers=reader).status_code == 403, url
+    for url in ("/dashboard/data", "/admin/stats", "/metrics"):
+        assert stocked.get(url, headers=reader).status_code == 403, url

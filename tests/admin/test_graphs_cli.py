@@ -21,7 +21,13 @@ from xla_cache.cli import main as cli_main
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     data_dir = tmp_path_factory.mktemp("graphs-cli")
     tokens = {}
-    for name, role, scope in (("admin", "admin", []), ("read", "read", []), ("cpu", "write", ["cpu-*"])):
+    made_tokens = (
+        ("admin", "admin", []),
+        ("read", "read", []),
+        ("cpu", "write", ["cpu-*"]),
+        ("cpu-reader", "read", ["cpu-*"]),
+    )
+    for name, role, scope in made_tokens:
         patterns = [arg for pattern in scope for arg in ("--namespace", pattern)]
         made = server_cli(data_dir, "token", "create", "--name", name, "--role", role, *patterns)
         assert made.returncode == 0, made.stderr
@@ -125,9 +131,23 @@ def test_who_may_ask(server: tuple[LiveServer, dict[str, str]], capsys: pytest.C
     srv, tokens = server
     code, out, _ = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["cpu"], "--json"], capsys)
     assert code == 0 and json.loads(out)["graphs"][0]["module"] == "SyncTensorsGraph.15"
-    code, _, err = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["read"]], capsys)
-    assert code == 2 and "HTTP 403" in err and "needs the admin role" in err
+    # a read token reads a namespace's graphs, as the dashboard's graph view does
+    args = ["graphs", "cpu-job", "--server", srv.url, "--token", tokens["read"], "--json"]
+    code, out, _ = run(args, capsys)
+    assert code == 0 and json.loads(out)["graphs"][0]["module"] == "SyncTensorsGraph.15"
     code, _, err = run(["graphs", "gpu-job", "--server", srv.url, "--token", tokens["cpu"]], capsys)
     assert code == 2 and "cpu-*" in err
+    # a read token limited to cpu-*: cpu-job's graphs, as on the dashboard's graph view, and not gpu-job's
+    args = ["graphs", "cpu-job", "--server", srv.url, "--token", tokens["cpu-reader"], "--json"]
+    code, out, _ = run(args, capsys)
+    assert code == 0 and json.loads(out)["graphs"][0]["module"] == "SyncTensorsGraph.15"
+    dashboard = httpx.get(
+        f"{srv.url}/dashboard/graphs",
+        params={"namespace": "cpu-job"},
+        headers={"Authorization": f"Bearer {tokens['cpu-reader']}"},
+    )
+    assert dashboard.json()["graphs"][0]["module"] == "SyncTensorsGraph.15"
+    code, _, err = run(["graphs", "gpu-job", "--server", srv.url, "--token", tokens["cpu-reader"]], capsys)
+    assert code == 2 and "HTTP 403" in err and "cpu-*" in err
     code, _, err = run(["graphs", "cpu-nope", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert code == 2 and "cpu-nope" in err

@@ -117,8 +117,9 @@ def test_access_log_is_one_json_line_per_request_without_tokens(
             auth_client.put("/v1/namespaces/logged/entries/k1", content=data, headers=headers).status_code
             == 201
         )
+        # an old link with a token in its query (no longer taken): the query never reaches the log either
         link = auth_client.get("/", params={"token": tokens["read"]}, follow_redirects=False)
-        assert link.status_code == 303
+        assert link.status_code == 200
         assert auth_client.get("/v1/namespaces/logged/entries/k1").status_code == 401
     finally:
         logging.getLogger(ACCESS_LOGGER).removeHandler(keep)
@@ -132,7 +133,7 @@ def test_access_log_is_one_json_line_per_request_without_tokens(
         "user-write",
     )
     assert put["duration_ms"] > 0 and put["bytes_out"] > 0 and put["route"] == ENTRY_ROUTE
-    assert (link_line["path"], link_line["status"]) == ("/", 303)
+    assert (link_line["path"], link_line["status"]) == ("/", 200)
     assert (denied["status"], denied["token_name"]) == (401, None)
     for line in lines:
         for token in tokens.values():

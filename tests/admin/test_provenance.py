@@ -73,11 +73,13 @@ def test_a_scoped_read_token_reads_its_namespaces_and_no_server_wide_view(
         == 403
     )
     assert put(auth_client, made["reader-a"], "team-a-llm", "k2", b"x") == 403  # the role still applies
-    for path in ("/metrics", "/dashboard/data", "/"):  # they name every namespace
+    for path in ("/metrics", "/dashboard/data"):  # they name every namespace
         response = auth_client.get(path, headers=reader)
         assert response.status_code == 403, path
         assert "needs a token without that limit" in response.json()["detail"]
     assert auth_client.get("/openapi.json", headers=reader).status_code == 200
+    # the dashboard's page holds no data (it is open); what it shows this token is its own namespaces
+    assert auth_client.get("/dashboard/me", headers=reader).json()["namespaces"] == ["team-a-llm"]
 
 
 def test_bad_scopes_are_refused_when_the_token_is_made(auth_client: TestClient) -> None:

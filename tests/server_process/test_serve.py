@@ -221,3 +221,25 @@ def test_without_the_server_extra_the_command_says_what_to_install(tmp_path: Pat
     assert result.returncode == 2
     assert "with its server extra" in result.stderr and "[server]" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_says_where_the_dashboard_is_and_keeps_alembic_quiet(tmp_path: Path, workers: int) -> None:
+    """Once it listens, serve logs one line with the dashboard's address (the host and port as served);
+    the migrations it runs first log nothing at the info level (alembic's lines are for debugging)."""
+    with run_server(tmp_path / "data", workers=workers) as srv:
+        log = srv.log()
+    lines = log.splitlines()
+    dashboard = [line for line in lines if "dashboard: " in line]
+    assert len(dashboard) == 1, log
+    assert dashboard[0].endswith(f"INFO cache_server.cli: dashboard: {srv.url}/"), log
+    assert not [line for line in lines if "alembic" in line], log
+
+
+def test_the_dashboard_line_names_every_interface_in_words() -> None:
+    from cache_server.http_protocol import dashboard_line
+
+    assert dashboard_line("127.0.0.1", 8080) == "dashboard: http://127.0.0.1:8080/"
+    assert dashboard_line("::1", 8080) == "dashboard: http://[::1]:8080/"
+    line = dashboard_line("0.0.0.0", 80)
+    assert line.startswith("dashboard: http://0.0.0.0:80/ (listening on every interface: ")

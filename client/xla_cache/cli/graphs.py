@@ -5,7 +5,7 @@ variants, the parameter dimensions that vary (``p1.d0``: parameter 1, dimension 
 many sizes), for each the ways to pad it alone (as is, pow2, multiples, the best K boundaries, the
 maximum) with the compilations left and the mean padding overhead (extra bytes / real bytes of the padded
 parameters), the best combinations (fewest compilations for a padding budget) and each rounding applied to
-every dimension. Needs an admin token, or one limited to namespace patterns that cover the namespace.
+every dimension. Needs a read token (or stronger) that reaches the namespace, as the dashboard's graph view.
 """
 
 from __future__ import annotations
