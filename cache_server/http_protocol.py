@@ -115,11 +115,14 @@ class _Server(Server):
 
 def serve(config: Config) -> bool:
     """Run the server until it is told to stop; False if it could not start (uvicorn logged why)."""
-    if config.workers > 1:
-        sock = config.bind_socket()  # the workers share the socket this process listens on
-        log.info("%s", dashboard_line(config.host, sock.getsockname()[1]))
-        Multiprocess(config, sockets=[sock]).run()
-        return True
     server = _Server(config)
-    server.run()
+    try:
+        if config.workers > 1:
+            sock = config.bind_socket()  # the workers share the socket this process listens on
+            log.info("%s", dashboard_line(config.host, sock.getsockname()[1]))
+            Multiprocess(config, sockets=[sock]).run()
+            return True
+        server.run()
+    except KeyboardInterrupt:  # as uvicorn.run: Ctrl-C before its own handlers are in place
+        pass
     return server.started
