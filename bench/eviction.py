@@ -19,8 +19,8 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cache_server.index.entries import EntryRecord, EntryRepository
+from cache_server.index.migrate import upgrade
 from cache_server.metrics import StoredCollector, render
-from cache_server.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.wiring import Services, build_services

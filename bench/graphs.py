@@ -154,7 +154,7 @@ def main() -> int:
     from cache_server.app import create_app
     from cache_server.graphs.report import DEFAULT_VARIANTS_READ, VARIANTS_READ_PER_REPORT, shares
     from cache_server.index.graph_variants import GraphVariantsRepository
-    from cache_server.migrate import upgrade
+    from cache_server.index.migrate import upgrade
     from cache_server.settings import Settings
     from tests.support.apps import services_of
 

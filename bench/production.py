@@ -25,10 +25,10 @@ from fastapi.testclient import TestClient
 from google.oauth2 import service_account
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cache_server.admin.reindex import Reindexer
 from cache_server.app import create_app
 from cache_server.index import Database, EntryRepository
-from cache_server.migrate import downgrade, upgrade
-from cache_server.reindex import Reindexer
+from cache_server.index.migrate import downgrade, upgrade
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobStore
 from cache_server.storage.gcs import GcsBlobStore

@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cache_server.app import create_app
-from cache_server.migrate import upgrade
+from cache_server.index.migrate import upgrade
 from cache_server.settings import Settings
 
 NAMESPACES = 100

@@ -14,7 +14,7 @@ from cache_server.api.bodies import UploadSlots
 from cache_server.api.errors import install_error_handlers
 from cache_server.api.middleware import BoundedBodies, RejectEncodedSeparators
 from cache_server.api.telemetry import Telemetry, configure_access_log
-from cache_server.feed import FeedWatcher
+from cache_server.service.feed import FeedWatcher
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 

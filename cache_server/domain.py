@@ -117,7 +117,7 @@ class EntryInfo:
     compile_time_ms: int | None = None
     uploader: str | None = None  # what the client said it was (X-Uploader): a label, not proof
     stored_by: str | None = None  # the id of the token that stored it (None with auth off)
-    pack: str | None = None  # the pack holding a copy of its bytes, if one does (cache_server.packs)
+    pack: str | None = None  # the pack holding a copy of its bytes, if one does (cache_server.service.packs)
     pack_offset: int | None = None  # where in that pack
     signer: str | None = None  # the key id of the uploader's signature, if it signed (cache_protocol.signing)
     signature: str | None = None  # that signature, "<key id>:<base64>"

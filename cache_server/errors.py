@@ -119,7 +119,7 @@ class UploadsBusy(CacheError):
 
 class EntryInFlight(CacheError):
     """The key's blob is stored but has no index row yet: an upload in flight, or one that died a moment
-    ago (see :mod:`cache_server.existing`); retrying later may work."""
+    ago (see :mod:`cache_server.service.taken_names`); retrying later may work."""
 
     code = "entry_in_flight"
 

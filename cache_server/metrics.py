@@ -82,7 +82,7 @@ EVICTIONS = Counter("xla_cache_evictions", "Entries evicted, by namespace.", ["n
 EVICTED_BYTES = Counter("xla_cache_evicted_bytes", "Bytes freed by eviction, by namespace.", ["namespace"])
 MEMORY_ANSWERS = Counter(
     "xla_cache_memory_answers",
-    "Single reads answered from memory copies of entries read a moment ago (cache_server.hot), without "
+    "Single reads answered from memory copies of entries read a moment ago (service/hot.py), without "
     "the index or the store, by answer: get, head, not_modified.",
     ["answer"],
 )

@@ -2,8 +2,8 @@
 
 :func:`build_services` is the one place that knows how the parts fit: one index :class:`Database`, one
 blob store, one access recorder, one token manager, one record of the requests in flight
-(:class:`~cache_server.activity.Activity`, which background parsing waits on), and the services over them.
-``create_app`` serves them over HTTP; the command line uses them for reindex.
+(:class:`~cache_server.background.activity.Activity`, which background parsing waits on), and the services
+over them. ``create_app`` serves them over HTTP; the command line uses them for reindex.
 """
 
 from __future__ import annotations
@@ -12,25 +12,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cache_server.access import AccessRecorder
-from cache_server.activity import Activity
+from cache_server.admin.reindex import Reindexer
 from cache_server.admin.service import AdminService
-from cache_server.auth import TokenManager
+from cache_server.auth.tokens import TokenManager
+from cache_server.background.access import AccessRecorder
+from cache_server.background.activity import Activity
 from cache_server.domain import Clock, utcnow
 from cache_server.graphs.report import GraphReports
 from cache_server.graphs.worker import ParserProcess
-from cache_server.hot import HotEntries
 from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
-from cache_server.quotas import Quotas
-from cache_server.reindex import Reindexer
 from cache_server.runs import RunService
 from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
+from cache_server.service.hot import HotEntries
 from cache_server.service.nearest import NearestNamespaces
+from cache_server.service.quotas import Quotas
 from cache_server.settings import Settings
 from cache_server.storage import BlobStore, open_store
 
@@ -78,7 +78,8 @@ def build_services(
     """Every part for ``settings`` (the blob store may be given instead, such as one with test credentials).
 
     ``clock`` is what the services read the time from; tests pass their own to age entries. ``monotonic``
-    times the memory copies of entries read a moment ago (:mod:`cache_server.hot`); tests pass their own.
+    times the memory copies of entries read a moment ago (:mod:`cache_server.service.hot`); tests pass their
+    own.
     """
     database = Database.from_settings(settings)
     graph_parser = None

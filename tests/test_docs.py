@@ -26,8 +26,17 @@ def test_the_folder_map_names_every_module_of_the_server_and_the_client() -> Non
         server / "api",
         server / "service",
         server / "storage",
+        server / "cli",
+        server / "auth",
+        server / "background",
     )
-    packages += (server / "storage" / "local", server / "storage" / "gcs", client, client / "frameworks")
+    packages += (
+        server / "storage" / "local",
+        server / "storage" / "gcs",
+        client,
+        client / "frameworks",
+        client / "cli",
+    )
     modules = [
         path for folder in packages for path in sorted(folder.glob("*.py")) if not path.name.startswith("__")
     ]

@@ -34,7 +34,7 @@ def get_single(ctx: Context, result: CaseResult) -> None:
     requests = ctx.pick(200, 2000)
     result.notes.append(
         f"{len(keys)} entries of {data.total_bytes / len(data.keys) / 1000:.0f} kB on average, read over and "
-        "over: after its first read each is answered from the server process's memory (cache_server.hot)"
+        "over: after its first read each is answered from the server process's memory (service/hot.py)"
     )
     ctx.ensure_pushed(data)
     # A push leaves the server parsing its entries' graphs for seconds (a child process at nice +10, which

@@ -71,7 +71,7 @@ def _insert(database: Database, repository: EntryRepository, records: list[Entry
 
 def _one_database(ctx: Context, result: CaseResult, kind: str, entries: int, evict: int) -> None:
     from cache_server.index.entries import EntryRecord, EntryRepository
-    from cache_server.migrate import upgrade
+    from cache_server.index.migrate import upgrade
     from cache_server.settings import Settings
     from cache_server.storage.base import blob_name
     from cache_server.wiring import build_services

@@ -63,7 +63,7 @@ class Evictor:
         self._repository = repository
         self._store = store
         self._before = before  # flushes pending access times, so nothing just used looks old
-        self._forget = forget  # drops memory copies of removed entries (cache_server.hot)
+        self._forget = forget  # drops memory copies of removed entries (cache_server.service.hot)
 
     def evict(
         self,

@@ -7,12 +7,12 @@ it). gc must not mistake work in progress for either:
   grace period are orphans (and the index is asked again right before each delete);
 * a row without a blob is only dropped if the row is older than the listing (so its blob, written before
   the row, would have been listed) and the store confirms the blob is absent;
-* a pack (:mod:`cache_server.packs`) is deleted once no row points into it and it is older than the grace
-  period (a pack is written before the rows that point into it).
+* a pack (:mod:`cache_server.service.packs`) is deleted once no row points into it and it is older than
+  the grace period (a pack is written before the rows that point into it).
 
-A damaged blob (:func:`cache_server.existing.unreadable`: its header or metadata cannot be read) is counted
-and logged in one line, never fatal: its row, if any, is dropped (the entry cannot be served) and the blob is
-set aside (:meth:`~cache_server.storage.base.BlobStore.set_aside`: a local store moves it into
+A damaged blob (:func:`cache_server.service.taken_names.unreadable`: its header or metadata cannot be read) is
+counted and logged in one line, never fatal: its row, if any, is dropped (the entry cannot be served) and the
+blob is set aside (:meth:`~cache_server.storage.base.BlobStore.set_aside`: a local store moves it into
 ``<root>/.damaged/``, GCS deletes it), if it is still damaged when gc gets to it. No upload leaves a
 damaged blob, so there is no grace period for these; a dry run only counts them.
 """
@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cache_server.domain import utcnow
-from cache_server.existing import unreadable
 from cache_server.index.admin import AdminRepository
+from cache_server.service.taken_names import unreadable
 from cache_server.storage.abilities import StoresPacks, SweepsTempFiles
 from cache_server.storage.base import BlobInfo, BlobStore, blob_name, split_blob_name
 
@@ -68,7 +68,7 @@ def collect_garbage(
     forget: Callable[[Sequence[tuple[str, str]]], None] = lambda refs: None,
 ) -> GcResult:
     """Remove blobs without rows and rows without blobs; see the module docstring for the safety rules.
-    ``forget`` drops this process's memory copies of the rows dropped (:mod:`cache_server.hot`)."""
+    ``forget`` drops this process's memory copies of the rows dropped (:mod:`cache_server.service.hot`)."""
     result = GcResult(dry_run=dry_run)
     started = utcnow()
     old_enough = started - dt.timedelta(seconds=grace_seconds)

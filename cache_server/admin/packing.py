@@ -1,12 +1,12 @@
 """Packing later: copies in packs for the small entries that were stored without one.
 
-A bulk upload packs its small members as it stores them (:mod:`cache_server.packs`), but an entry stored
-by a ``PUT``, by a bulk upload of fewer than :data:`~cache_server.packs.PACK_MIN_MEMBERS` small members
-(the in-job uploader's usual pass when compiles are slow), by ``reindex``, or before packing was turned on
-has none, and a bundle from a remote store reads it with a request of its own. :class:`LoosePacker` finds
-such entries a page at a time, in (namespace, key) order, reads each one's own blob, checks it against its
-SHA-256 and size, writes the good ones of a namespace into packs of up to
-:data:`~cache_server.packs.PACK_BYTES` (never fewer than ``PACK_MIN_MEMBERS`` copies in one), and then
+A bulk upload packs its small members as it stores them (:mod:`cache_server.service.packs`), but an entry
+stored by a ``PUT``, by a bulk upload of fewer than :data:`~cache_server.service.packs.PACK_MIN_MEMBERS` small
+members (the in-job uploader's usual pass when compiles are slow), by ``reindex``, or before packing was
+turned on has none, and a bundle from a remote store reads it with a request of its own. :class:`LoosePacker`
+finds such entries a page at a time, in (namespace, key) order, reads each one's own blob, checks it against
+its SHA-256 and size, writes the good ones of a namespace into packs of up to
+:data:`~cache_server.service.packs.PACK_BYTES` (never fewer than ``PACK_MIN_MEMBERS`` copies in one), and then
 points their rows into the pack, only where a row still has no pack and the same digest: an entry deleted,
 stored again with other bytes, or packed by another process meanwhile is left alone. A pack no row came to
 point into is deleted at once; a crash between the write and the rows leaves a pack no row points into,
@@ -38,7 +38,7 @@ from itertools import groupby
 from cache_server import metrics
 from cache_server.domain import EntryInfo
 from cache_server.index.admin import AdminRepository
-from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS, holds_entry
+from cache_server.service.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS, holds_entry
 from cache_server.storage.abilities import StoresPacks
 from cache_server.storage.base import BlobStore, blob_name
 from cache_server.storage.reading import open_many

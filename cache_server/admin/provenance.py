@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cache_server.admin.eviction import EvictionResult, Evictor
-from cache_server.auth import TokenManager
+from cache_server.auth.tokens import TokenManager
 from cache_server.domain import TokenInfo
 from cache_server.errors import TokenNotFound
 from cache_server.index.admin import AdminRepository

@@ -9,22 +9,22 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from cache_server.activity import Activity
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
 from cache_server.admin.packing import LoosePacker, PackingResult
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsQuery, StatsReport, build_report
-from cache_server.auth import TokenManager
+from cache_server.auth.tokens import TokenManager
+from cache_server.background.activity import Activity
+from cache_server.background.periodic import Periodic
 from cache_server.domain import Clock, utcnow
 from cache_server.errors import NamespaceNotFound
 from cache_server.graphs.indexing import GraphIndexer
 from cache_server.graphs.worker import ParserProcess
 from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
-from cache_server.packs import packing_store
-from cache_server.periodic import Periodic
 from cache_server.runs.retention import Pruned
+from cache_server.service.packs import packing_store
 from cache_server.settings import Settings
 from cache_server.storage.abilities import StoresPacks
 from cache_server.storage.base import BlobStore
@@ -39,8 +39,9 @@ class AdminService:
     """Operations on the whole cache, over the index's :class:`AdminRepository` and the blob store.
 
     ``flush_access`` writes the hits and access times counted so far, so that stats and eviction see them;
-    ``forget_entries`` drops this process's memory copies of entries removed (:mod:`cache_server.hot`).
-    Eviction on request is ``evictor.evict(...)`` (:class:`~cache_server.admin.eviction.Evictor`).
+    ``forget_entries`` drops this process's memory copies of entries removed
+    (:mod:`cache_server.service.hot`). Eviction on request is ``evictor.evict(...)``
+    (:class:`~cache_server.admin.eviction.Evictor`).
     """
 
     def __init__(

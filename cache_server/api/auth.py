@@ -22,7 +22,7 @@ import anyio.to_thread
 from fastapi import Request
 
 from cache_server.api.deps import get_settings, get_tokens
-from cache_server.auth import Principal, Role
+from cache_server.auth.tokens import Principal, Role
 
 __all__ = [
     "NAMESPACE_QUERY_ROUTES",

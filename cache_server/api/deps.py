@@ -8,13 +8,13 @@ from fastapi import Depends, Request
 
 from cache_server.admin.service import AdminService
 from cache_server.api.bodies import UploadSlots
-from cache_server.auth import TokenManager
-from cache_server.feed import FeedWatcher
+from cache_server.auth.tokens import TokenManager
 from cache_server.graphs.report import GraphReports
-from cache_server.quotas import Quotas
 from cache_server.runs import RunService
 from cache_server.service import CacheService
+from cache_server.service.feed import FeedWatcher
 from cache_server.service.nearest import NearestNamespaces
+from cache_server.service.quotas import Quotas
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 

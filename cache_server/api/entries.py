@@ -99,8 +99,8 @@ async def get_entry(request: Request) -> Response:
         redirect=_flag(request, "redirect"),
         live=headers.get("x-live-delivery") == "1",
     )
-    # An entry read a moment ago is answered from memory, here on the event loop (cache_server.hot); else
-    # one hop to a worker thread does the lookup and, for a small entry, reads and verifies it whole.
+    # An entry read a moment ago is answered from memory, here on the event loop (cache_server.service.hot);
+    # else one hop to a worker thread does the lookup and, for a small entry, reads and verifies it whole.
     read = service.read_hot(namespace, key, wish)
     if read is None:
         read = await anyio.to_thread.run_sync(service.read_entry, namespace, key, wish)

@@ -1,4 +1,5 @@
-"""The change feed route: a long poll per follower, waiting on the event loop (:mod:`cache_server.feed`)."""
+"""The change feed route: a long poll per follower, waiting on the event loop
+(:mod:`cache_server.service.feed`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from fastapi import APIRouter, Query, Request
 from cache_server.api.deps import ServiceDep, get_feed_watcher
 from cache_server.api.schemas import INDEX_INT_MAX, FeedEntryOut, FeedOut
 from cache_server.errors import ClientAborted
-from cache_server.feed import LOOKBACK, FeedWatcher
 from cache_server.names import check_namespace
+from cache_server.service.feed import LOOKBACK, FeedWatcher
 
 __all__ = ["MAX_WAIT_SECONDS", "router"]
 

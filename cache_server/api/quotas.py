@@ -1,7 +1,7 @@
 """Admin routes for quotas: list them, set or remove a namespace's or a token's (admin role).
 
 An upload past a quota is refused with 507 Insufficient Storage (``quota_exceeded``) before anything of it is
-stored; see :mod:`cache_server.quotas`.
+stored; see :mod:`cache_server.service.quotas`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cache_server.api.deps import QuotasDep, TokensDep
 from cache_server.errors import TokenNotFound
-from cache_server.quotas import NAMESPACE, TOKEN, QuotaRow
+from cache_server.service.quotas import NAMESPACE, TOKEN, QuotaRow
 
 __all__ = ["QuotaIn", "QuotaOut", "QuotasOut", "router"]
 

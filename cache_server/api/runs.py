@@ -13,7 +13,7 @@ from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server.api.auth import principal
 from cache_server.api.deps import RunsDep, TokensDep
 from cache_server.api.run_schemas import RunDetailOut, RunOut, RunReportIn, RunsOut
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.errors import Forbidden
 from cache_server.index.runs import RunFilter
 from cache_server.names import check_namespace

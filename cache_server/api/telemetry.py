@@ -24,9 +24,9 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cache_server import metrics
-from cache_server.activity import Activity
 from cache_server.api.auth import principal_name
 from cache_server.api.errors import CLIENT_CLOSED_REQUEST
+from cache_server.background.activity import Activity
 from cache_server.domain import utcnow
 
 __all__ = ["ACCESS_LOGGER", "Telemetry", "configure_access_log"]

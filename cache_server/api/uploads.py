@@ -22,6 +22,7 @@ from cache_server.api.bodies import BulkLimits, UploadBody, blocking_body
 from cache_server.api.deps import ServiceDep, get_settings, get_tokens, get_upload_slots
 from cache_server.api.errors import status_of
 from cache_server.api.schemas import BulkOut, PutOut, json_body
+from cache_server.auth.revocation import StillAllowed
 from cache_server.errors import (
     BadRequest,
     BodyTimeout,
@@ -30,7 +31,6 @@ from cache_server.errors import (
     UploadTooLarge,
 )
 from cache_server.names import check_key, check_namespace, check_sha256
-from cache_server.revocation import StillAllowed
 from cache_server.service import BulkResult, MemberOutcome
 from cache_server.streams import PIECE, ZSTD_PIECE, NotZstd, zstd_decompressed
 
@@ -43,7 +43,7 @@ router = APIRouter(prefix="/v1/namespaces/{namespace}", tags=["entries"])
 
 def _still_allowed(request: Request) -> StillAllowed | None:
     """Whether the token the request was allowed with is still active, for an upload to ask as it goes
-    (:mod:`cache_server.revocation`); None with auth off."""
+    (:mod:`cache_server.auth.revocation`); None with auth off."""
     who = principal(request)
     if who is None:
         return None

@@ -10,9 +10,9 @@ holds it makes every request thread wait for it after each system call (a bulk u
 took four times as long with the parser running beside it). So the server parses in a child process
 (:class:`~cache_server.graphs.worker.ParserProcess`, at a lower CPU priority; this thread only reads its
 answers and records them), and the thread still waits until the process has served no request for
-:data:`QUIET_SECONDS` (:class:`~cache_server.activity.Activity`; at most :data:`MAX_DELAY_SECONDS` after
-the oldest entry waiting was stored), then parses what came, :data:`RECORD_BATCH` entries at a time (their
-records in one transaction), going back to waiting as soon as a request comes in, unless what waits is
+:data:`QUIET_SECONDS` (:class:`~cache_server.background.activity.Activity`; at most :data:`MAX_DELAY_SECONDS`
+after the oldest entry waiting was stored), then parses what came, :data:`RECORD_BATCH` entries at a time
+(their records in one transaction), going back to waiting as soon as a request comes in, unless what waits is
 overdue. A catch-up scan runs as soon as it is asked for, also :data:`RECORD_BATCH` entries to a
 transaction. Without a child process (or when it fails) the thread parses itself.
 """
@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from cache_server.activity import Activity
+from cache_server.background.activity import Activity
 from cache_server.errors import CacheError
 from cache_server.graphs.hlo import GraphInfo
 from cache_server.graphs.worker import ParseOutcome, ParserProcess, ParserResting, parse_blob

@@ -65,7 +65,8 @@ class FeedEntry:
 
 @dataclass(frozen=True)
 class EntryRecord:
-    """An entry's row as written: by an upload, or rebuilt from its blob (see :mod:`cache_server.reindex`)."""
+    """An entry's row as written: by an upload, or rebuilt from its blob (see
+    :mod:`cache_server.admin.reindex`)."""
 
     namespace: str
     key: str

@@ -154,7 +154,8 @@ class Entry(Base):
     compile_time_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     uploader: Mapped[str | None] = mapped_column(String(256), nullable=True)  # as the client declared it
     stored_by: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the token's id (auth on)
-    # Where a copy of the bytes lies in a pack (see cache_server.packs), if one does: its id and offset.
+    # Where a copy of the bytes lies in a pack (see cache_server.service.packs), if one does: its id and
+    # offset.
     pack: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pack_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # The uploader's Ed25519 signature (cache_protocol.signing: "<key id>:<base64>") and its key id.
@@ -336,8 +337,8 @@ class Quota(Base):
 
     ``kind`` is ``namespace`` (``subject`` its name) or ``token`` (``subject`` the token's id); each limit is
     None when unset. Compared with the ``entry_totals`` the triggers keep, before an upload stores anything
-    (:mod:`cache_server.quotas`). No foreign key: a quota may be set before its namespace exists, and stays
-    when it is deleted.
+    (:mod:`cache_server.service.quotas`). No foreign key: a quota may be set before its namespace exists, and
+    stays when it is deleted.
     """
 
     __tablename__ = "quotas"

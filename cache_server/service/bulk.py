@@ -13,9 +13,10 @@ member therefore means what it means for a ``PUT``: the entry survives a crash. 
 (malformed, cut short, the client gone) keeps the groups committed before it and nothing of the group it
 broke in.
 
-Into a store that packs (:mod:`cache_server.packs`) each small member is also copied into a pack, sealed
-and written at :data:`~cache_server.packs.PACK_BYTES` as the stream goes on; a group is also committed once
-:data:`~cache_server.packs.GROUP_PACK_BYTES` of copies wait for it, and its rows point into its packs.
+Into a store that packs (:mod:`cache_server.service.packs`) each small member is also copied into a pack,
+sealed and written at :data:`~cache_server.service.packs.PACK_BYTES` as the stream goes on; a group is also
+committed once :data:`~cache_server.service.packs.GROUP_PACK_BYTES` of copies wait for it, and its rows point
+into its packs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from functools import partial
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, MAX_COMPILE_TIME_MS, SHA256_PATTERN
 from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import TarMember
+from cache_server.auth.revocation import StillAllowed
 from cache_server.errors import (
     BadRequest,
     CacheError,
@@ -43,8 +45,7 @@ from cache_server.errors import (
     SignatureRequired,
 )
 from cache_server.index.entries import EntryRecord
-from cache_server.packs import PACK_WRITERS, PackWriter
-from cache_server.revocation import StillAllowed
+from cache_server.service.packs import PACK_WRITERS, PackWriter
 from cache_server.service.writer import EntryWriter, Pending, Upload
 from cache_server.storage.abilities import BlobBatch, StoresPacks
 from cache_server.storage.base import MIB
@@ -149,8 +150,9 @@ class BulkUploads:
     ) -> BulkResult:
         """Store the members of one uploaded tar stream: each gets the outcome a ``PUT`` of it would have;
         a broken stream keeps what was committed before it. ``still_allowed``: whether the stream's token is
-        still active, asked before and after each group's commit (:mod:`cache_server.revocation`): once it
-        is not, the stream ends with :class:`~cache_server.errors.TokenRevoked` and its group is not stored.
+        still active, asked before and after each group's commit (:mod:`cache_server.auth.revocation`): once
+        it is not, the stream ends with :class:`~cache_server.errors.TokenRevoked` and its group is not
+        stored.
 
         :class:`QuotaExceeded` at once when a quota of the namespace or the token is full; a member that
         would pass one is refused with it before any of its bytes are stored, its bytes skipped."""

@@ -1,6 +1,6 @@
 """Many entries of a namespace at once: which keys it lacks, the manifest of those worth warming, and the
 bundle: one tar stream of many entries (member name = key, each with its SHA-256 as a PAX record), read
-from their packs where they have a copy (:mod:`cache_server.packs`), verified while they stream.
+from their packs where they have a copy (:mod:`cache_server.service.packs`), verified while they stream.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from cache_protocol import BUNDLE_SHA256_PAX
 from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import BLOCK, END, member_header, padding
-from cache_server.access import AccessRecorder
+from cache_server.background.access import AccessRecorder
 from cache_server.domain import EntryRef
 from cache_server.index.entries import EntryRepository
 from cache_server.names import check_keys, check_namespace
-from cache_server.packs import read_copies
+from cache_server.service.packs import read_copies
 from cache_server.service.verify import Verifier
 from cache_server.settings import Settings
 from cache_server.storage.abilities import StoresPacks
@@ -76,9 +76,9 @@ class Bundles:
         return coalesce(self._tar_stream(namespace, [rows[key] for key in wanted if key in rows]))
 
     def _tar_stream(self, namespace: str, entries: list[EntryRef]) -> Iterator[bytes]:
-        """The members: first those with a usable copy in a pack (:mod:`cache_server.packs`), in pack order,
-        then the others in order, the next small ones read meanwhile on a remote store. Each member sent is
-        a hit, counted when the stream ends or breaks."""
+        """The members: first those with a usable copy in a pack (:mod:`cache_server.service.packs`), in pack
+        order, then the others in order, the next small ones read meanwhile on a remote store. Each member
+        sent is a hit, counted when the stream ends or breaks."""
         served: list[tuple[str, int]] = []
         try:
             yield from self._members(entries, served)

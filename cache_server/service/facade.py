@@ -11,7 +11,7 @@ single reads          ``head_hot``, ``head_entry``, ``read_hot``, ``read_entry``
                       (:mod:`~cache_server.service.reads`)
 many entries          ``missing``, ``manifest``, ``bundle`` (:mod:`~cache_server.service.bundles`)
 signed URLs           ``sign_entries`` (:mod:`~cache_server.service.signing`)
-the change feed       ``feed_head``, ``feed_heads``, ``feed`` (:class:`cache_server.feed.Feed`)
+the change feed       ``feed_head``, ``feed_heads``, ``feed`` (:class:`cache_server.service.feed.Feed`)
 ====================  ===================================================================================
 
 Consistency rules (DESIGN.md): the blob is written before its index row, and removed after it; a reader
@@ -21,22 +21,22 @@ The service owns what it is given: nothing else touches its repository or its st
 
 from __future__ import annotations
 
-from cache_server.access import AccessRecorder
+from cache_server.background.access import AccessRecorder
 from cache_server.domain import Clock, utcnow
-from cache_server.feed import Feed
-from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRepository
-from cache_server.packs import packing_store
-from cache_server.quotas import Quotas
 from cache_server.service.bulk import BulkUploads
 from cache_server.service.bundles import Bundles
+from cache_server.service.feed import Feed
+from cache_server.service.hot import HotEntries
 from cache_server.service.namespaces import Namespaces
+from cache_server.service.packs import packing_store
+from cache_server.service.quotas import Quotas
 from cache_server.service.reads import Reads
 from cache_server.service.signing import Signing
+from cache_server.service.upload_signatures import SignaturePolicy
 from cache_server.service.verify import Verifier
 from cache_server.service.writer import EntryWriter, StoredHook
 from cache_server.settings import Settings
-from cache_server.signatures import SignaturePolicy
 from cache_server.storage.base import BlobStore
 
 __all__ = ["CacheService"]
@@ -46,10 +46,10 @@ class CacheService:
     """Entries and namespaces over the index's :class:`EntryRepository` and one blob store.
 
     ``access`` counts hits and misses; ``on_stored`` hears of each new entry; ``clock`` gives the times
-    written to the index; ``hot`` keeps what single reads found for the next ones (:mod:`cache_server.hot`;
-    built from the settings when not given); ``quotas`` (None: none checked) bound what uploads store;
-    ``signatures``: which uploads must be signed (:mod:`cache_server.signatures`; from the settings when not
-    given).
+    written to the index; ``hot`` keeps what single reads found for the next ones
+    (:mod:`cache_server.service.hot`; built from the settings when not given); ``quotas`` (None: none checked)
+    bound what uploads store; ``signatures``: which uploads must be signed
+    (:mod:`cache_server.service.upload_signatures`; from the settings when not given).
     """
 
     def __init__(

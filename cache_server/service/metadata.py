@@ -1,6 +1,6 @@
 """What a blob carries about its entry: written with the bytes by the one writer
-(:mod:`cache_server.service.writer`), read back by reindex (:mod:`cache_server.reindex`) and by an upload
-that finds the blob already stored. One type, so the two sides cannot drift.
+(:mod:`cache_server.service.writer`), read back by reindex (:mod:`cache_server.admin.reindex`) and by an
+upload that finds the blob already stored. One type, so the two sides cannot drift.
 """
 
 from __future__ import annotations

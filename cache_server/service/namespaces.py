@@ -9,7 +9,7 @@ from cache_server.domain import Clock, NamespaceInfo, utcnow
 from cache_server.errors import NamespaceNotFound
 from cache_server.index.entries import EntryRepository
 from cache_server.names import check_namespace
-from cache_server.quotas import Quotas
+from cache_server.service.quotas import Quotas
 
 __all__ = ["Namespaces"]
 

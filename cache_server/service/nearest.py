@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cache_protocol.fingerprint import Difference, differences
-from cache_server.auth import Principal
+from cache_server.auth.tokens import Principal
 from cache_server.errors import NamespaceNotFound
 from cache_server.index.entries import EntryRepository
 from cache_server.index.nearest import NearestRepository

@@ -1,8 +1,8 @@
 """Single entries by their key: what the index knows of one (``HEAD``), its bytes (``GET``), its removal.
 
-An entry read a moment ago is answered from memory (:mod:`cache_server.hot`) without waiting on the index
-or the store; otherwise its row is looked up once, and an entry of at most :data:`WHOLE_READ_BYTES` is read
-whole and checked before its first byte is sent (:mod:`cache_server.service.verify`).
+An entry read a moment ago is answered from memory (:mod:`cache_server.service.hot`) without waiting on the
+index or the store; otherwise its row is looked up once, and an entry of at most :data:`WHOLE_READ_BYTES` is
+read whole and checked before its first byte is sent (:mod:`cache_server.service.verify`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cache_server import metrics
-from cache_server.access import AccessRecorder
+from cache_server.background.access import AccessRecorder
 from cache_server.domain import EntryInfo, utcnow
 from cache_server.errors import EntryNotFound
-from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRepository
 from cache_server.names import check_key, check_namespace
+from cache_server.service.hot import HotEntries
 from cache_server.service.signing import SignedEntry, Signing
 from cache_server.service.verify import CorruptBlob, Verifier
 from cache_server.storage.abilities import ReadsWhole
@@ -113,7 +113,8 @@ class Reads:
         return entry
 
     def head_hot(self, namespace: str, key: str) -> EntryInfo | None:
-        """:meth:`head_entry` from memory (:mod:`cache_server.hot`), or ``None`` when only it can tell.
+        """:meth:`head_entry` from memory (:mod:`cache_server.service.hot`), or ``None`` when only it can
+        tell.
 
         Never waits on the index or the store: safe to call on the event loop.
         """

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache_server.access import AccessRecorder
+from cache_server.background.access import AccessRecorder
 from cache_server.domain import EntryInfo, EntryRef
 from cache_server.errors import SignedUrlsUnavailable
 from cache_server.index.entries import EntryRepository

@@ -17,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 
 from cache_server.domain import EntryInfo, EntryRef, utcnow
-from cache_server.hot import HotEntries
 from cache_server.index.entries import EntryRepository
+from cache_server.service.hot import HotEntries
 from cache_server.storage.base import BlobReader, BlobStore, blob_name
 
 __all__ = ["REVERIFY_SECONDS", "CorruptBlob", "VerifiedFiles", "Verifier"]

@@ -5,16 +5,16 @@ An upload is begun once per request (:meth:`EntryWriter.begin`: its namespace, i
 use, when it began). Each entry is then
 
 1. *prepared* (:meth:`EntryWriter.prepare`): its key, declared size and compile time checked, admitted
-   against the quotas (:mod:`cache_server.quotas`), its metadata made (one :class:`BlobMetadata`), and the
-   rules for a blob already stored under its name made ready (:mod:`cache_server.existing`);
+   against the quotas (:mod:`cache_server.service.quotas`), its metadata made (one :class:`BlobMetadata`), and
+   the rules for a blob already stored under its name made ready (:mod:`cache_server.service.taken_names`);
 2. *put* into the store or a batch with :meth:`Pending.put_into`, create-only, its bytes checked as they
    stream (size limit, SHA-256);
 3. *settled* once durable (:meth:`EntryWriter.settle`): a new entry's row, or the row of the blob found
    already stored (adopted), or :class:`~cache_server.errors.DigestConflict` /
    :class:`~cache_server.errors.EntryInFlight`;
 4. *committed* with the others of its group (:meth:`EntryWriter.commit`): the index rows and the feed rows
-   in one transaction, taken back if the token was revoked meanwhile (:mod:`cache_server.revocation`), and
-   only then announced (``on_stored``).
+   in one transaction, taken back if the token was revoked meanwhile (:mod:`cache_server.auth.revocation`),
+   and only then announced (``on_stored``).
 
 Blob first, then row: a crash between them leaves an orphan blob, never a row without bytes.
 """
@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cache_protocol import COMPILE_TIME_HEADER, MAX_COMPILE_TIME_MS, SHA256_HEADER, UPLOADER_MAX_LENGTH
+from cache_server.auth.revocation import StillAllowed, check_still_allowed, undo_if_revoked
 from cache_server.domain import Clock, EntryInfo, utcnow
 from cache_server.errors import BadRequest, CacheError, DigestMismatch, EntryTooLarge
-from cache_server.existing import TakenName, conflict
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key, check_namespace
-from cache_server.quotas import Quotas, UploadAllowance
-from cache_server.revocation import StillAllowed, check_still_allowed, undo_if_revoked
 from cache_server.service.metadata import BlobMetadata
+from cache_server.service.quotas import Quotas, UploadAllowance
+from cache_server.service.taken_names import TakenName, conflict
+from cache_server.service.upload_signatures import SignaturePolicy
 from cache_server.settings import Settings
-from cache_server.signatures import SignaturePolicy
 from cache_server.storage.abilities import BlobBatch
 from cache_server.storage.base import BlobInfo, BlobStore, ReplaceJudge, blob_name
 from cache_server.storage.batches import open_batch
@@ -145,8 +145,8 @@ class EntryWriter:
     """Stores entries into one blob store and the index's :class:`EntryRepository`; see the module
     docstring. ``quotas``: None checks none. ``on_stored`` hears of each new entry once its row is
     written. ``clock``: the times written to the index and the metadata. ``signatures``: which namespaces
-    require signed entries, and the keys checked (:mod:`cache_server.signatures`; None: built from the
-    settings)."""
+    require signed entries, and the keys checked (:mod:`cache_server.service.upload_signatures`; None: built
+    from the settings)."""
 
     def __init__(
         self,
@@ -206,8 +206,8 @@ class EntryWriter:
         row: EntryInfo | None = None,
         row_known: bool = False,
     ) -> Pending:
-        """Check one entry (its signature too: :mod:`cache_server.signatures`) and admit it against the
-        upload's quotas, before any of its bytes is read.
+        """Check one entry (its signature too: :mod:`cache_server.service.upload_signatures`) and admit it
+        against the upload's quotas, before any of its bytes is read.
 
         ``row``: the key's index row when the caller looked it up (``row_known``): another digest there is
         a :class:`DigestConflict` at once. Raises the :class:`CacheError` the entry is refused with.
@@ -275,7 +275,7 @@ class EntryWriter:
 
         ``stored_by`` is the id of the token that sent it, kept with the entry (and in the blob's metadata,
         for reindex) so that everything one token stored can be found and removed. ``still_allowed``: whether
-        that token is still active, asked once the row is written (:mod:`cache_server.revocation`).
+        that token is still active, asked once the row is written (:mod:`cache_server.auth.revocation`).
         """
         check_namespace(namespace)
         check_key(key)

@@ -145,7 +145,7 @@ class ReadsAhead(Protocol):
 class StoresPacks(Protocol):
     """A store that also keeps packs: one object holding copies of many small blobs one after another, so
     that a bundle reads them with a few ranged requests instead of one request each (see
-    :mod:`cache_server.packs`).
+    :mod:`cache_server.service.packs`).
 
     A pack is extra: every blob in it is also stored on its own, the index says where in which pack its copy
     lies, and a reader checks each copy against the blob's SHA-256 before using it. Packs are written

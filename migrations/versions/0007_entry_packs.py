@@ -1,10 +1,10 @@
 """entries.pack, entries.pack_offset: where a copy of an entry's bytes lies in a pack
 
-A pack is one object holding copies of many small entries of a bulk upload (see ``cache_server.packs``), so
-that a bundle from a remote store reads them with a few ranged requests. Both columns are NULL for an entry
-without a copy (every entry stored before this revision, and every entry of a single PUT); the index on
-``pack`` is for gc, which deletes the packs no row points into. Columns are added in place (no table rebuild
-on SQLite, so the triggers of 0006 stay).
+A pack is one object holding copies of many small entries of a bulk upload (see
+``cache_server.service.packs``), so that a bundle from a remote store reads them with a few ranged requests.
+Both columns are NULL for an entry without a copy (every entry stored before this revision, and every entry of
+a single PUT); the index on ``pack`` is for gc, which deletes the packs no row points into. Columns are added
+in place (no table rebuild on SQLite, so the triggers of 0006 stay).
 
 Revision ID: 0007
 Revises: 0006

@@ -1,8 +1,8 @@
 """quotas: byte and entry limits per namespace and per token; who created each namespace
 
 An upload is compared with the ``entry_totals`` rows (migration 0006) before anything of it is stored
-(``cache_server.quotas``). A namespace's usage is the sum of its few rows (one per token that stored into
-it); a token's is the sum of its rows, one per namespace it stored into, found by the new index on
+(``cache_server.service.quotas``). A namespace's usage is the sum of its few rows (one per token that stored
+into it); a token's is the sum of its rows, one per namespace it stored into, found by the new index on
 ``entry_totals.stored_by``. A per-token total kept by triggers (as 0006 keeps the namespace's) was weighed
 and left out: every change of ``entry_totals`` would also lock one row per token (the no-token row shared by
 every upload with auth off), and an eviction across namespaces locks those rows in another order than an

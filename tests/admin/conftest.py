@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.settings import Settings
 from tests.support.apps import services_of
 from tests.support.migrated import migrated

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
 from cache_server.api.auth import OPEN_ROUTES, ROUTE_ROLES
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.settings import Settings
 from tests.support.api import bearer, sha
 from tests.support.apps import services_of

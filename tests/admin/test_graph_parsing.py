@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from cache_server.activity import Activity
+from cache_server.background.activity import Activity
 from cache_server.domain import utcnow
 from cache_server.graphs import indexing, worker
 from cache_server.graphs.indexing import GraphIndexer

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from cache_protocol import UPLOADER_HEADER
 from cache_server.app import create_app
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.errors import BadRequest
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name

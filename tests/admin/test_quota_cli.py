@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cache_server.auth import Role, TokenManager
+from cache_server.auth.tokens import Role, TokenManager
 from cache_server.cli import main
 from cache_server.index import Database, TokenRepository
 from cache_server.settings import Settings

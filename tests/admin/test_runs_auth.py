@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from tests.support.api import bearer
 from tests.support.apps import services_of
 

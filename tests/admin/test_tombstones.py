@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.index.tombstones import tombstones_of
 from cache_server.settings import Settings
 from cache_server.wiring import Services

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
-from cache_server.feed import FeedWatcher
+from cache_server.service.feed import FeedWatcher
 from cache_server.settings import Settings
 from tests.support.api import put_ok, sha
 from tests.support.migrated import migrated

@@ -1,4 +1,5 @@
-"""Entries read a moment ago are answered from memory (cache_server.hot); a removal soon reaches them."""
+"""Entries read a moment ago are answered from memory (cache_server.service.hot); a removal soon reaches
+them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
 from cache_server.domain import EntryInfo, utcnow
 from cache_server.errors import IndexUnavailable, StorageUnavailable
-from cache_server.hot import HotEntries, ReadStamp
+from cache_server.service.hot import HotEntries, ReadStamp
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 from tests.support.api import put_ok, sha

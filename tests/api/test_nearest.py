@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from tests.support.api import bearer, sha
 from tests.support.apps import client_for, services_of
 

@@ -16,7 +16,7 @@ from cache_protocol import SHA256_HEADER
 from cache_server.admin.packing import UNREADABLE_RETRY_SECONDS, LoosePacker
 from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
-from cache_server.packs import PACK_BYTES, PACK_MIN_MEMBERS
+from cache_server.service.packs import PACK_BYTES, PACK_MIN_MEMBERS
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
 from cache_server.storage.gcs import GcsBlobStore

@@ -1,6 +1,6 @@
-"""Packs (cache_server.packs): a bulk upload also writes its small entries as one object per group, and a
-bundle reads those copies by byte range, checks each, and falls back to the entry's own blob. On the local
-store here (``XLA_CACHE_PACKS=true``); the GCS store's requests are counted in tests/storage."""
+"""Packs (cache_server.service.packs): a bulk upload also writes its small entries as one object per group,
+and a bundle reads those copies by byte range, checks each, and falls back to the entry's own blob. On the
+local store here (``XLA_CACHE_PACKS=true``); the GCS store's requests are counted in tests/storage."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
 from cache_server.app import create_app
-from cache_server.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
+from cache_server.service.packs import PACK_BYTES, PACK_MEMBER_BYTES, PACK_MIN_MEMBERS
 from cache_server.settings import Settings
 from cache_server.storage.base import PACK_DIR
 from cache_server.storage.gcs import GcsBlobStore

@@ -1,4 +1,4 @@
-"""A token revoked between a group's commit and the check after it (cache_server.revocation): the upload
+"""A token revoked between a group's commit and the check after it (cache_server.auth.revocation): the upload
 takes back the rows and blobs it just wrote, announces none of them, and ends with ``token_revoked``. The
 purge-mid-stream case against a real server is tests/reliability/test_purge_in_flight.py; this is the
 narrower window, which only an injected answer to "still allowed?" hits every time."""

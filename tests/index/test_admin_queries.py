@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from cache_server.admin.stats import StatsQuery
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.domain import utcnow
 from cache_server.errors import Unauthorized
 from cache_server.index import AdminRepository

@@ -13,8 +13,8 @@ from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
 from cache_server.index.admin import GraphRecord
 from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.index.migrate import downgrade, upgrade
 from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace
-from cache_server.migrate import downgrade, upgrade
 from cache_server.settings import Settings
 from tests.support.entry_records import record
 

@@ -11,8 +11,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from cache_server.index.database import make_engine
+from cache_server.index.migrate import downgrade, upgrade
 from cache_server.index.models import Base
-from cache_server.migrate import downgrade, upgrade
 from cache_server.settings import Settings
 
 

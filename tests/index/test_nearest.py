@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cache_server.auth import Principal, Role
+from cache_server.auth.tokens import Principal, Role
 from cache_server.domain import utcnow
 from cache_server.errors import InvalidName, NamespaceNotFound
 from cache_server.index import Database, EntryRepository

@@ -11,8 +11,8 @@ from sqlalchemy import insert, inspect, select
 from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
 from cache_server.index.entries import AccessDelta
+from cache_server.index.migrate import downgrade, upgrade
 from cache_server.index.models import Entry, EntryTotals, Namespace
-from cache_server.migrate import downgrade, upgrade
 from cache_server.settings import Settings
 from tests.support.entry_records import record
 

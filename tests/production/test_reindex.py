@@ -10,11 +10,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
+from cache_server.admin.reindex import Reindexer
 from cache_server.app import create_app
 from cache_server.domain import utcnow
 from cache_server.index import Database, EntryRepository
-from cache_server.migrate import downgrade
-from cache_server.reindex import Reindexer
+from cache_server.index.migrate import downgrade
 from cache_server.settings import Settings
 from cache_server.storage.local import LocalBlobStore
 from cache_server.wiring import build_services

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from cache_server import cli
-from cache_server.migrate import downgrade, upgrade
+from cache_server.index.migrate import downgrade, upgrade
 from cache_server.storage import BlobStore, open_store
 from cache_server.storage.local import LocalBlobStore
 from tests.support.api import member, post_bulk, put, sha

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from cache_protocol import SHA256_HEADER
-from cache_server.migrate import upgrade
+from cache_server.index.migrate import upgrade
 from tests.support.api import sha
 from tests.support.deployment import Deployment
 from tests.support.harness import MIB

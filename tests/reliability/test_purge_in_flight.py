@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from cache_protocol.tar import END
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from cache_server.wiring import build_services

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import zstandard
 
-from cache_server.auth import Role, TokenManager
+from cache_server.auth.tokens import Role, TokenManager
 from cache_server.index import Database, TokenRepository
 from cache_server.settings import Settings
 from cache_server.storage.base import blob_name

@@ -42,7 +42,7 @@ from schemathesis.specs.openapi.checks import (
 from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
 from cache_server.api.auth import OPEN_ROUTES
 from cache_server.app import create_app
-from cache_server.auth import Role
+from cache_server.auth.tokens import Role
 from cache_server.settings import Settings
 from cache_server.storage.gcs import GcsBlobStore
 from cache_server.wiring import build_services

@@ -3,7 +3,7 @@
 Before: uvicorn timed only the idle time between requests of a keep-alive connection (and any byte reset
 it), so 1,000 connections sending their headers a byte now and then (slowloris) were all kept open, and a
 connection that never sent anything was kept for ever. Now every connection must complete a request's
-headers within ``XLA_CACHE_HEADER_TIMEOUT_SECONDS`` (``cache_server.http_protocol``), and beyond
+headers within ``XLA_CACHE_HEADER_TIMEOUT_SECONDS`` (``cache_server.cli.serve``), and beyond
 ``XLA_CACHE_MAX_CONNECTIONS`` a request is answered 503 and its connection closed.
 """
 

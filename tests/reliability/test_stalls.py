@@ -21,7 +21,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from cache_server.migrate import upgrade
+from cache_server.index.migrate import upgrade
 from tests.support.deployment import Deployment
 from tests.support.outages import (
     DATA,

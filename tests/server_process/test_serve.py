@@ -237,7 +237,7 @@ def test_serve_says_where_the_dashboard_is_and_keeps_alembic_quiet(tmp_path: Pat
 
 
 def test_the_dashboard_line_names_every_interface_in_words() -> None:
-    from cache_server.http_protocol import dashboard_line
+    from cache_server.cli.serve import dashboard_line
 
     assert dashboard_line("127.0.0.1", 8080) == "dashboard: http://127.0.0.1:8080/"
     assert dashboard_line("::1", 8080) == "dashboard: http://[::1]:8080/"

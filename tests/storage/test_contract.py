@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from cache_server.errors import InvalidName
-from cache_server.existing import unreadable
+from cache_server.service.taken_names import unreadable
 from cache_server.storage.abilities import (
     ABILITIES,
     PutsInBatches,

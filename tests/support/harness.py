@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import httpx
 
 from cache_protocol import SHA256_HEADER
-from cache_server.migrate import upgrade
+from cache_server.index.migrate import upgrade
 from tests.support.deployment import Deployment
 from tests.support.gcs_emulator import object_names
 from tests.support.process_tree import kill_tree

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from cache_server.migrate import upgrade
+from cache_server.index.migrate import upgrade
 from cache_server.settings import Settings
 
 __all__ = ["create_migrated_postgres", "migrated", "sqlite_file"]

@@ -1,5 +1,5 @@
-"""Packs in tests (cache_server.packs): entries to push in one bulk upload into namespace ``ns``, what a
-bundle of them gives back, and where the index and the local store keep their copies."""
+"""Packs in tests (cache_server.service.packs): entries to push in one bulk upload into namespace ``ns``, what
+a bundle of them gives back, and where the index and the local store keep their copies."""
 
 from __future__ import annotations
 

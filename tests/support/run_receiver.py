@@ -290,7 +290,7 @@ def receiving_server(tmp_path: Path, **settings: Any) -> Iterator[tuple[str, Run
     """A real server app over a fresh embedded index in ``tmp_path/data`` (migrated), wrapped by a
     :class:`RunReceiver`, served over HTTP on a loopback port; yields its URL and the receiver."""
     from cache_server.app import create_app
-    from cache_server.migrate import upgrade
+    from cache_server.index.migrate import upgrade
     from cache_server.settings import Settings
     from tests.support.threaded_server import serve_in_thread
 

@@ -1,5 +1,5 @@
 """``xla-cache-server quota set|list``: byte and entry quotas of namespaces and tokens
-(:mod:`cache_server.quotas`)."""
+(:mod:`cache_server.service.quotas`)."""
 
 from __future__ import annotations
 
@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING, Any
 from cache_server.settings import Settings
 
 if TYPE_CHECKING:  # imported when a command runs, as the token commands do
-    from cache_server.auth import TokenManager
-    from cache_server.quotas import QuotaRow, Quotas
+    from cache_server.auth.tokens import TokenManager
+    from cache_server.service.quotas import QuotaRow, Quotas
 
 __all__ = ["add_quota_commands"]
 
 
 @contextmanager
 def _quotas(settings: Settings) -> Iterator[tuple[Quotas, TokenManager]]:
-    from cache_server.auth import TokenManager
+    from cache_server.auth.tokens import TokenManager
     from cache_server.index import Database, TokenRepository
     from cache_server.index.quotas import QuotaRepository
-    from cache_server.quotas import Quotas
+    from cache_server.service.quotas import Quotas
 
     if settings.uses_embedded_sqlite:
-        from cache_server.migrate import upgrade
+        from cache_server.index.migrate import upgrade
 
         upgrade(settings)  # like serve: the embedded index migrates itself
     database = Database.from_settings(settings)
@@ -60,7 +60,7 @@ def _print(rows: list[QuotaRow], as_json: bool) -> None:
 
 def _set(args: argparse.Namespace, settings: Settings) -> int:
     from cache_server.errors import CacheError
-    from cache_server.quotas import NAMESPACE, TOKEN
+    from cache_server.service.quotas import NAMESPACE, TOKEN
 
     limits = {"max_entries": args.max_entries, "max_bytes": args.max_bytes}
     if args.clear:

@@ -19,8 +19,8 @@ __all__ = ["MIGRATION_LOCK_ID", "alembic_config", "downgrade", "one_at_a_time", 
 
 def script_location() -> Path:
     """The migrations folder: ``migrations/`` in a checkout, ``cache_server/_migrations`` in a wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "migrations", here / "_migrations"):
+    package = Path(__file__).resolve().parents[1]  # cache_server/
+    for candidate in (package.parent / "migrations", package / "_migrations"):
         if (candidate / "env.py").is_file():
             return candidate
     raise FileNotFoundError("The Alembic migrations folder is missing from this installation.")

@@ -203,6 +203,6 @@ class TokenManager:
 
     def is_active(self, token_id: str) -> bool:
         """Whether the token with this id exists and is not revoked (one read of its row): what an upload in
-        flight asks (:mod:`cache_server.revocation`)."""
+        flight asks (:mod:`cache_server.auth.revocation`)."""
         found = self._repository.get_token(token_id)
         return found is not None and found[0].revoked_at is None

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any
 from cache_server.settings import Settings
 
 if TYPE_CHECKING:  # imported when a command runs: the CLI starts (and ``serve`` spawns) faster without them
-    from cache_server.auth import TokenInfo, TokenManager
+    from cache_server.auth.tokens import TokenInfo, TokenManager
 
 __all__ = ["add_token_commands"]
 
 
 @contextmanager
 def _tokens(settings: Settings) -> Iterator[TokenManager]:
-    from cache_server.auth import TokenManager
+    from cache_server.auth.tokens import TokenManager
     from cache_server.index import Database, TokenRepository
 
     if settings.uses_embedded_sqlite:
-        from cache_server.migrate import upgrade
+        from cache_server.index.migrate import upgrade
 
         upgrade(settings)  # like serve: the embedded index migrates itself
     database = Database.from_settings(settings)
@@ -63,7 +63,7 @@ def _guarded(command: Callable[[argparse.Namespace, Settings], int]) -> Callable
 
 
 def _create(args: argparse.Namespace, settings: Settings) -> int:
-    from cache_server.auth import Role
+    from cache_server.auth.tokens import Role
 
     with _tokens(settings) as tokens:
         token, info = tokens.create(args.name, Role.parse(args.role), args.namespace)
@@ -118,7 +118,7 @@ def _revoke(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _purge(args: argparse.Namespace, settings: Settings) -> int:
-    from cache_server.migrate import upgrade
+    from cache_server.index.migrate import upgrade
     from cache_server.wiring import build_services
 
     if settings.uses_embedded_sqlite:

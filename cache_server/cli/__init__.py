@@ -1,4 +1,6 @@
-"""``xla-cache-server``: serve the API, migrate the index, manage tokens."""
+"""``xla-cache-server``, the server's command line: this module holds the parser, ``serve``, ``migrate`` and
+``reindex``; :mod:`.tokens` the ``token`` commands, :mod:`.quotas` the ``quota`` commands, and :mod:`.serve`
+how uvicorn runs the app (a header read timeout; the one line saying where the dashboard is)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from cache_server.cli_quotas import add_quota_commands
-from cache_server.cli_tokens import add_token_commands
+from cache_server.cli.quotas import add_quota_commands
+from cache_server.cli.tokens import add_token_commands
 from cache_server.settings import Settings
 
 __all__ = ["main"]
@@ -49,10 +51,10 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 2
     if settings.uses_embedded_sqlite:
-        from cache_server.migrate import upgrade
+        from cache_server.index.migrate import upgrade
 
         upgrade(settings)
-    from cache_server.http_protocol import protocol_factory, serve
+    from cache_server.cli.serve import protocol_factory, serve
     from cache_server.metrics import multiprocess_directory
 
     workers = settings.workers if args.workers is None else args.workers
@@ -81,7 +83,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    from cache_server.migrate import downgrade, upgrade
+    from cache_server.index.migrate import downgrade, upgrade
 
     if args.revision == "base" or args.down:
         downgrade(settings, args.revision)
@@ -92,9 +94,9 @@ def _cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_reindex(args: argparse.Namespace, settings: Settings) -> int:
+    from cache_server.admin.reindex import ReindexReport
     from cache_server.errors import CacheError
-    from cache_server.migrate import upgrade
-    from cache_server.reindex import ReindexReport
+    from cache_server.index.migrate import upgrade
     from cache_server.wiring import build_services
 
     def progress(report: ReindexReport) -> None:

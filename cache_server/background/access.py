@@ -12,10 +12,10 @@ import threading
 from collections.abc import Sequence
 
 from cache_server import metrics
+from cache_server.background.periodic import Periodic
 from cache_server.domain import Clock, utcnow
 from cache_server.errors import IndexUnavailable
 from cache_server.index.entries import AccessDelta, EntryRepository
-from cache_server.periodic import Periodic
 
 __all__ = ["AccessRecorder"]
 
