@@ -27,7 +27,7 @@ from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.quotas import Quotas
 from cache_server.reindex import Reindexer
-from cache_server.runs import RunService
+from cache_server.runs.ingest import RunService
 from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
 from cache_server.service.nearest import NearestNamespaces

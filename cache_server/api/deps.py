@@ -12,7 +12,7 @@ from cache_server.auth import TokenManager
 from cache_server.feed import FeedWatcher
 from cache_server.graphs.report import GraphReports
 from cache_server.quotas import Quotas
-from cache_server.runs import RunService
+from cache_server.runs.ingest import RunService
 from cache_server.service import CacheService
 from cache_server.service.nearest import NearestNamespaces
 from cache_server.settings import Settings
