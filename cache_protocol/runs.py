@@ -34,6 +34,11 @@ counts the rest. The body (JSON)::
 
 Every count is an integer in ``0 .. MAX_COUNT``, every duration a number in ``0 .. MAX_SECONDS``; anything
 else, an unknown field, or a run id another token owns is refused with 4xx and nothing is stored.
+
+The numbers (``warm_seconds`` to ``unverified_entries``, and the server's ``saved_seconds``) are declared
+once, in :data:`RUN_NUMBERS`: the client's report body, the server's schemas, its stored numbers (durations
+in whole milliseconds, by :func:`milliseconds`) and the ``runs`` table's columns are all made from it. A
+new number is a line there, the client code that measures it and a migration adding its column.
 """
 
 from __future__ import annotations
