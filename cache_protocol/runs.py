@@ -34,12 +34,20 @@ counts the rest. The body (JSON)::
 
 Every count is an integer in ``0 .. MAX_COUNT``, every duration a number in ``0 .. MAX_SECONDS``; anything
 else, an unknown field, or a run id another token owns is refused with 4xx and nothing is stored.
+
+The numbers (``warm_seconds`` to ``unverified_entries``, and the server's ``saved_seconds``) are declared
+once, in :data:`RUN_NUMBERS`: the client's report body, the server's schemas, its stored numbers (durations
+in whole milliseconds, by :func:`milliseconds`) and the ``runs`` table's columns are all made from it. A
+new number is a line there, the client code that measures it and a migration adding its column.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
 
 __all__ = [
     "COMPONENT_NAMES",
@@ -53,8 +61,13 @@ __all__ = [
     "MISS_ADVICE",
     "MISS_REASONS",
     "MODULE_MAX_LENGTH",
+    "REPORTED_NUMBERS",
     "REPORT_INTERVAL_SECONDS",
     "RUN_ID_PATTERN",
+    "RUN_NUMBERS",
+    "RunNumber",
+    "milliseconds",
+    "report_numbers",
 ]
 
 RUN_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{7,63}")
@@ -113,3 +126,68 @@ MISS_ADVICE: Final = {
     "unknown": "nothing the server can read explains it (an entry not stored, or not parseable)",
 }
 """What to do about each reason (``xla-cache runs RUN``, the API and the dashboard show it)."""
+
+
+@dataclass(frozen=True)
+class RunNumber:
+    """One number of a run, declared once: the report's field (``name``), the API's, the stored one and
+    the database column (``stored``) are all made from it.
+
+    ``unit`` is ``count`` (an integer in ``0 .. MAX_COUNT``, stored as is) or ``seconds`` (a number in
+    ``0 .. MAX_SECONDS`` on the wire, whole milliseconds in the index: ``warm_seconds`` is the column
+    ``warm_ms``). ``reported``: the client sends it (False: the server works it out, as
+    ``saved_seconds``). ``since``: the migration that added its column after the first (its rows before
+    are 0: the column has that server default)."""
+
+    name: str
+    unit: Literal["count", "seconds"]
+    doc: str = ""
+    reported: bool = True
+    since: str | None = None
+
+    @property
+    def stored(self) -> str:
+        """The stored number's name (and column): durations in milliseconds."""
+        return self.name.removesuffix("_seconds") + "_ms" if self.unit == "seconds" else self.name
+
+    @property
+    def bound(self) -> float:
+        """The largest value a report may carry (larger is refused, not clipped)."""
+        return MAX_SECONDS if self.unit == "seconds" else MAX_COUNT
+
+    def clamped(self, value: float) -> int | float:
+        """``value`` as the client sends it: within the bounds, durations to the millisecond."""
+        if self.unit == "seconds":
+            return round(max(0.0, min(float(value), MAX_SECONDS)), 3)
+        return max(0, min(int(value), MAX_COUNT))
+
+
+RUN_NUMBERS: Final = (
+    RunNumber("warm_seconds", "seconds", "how long the warm took"),
+    RunNumber("warm_bytes", "count", "bytes of the entries the warm left in the directory"),
+    RunNumber("warm_entries", "count", "entries the warm left in the directory"),
+    RunNumber("hits", "count", "persistent-cache loads"),
+    RunNumber("misses", "count", "compiles"),
+    RunNumber("compile_seconds", "seconds", "compile time paid"),
+    RunNumber("saved_seconds", "seconds", "compile time the hits saved (estimated)", reported=False),
+    RunNumber("uploaded_entries", "count", "entries uploaded"),
+    RunNumber("live_entries", "count", "entries the follower placed"),
+    RunNumber("load_failures", "count", "entries the framework failed to load"),
+    RunNumber(
+        "unverified_entries", "count", "entries skipped: signed by no key the job trusts", since="0012"
+    ),
+)
+"""Every number of a run, in the order the index keeps them."""
+REPORTED_NUMBERS: Final = tuple(number for number in RUN_NUMBERS if number.reported)
+"""The numbers a report carries (each optional: 0 when left out)."""
+
+
+def milliseconds(seconds: float) -> int:
+    """``seconds`` as whole milliseconds, half a millisecond up: the one rule of the server."""
+    return math.floor(seconds * 1000.0 + 0.5)
+
+
+def report_numbers(measured: Mapping[str, float]) -> dict[str, int | float]:
+    """The numbers of a report from what the client measured (by name; one not measured is 0), each
+    within its bounds (:meth:`RunNumber.clamped`)."""
+    return {number.name: number.clamped(measured.get(number.name, 0)) for number in REPORTED_NUMBERS}

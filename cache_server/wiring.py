@@ -25,7 +25,7 @@ from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
-from cache_server.runs import RunService
+from cache_server.runs.ingest import RunService
 from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
 from cache_server.service.hot import HotEntries

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +23,20 @@ def test_clean(command: list[str]) -> None:
         [str(BIN / command[0]), *command[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_routes_reach_the_index_only_through_services() -> None:
+    """No module of the HTTP layer (cache_server/api/) imports the index: routes ask services."""
+    offenders = []
+    for path in sorted((ROOT / "cache_server" / "api").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(name == "cache_server.index" or name.startswith("cache_server.index.") for name in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []

@@ -26,7 +26,7 @@ from cache_server.api.admin_schemas import StatsOut
 from cache_server.api.auth import bearer_token, principal
 from cache_server.api.deps import AdminDep, RunsDep, SettingsDep, TokensDep
 from cache_server.api.run_schemas import RunDetailOut, RunOut, RunsOut
-from cache_server.index.runs import RunFilter
+from cache_server.runs.model import RunFilter
 
 __all__ = ["router"]
 

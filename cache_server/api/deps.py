@@ -10,7 +10,7 @@ from cache_server.admin.service import AdminService
 from cache_server.api.bodies import UploadSlots
 from cache_server.auth.tokens import TokenManager
 from cache_server.graphs.report import GraphReports
-from cache_server.runs import RunService
+from cache_server.runs.ingest import RunService
 from cache_server.service import CacheService
 from cache_server.service.feed import FeedWatcher
 from cache_server.service.nearest import NearestNamespaces

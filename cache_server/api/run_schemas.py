@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model, model_validator
 
 from cache_protocol.runs import (
     HOST_MAX_LENGTH,
@@ -17,11 +17,15 @@ from cache_protocol.runs import (
     MAX_SECONDS,
     MISS_ADVICE,
     MODULE_MAX_LENGTH,
+    REPORTED_NUMBERS,
     RUN_ID_PATTERN,
+    RUN_NUMBERS,
+    milliseconds,
 )
-from cache_server.index.runs import MissRecord, RunInfo
 from cache_server.names import check_key, check_namespace
-from cache_server.runs import ExplainedMiss, RunDetail, RunReport
+from cache_server.runs.ingest import RunDetail, RunReport
+from cache_server.runs.model import MissRecord, RunInfo
+from cache_server.runs.reasons import ExplainedMiss
 
 __all__ = ["RunDetailOut", "RunOut", "RunReportIn", "RunsOut"]
 
@@ -53,7 +57,7 @@ class MissIn(_Strict):
         return self
 
 
-class RunReportIn(_Strict):
+class _ReportFields(_Strict):
     """One report of a run (cumulative numbers; the misses not reported before)."""
 
     run_id: str = Field(min_length=8, max_length=64, pattern=f"^{RUN_ID_PATTERN.pattern}$")
@@ -63,20 +67,10 @@ class RunReportIn(_Strict):
     process_index: StrictInt = Field(default=0, ge=0, le=MAX_PROCESS_INDEX)
     started_at: UnixTime
     ended_at: UnixTime | None = None
-    warm_seconds: Seconds = 0.0
-    warm_bytes: Count = 0
-    warm_entries: Count = 0
-    hits: Count = 0
-    misses: Count = 0
-    compile_seconds: Seconds = 0.0
-    uploaded_entries: Count = 0
-    live_entries: Count = 0
-    load_failures: Count = 0
-    unverified_entries: Count = 0  # skipped: signed by no key the job trusts (issue 28)
     new_misses: list[MissIn] = Field(default_factory=list, max_length=MAX_MISSES_PER_REPORT)
 
     @model_validator(mode="after")
-    def _consistent(self) -> RunReportIn:
+    def _consistent(self) -> _ReportFields:
         check_namespace(self.namespace)
         if self.ended_at is not None and self.ended_at < self.started_at:
             raise ValueError("ended_at is before started_at")
@@ -94,22 +88,13 @@ class RunReportIn(_Strict):
             process_index=self.process_index,
             started_at=_time(self.started_at),
             ended_at=None if self.ended_at is None else _time(self.ended_at),
-            warm_seconds=self.warm_seconds,
-            warm_bytes=self.warm_bytes,
-            warm_entries=self.warm_entries,
-            hits=self.hits,
-            misses=self.misses,
-            compile_seconds=self.compile_seconds,
-            uploaded_entries=self.uploaded_entries,
-            live_entries=self.live_entries,
-            load_failures=self.load_failures,
-            unverified_entries=self.unverified_entries,
+            numbers={number.name: getattr(self, number.name) for number in REPORTED_NUMBERS},
             new_misses=[
                 MissRecord(
                     key=m.key,
                     module=m.module,
                     components=m.components,
-                    compile_ms=None if m.compile_seconds is None else round(m.compile_seconds * 1000),
+                    compile_ms=None if m.compile_seconds is None else milliseconds(m.compile_seconds),
                     load_failed=m.load_failed,
                 )
                 for m in self.new_misses
@@ -117,11 +102,26 @@ class RunReportIn(_Strict):
         )
 
 
+def _reported(unit: str) -> tuple[Any, Any]:
+    return (Seconds, 0.0) if unit == "seconds" else (Count, 0)
+
+
+if TYPE_CHECKING:
+    RunReportIn = _ReportFields
+else:  # the report's fields and, each optional, its numbers (cache_protocol.runs.REPORTED_NUMBERS)
+    RunReportIn = create_model(
+        "RunReportIn",
+        __base__=_ReportFields,
+        __doc__=_ReportFields.__doc__,
+        **{number.name: _reported(number.unit) for number in REPORTED_NUMBERS},
+    )
+
+
 def _time(unix: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(unix, dt.timezone.utc)
 
 
-class _RunFields(BaseModel):
+class _RunIdentity(BaseModel):
     run_id: str
     namespace: str
     framework: str
@@ -130,22 +130,26 @@ class _RunFields(BaseModel):
     started_at: dt.datetime
     updated_at: dt.datetime
     ended_at: dt.datetime | None
-    warm_seconds: float
-    warm_bytes: int
-    warm_entries: int
-    hits: int
     hit_rate: float | None
-    compile_seconds: float
-    saved_seconds: float
-    uploaded_entries: int
-    live_entries: int
-    load_failures: int
-    unverified_entries: int
+
+
+_SHOWN = tuple(number for number in RUN_NUMBERS if number.name != "misses")
+"""The numbers every run shows as they are (``misses``: RunOut's count, RunDetailOut's page of them)."""
+
+if TYPE_CHECKING:
+    _RunFields = _RunIdentity
+else:
+    _RunFields = create_model(
+        "_RunFields",
+        __base__=_RunIdentity,
+        **{number.name: (float if number.unit == "seconds" else int, ...) for number in _SHOWN},
+    )
 
 
 def _run_fields(run: RunInfo) -> dict[str, object]:
     n = run.numbers
     looked = n.hits + n.misses
+    shown = n.shown()
     return {
         "run_id": run.run_id,
         "namespace": run.namespace,
@@ -155,17 +159,8 @@ def _run_fields(run: RunInfo) -> dict[str, object]:
         "started_at": run.started_at,
         "updated_at": run.updated_at,
         "ended_at": run.ended_at,
-        "warm_seconds": n.warm_ms / 1000,
-        "warm_bytes": n.warm_bytes,
-        "warm_entries": n.warm_entries,
-        "hits": n.hits,
         "hit_rate": n.hits / looked if looked else None,
-        "compile_seconds": n.compile_ms / 1000,
-        "saved_seconds": n.saved_ms / 1000,
-        "uploaded_entries": n.uploaded_entries,
-        "live_entries": n.live_entries,
-        "load_failures": n.load_failures,
-        "unverified_entries": n.unverified_entries,
+        **{number.name: shown[number.name] for number in _SHOWN},
     }
 
 

@@ -24,7 +24,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import KeyedColumnElement
 
+from cache_protocol.runs import RUN_NUMBERS
 from cache_protocol.signing import SIGNATURE_MAX_LENGTH
 from cache_server.domain import utcnow
 
@@ -44,6 +46,7 @@ __all__ = [
     "RunMiss",
     "Tombstone",
     "UtcDateTime",
+    "run_number",
 ]
 
 NO_TOKEN = ""
@@ -358,7 +361,7 @@ class Run(Base):
     ``run_id`` is made by the client; ``reported_by`` is the id of the token that first reported it (None
     with auth off): a later report of the same id from another token is refused. No foreign key to
     ``namespaces``: a run's story outlives its namespace's deletion, and is pruned by age and count only.
-    Durations are whole milliseconds.
+    Its numbers' columns are made from their declaration below; durations are whole milliseconds.
     """
 
     __tablename__ = "runs"
@@ -377,18 +380,27 @@ class Run(Base):
     started_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)  # None: still running
-    warm_ms: Mapped[int] = mapped_column(BigInteger, default=0)
-    warm_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
-    warm_entries: Mapped[int] = mapped_column(BigInteger, default=0)
-    hits: Mapped[int] = mapped_column(BigInteger, default=0)
-    misses: Mapped[int] = mapped_column(BigInteger, default=0)  # compiles
-    compile_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # compile time paid
-    saved_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # compile time the hits saved (estimate)
-    uploaded_entries: Mapped[int] = mapped_column(BigInteger, default=0)
-    live_entries: Mapped[int] = mapped_column(BigInteger, default=0)
-    load_failures: Mapped[int] = mapped_column(BigInteger, default=0)
-    # entries skipped because no key the job trusts signed them (migration 0012; issue 28)
-    unverified_entries: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+
+# The run's numbers (cache_protocol.runs.RUN_NUMBERS: warm_ms, hits, misses, compile_ms, saved_ms...): one
+# BigInteger column each, 0 by default; a number added after migration 0010 has 0 as its server default too.
+for _number in RUN_NUMBERS:
+    setattr(
+        Run,
+        _number.stored,
+        mapped_column(
+            _number.stored,
+            BigInteger,
+            nullable=False,
+            default=0,
+            server_default=None if _number.since is None else text("0"),
+        ),
+    )
+
+
+def run_number(name: str) -> KeyedColumnElement[Any]:
+    """The column of the run number stored as ``name`` (``hits``, ``compile_ms``...)."""
+    return Run.__table__.c[name]
 
 
 class RunMiss(Base):

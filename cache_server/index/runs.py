@@ -1,113 +1,27 @@
-"""Run reports in the index (migration 0010): store a report, list and read runs, prune them.
+"""Run reports in the index (migration 0010): store a run's row and its misses, list and read runs, prune
+them.
 
-:meth:`RunRepository.record` stores one report in one transaction: the run's row is created by its first
-report (the token that sent it owns the id) or merged with the next ones (each number the larger of the two,
-so a late report that arrives out of order cannot lower them), and the report's new misses are added while
-the run holds fewer than :data:`~cache_protocol.runs.MAX_MISSES_PER_RUN`. The facts a miss's reason is
-worked out from are read by :mod:`cache_server.index.miss_facts`.
+The index only stores and reads: what a report changes (who owns a run, what it may not change, how its
+numbers merge, how many misses it keeps) is the service's (:mod:`cache_server.runs.ingest`), which holds
+one run's row in a transaction (:meth:`RunRepository.holding`) while it reads and writes it. The facts a
+miss's reason is worked out from are read by :mod:`cache_server.index.miss_facts`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, delete, func, null, or_, select, update
+from sqlalchemy.orm import Session
 
-from cache_protocol.runs import MAX_MISSES_PER_RUN
-from cache_server.errors import RunConflict, RunOwned
 from cache_server.index.database import Database, chunked
-from cache_server.index.models import Namespace, Run, RunMiss
+from cache_server.index.models import Namespace, Run, RunMiss, run_number
+from cache_server.runs.model import NUMBER_FIELDS, MissRecord, RunFilter, RunInfo, RunNumbers, RunTotals
 
-__all__ = [
-    "MissRecord",
-    "RunFilter",
-    "RunInfo",
-    "RunNumbers",
-    "RunRecorded",
-    "RunRepository",
-    "RunTotals",
-    "pattern_to_like",
-]
-
-
-@dataclass(frozen=True)
-class RunNumbers:
-    """A run's cumulative numbers (durations in whole milliseconds)."""
-
-    warm_ms: int = 0
-    warm_bytes: int = 0
-    warm_entries: int = 0
-    hits: int = 0
-    misses: int = 0
-    compile_ms: int = 0
-    saved_ms: int = 0
-    uploaded_entries: int = 0
-    live_entries: int = 0
-    load_failures: int = 0
-    unverified_entries: int = 0
-
-    def merged(self, other: RunNumbers) -> RunNumbers:
-        """Each number the larger of the two (reports are cumulative: a smaller one is an older one)."""
-        return RunNumbers(*(max(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
-
-
-NUMBER_FIELDS = tuple(f.name for f in fields(RunNumbers))
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One run as the index holds it; ``misses_stored`` is how many of its misses have a row."""
-
-    run_id: str
-    namespace: str
-    framework: str
-    host: str
-    process_index: int
-    reported_by: str | None
-    started_at: dt.datetime
-    updated_at: dt.datetime
-    ended_at: dt.datetime | None
-    numbers: RunNumbers
-    misses_stored: int = 0
-
-
-@dataclass(frozen=True)
-class MissRecord:
-    """One compile a run reported, as stored (``reported_at`` orders a run's misses)."""
-
-    key: str
-    module: str | None
-    components: dict[str, str] | None
-    compile_ms: int | None
-    load_failed: bool
-    reported_at: dt.datetime | None = None
-
-
-@dataclass(frozen=True)
-class RunRecorded:
-    """What storing one report did: the numbers before it (None: the run's first report) and after it,
-    and how many of its misses were kept (the rest were over the run's bound, or reported before)."""
-
-    run: RunInfo
-    before: RunNumbers | None
-    misses_kept: int
-
-
-@dataclass(frozen=True)
-class RunFilter:
-    """Which runs a listing shows: each field None means any; ``patterns`` are a scoped token's namespace
-    patterns (``*`` and ``?``), None for every namespace."""
-
-    namespace: str | None = None
-    framework: str | None = None
-    host: str | None = None
-    since: dt.datetime | None = None
-    until: dt.datetime | None = None
-    patterns: tuple[str, ...] | None = None
-    limit: int = 100
+__all__ = ["HeldRun", "RunRepository", "pattern_to_like"]
 
 
 def pattern_to_like(pattern: str) -> str:
@@ -141,7 +55,7 @@ _RUN_COLUMNS = (
     Run.started_at,
     Run.updated_at,
     Run.ended_at,
-    *(getattr(Run, name) for name in NUMBER_FIELDS),
+    *(run_number(name) for name in NUMBER_FIELDS),
 )
 
 
@@ -156,21 +70,89 @@ def _run_info(row: Sequence[Any], misses_stored: int = 0) -> RunInfo:
         started_at=row[6],
         updated_at=row[7],
         ended_at=row[8],
-        numbers=RunNumbers(*(int(v) for v in row[9:])),
+        numbers=RunNumbers.of_row(row[9:]),
         misses_stored=misses_stored,
     )
 
 
-@dataclass(frozen=True)
-class RunTotals:
-    """The runs of a period together: how many, and what they reported (their hits are entries loaded
-    from the cache, their misses compiles)."""
+class HeldRun:
+    """One run's row within a transaction: read (and locked), inserted or updated, and its misses added.
+    Whatever raises within :meth:`RunRepository.holding` stores nothing."""
 
-    runs: int
-    hits: int
-    misses: int
-    compile_ms: int
-    saved_ms: int
+    def __init__(self, db: Database, session: Session, run_id: str) -> None:
+        self._db = db
+        self._session = session
+        self.run_id = run_id
+
+    def read(self) -> RunInfo | None:
+        """The run as stored (its row locked until the transaction ends), None if there is none."""
+        row = self._session.execute(
+            select(*_RUN_COLUMNS).where(Run.run_id == self.run_id).with_for_update()
+        ).first()
+        return None if row is None else _run_info(tuple(row))
+
+    def insert(self, run: RunInfo) -> bool:
+        """Store ``run`` as a new row; False if another report of the same run stored one first."""
+        inserted = self._session.execute(
+            self._db.insert(Run)
+            .values(**_row(run), run_id=run.run_id, namespace=run.namespace, framework=run.framework)
+            .on_conflict_do_nothing(index_elements=["run_id"])
+            .returning(Run.run_id)
+        ).first()
+        return inserted is not None
+
+    def update(self, run: RunInfo) -> None:
+        """Store ``run``'s host, process, times and numbers over its row."""
+        self._session.execute(update(Run).where(Run.run_id == self.run_id).values(**_row(run)))
+
+    def misses_held(self) -> int:
+        """How many of the run's misses have a row."""
+        return int(
+            self._session.execute(
+                select(func.count()).select_from(RunMiss).where(RunMiss.run_id == self.run_id)
+            ).scalar_one()
+        )
+
+    def add_misses(self, namespace: str, misses: Sequence[MissRecord], *, now: dt.datetime) -> int:
+        """Store ``misses`` (each a microsecond after the last: the order reported) but those the run holds
+        already; returns how many were stored."""
+        rows = [
+            {
+                "run_id": self.run_id,
+                "key": miss.key,
+                "namespace": namespace,
+                "module": miss.module,
+                "components": null() if miss.components is None else miss.components,  # SQL NULL
+                "compile_ms": miss.compile_ms,
+                "load_failed": miss.load_failed,
+                "reported_at": now + dt.timedelta(microseconds=index),
+            }
+            for index, miss in enumerate(misses)
+        ]
+        kept = 0
+        for part in chunked(rows):
+            kept += len(
+                self._session.execute(
+                    self._db.insert(RunMiss)
+                    .values(part)
+                    .on_conflict_do_nothing(index_elements=["run_id", "key"])
+                    .returning(RunMiss.key)
+                ).all()
+            )
+        return kept
+
+
+def _row(run: RunInfo) -> dict[str, Any]:
+    """The columns of ``run`` a report may change."""
+    return {
+        "host": run.host,
+        "process_index": run.process_index,
+        "reported_by": run.reported_by,
+        "started_at": run.started_at,
+        "updated_at": run.updated_at,
+        "ended_at": run.ended_at,
+        **run.numbers.as_dict(),
+    }
 
 
 class RunRepository:
@@ -179,106 +161,12 @@ class RunRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def record(
-        self,
-        run: RunInfo,
-        misses: Sequence[MissRecord],
-        *,
-        now: dt.datetime,
-    ) -> RunRecorded:
-        """Store one report of ``run`` (its numbers and identity; ``reported_by`` the token's id) and its new
-        ``misses``, in one transaction. :class:`RunOwned` if another token reported this id first,
-        :class:`RunConflict` if the run has another namespace or framework; nothing is stored then."""
+    @contextmanager
+    def holding(self, run_id: str) -> Iterator[HeldRun]:
+        """The run ``run_id``'s row in one transaction: committed when the block ends, rolled back (nothing
+        stored) when it raises."""
         with self._db.transaction() as session:
-            existing = session.execute(
-                select(*_RUN_COLUMNS).where(Run.run_id == run.run_id).with_for_update()
-            ).first()
-            if existing is None:
-                inserted = session.execute(
-                    self._db.insert(Run)
-                    .values(
-                        run_id=run.run_id,
-                        namespace=run.namespace,
-                        framework=run.framework,
-                        host=run.host,
-                        process_index=run.process_index,
-                        reported_by=run.reported_by,
-                        started_at=run.started_at,
-                        updated_at=now,
-                        ended_at=run.ended_at,
-                        **{name: getattr(run.numbers, name) for name in NUMBER_FIELDS},
-                    )
-                    .on_conflict_do_nothing(index_elements=["run_id"])
-                    .returning(Run.run_id)
-                ).first()
-                if inserted is None:  # another report of the same run won the race: merge into it
-                    existing = session.execute(
-                        select(*_RUN_COLUMNS).where(Run.run_id == run.run_id).with_for_update()
-                    ).first()
-            before: RunNumbers | None = None
-            stored = replace(run, updated_at=now)
-            if existing is not None:
-                old = _run_info(tuple(existing))
-                if old.reported_by != run.reported_by:
-                    raise RunOwned(
-                        f"The run {run.run_id!r} was reported by another token; a run id belongs to the "
-                        "token that reported it first."
-                    )
-                if (old.namespace, old.framework) != (run.namespace, run.framework):
-                    raise RunConflict(
-                        f"The run {run.run_id!r} was reported for namespace {old.namespace!r} and framework "
-                        f"{old.framework!r}; a run keeps the namespace and framework of its first report."
-                    )
-                before = old.numbers
-                ended = [t for t in (old.ended_at, run.ended_at) if t is not None]
-                stored = replace(
-                    old,
-                    host=run.host,
-                    process_index=run.process_index,
-                    updated_at=now,
-                    ended_at=max(ended) if ended else None,
-                    numbers=old.numbers.merged(run.numbers),
-                )
-                session.execute(
-                    update(Run)
-                    .where(Run.run_id == run.run_id)
-                    .values(
-                        host=stored.host,
-                        process_index=stored.process_index,
-                        updated_at=now,
-                        ended_at=stored.ended_at,
-                        **{name: getattr(stored.numbers, name) for name in NUMBER_FIELDS},
-                    )
-                )
-            held = session.execute(
-                select(func.count()).select_from(RunMiss).where(RunMiss.run_id == run.run_id)
-            ).scalar_one()
-            room = max(0, MAX_MISSES_PER_RUN - held)
-            kept = 0
-            rows = [
-                {
-                    "run_id": run.run_id,
-                    "key": miss.key,
-                    "namespace": run.namespace,
-                    "module": miss.module,
-                    "components": null() if miss.components is None else miss.components,  # SQL NULL
-                    "compile_ms": miss.compile_ms,
-                    "load_failed": miss.load_failed,
-                    # a report's misses in the order the client saw them: one microsecond apart
-                    "reported_at": now + dt.timedelta(microseconds=index),
-                }
-                for index, miss in enumerate(misses[:room])
-            ]
-            for part in chunked(rows):
-                kept += len(
-                    session.execute(
-                        self._db.insert(RunMiss)
-                        .values(part)
-                        .on_conflict_do_nothing(index_elements=["run_id", "key"])
-                        .returning(RunMiss.key)
-                    ).all()
-                )
-        return RunRecorded(run=replace(stored, misses_stored=held + kept), before=before, misses_kept=kept)
+            yield HeldRun(self._db, session, run_id)
 
     def compile_ms_per_hit(self, namespace: str) -> float | None:
         """The compile time a hit of ``namespace`` saved on average (its counters), None before any hit."""
@@ -340,10 +228,10 @@ class RunRepository:
         ``ix_runs_started_at`` or ``ix_runs_namespace_started_at``)."""
         stmt = select(
             func.count(),
-            func.coalesce(func.sum(Run.hits), 0),
-            func.coalesce(func.sum(Run.misses), 0),
-            func.coalesce(func.sum(Run.compile_ms), 0),
-            func.coalesce(func.sum(Run.saved_ms), 0),
+            *(
+                func.coalesce(func.sum(run_number(name)), 0)
+                for name in ("hits", "misses", "compile_ms", "saved_ms")
+            ),
         ).where(Run.started_at >= since, *([] if namespace is None else [Run.namespace == namespace]))
         with self._db.reading() as connection:
             row = connection.execute(stmt).one()

@@ -1,8 +1,12 @@
 """Run reports as a service: store one (``POST /v1/runs``), list runs, show one with the reason of each miss.
 
-A report carries the run's cumulative numbers: the index keeps, per number, the larger of the stored and the
-reported (:meth:`~cache_server.index.runs.RunRepository.record`), so the Prometheus counters grow by the
-difference between a run's consecutive reports, and never shrink. The compile time a run's hits saved is
+A report carries the run's cumulative numbers. :func:`record_run` holds the rules of storing one: the first
+report of a run id creates its row (the token that sent it owns the id: another token's report of it is
+refused, as is one that changes its namespace or framework), the next ones merge into it (each number the
+larger of the stored and the reported, so a late report that arrives out of order cannot lower them, and
+the Prometheus counters grow by the difference between a run's consecutive reports, and never shrink), and
+the report's new misses are added while the run holds fewer than
+:data:`~cache_protocol.runs.MAX_MISSES_PER_RUN`. The compile time a run's hits saved is
 estimated from its namespace's counters (the compile time recorded with the entries served, per hit).
 """
 
@@ -10,21 +14,22 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
-import math
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
+from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server import metrics
 from cache_server.domain import Clock, utcnow
-from cache_server.errors import RunAmbiguous, RunNotFound
+from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
-from cache_server.index.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRepository, RunTotals
+from cache_server.index.runs import RunRepository
+from cache_server.runs.model import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache
 
-__all__ = ["MAX_COUNTED", "MIN_PREFIX", "RunDetail", "RunReport", "RunService"]
+__all__ = ["MAX_COUNTED", "MIN_PREFIX", "RunDetail", "RunReport", "RunService", "record_run"]
 
 MAX_COUNTED = 1_000
 """Misses a run's detail explains to count its reasons (each costs the explanation; the rest are counted as
@@ -46,16 +51,7 @@ class RunReport:
     process_index: int
     started_at: dt.datetime
     ended_at: dt.datetime | None
-    warm_seconds: float
-    warm_bytes: int
-    warm_entries: int
-    hits: int
-    misses: int
-    compile_seconds: float
-    uploaded_entries: int
-    live_entries: int
-    load_failures: int
-    unverified_entries: int
+    numbers: Mapping[str, float]  # by name (cache_protocol.runs.REPORTED_NUMBERS), durations in seconds
     new_misses: Sequence[MissRecord]
 
 
@@ -73,10 +69,6 @@ class RunDetail:
     counted: int = 0
 
 
-def _ms(seconds: float) -> int:
-    return math.floor(seconds * 1000.0 + 0.5)
-
-
 class RunService:
     """Stores run reports and explains them."""
 
@@ -90,20 +82,9 @@ class RunService:
         """Store ``report`` for the token ``reported_by`` (None with auth off) and count it in the metrics;
         :class:`~cache_server.errors.RunOwned` / :class:`~cache_server.errors.RunConflict` store nothing."""
         per_hit = self._repository.compile_ms_per_hit(report.namespace)
-        saved = int(report.hits * per_hit) if per_hit is not None else 0
-        numbers = RunNumbers(
-            warm_ms=_ms(report.warm_seconds),
-            warm_bytes=report.warm_bytes,
-            warm_entries=report.warm_entries,
-            hits=report.hits,
-            misses=report.misses,
-            compile_ms=_ms(report.compile_seconds),
-            saved_ms=min(saved, 2**62),
-            uploaded_entries=report.uploaded_entries,
-            live_entries=report.live_entries,
-            load_failures=report.load_failures,
-            unverified_entries=report.unverified_entries,
-        )
+        hits = int(report.numbers.get("hits", 0))
+        saved = int(hits * per_hit) if per_hit is not None else 0
+        numbers = RunNumbers.of_report(report.numbers, saved_ms=min(saved, 2**62))
         now = self._clock()
         run = RunInfo(
             run_id=report.run_id,
@@ -117,7 +98,7 @@ class RunService:
             ended_at=report.ended_at,
             numbers=numbers,
         )
-        recorded = self._repository.record(run, report.new_misses, now=now)
+        recorded = record_run(self._repository, run, report.new_misses, now=now)
         _count(report.framework, recorded.before, recorded.run.numbers)
         return recorded.run
 
@@ -187,6 +168,45 @@ class RunService:
                 if again is not None:
                     return again
         raise RunNotFound(f"No run {run_id!r} was reported (or it is not one this token may see).")
+
+
+def record_run(
+    repository: RunRepository, run: RunInfo, misses: Sequence[MissRecord], *, now: dt.datetime
+) -> RunRecorded:
+    """Store one report of ``run`` (its numbers and identity; ``reported_by`` the token's id) and its new
+    ``misses``, in one transaction. :class:`RunOwned` if another token reported this id first,
+    :class:`RunConflict` if the run has another namespace or framework; nothing is stored then."""
+    stored = replace(run, updated_at=now)
+    before: RunNumbers | None = None
+    with repository.holding(run.run_id) as held:
+        old = held.read()
+        if old is None and not held.insert(stored):
+            old = held.read()  # another report of the same run won the race: merge into it
+        if old is not None:
+            if old.reported_by != run.reported_by:
+                raise RunOwned(
+                    f"The run {run.run_id!r} was reported by another token; a run id belongs to the "
+                    "token that reported it first."
+                )
+            if (old.namespace, old.framework) != (run.namespace, run.framework):
+                raise RunConflict(
+                    f"The run {run.run_id!r} was reported for namespace {old.namespace!r} and framework "
+                    f"{old.framework!r}; a run keeps the namespace and framework of its first report."
+                )
+            before = old.numbers
+            ended = [t for t in (old.ended_at, run.ended_at) if t is not None]
+            stored = replace(
+                old,
+                host=run.host,
+                process_index=run.process_index,
+                updated_at=now,
+                ended_at=max(ended) if ended else None,
+                numbers=old.numbers.merged(run.numbers),
+            )
+            held.update(stored)
+        count = held.misses_held()
+        kept = held.add_misses(run.namespace, misses[: max(0, MAX_MISSES_PER_RUN - count)], now=now)
+    return RunRecorded(run=replace(stored, misses_stored=count + kept), before=before, misses_kept=kept)
 
 
 def _covered(namespace: str, patterns: tuple[str, ...]) -> bool:

@@ -36,7 +36,7 @@ from cache_server.graphs.baked import SizeChange, describe_changes, size_changes
 from cache_server.graphs.body import Body, body_from_text
 from cache_server.graphs.shapes import Dimension, Signature, differing_dimensions, parse_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
-from cache_server.index.runs import MissRecord
+from cache_server.runs.model import MissRecord
 from cache_server.runs.variants import ModuleVariants, Variant, VariantsCache
 
 __all__ = ["ComponentDifference", "ExplainedMiss", "explain"]

@@ -205,7 +205,7 @@ def test_different_key_is_named_against_the_same_computation_not_the_runs_other_
 def test_misses_beyond_the_run_bound_are_counted_not_stored(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("cache_server.index.runs.MAX_MISSES_PER_RUN", 3)
+    monkeypatch.setattr("cache_server.runs.ingest.MAX_MISSES_PER_RUN", 3)
     post(client, report(misses=2, new_misses=[miss("k1"), miss("k2")]))
     post(client, report(misses=5, new_misses=[miss("k3"), miss("k4"), miss("k5")]))
     detail = client.get("/admin/runs/run-00000001").json()

@@ -13,13 +13,22 @@ from cache_server.errors import RunConflict, RunOwned
 from cache_server.index import AdminRepository, Database, EntryRepository
 from cache_server.index.admin import GraphRecord
 from cache_server.index.miss_facts import read_facts
-from cache_server.index.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRepository
+from cache_server.index.runs import RunRepository
 from cache_server.index.tombstones import prune_tombstones, tombstones_of
+from cache_server.runs.ingest import record_run
+from cache_server.runs.model import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded
 from cache_server.runs.retention import prune_history
 from cache_server.settings import Settings
 from tests.support.entry_records import record
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
+
+
+class Runs(RunRepository):
+    """The repository, with the service's rules of storing a report (:func:`record_run`)."""
+
+    def record(self, run: RunInfo, misses: list[MissRecord], *, now: dt.datetime) -> RunRecorded:
+        return record_run(self, run, misses, now=now)
 
 
 def run(run_id: str, namespace: str = "ns", *, token: str | None = "tok", **numbers: int) -> RunInfo:
@@ -42,7 +51,7 @@ def miss(key: str, module: str | None = "m", components: dict[str, str] | None =
 
 
 def test_reports_merge_by_max_and_keep_their_owner(database: Database) -> None:
-    runs = RunRepository(database)
+    runs = Runs(database)
     first = runs.record(run("r1", hits=10, misses=2), [miss("a"), miss("b")], now=T0)
     assert first.before is None and first.misses_kept == 2
     late = runs.record(run("r1", hits=3, misses=5), [miss("b"), miss("c")], now=T0 + dt.timedelta(minutes=1))
@@ -59,7 +68,7 @@ def test_reports_merge_by_max_and_keep_their_owner(database: Database) -> None:
 
 
 def test_listing_filters_and_patterns(database: Database) -> None:
-    runs = RunRepository(database)
+    runs = Runs(database)
     for index, (run_id, namespace) in enumerate([("r1", "team_a-1"), ("r2", "teamXa-1"), ("r3", "other")]):
         info = run(run_id, namespace)
         runs.record(RunInfo(**{**info.__dict__, "started_at": T0 + dt.timedelta(hours=index)}), [], now=T0)
@@ -76,7 +85,7 @@ def test_listing_filters_and_patterns(database: Database) -> None:
 
 
 def test_runs_and_tombstones_pruned_by_age_and_count(database: Database, db_settings: Settings) -> None:
-    runs = RunRepository(database)
+    runs = Runs(database)
     for day in range(5):
         runs.record(run(f"run-{day}"), [miss(f"k{day}")], now=T0 + dt.timedelta(days=day))
     entries, admin = EntryRepository(database), AdminRepository(database)
@@ -113,7 +122,7 @@ def test_a_removal_renews_the_tombstone_and_facts_read_it(database: Database) ->
     (stone,) = tombstones_of(database, "ns", ["k"]).values()
     assert (stone.policy, stone.removed_at, stone.size) == ("damaged", T0 + dt.timedelta(hours=1), 10)
 
-    RunRepository(database).record(run("r1"), [miss("x1", "mod", {"computation": "c1"})], now=utcnow())
+    Runs(database).record(run("r1"), [miss("x1", "mod", {"computation": "c1"})], now=utcnow())
     facts = read_facts(database, "ns", ["v1", "k"], ["mod"])
     assert set(facts.own) == {"v1"} and facts.own["v1"].shapes == "(f32[2]) -> (f32[2])"
     assert sorted(g.key for g in facts.variants["mod"]) == ["v1", "v2"]

@@ -38,22 +38,18 @@ from cache_protocol.runs import (
     MAX_PROCESS_INDEX,
     MAX_SECONDS,
     MODULE_MAX_LENGTH,
+    REPORTED_NUMBERS,
     RUN_ID_PATTERN,
+    RUN_NUMBERS,
 )
 
 __all__ = ["RunReceiver", "no_run_routes", "receiving_server", "report_problems"]
 
-_COUNTS = (
-    "warm_bytes",
-    "warm_entries",
-    "hits",
-    "misses",
-    "uploaded_entries",
-    "live_entries",
-    "load_failures",
-    "unverified_entries",
-)
-_DURATIONS = ("warm_seconds", "compile_seconds")
+_COUNTS = tuple(number.name for number in REPORTED_NUMBERS if number.unit == "count")
+_DURATIONS = tuple(number.name for number in REPORTED_NUMBERS if number.unit == "seconds")
+_WORKED_OUT = {  # the numbers the server works out (saved_seconds): 0 here
+    number.name: 0.0 if number.unit == "seconds" else 0 for number in RUN_NUMBERS if not number.reported
+}
 _FIELDS = {
     "run_id",
     "namespace",
@@ -192,7 +188,7 @@ class RunReceiver:
             ended_at=_iso(last["ended_at"]),
             updated_at=_iso(last["ended_at"] or last["started_at"]),
             hit_rate=last["hits"] / looked if looked else None,
-            saved_seconds=0.0,
+            **_WORKED_OUT,
         )
         return row
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from xla_cache.cachedir import LocalFile
 from xla_cache.frameworks import Framework
@@ -28,12 +28,22 @@ __all__ = [
 @dataclass(frozen=True)
 class CompileCounts:
     """The run's persistent-cache loads (hits), compiles (misses), the compile seconds paid and the entries
-    the framework failed to load, since the warm."""
+    the framework failed to load, since the warm. Each field is the run number of its name
+    (:data:`cache_protocol.runs.RUN_NUMBERS`): a number the framework measures is a field here."""
 
     hits: int = 0
     misses: int = 0
     compile_seconds: float = 0.0
     load_failures: int = 0
+
+    def since(self, start: CompileCounts) -> CompileCounts:
+        """What grew from ``start`` to these (never less than nothing)."""
+        grown = {f.name: max(0, getattr(self, f.name) - getattr(start, f.name)) for f in fields(self)}
+        return CompileCounts(**grown)
+
+    def numbers(self) -> dict[str, float]:
+        """The counts by their run numbers' names."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -109,13 +119,7 @@ class TorchXlaCollector(RunCollector):
         )
 
     def counts(self) -> CompileCounts:
-        now, start = self._read(), self._start
-        return CompileCounts(
-            hits=max(0, now.hits - start.hits),
-            misses=max(0, now.misses - start.misses),
-            compile_seconds=max(0.0, now.compile_seconds - start.compile_seconds),
-            load_failures=max(0, now.load_failures - start.load_failures),
-        )
+        return self._read().since(self._start)
 
     def process_index(self) -> int:
         if "torch_xla" not in sys.modules:

@@ -207,12 +207,7 @@ class JaxCollector(RunCollector):
         return "torchax" if "torchax" in sys.modules else "jax"
 
     def counts(self) -> CompileCounts:
-        now, start = self._events.snapshot(), self._start
-        return CompileCounts(
-            hits=max(0, now.hits - start.hits),
-            misses=max(0, now.misses - start.misses),
-            compile_seconds=max(0.0, now.compile_seconds - start.compile_seconds),
-        )
+        return self._events.snapshot().since(self._start)
 
     def process_index(self) -> int:
         if "jax" not in sys.modules:

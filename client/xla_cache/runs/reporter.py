@@ -30,12 +30,12 @@ from typing import Any
 
 from cache_protocol.runs import (
     HOST_MAX_LENGTH,
-    MAX_COUNT,
     MAX_MISSES_PER_REPORT,
     MAX_MISSES_PER_RUN,
     MAX_PROCESS_INDEX,
     MAX_SECONDS,
     MODULE_MAX_LENGTH,
+    report_numbers,
 )
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import LocalFile, scan
@@ -124,10 +124,6 @@ def _refused(problem: ServerProblem) -> bool:
     return (
         isinstance(problem, ServerError) and 400 <= problem.status < 500 and problem.status not in (408, 429)
     )
-
-
-def _count(value: int) -> int:
-    return max(0, min(int(value), MAX_COUNT))
 
 
 def _seconds(value: float) -> float:
@@ -304,6 +300,16 @@ class RunReporter:
             logger.debug("xla-cache: could not read the framework's counters", exc_info=True)
             counts = CompileCounts()
         transfers = self._transfers()
+        measured = {
+            "warm_seconds": warm.seconds,
+            "warm_bytes": warm.bytes,
+            "warm_entries": warm.entries,
+            "uploaded_entries": transfers.uploaded,
+            "live_entries": transfers.live,
+            "unverified_entries": transfers.unverified,
+            **counts.numbers(),  # the framework's: hits, misses, compile_seconds, load_failures...
+        }
+        measured["load_failures"] = measured.get("load_failures", 0) + len(self._unloadable)
         return {
             "run_id": self.run_id,
             "namespace": self.namespace,
@@ -312,16 +318,7 @@ class RunReporter:
             "process_index": self._process_index,
             "started_at": round(warm.started_at, 3),
             "ended_at": round(self._state.ended_at, 3) if self._state.ended_at is not None else None,
-            "warm_seconds": _seconds(warm.seconds),
-            "warm_bytes": _count(warm.bytes),
-            "warm_entries": _count(warm.entries),
-            "hits": _count(counts.hits),
-            "misses": _count(counts.misses),
-            "compile_seconds": _seconds(counts.compile_seconds),
-            "uploaded_entries": _count(transfers.uploaded),
-            "live_entries": _count(transfers.live),
-            "load_failures": _count(counts.load_failures + len(self._unloadable)),
-            "unverified_entries": _count(transfers.unverified),
+            **report_numbers(measured),  # each within its bounds; one not measured is 0
         }
 
     def _send(self, *, final: bool, deadline: Deadline) -> bool:
