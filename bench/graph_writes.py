@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
-from cache_server.index.admin import GraphRecord
+from cache_server.index.graph_records import GraphRecord
 from cache_server.index.migrate import upgrade
 from cache_server.settings import Settings
 from tests.support.databases import fresh_database_url

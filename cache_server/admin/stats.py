@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from cache_server.domain import Counters, NamespaceInfo
 from cache_server.errors import BadRequest
-from cache_server.index.admin import AdminRepository, GraphGroup
+from cache_server.index.admin import AdminRepository
+from cache_server.index.graph_records import GraphGroup
 
 __all__ = [
     "DayCounters",

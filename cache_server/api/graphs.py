@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from cache_protocol.runs import MODULE_MAX_LENGTH
 from cache_server.api.deps import GraphsDep
-from cache_server.graphs.bucketing import VALUES_SHOWN, AxisChoice, Combination
+from cache_server.graphs.axes import VALUES_SHOWN, AxisChoice, Combination
 from cache_server.graphs.report import (
     DEFAULT_VARIANTS_READ,
     MAX_TOP,

@@ -31,7 +31,8 @@ from cache_server.background.activity import Activity
 from cache_server.errors import CacheError
 from cache_server.graphs.hlo import GraphInfo
 from cache_server.graphs.worker import ParseOutcome, ParserProcess, ParserResting, parse_blob
-from cache_server.index.admin import AdminRepository, GraphRecord
+from cache_server.index.admin import AdminRepository
+from cache_server.index.graph_records import GraphRecord
 from cache_server.storage.base import BlobStore
 
 __all__ = ["GraphIndexer"]

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cache_server.errors import NamespaceNotFound
+from cache_server.graphs.axes import AxesReport, Point, analyse_axes
 from cache_server.graphs.baked import BakedGroup, baked_group
-from cache_server.graphs.bucketing import AxesReport, BucketingReport, Point, analyse, analyse_axes
+from cache_server.graphs.bucketing import BucketingReport, analyse
 from cache_server.graphs.shapes import parse_signature
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.names import check_namespace

@@ -1,4 +1,5 @@
-"""Namespaces and their entries: the queries of the cache service (and of reindex).
+"""Entries: the queries of the cache service (and of reindex); with the namespace rows (:mod:`.namespaces`)
+and the change feed (:mod:`.feed`) through :class:`EntryRepository`'s bases.
 
 Each public method runs in its own short transaction of the shared :class:`Database`, takes the times it
 writes from its caller (the services own the clock), and returns domain objects, never ORM rows.
@@ -11,23 +12,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, NamespaceInfo, RemovalPolicy
+from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, RemovalPolicy
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
-from cache_server.index.models import Entry, EntryFeed, EntryTotals, Namespace
+from cache_server.index.feed import FeedRows
+from cache_server.index.models import Entry, EntryFeed
+from cache_server.index.namespaces import NamespaceRows, add_namespaces
 from cache_server.index.tombstones import Removed, bury
 
 __all__ = [
     "AccessDelta",
     "EntryRecord",
     "EntryRepository",
-    "FeedEntry",
     "entry_info",
-    "namespace_info",
-    "stored_per_namespace",
 ]
 
 
@@ -49,18 +49,6 @@ class AccessDelta:
             self.last_access is None or other.last_access > self.last_access
         ):
             self.last_access = other.last_access
-
-
-@dataclass(frozen=True)
-class FeedEntry:
-    """An entry as the change feed gives it: its position and what a follower needs to fetch it."""
-
-    seq: int
-    key: str
-    size: int
-    sha256: str
-    compile_time_ms: int | None
-    signature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,110 +91,16 @@ _ADD_HITS = update(_ENTRIES).where(_ONE_ROW).values(hits=_ENTRIES.c.hits + bindp
 _ADD_HITS_AND_ACCESS = _ADD_HITS.values(last_access_at=bindparam("b_last", type_=Entry.last_access_at.type))
 
 
-def stored_per_namespace() -> Select[str, int, int]:
-    """Entries and bytes stored, per namespace: a sum over its few ``entry_totals`` rows (one per token)."""
-    return select(
-        EntryTotals.namespace.label("namespace"),
-        func.sum(EntryTotals.entries).label("entries"),
-        func.sum(EntryTotals.bytes).label("bytes"),
-    ).group_by(EntryTotals.namespace)
-
-
-def namespace_info(row: Namespace, entries: int, size: int) -> NamespaceInfo:
-    """The domain object of a ``namespaces`` row, with what it stores now."""
-    return NamespaceInfo(
-        name=row.name,
-        fingerprint=dict(row.fingerprint or {}),
-        labels=dict(row.labels or {}),
-        created_at=row.created_at,
-        last_used_at=row.last_used_at,
-        entries=entries,
-        bytes=size,
-        counters=Counters.of({name: getattr(row, name) for name in COUNTERS}),
-    )
-
-
-class EntryRepository:
-    """The ``namespaces`` and ``entries`` tables."""
+class EntryRepository(NamespaceRows, FeedRows):
+    """The ``entries`` table, and through its bases the ``namespaces`` rows (:mod:`.namespaces`) and the
+    change feed (:mod:`.feed`): one door for the cache service, one module per concept."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def _add_namespaces(
-        self, session: Session, first_seen: Mapping[str, dt.datetime], created_by: str | None = None
-    ) -> None:
-        """Insert an empty row for each namespace that has none, first seen at the given time (created by
-        the token with id ``created_by``, if any)."""
-        if not first_seen:
-            return
-        rows: list[dict[str, Any]] = [
-            {
-                "name": name,
-                "fingerprint": {},
-                "labels": {},
-                "created_at": at,
-                "last_used_at": at,
-                "created_by": created_by,
-            }
-            for name, at in first_seen.items()
-        ]
-        session.execute(
-            self._db.insert(Namespace).values(rows).on_conflict_do_nothing(index_elements=["name"])
-        )
-
     def ping(self) -> None:
         """Raise :class:`~cache_server.errors.IndexUnavailable` unless the database answers."""
         self._db.ping()
-
-    # -- namespaces -------------------------------------------------------------------------------------
-    def upsert_namespace(
-        self,
-        name: str,
-        fingerprint: Mapping[str, Any],
-        labels: Mapping[str, str],
-        *,
-        now: dt.datetime,
-        created_by: str | None = None,
-    ) -> tuple[NamespaceInfo, bool]:
-        """Create the namespace or replace its fingerprint and labels. Returns it and whether it is new.
-        ``created_by``: the id of the token creating it (kept only when it is new)."""
-        with self._db.transaction() as session:
-            stmt = self._db.insert(Namespace).values(
-                name=name,
-                fingerprint=dict(fingerprint),
-                labels=dict(labels),
-                created_at=now,
-                last_used_at=now,
-                created_by=created_by,
-            )
-            inserted = stmt.on_conflict_do_nothing(index_elements=["name"]).returning(Namespace.name)
-            created = session.execute(inserted).first() is not None
-            if not created:
-                session.execute(
-                    update(Namespace)
-                    .where(Namespace.name == name)
-                    .values(fingerprint=dict(fingerprint), labels=dict(labels), last_used_at=now)
-                )
-            info = self._namespace(session, name)
-        assert info is not None  # written in this transaction
-        return info, created
-
-    def get_namespace(self, name: str) -> NamespaceInfo | None:
-        """The namespace with its entry count and stored bytes, or None."""
-        with self._db.transaction() as session:
-            return self._namespace(session, name)
-
-    @staticmethod
-    def _namespace(session: Session, name: str) -> NamespaceInfo | None:
-        row = session.get(Namespace, name)
-        if row is None:
-            return None
-        count, total = session.execute(
-            select(
-                func.coalesce(func.sum(EntryTotals.entries), 0), func.coalesce(func.sum(EntryTotals.bytes), 0)
-            ).where(EntryTotals.namespace == name)
-        ).one()
-        return namespace_info(row, int(count), int(total))
 
     # -- entries ----------------------------------------------------------------------------------------
     def get_entry(self, namespace: str, key: str) -> EntryInfo | None:
@@ -259,7 +153,7 @@ class EntryRepository:
         """
         values = record.row()
         with self._db.transaction() as session:
-            self._add_namespaces(session, {record.namespace: record.created_at}, record.stored_by)
+            add_namespaces(self._db, session, {record.namespace: record.created_at}, record.stored_by)
             stmt = self._db.insert(Entry).values(**values)
             if replace:
                 changing = {k: v for k, v in values.items() if k not in ("namespace", "key")}
@@ -289,7 +183,9 @@ class EntryRepository:
             namespace = part[0].namespace
             assert all(record.namespace == namespace for record in part), "one namespace per call"
             with self._db.transaction() as session:
-                self._add_namespaces(session, {namespace: min(r.created_at for r in part)}, part[0].stored_by)
+                add_namespaces(
+                    self._db, session, {namespace: min(r.created_at for r in part)}, part[0].stored_by
+                )
                 # One statement, executed for many rows: compiled once and cached (a multi-row VALUES
                 # of 500 rows is compiled anew every time, a third of a bulk upload's index work). On
                 # the tables, not the ORM classes: the ORM's bulk path cost as much again as the rows.
@@ -312,33 +208,6 @@ class EntryRepository:
                     bytes_uploaded=sum(record.size for record in part),
                 )
 
-    # -- the change feed -------------------------------------------------------------------------------
-    def feed_head(self) -> int:
-        """The newest position of the change feed (0 when it is empty)."""
-        with self._db.transaction() as session:
-            return int(session.scalar(select(func.max(EntryFeed.seq))) or 0)
-
-    def feed_heads(self, after: int) -> dict[str, int]:
-        """The namespaces with feed rows after ``after``, and their newest position."""
-        stmt = select(EntryFeed.namespace, func.max(EntryFeed.seq)).where(EntryFeed.seq > after)
-        with self._db.transaction() as session:
-            return {ns: int(seq) for ns, seq in session.execute(stmt.group_by(EntryFeed.namespace))}
-
-    def feed(self, namespace: str, after: int, limit: int) -> list[FeedEntry]:
-        """The namespace's entries stored after position ``after``, oldest first, at most ``limit``."""
-        stmt = (
-            select(EntryFeed.seq, Entry.key, Entry.size, Entry.sha256, Entry.compile_time_ms, Entry.signature)
-            .join(Entry, (Entry.namespace == EntryFeed.namespace) & (Entry.key == EntryFeed.key))
-            .where(EntryFeed.namespace == namespace, EntryFeed.seq > after)
-            .order_by(EntryFeed.seq)
-            .limit(limit)
-        )
-        with self._db.transaction() as session:
-            return [
-                FeedEntry(int(seq), key, int(size), sha, ms, signature)
-                for seq, key, size, sha, ms, signature in session.execute(stmt)
-            ]
-
     def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:
         """Insert the rows among ``records`` that the index lacks, with their namespaces; existing rows win.
 
@@ -351,7 +220,7 @@ class EntryRepository:
                 seen = first_seen.get(record.namespace)
                 first_seen[record.namespace] = min(seen, record.created_at) if seen else record.created_at
             with self._db.transaction() as session:
-                self._add_namespaces(session, first_seen)
+                add_namespaces(self._db, session, first_seen)
                 stmt = (
                     self._db.insert(Entry)
                     .values([record.row() for record in part])

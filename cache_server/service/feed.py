@@ -24,7 +24,8 @@ from collections.abc import Callable
 import anyio
 import anyio.to_thread
 
-from cache_server.index.entries import EntryRepository, FeedEntry
+from cache_server.index.entries import EntryRepository
+from cache_server.index.feed import FeedEntry
 from cache_server.names import check_namespace
 
 __all__ = ["LOOKBACK", "POLL_SECONDS", "Feed", "FeedWatcher"]

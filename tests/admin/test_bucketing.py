@@ -6,15 +6,9 @@ import itertools
 
 import pytest
 
-from cache_server.graphs.bucketing import (
-    Point,
-    VaryingDimension,
-    analyse,
-    analyse_axes,
-    best_boundaries,
-    multiple_of,
-    next_power_of_two,
-)
+from cache_server.graphs.axes import Point, analyse_axes
+from cache_server.graphs.bucketing import VaryingDimension, analyse
+from cache_server.graphs.padding import best_boundaries, multiple_of, next_power_of_two
 from cache_server.graphs.report import shares
 from cache_server.graphs.shapes import Signature, parse_signature
 

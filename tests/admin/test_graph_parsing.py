@@ -20,7 +20,7 @@ from cache_server.graphs import indexing, worker
 from cache_server.graphs.indexing import GraphIndexer
 from cache_server.graphs.worker import ParserProcess, ParserResting, parse_blob
 from cache_server.index import AdminRepository, EntryRepository
-from cache_server.index.admin import GraphRecord
+from cache_server.index.graph_records import GraphRecord
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services

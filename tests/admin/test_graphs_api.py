@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from cache_server.app import create_app
 from cache_server.auth.tokens import Role
 from cache_server.index import AdminRepository
-from cache_server.index.admin import GraphRecord
+from cache_server.index.graph_records import GraphRecord
 from cache_server.index.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services

@@ -11,7 +11,7 @@ from sqlalchemy import func, insert, inspect, select, update
 
 from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
-from cache_server.index.admin import GraphRecord
+from cache_server.index.graph_records import GraphRecord
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.migrate import downgrade, upgrade
 from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace

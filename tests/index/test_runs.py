@@ -11,7 +11,7 @@ import pytest
 from cache_server.domain import utcnow
 from cache_server.errors import RunConflict, RunOwned
 from cache_server.index import AdminRepository, Database, EntryRepository
-from cache_server.index.admin import GraphRecord
+from cache_server.index.graph_records import GraphRecord
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
 from cache_server.index.tombstones import prune_tombstones, tombstones_of

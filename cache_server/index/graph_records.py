@@ -1,0 +1,159 @@
+"""What parsing each stored entry found (``entry_graphs``): the entries still to parse, recording what was
+found, and the graphs with the most shape variants. :class:`GraphRows` is a base of
+:class:`~cache_server.index.admin.AdminRepository`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from cache_server.index.database import Database
+from cache_server.index.models import Entry, EntryGraph, GraphCount
+
+__all__ = ["GraphGroup", "GraphRecord", "GraphRows"]
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    """What parsing one entry found; ``module`` None means "not parseable". ``structure``, ``program``,
+    ``whole`` and ``ops`` are its body (:class:`cache_server.graphs.instructions.Body`); ``structure`` is
+    ``""`` where there is none (a module too large to walk); NULL only in rows parsed before migration
+    0014, which are parsed again."""
+
+    namespace: str
+    key: str
+    module: str | None
+    signature: str | None = None
+    shapes: str | None = None
+    source: str | None = None
+    structure: str | None = ""
+    program: str | None = None
+    whole: str | None = None
+    ops: str | None = None
+
+
+@dataclass(frozen=True)
+class GraphGroup:
+    """Stored entries of one HLO module in one namespace, and how many distinct shape signatures they have."""
+
+    namespace: str
+    module: str
+    variants: int
+    entries: int
+    bytes: int
+    hits: int
+    source: str | None
+    examples: list[str]
+
+
+class GraphRows:
+    """Queries of ``entry_graphs`` and ``graph_counts`` (``_db``: the shared :class:`Database`)."""
+
+    _db: Database
+
+    def unparsed_entries(self, limit: int) -> list[tuple[str, str]]:
+        """Entries nobody has tried to parse yet, then graphs parsed before their bodies were read
+        (migration 0014: a module, no ``structure``), to be parsed again."""
+        stmt = (
+            select(Entry.namespace, Entry.key)
+            .outerjoin(EntryGraph, (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key))
+            .where(EntryGraph.key.is_(None))
+            .limit(limit)
+        )
+        stale = (
+            select(EntryGraph.namespace, EntryGraph.key)
+            .where(EntryGraph.module.is_not(None), EntryGraph.structure.is_(None))
+            .limit(limit)
+        )
+        with self._db.transaction() as session:
+            found = [(ns, key) for ns, key in session.execute(stmt)]
+            if len(found) < limit:
+                found += [(ns, key) for ns, key in session.execute(stale.limit(limit - len(found)))]
+            return found
+
+    def record_graph(self, record: GraphRecord) -> bool:
+        """Keep what parsing found. False if the entry is gone by now (evicted while it was parsed)."""
+        try:
+            with self._db.transaction() as session:
+                stmt = self._db.insert(EntryGraph).values(**asdict(record))
+                session.execute(_keep_body(stmt))
+        except IntegrityError:
+            return False
+        return True
+
+    def record_graphs(self, records: list[GraphRecord]) -> int:
+        """Keep what parsing found for many entries, in one transaction; an entry gone by now (evicted
+        while it was parsed) is skipped. Returns how many were recorded."""
+        if not records:
+            return 0
+        try:
+            with self._db.transaction() as session:
+                # One statement executed for many rows, on the table: compiled once and cached (a VALUES
+                # list of 50 rows was compiled anew for every batch, most of the server's share of parsing)
+                stmt = _keep_body(self._db.insert(EntryGraph.__table__))
+                session.execute(stmt, [asdict(record) for record in records])
+        except IntegrityError:  # some entry is gone: one at a time, skipping those
+            return sum(self.record_graph(record) for record in records)
+        return len(records)
+
+    def top_graphs(self, limit: int, namespace: str | None = None, examples: int = 3) -> list[GraphGroup]:
+        """The modules with the most distinct shape signatures, with a few of their shapes as examples.
+
+        Ranked from ``graph_counts`` (kept by triggers on ``entry_graphs``, migration 0013): a namespace's
+        off ``ix_graph_counts_ranking``, all of them by sorting one row per graph. The entries' bytes and
+        hits are summed for the ``limit`` groups shown only.
+        """
+        stmt = (
+            select(GraphCount.namespace, GraphCount.module, GraphCount.variants, GraphCount.entries)
+            .where(GraphCount.entries > 0)
+            .order_by(
+                GraphCount.variants.desc(), GraphCount.entries.desc(), GraphCount.namespace, GraphCount.module
+            )
+            .limit(limit)
+        )
+        if namespace is not None:
+            stmt = stmt.where(GraphCount.namespace == namespace)
+        joined = (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key)
+        groups: list[GraphGroup] = []
+        with self._db.transaction() as session:
+            for ns, module, n_variants, n_entries in session.execute(stmt).all():
+                of_group = (EntryGraph.namespace == ns) & (EntryGraph.module == module)
+                size, hits, source = session.execute(
+                    select(func.sum(Entry.size), func.sum(Entry.hits), func.max(EntryGraph.source))
+                    .join(Entry, joined)
+                    .where(of_group)
+                ).one()
+                shown = session.scalars(
+                    select(EntryGraph.shapes)
+                    .where(of_group)
+                    .group_by(EntryGraph.shapes)
+                    .order_by(EntryGraph.shapes)
+                    .limit(examples)
+                ).all()
+                groups.append(
+                    GraphGroup(
+                        namespace=ns,
+                        module=str(module),
+                        variants=int(n_variants),
+                        entries=int(n_entries),
+                        bytes=int(size or 0),
+                        hits=int(hits or 0),
+                        source=source,
+                        examples=[text for text in shown if text],
+                    )
+                )
+        return groups
+
+
+def _keep_body(stmt: Any) -> Any:
+    """An insert of graph records that, for a row already there without a body (parsed before migration
+    0014), fills in the body and leaves the rest (its module and signature: 0013's counts) as it is."""
+    excluded = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=["namespace", "key"],
+        set_={name: getattr(excluded, name) for name in ("structure", "program", "whole", "ops")},
+        where=EntryGraph.__table__.c.structure.is_(None),
+    )
