@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cache_server.admin.history import prune_history
 from cache_server.admin.reindex import Reindexer
 from cache_server.admin.service import AdminService
 from cache_server.auth.tokens import TokenManager
@@ -26,7 +27,6 @@ from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
 from cache_server.runs.ingest import RunService
-from cache_server.runs.retention import prune_history
 from cache_server.service import CacheService
 from cache_server.service.hot import HotEntries
 from cache_server.service.nearest import NearestNamespaces

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from cache_server.admin.eviction import EvictionResult, Evictor
 from cache_server.admin.gc import DEFAULT_GRACE_SECONDS, GcResult, collect_garbage, remove_unused_packs
+from cache_server.admin.history import Pruned
 from cache_server.admin.packing import LoosePacker, PackingResult
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsQuery, StatsReport, build_report
@@ -23,7 +24,6 @@ from cache_server.graphs.indexing import GraphIndexer
 from cache_server.graphs.worker import ParserProcess
 from cache_server.index.admin import AdminRepository
 from cache_server.names import check_namespace
-from cache_server.runs.retention import Pruned
 from cache_server.service.packs import packing_store
 from cache_server.settings import Settings
 from cache_server.storage.abilities import StoresPacks
@@ -228,7 +228,7 @@ class AdminService:
             )
 
     def prune_history(self) -> Pruned:
-        """Remove the run reports and tombstones past their bounds (:mod:`cache_server.runs.retention`);
+        """Remove the run reports and tombstones past their bounds (:mod:`cache_server.admin.history`);
         background gc does this each round."""
         pruned = self._prune_history()
         if pruned.runs or pruned.tombstones:

@@ -74,7 +74,7 @@ class ChoiceOut(BaseModel):
         )
 
 
-class DimensionOut(BaseModel):
+class VaryingDimensionOut(BaseModel):
     label: str = Field(description="p<parameter>.d<dimension>, both from 0.")
     param: int
     dim: int
@@ -212,7 +212,7 @@ class GraphReportOut(BaseModel):
         description="How the variants are weighted in the means and the best boundaries: "
         '"its entries\' hits + 1 per variant".'
     )
-    varying: list[DimensionOut]
+    varying: list[VaryingDimensionOut]
     frontier: list[CombinationOut] = Field(
         description="The best trades of compilations against padding, combining one choice per dimension: "
         "fewest compilations first (all to the maximum), the last the variants as they are (at most 6)."
@@ -243,7 +243,7 @@ class GraphReportOut(BaseModel):
             result_cost=axes.also_cost if axes else None,
             weights=axes.weights if axes else None,
             varying=[
-                DimensionOut(
+                VaryingDimensionOut(
                     label=v.label,
                     **{**vars(v), "values": list(v.values)},
                     choices=[ChoiceOut.of(c) for c in found],

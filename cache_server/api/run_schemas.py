@@ -179,7 +179,7 @@ class RunsOut(BaseModel):
     runs: list[RunOut]
 
 
-class DimensionOut(BaseModel):
+class DifferingDimensionOut(BaseModel):
     param: int
     dim: int
     ours: int
@@ -219,7 +219,7 @@ class MissOut(BaseModel):
     components: dict[str, str] | None
     shapes: str | None
     nearest_key: str | None
-    dimensions: list[DimensionOut]
+    dimensions: list[DifferingDimensionOut]
     differing_components: list[ComponentOut]
     removed_at: dt.datetime | None
     policy: str | None
@@ -239,7 +239,8 @@ class MissOut(BaseModel):
             shapes=miss.shapes,
             nearest_key=miss.nearest_key,
             dimensions=[
-                DimensionOut(param=d.param, dim=d.dim, ours=d.ours, theirs=d.theirs) for d in miss.dimensions
+                DifferingDimensionOut(param=d.param, dim=d.dim, ours=d.ours, theirs=d.theirs)
+                for d in miss.dimensions
             ],
             differing_components=[
                 ComponentOut(component=c.component, ours=c.ours, theirs=c.theirs)

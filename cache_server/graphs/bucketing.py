@@ -1,7 +1,7 @@
 """Bucketing advice for parameter shapes: :func:`analyse` over a graph's variants, with the generic axis
 analysis of :mod:`.axes`.
 
-:func:`analyse` is the wrapper for parameter shapes (:func:`~cache_server.graphs.shapes.parse_signature`):
+:func:`analyse` is the wrapper for parameter shapes (:func:`~.shapes.parse_shape_signature`):
 its axes are the parameter dimensions that vary within the most common layout (element types and ranks),
 its cost the **bytes of the padded parameters** (those with a varying dimension; the others, such as
 weights, are not padded and are left out of both sides), each variant weighing what the caller says (the
@@ -36,7 +36,7 @@ from cache_server.graphs.axes import (
     analyse_axes,
     element_bytes,
 )
-from cache_server.graphs.shapes import Signature, parse_arrays
+from cache_server.graphs.shapes import ShapeSignature, parse_arrays
 
 __all__ = [
     "COST_PARAMETERS",
@@ -184,7 +184,7 @@ def _what_differs(distinct: Sequence[_Variant]) -> str:
 
 
 def analyse(
-    signatures: Sequence[Signature],
+    signatures: Sequence[ShapeSignature],
     *,
     weights: Sequence[float] | None = None,
     schemes: Sequence[Scheme] = SCHEMES,

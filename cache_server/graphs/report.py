@@ -16,7 +16,7 @@ from cache_server.errors import NamespaceNotFound
 from cache_server.graphs.axes import AxesReport, Point, analyse_axes
 from cache_server.graphs.baked import BakedGroup, baked_group
 from cache_server.graphs.bucketing import BucketingReport, analyse
-from cache_server.graphs.shapes import parse_signature
+from cache_server.graphs.shapes import parse_shape_signature
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.names import check_namespace
 
@@ -127,7 +127,7 @@ class GraphReports:
         for graph in self._repository.read_shapes(namespace, ranked, reads):
             parsed = [
                 (s, hits + 1)
-                for s, hits in zip(map(parse_signature, graph.shapes), graph.hits, strict=True)
+                for s, hits in zip(map(parse_shape_signature, graph.shapes), graph.hits, strict=True)
                 if s is not None
             ]
             bucketing = analyse([s for s, _ in parsed], weights=[w for _, w in parsed])

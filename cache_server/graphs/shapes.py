@@ -17,11 +17,11 @@ from dataclasses import dataclass
 __all__ = [
     "Dimension",
     "Shape",
-    "Signature",
+    "ShapeSignature",
     "differing_dimensions",
     "nearest",
     "parse_arrays",
-    "parse_signature",
+    "parse_shape_signature",
 ]
 
 _ARRAY = re.compile(r"([A-Za-z0-9_]+)\[([^\]]*)\]")
@@ -39,7 +39,7 @@ class Shape:
 
 
 @dataclass(frozen=True)
-class Signature:
+class ShapeSignature:
     """A graph's parameters (a tuple parameter's arrays flattened in order) and its result's text."""
 
     params: tuple[Shape, ...]
@@ -106,7 +106,7 @@ def parse_arrays(text: str) -> tuple[Shape, ...]:
     return _arrays(text)
 
 
-def parse_signature(text: str | None) -> Signature | None:
+def parse_shape_signature(text: str | None) -> ShapeSignature | None:
     """The parameters and result of a recorded shapes text, or None when it is absent or not of that form."""
     if not text or not text.startswith("(") or ") -> " not in text:
         return None
@@ -117,10 +117,10 @@ def parse_signature(text: str | None) -> Signature | None:
         if not arrays:
             return None
         params.extend(arrays)
-    return Signature(tuple(params), result)
+    return ShapeSignature(tuple(params), result)
 
 
-def differing_dimensions(ours: Signature, theirs: Signature) -> list[Dimension] | None:
+def differing_dimensions(ours: ShapeSignature, theirs: ShapeSignature) -> list[Dimension] | None:
     """The dimensions where two signatures of one graph differ, or None when they differ in more than
     sizes (another number of parameters, another element type or rank): then no dimension explains it."""
     if len(ours.params) != len(theirs.params):
@@ -134,10 +134,12 @@ def differing_dimensions(ours: Signature, theirs: Signature) -> list[Dimension] 
     return found
 
 
-def nearest(ours: Signature, candidates: Sequence[Signature]) -> tuple[Signature, list[Dimension]] | None:
+def nearest(
+    ours: ShapeSignature, candidates: Sequence[ShapeSignature]
+) -> tuple[ShapeSignature, list[Dimension]] | None:
     """The candidate that differs from ``ours`` in the fewest dimensions (then the smallest total size
     difference), with those dimensions; None when no candidate is comparable."""
-    best: tuple[tuple[int, int], Signature, list[Dimension]] | None = None
+    best: tuple[tuple[int, int], ShapeSignature, list[Dimension]] | None = None
     for candidate in candidates:
         dims = differing_dimensions(ours, candidate)
         if dims is None:

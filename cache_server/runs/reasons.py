@@ -34,7 +34,7 @@ from functools import lru_cache
 
 from cache_server.graphs.baked import SizeChange, describe_changes, size_changes
 from cache_server.graphs.body import Body, body_from_text
-from cache_server.graphs.shapes import Dimension, Signature, differing_dimensions, parse_signature
+from cache_server.graphs.shapes import Dimension, ShapeSignature, differing_dimensions, parse_shape_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
 from cache_server.runs.model import MissRecord
 from cache_server.runs.variants import ModuleVariants, Variant, VariantsCache
@@ -136,8 +136,8 @@ class _Context:
 
 
 @lru_cache(maxsize=20_000)
-def _signature(shapes: str) -> Signature | None:
-    return parse_signature(shapes)
+def _signature(shapes: str) -> ShapeSignature | None:
+    return parse_shape_signature(shapes)
 
 
 def explain(
@@ -356,7 +356,9 @@ def _before(graph: StoredGraph, position: int, order: dict[str, int], at: dt.dat
     return at is None or graph.created_at <= at
 
 
-def _new_shapes(base: ExplainedMiss, module: str, ours: Signature, found: Variant | None) -> ExplainedMiss:
+def _new_shapes(
+    base: ExplainedMiss, module: str, ours: ShapeSignature, found: Variant | None
+) -> ExplainedMiss:
     theirs = None if found is None or found.graph.shapes is None else _signature(found.graph.shapes)
     if found is None or theirs is None:
         return _with(

@@ -46,7 +46,7 @@ class Variant:
 @lru_cache(maxsize=100_000)
 def quick_shape(shapes: str) -> tuple[Structure, tuple[int, ...]] | None:
     """The structure and flattened dimensions of a recorded shapes text (cached: the same texts come back
-    request after request), without building its :class:`Signature`; None if it is not of that form."""
+    request after request), without building its :class:`ShapeSignature`; None if it is not of that form."""
     cut = shapes.rfind(") -> ")
     if not shapes.startswith("(") or cut < 0:
         return None

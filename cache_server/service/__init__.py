@@ -6,7 +6,7 @@ URLs. No HTTP here; :mod:`cache_server.api` maps its results and errors to respo
 from cache_server.service.bulk import BulkResult, MemberOutcome
 from cache_server.service.facade import CacheService
 from cache_server.service.reads import EntryRead, NotModified, OpenedEntry, ReadWish
-from cache_server.service.signing import SignedEntry, SignedUrls
+from cache_server.service.signed_urls import SignedEntry, SignedUrls
 from cache_server.service.verify import CorruptBlob
 from cache_server.service.writer import PutResult, StoredHook
 

@@ -16,7 +16,7 @@ from cache_server.domain import EntryRef
 from cache_server.index.entries import EntryRepository
 from cache_server.names import check_keys, check_namespace
 from cache_server.service.packs import read_copies
-from cache_server.service.verify import Verifier
+from cache_server.service.verify import ReadChecker
 from cache_server.settings import Settings
 from cache_server.storage.abilities import StoresPacks
 from cache_server.storage.base import BlobStore, blob_name
@@ -39,7 +39,7 @@ class Bundles:
         *,
         settings: Settings,
         access: AccessRecorder,
-        verifier: Verifier,
+        verifier: ReadChecker,
         packs: StoresPacks | None,
     ) -> None:
         self._settings = settings

@@ -10,7 +10,7 @@ uploads               ``check_upload_size``, ``put_entry`` (:mod:`~cache_server.
 single reads          ``head_hot``, ``head_entry``, ``read_hot``, ``read_entry``, ``delete_entry``
                       (:mod:`~cache_server.service.reads`)
 many entries          ``missing``, ``manifest``, ``bundle`` (:mod:`~cache_server.service.bundles`)
-signed URLs           ``sign_entries`` (:mod:`~cache_server.service.signing`)
+signed URLs           ``sign_entries`` (:mod:`~cache_server.service.signed_urls`)
 the change feed       ``feed_head``, ``feed_heads``, ``feed`` (:class:`cache_server.service.feed.Feed`)
 ====================  ===================================================================================
 
@@ -32,9 +32,9 @@ from cache_server.service.namespaces import Namespaces
 from cache_server.service.packs import packing_store
 from cache_server.service.quotas import Quotas
 from cache_server.service.reads import Reads
-from cache_server.service.signing import Signing
+from cache_server.service.signed_urls import Signing
 from cache_server.service.upload_signatures import SignaturePolicy
-from cache_server.service.verify import Verifier
+from cache_server.service.verify import ReadChecker
 from cache_server.service.writer import EntryWriter, StoredHook
 from cache_server.settings import Settings
 from cache_server.storage.base import BlobStore
@@ -71,7 +71,7 @@ class CacheService:
         self.hot = (
             hot if hot is not None else HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds)
         )
-        self._verifier = Verifier(entries, store, self.hot)
+        self._verifier = ReadChecker(entries, store, self.hot)
         signing = Signing(settings, entries, store, access)
         namespaces = Namespaces(entries, quotas=quotas, clock=clock)
         writer = EntryWriter(

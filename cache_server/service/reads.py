@@ -18,8 +18,8 @@ from cache_server.errors import EntryNotFound
 from cache_server.index.entries import EntryRepository
 from cache_server.names import check_key, check_namespace
 from cache_server.service.hot import HotEntries
-from cache_server.service.signing import SignedEntry, Signing
-from cache_server.service.verify import CorruptBlob, Verifier
+from cache_server.service.signed_urls import SignedEntry, Signing
+from cache_server.service.verify import CorruptBlob, ReadChecker
 from cache_server.storage.abilities import ReadsWhole
 from cache_server.storage.base import BlobStore, blob_name
 from cache_server.storage.reading import open_sized
@@ -92,7 +92,7 @@ class Reads:
         *,
         access: AccessRecorder,
         hot: HotEntries,
-        verifier: Verifier,
+        verifier: ReadChecker,
         signing: Signing,
     ) -> None:
         self._entries = entries

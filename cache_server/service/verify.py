@@ -21,7 +21,7 @@ from cache_server.index.entries import EntryRepository
 from cache_server.service.hot import HotEntries
 from cache_server.storage.base import BlobReader, BlobStore, blob_name
 
-__all__ = ["REVERIFY_SECONDS", "CorruptBlob", "VerifiedFiles", "Verifier"]
+__all__ = ["REVERIFY_SECONDS", "CorruptBlob", "ReadChecker", "VerifiedFiles"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class VerifiedFiles:
                 self._until.popitem(last=False)
 
 
-class Verifier:
+class ReadChecker:
     """Checks the bytes of entries as they are read from the store, and drops an entry found corrupt (its
     row from the index, its memory copy from ``hot``, then its blob) so that its next upload stores it
     afresh instead of finding the bad blob "already stored"."""

@@ -10,11 +10,11 @@ from cache_server.graphs.axes import Point, analyse_axes
 from cache_server.graphs.bucketing import VaryingDimension, analyse
 from cache_server.graphs.padding import best_boundaries, multiple_of, next_power_of_two
 from cache_server.graphs.report import shares
-from cache_server.graphs.shapes import Signature, parse_signature
+from cache_server.graphs.shapes import ShapeSignature, parse_shape_signature
 
 
-def signatures(*texts: str) -> list[Signature]:
-    parsed = [parse_signature(text) for text in texts]
+def signatures(*texts: str) -> list[ShapeSignature]:
+    parsed = [parse_shape_signature(text) for text in texts]
     assert all(p is not None for p in parsed)
     return [p for p in parsed if p is not None]
 

@@ -3,11 +3,11 @@ variants have (parsed by the fast path) and the tuple parameters and malformed t
 
 from __future__ import annotations
 
-from cache_server.graphs.shapes import Shape, parse_signature
+from cache_server.graphs.shapes import Shape, parse_shape_signature
 
 
 def test_a_flat_parameter_list() -> None:
-    signature = parse_signature("(f32[32,32], f32[<=8,32], s64[], pred[3]) -> (f32[64,32])")
+    signature = parse_shape_signature("(f32[32,32], f32[<=8,32], s64[], pred[3]) -> (f32[64,32])")
     assert signature is not None
     assert signature.params == (
         Shape("f32", (32, 32), (False, False)),
@@ -19,7 +19,7 @@ def test_a_flat_parameter_list() -> None:
 
 
 def test_tuple_parameters_are_flattened_in_order() -> None:
-    signature = parse_signature("((f32[1,2], s64[3]), bf16[4]) -> (f32[1])")
+    signature = parse_shape_signature("((f32[1,2], s64[3]), bf16[4]) -> (f32[1])")
     assert signature is not None
     assert [(s.element, s.dims) for s in signature.params] == [("f32", (1, 2)), ("s64", (3,)), ("bf16", (4,))]
 
@@ -33,6 +33,6 @@ def test_texts_not_of_that_form_read_as_none() -> None:
         "(f32[x]) -> (f32[1])",
         "(f32) -> ()",
     ):
-        assert parse_signature(text) is None, text
-    empty = parse_signature("() -> (f32[1])")
+        assert parse_shape_signature(text) is None, text
+    empty = parse_shape_signature("() -> (f32[1])")
     assert empty is not None and empty.params == ()

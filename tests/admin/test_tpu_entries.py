@@ -17,7 +17,7 @@ import pytest
 from cache_server.graphs.baked import internal_axes, size_changes
 from cache_server.graphs.body import Body
 from cache_server.graphs.hlo import GraphInfo, parse_entry
-from cache_server.graphs.shapes import differing_dimensions, parse_signature
+from cache_server.graphs.shapes import differing_dimensions, parse_shape_signature
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TPU = FIXTURES / "jax_0.10.2_tpu"
@@ -62,7 +62,7 @@ def test_an_input_sharded_over_the_mesh_is_recorded_at_its_global_shape() -> Non
 def test_new_input_shapes_of_one_graph_name_the_dimension() -> None:
     rows = {n: parsed(f"v5e-step-rows{n}") for n in (2, 4)}
     assert len({info.signature for info in rows.values()}) == 2
-    ours, theirs = parse_signature(rows[4].shapes), parse_signature(rows[2].shapes)
+    ours, theirs = parse_shape_signature(rows[4].shapes), parse_shape_signature(rows[2].shapes)
     assert ours is not None and theirs is not None
     found = differing_dimensions(ours, theirs)
     assert found is not None and [(d.param, d.dim, d.ours, d.theirs) for d in found] == [(0, 0, 4, 2)]

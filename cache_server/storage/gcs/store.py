@@ -28,13 +28,6 @@ from cache_server.storage.base import (
 )
 from cache_server.storage.batches import ConcurrentBatch
 from cache_server.storage.gcs.reader import GcsReader
-from cache_server.storage.gcs.signing import (
-    IAM_ENDPOINT,
-    SIGNING_CONCURRENCY,
-    IamSigner,
-    SigningRefused,
-    service_account_of,
-)
 from cache_server.storage.gcs.transport import (
     VENDOR_ERRORS,
     Transport,
@@ -42,6 +35,13 @@ from cache_server.storage.gcs.transport import (
     emulator_endpoint,
 )
 from cache_server.storage.gcs.upload import CHUNK_MULTIPLE, DEFAULT_CHUNK_SIZE, upload
+from cache_server.storage.gcs.url_signing import (
+    IAM_ENDPOINT,
+    SIGNING_CONCURRENCY,
+    IamSigner,
+    SigningRefused,
+    service_account_of,
+)
 from cache_server.storage.reading import HeldReader
 
 __all__ = ["MAX_SIGNED_URL_SECONDS", "GcsBlobStore"]
