@@ -200,7 +200,7 @@ class SignatureInvalid(Forbidden):
 
 class TokenRevoked(Unauthorized):
     """The token an upload was sent with was revoked while the upload was in flight: the upload stopped,
-    and what it stored after the revoke was removed (see the README's trust model)."""
+    and what it stored after the revoke was removed (see docs/trust.md)."""
 
     code = "token_revoked"
 

@@ -171,7 +171,7 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     ``XLA_CACHE_MAX_BULK_BYTES`` (at once when a member's declared size would take it past) or more than
     ``XLA_CACHE_MAX_BULK_HEADER_BYTES`` of headers come between two members; 408 once the body has taken
     ``XLA_CACHE_MAX_BULK_SECONDS``. 401 ``token_revoked`` when the token is revoked while the stream is in
-    flight (nothing more is stored; see the README's trust model). Each of these ends the stream: the groups
+    flight (nothing more is stored; see docs/trust.md). Each of these ends the stream: the groups
     committed before it stay (unless purged), nothing after it is stored. Pauses, rate, upload slots and
     aborted clients as for ``PUT``.
     """

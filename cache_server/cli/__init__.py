@@ -72,7 +72,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         proxy_headers=True,
         timeout_graceful_shutdown=30,
         access_log=False,  # the app logs each request as JSON, without query strings (tokens)
-        # idle or trickling connections cannot pile up: README, "Running in production"
+        # idle or trickling connections cannot pile up: docs/operating.md, "Running in production"
         http=protocol_factory(settings.header_timeout_seconds),
         limit_concurrency=settings.max_connections,
         timeout_keep_alive=settings.keep_alive_seconds,

@@ -28,12 +28,13 @@ from urllib.parse import urlsplit
 
 from cache_protocol.runs import REPORT_INTERVAL_SECONDS
 from cache_protocol.signing import BadKey, Signer, Verifier, parse_public_keys, read_key_texts
-from xla_cache.config_file import KEYS, read_config_file
+from xla_cache.config_file import CONFIG_ENV, KEYS, read_config_file
 from xla_cache.errors import ClientError
 
 __all__ = [
     "COMPRESSION_ENV",
     "DEFAULT_SERVER",
+    "ENVIRONMENT",
     "LOCAL_ONLY",
     "REDACT_FLAG_VALUES_ENV",
     "REPORT_INTERVAL_ENV",
@@ -42,6 +43,7 @@ __all__ = [
     "TRUSTED_KEYS_ENV",
     "ClientConfig",
     "Compression",
+    "EnvironmentVariable",
     "RunReportSettings",
     "default_cache_dir",
     "is_loopback",
@@ -61,6 +63,63 @@ REPORT_INTERVAL_ENV = "XLA_CACHE_REPORT_INTERVAL"
 REDACT_FLAG_VALUES_ENV = "XLA_CACHE_REDACT_FLAG_VALUES"
 SIGNING_KEY_ENV = "XLA_CACHE_SIGNING_KEY"
 TRUSTED_KEYS_ENV = "XLA_CACHE_TRUSTED_KEYS"
+
+
+@dataclass(frozen=True)
+class EnvironmentVariable:
+    """One variable the client reads: its name, default and meaning (listed in docs/reference/settings.md)."""
+
+    name: str
+    default: str
+    description: str
+
+
+ENVIRONMENT: tuple[EnvironmentVariable, ...] = (
+    EnvironmentVariable(
+        "XLA_CACHE_SERVER",
+        DEFAULT_SERVER,
+        "The server's URL (none: the local cache only); warm()'s argument and --server win over it, it wins "
+        "over the config file's server.",
+    ),
+    EnvironmentVariable(
+        "XLA_CACHE_TOKEN", "(none)", "Bearer token sent to the server (with auth on); over the config file's."
+    ),
+    EnvironmentVariable(
+        "XLA_CACHE_DIR",
+        "$XDG_CACHE_HOME/xla-cache, else ~/.cache/xla-cache",
+        "Base cache directory: each namespace's entries live in <dir>/<namespace>; over the config file's.",
+    ),
+    EnvironmentVariable(
+        CONFIG_ENV,
+        "$XDG_CONFIG_HOME/xla-cache/config.toml, else ~/.config/xla-cache/config.toml",
+        "The config file (TOML: server, token, cache_dir, signing_key, trusted_keys); empty: none.",
+    ),
+    EnvironmentVariable(
+        SIGNING_KEY_ENV,
+        "(none)",
+        "The key this client signs its uploads with: the key itself or a file holding it.",
+    ),
+    EnvironmentVariable(
+        TRUSTED_KEYS_ENV,
+        "(none)",
+        "Public keys, or files of them, comma separated: with any, only entries they signed are placed.",
+    ),
+    EnvironmentVariable(
+        COMPRESSION_ENV,
+        "auto",
+        "auto, on or off: whether bulk uploads and bundles travel zstd-compressed (auto: bundles not from a "
+        "server on loopback).",
+    ),
+    EnvironmentVariable(
+        REDACT_FLAG_VALUES_ENV, "0", "1: the fingerprint names each XLA flag but not its value."
+    ),
+    EnvironmentVariable(RUN_REPORTS_ENV, "1", "0 (or off, false, no) turns run reports off."),
+    EnvironmentVariable(
+        REPORT_INTERVAL_ENV,
+        str(REPORT_INTERVAL_SECONDS),
+        "Seconds between a running job's run reports.",
+    ),
+)
 logger = logging.getLogger("xla_cache")
 
 

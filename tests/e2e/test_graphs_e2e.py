@@ -97,7 +97,7 @@ def test_graphs_names_the_fuse_graphs_varying_dimensions_and_what_bucketing_leav
 
     table = run_cli(["graphs", namespace, "--server", live_server.url, "--top", "5"])
     assert table.returncode == 0, table.stderr
-    print(table.stdout)  # the README shows this output
+    print(table.stdout)  # docs/user-guide.md shows this output
     done = run_cli(["graphs", namespace, "--server", live_server.url, "--top", "5", "--json"])
     assert done.returncode == 0, done.stderr
     graphs = json.loads(done.stdout)["graphs"]

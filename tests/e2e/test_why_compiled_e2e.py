@@ -71,7 +71,7 @@ def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dime
     capsys.readouterr()
     assert main(["runs", "--server", own_server.url, second.warm["run_id"]]) == 0
     out = capsys.readouterr().out
-    print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
+    print(out, file=sys.stderr)  # kept in the test's log: docs/user-guide.md quotes this output
     assert "hits         2" in out and "new_shapes" in out and miss["detail"] in out
 
 
@@ -112,7 +112,7 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
     prefix = job.warm["run_id"][:12]  # as `xla-cache runs` lists it
     assert main(["runs", "--server", own_server.url, prefix, "--all"]) == 0
     out = capsys.readouterr().out
-    print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
+    print(out, file=sys.stderr)  # kept in the test's log: docs/user-guide.md quotes this output
     assert "baked_sizes" in out and "pass the sizes as data" in out
     counts = ", ".join(f"{r} {reasons.count(r)}" for r in ("new_graph", "baked_sizes"))
     assert f"reasons      {counts}" in out
@@ -144,5 +144,5 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
     capsys.readouterr()
     assert main(["graphs", "--server", own_server.url, namespace, "--module", module]) == 0
     out = capsys.readouterr().out
-    print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
+    print(out, file=sys.stderr)  # kept in the test's log: docs/user-guide.md quotes this output
     assert "sizes baked into the graph" in out and "max(" in out

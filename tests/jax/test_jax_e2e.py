@@ -167,4 +167,4 @@ def test_a_job_with_one_more_xla_flag_is_told_which_namespace_is_nearest_and_why
     line = next(line for line in log.splitlines() if line.startswith("namespace new (0 entries)"))
     assert line.startswith(f"namespace new (0 entries); nearest: {prefix}-{digest[:8]}… (")
     assert line.endswith(f" ago) differs in XLA_FLAGS: {flag} (theirs: unset)")
-    print(line)  # the README quotes it
+    print(line)  # docs/user-guide.md quotes it

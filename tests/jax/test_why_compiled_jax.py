@@ -46,7 +46,7 @@ def cli_run(server: LiveServer, run_id: str, capsys: pytest.CaptureFixture[str],
     capsys.readouterr()
     assert main(["runs", "--server", server.url, run_id, *more]) == 0
     out = capsys.readouterr().out
-    print(out, file=sys.stderr)  # kept in the test's log: the README quotes this output
+    print(out, file=sys.stderr)  # kept in the test's log: docs/user-guide.md quotes this output
     return out
 
 

@@ -150,8 +150,8 @@ def test_200_clients_for_60_seconds(
     deployment: Deployment, tmp_path: Path, server_env: dict[str, str]
 ) -> None:
     upgrade(deployment.settings(tmp_path / "migrate"))
-    # Saturated, a PUT waits for one of its worker's upload slots (README, Settings); on this kind of
-    # machine its p99 was 9.2 s, and 14.6 s on one 1.7x slower, past the default 10 s after which the
+    # Saturated, a PUT waits for one of its worker's upload slots (docs/reference/settings.md); on this kind
+    # of machine its p99 was 9.2 s, and 14.6 s on one 1.7x slower, past the default 10 s after which the
     # server answers 503 (backpressure, not a failure). The test gives uploads 30 s, so that what it
     # counts as errors stays failures.
     env = deployment.env(**server_env, XLA_CACHE_UPLOAD_WAIT_SECONDS="30")
