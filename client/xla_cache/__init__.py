@@ -30,7 +30,7 @@ from xla_cache.errors import (
     ServerUnavailable,
     TorchXlaUnavailable,
 )
-from xla_cache.fingerprint import collect_fingerprint, namespace_id
+from xla_cache.namespace import collect_fingerprint, namespace_id
 from xla_cache.process import flush, run_report, stop
 from xla_cache.uploader import UploadReport
 from xla_cache.warm_report import WarmReport

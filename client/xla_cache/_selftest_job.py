@@ -22,8 +22,8 @@ def main(argv: list[str]) -> int:
     import torch_xla.runtime as xr
 
     from xla_cache.cachedir import scan
-    from xla_cache.fingerprint import namespace_id
     from xla_cache.frameworks.torch_xla import COUNTERS, FRAMEWORK, counter
+    from xla_cache.namespace import namespace_id
 
     fingerprint = FRAMEWORK.fingerprint()
     xr.initialize_cache(directory, readonly=False)

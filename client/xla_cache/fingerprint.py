@@ -18,23 +18,20 @@ and the readable prefix is the framework's: ``<device_type lower-cased>-tx<torch
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from cache_protocol.fingerprint import FLAG_VARIABLES, flags_digest, hashed_part, parse_flags, redact
+from cache_protocol.fingerprint import FLAG_VARIABLES, flags_digest, parse_flags, redact
 from xla_cache.config import redacts_flag_values
 
 __all__ = [
     "FINGERPRINT_SCHEMA",
     "canonical_json",
-    "collect_fingerprint",
     "distribution_version",
     "flags_digest",
-    "namespace_id",
     "runtime_environment",
     "safe_label",
 ]
@@ -82,20 +79,3 @@ def runtime_environment(facts: Mapping[str, Any], env: Mapping[str, str]) -> dic
 def canonical_json(fingerprint: Mapping[str, Any]) -> str:
     """The one serialisation the namespace id hashes."""
     return json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def namespace_id(fingerprint: Mapping[str, Any]) -> str:
-    """The namespace of a fingerprint: its framework's readable prefix and a digest of the whole of it."""
-    from xla_cache.frameworks import framework_named
-
-    digest = hashlib.sha256(canonical_json(hashed_part(fingerprint)).encode()).hexdigest()[:32]
-    prefix = framework_named(str(fingerprint.get("framework", "torch_xla"))).namespace_prefix(fingerprint)
-    return f"{prefix}-{digest}"
-
-
-def collect_fingerprint(framework: str = "auto", env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The fingerprint of this process's live runtime of ``framework`` (``auto``: see
-    :func:`xla_cache.frameworks.choose`)."""
-    from xla_cache.frameworks import choose
-
-    return choose(framework).fingerprint(env)

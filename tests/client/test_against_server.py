@@ -25,9 +25,9 @@ from xla_cache.api import CacheApi
 from xla_cache.cachedir import scan
 from xla_cache.cli import main as cli_main
 from xla_cache.deadline import Deadline
-from xla_cache.fingerprint import namespace_id
 from xla_cache.frameworks.torch_xla import FRAMEWORK as TORCH_XLA
 from xla_cache.frameworks.torch_xla import build_fingerprint
+from xla_cache.namespace import namespace_id
 from xla_cache.uploader import Uploader
 
 TIMEOUT = 10.0
