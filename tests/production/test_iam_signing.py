@@ -23,7 +23,7 @@ from google.auth.compute_engine import _metadata
 from cache_server.app import create_app
 from cache_server.errors import StorageUnavailable
 from cache_server.settings import Settings
-from cache_server.storage.gcs import GcsBlobStore, signing
+from cache_server.storage.gcs import GcsBlobStore, url_signing
 from cache_server.storage.gcs.transport import SCOPES
 from cache_server.wiring import Services, build_services
 from tests.support.api import put_ok
@@ -175,7 +175,7 @@ def test_a_vms_own_compute_engine_credentials_sign_through_iam(
     assert httpx.get(url).content == b"from a VM"
     # The token that signs asks for a scope that reaches IAM (the store's own is storage-only).
     token_requests = [r for r in metadata.requests if r.path.endswith("/token")]
-    assert any(signing.CLOUD_PLATFORM_SCOPE in r.query.get("scopes", "") for r in token_requests)
+    assert any(url_signing.CLOUD_PLATFORM_SCOPE in r.query.get("scopes", "") for r in token_requests)
 
 
 def test_an_explicit_account_is_signed_as(
@@ -206,7 +206,7 @@ def test_a_batch_is_signed_concurrently_and_bounded(
             store.close()
     assert urls is not None and sorted(urls) == names
     assert iam.calls == len(names)
-    assert 2 <= iam.max_in_flight <= signing.SIGNING_CONCURRENCY
+    assert 2 <= iam.max_in_flight <= url_signing.SIGNING_CONCURRENCY
     assert elapsed < len(names) * iam.latency * 0.75  # one after another: 4 s at least
     for url in list(urls.values())[::50]:
         verify_v4(url, key)
@@ -226,14 +226,14 @@ def test_refused_signing_is_logged_and_the_server_streams(
     put_ok(client, NS, "7", b"seven", created=True)
     iam.refusing = True  # the account lacks roles/iam.serviceAccountTokenCreator on itself
 
-    with caplog.at_level(logging.ERROR, logger=signing.__name__):
+    with caplog.at_level(logging.ERROR, logger=url_signing.__name__):
         answer = client.post(f"/v1/namespaces/{NS}/urls", json={"keys": ["7"]})
         assert answer.status_code == 501 and answer.json()["error"] == "signed_urls_unavailable"
         streamed = client.get(f"/v1/namespaces/{NS}/entries/7?redirect=1", follow_redirects=False)
         assert streamed.status_code == 200 and streamed.content == b"seven"
     refusals = [r for r in iam.requests if r.path.endswith(":signBlob")]
     assert len(refusals) == 1  # during the pause nothing more is asked
-    [record] = [r for r in caplog.records if r.name == signing.__name__]
+    [record] = [r for r in caplog.records if r.name == url_signing.__name__]
     assert SIGNER in record.getMessage()
     assert "roles/iam.serviceAccountTokenCreator" in record.getMessage()
     assert "HTTP 403" in record.getMessage() and "iam.serviceAccounts.signBlob" in record.getMessage()
@@ -256,12 +256,12 @@ def test_a_token_iam_does_not_accept_is_a_refusal_too(
     with FakeIamSigner(key, token="another-token", accounts={SIGNER}) as iam:
         store = make_store(fake_gcs_endpoint, gcs_bucket, iam.url)
         try:
-            with caplog.at_level(logging.ERROR, logger=signing.__name__):
+            with caplog.at_level(logging.ERROR, logger=url_signing.__name__):
                 assert store.signed_urls([f"{NS}/a", f"{NS}/b", f"{NS}/c"], 60) is None
                 assert store.signed_url(f"{NS}/a", 60) is None
         finally:
             store.close()
-    [record] = [r for r in caplog.records if r.name == signing.__name__]
+    [record] = [r for r in caplog.records if r.name == url_signing.__name__]
     assert "HTTP 401" in record.getMessage()
 
 
