@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache_protocol.tar import BLOCK, MAX_HEADER_BYTES
 
-__all__ = ["DEFAULT_DATA_DIR", "Settings"]
+__all__ = ["DEFAULT_DATA_DIR", "SECTIONS", "Settings"]
 
 DEFAULT_DATA_DIR = Path("xla-cache-data")
 MIB = 1024**2
@@ -24,6 +24,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="XLA_CACHE_", extra="ignore")
 
+    # -- Where the data lives --------------------------------------------------------------------------------
     data_dir: Path = Field(
         default=DEFAULT_DATA_DIR,
         description="Where the embedded defaults keep their files (SQLite index, local blobs).",
@@ -36,14 +37,18 @@ class Settings(BaseSettings):
         default="",
         description="Blob store: file:///path, or gs://bucket/prefix. Empty: <data_dir>/blobs.",
     )
-    max_entry_bytes: int = Field(default=4 * GIB, gt=0, description="Largest entry accepted, in bytes.")
-    max_total_bytes: int | None = Field(
-        default=None, gt=0, description="Background eviction keeps the whole store under this many bytes."
+    db_pool_size: int = Field(default=10, gt=0, description="SQL connection pool size (PostgreSQL).")
+    db_max_overflow: int = Field(default=20, ge=0, description="Connections allowed beyond the pool size.")
+    db_pool_timeout: float = Field(default=10.0, gt=0, description="Seconds to wait for a pooled connection.")
+    db_connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait when connecting.")
+    db_statement_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds one database call may take before it is abandoned (503)."
     )
-    max_namespace_bytes: int | None = Field(
-        default=None, gt=0, description="Background eviction keeps each namespace under this many bytes."
-    )
-    max_keys_per_request: int = Field(default=10_000, gt=0, description="Keys allowed in one missing/bundle.")
+    db_pool_pre_ping: bool = Field(default=True, description="Test each pooled connection before use.")
+    storage_timeout: float = Field(default=30.0, gt=0, description="Seconds for one storage call.")
+    storage_retries: int = Field(default=5, ge=0, description="Retries of a storage call on 429/5xx.")
+
+    # -- Serving ---------------------------------------------------------------------------------------------
     workers: int = Field(
         default=1,
         gt=0,
@@ -52,30 +57,33 @@ class Settings(BaseSettings):
             "many bundle streams at once: more streams than processes only make them take turns."
         ),
     )
-    bundle_compression: bool = Field(
-        default=True,
-        description="Compress bundles with zstd for clients that accept it (Accept-Encoding: zstd).",
-    )
-    packs: bool | None = Field(
-        default=None,
-        description=(
-            "Also keep the small entries of each bulk upload as one pack object, which bundles read by byte "
-            "range (a few requests instead of one per entry). Unset: on for gs:// stores, off for local ones."
-        ),
-    )
-    pack_interval_seconds: float = Field(
-        default=60.0,
+    log_level: str = Field(default="info", description="Logging level.")
+    header_timeout_seconds: float = Field(
+        default=10.0,
         gt=0,
-        description=(
-            "Where packs are written: how often the server gives the small entries stored without a copy in "
-            "a pack (single PUTs, small bulk uploads) one, a page of 4,096 entries per round."
-        ),
+        le=3600,
+        description="Seconds a connection may take to send a request's headers (from its opening, or from "
+        "the first byte of a later request on a kept-alive connection): then it is closed. Slow or idle "
+        "connections cannot pile up.",
+    )
+    max_connections: int = Field(
+        default=2048,
+        gt=0,
+        le=1_000_000,
+        description="Connections (or requests in progress) per worker process; a request beyond it is "
+        "answered 503 and its connection closed (uvicorn's limit_concurrency).",
+    )
+    keep_alive_seconds: int = Field(
+        default=5, ge=1, le=3600, description="Seconds an idle keep-alive connection stays open."
     )
     max_json_bytes: int = Field(
         default=4 * MIB,  # 1.5 times the largest legitimate body; parsing a body costs many times its size
         gt=0,
         description="Largest request body of every route but an entry upload (JSON), in bytes (413 over it).",
     )
+
+    # -- Uploads ---------------------------------------------------------------------------------------------
+    max_entry_bytes: int = Field(default=4 * GIB, gt=0, description="Largest entry accepted, in bytes.")
     max_concurrent_uploads: int = Field(
         default=16,
         gt=0,
@@ -100,45 +108,6 @@ class Settings(BaseSettings):
             "since it began, or it ends with 408 (0: no minimum)."
         ),
     )
-    hot_cache_bytes: int = Field(
-        default=64 * MIB,
-        ge=0,
-        description=(
-            "Memory each server process keeps for entries it read a moment ago (their rows, and the bytes of "
-            "those of at most 1 MiB), answered again without an index lookup or a store read (0: off)."
-        ),
-    )
-    hot_cache_seconds: float = Field(
-        default=1.0,
-        ge=0,
-        le=60,
-        description=(
-            "How long such a memory copy is used after its index read: the longest another process's or "
-            "replica's delete of the entry goes unseen here (0: off)."
-        ),
-    )
-    auth: bool = Field(default=False, description="Require bearer tokens.")
-    access_flush_seconds: float = Field(
-        default=2.0, gt=0, description="How often batched hit/miss counters and access times are written."
-    )
-    eviction_interval_seconds: float = Field(default=60.0, gt=0, description="Background eviction period.")
-    db_pool_size: int = Field(default=10, gt=0, description="SQL connection pool size (PostgreSQL).")
-    db_max_overflow: int = Field(default=20, ge=0, description="Connections allowed beyond the pool size.")
-    db_pool_timeout: float = Field(default=10.0, gt=0, description="Seconds to wait for a pooled connection.")
-    db_connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait when connecting.")
-    db_statement_timeout: float = Field(
-        default=30.0, gt=0, description="Seconds one database call may take before it is abandoned (503)."
-    )
-    db_pool_pre_ping: bool = Field(default=True, description="Test each pooled connection before use.")
-    storage_timeout: float = Field(default=30.0, gt=0, description="Seconds for one storage call.")
-    storage_retries: int = Field(default=5, ge=0, description="Retries of a storage call on 429/5xx.")
-    signed_url_seconds: int = Field(
-        default=0,
-        ge=0,
-        le=7 * 24 * 3600,  # the longest a V4 signed URL may live
-        description="GCS: hand out signed URLs valid this long, so hosts download from the bucket (0: off).",
-    )
-    log_level: str = Field(default="info", description="Logging level.")
     max_bulk_bytes: int = Field(
         default=2 * GIB,  # 28 times the largest push the client sends (64 MiB of entries, one of 8 MiB)
         gt=0,
@@ -163,55 +132,6 @@ class Settings(BaseSettings):
             "at most 72 MiB in one)."
         ),
     )
-    header_timeout_seconds: float = Field(
-        default=10.0,
-        gt=0,
-        le=3600,
-        description="Seconds a connection may take to send a request's headers (from its opening, or from "
-        "the first byte of a later request on a kept-alive connection): then it is closed. Slow or idle "
-        "connections cannot pile up.",
-    )
-    max_connections: int = Field(
-        default=2048,
-        gt=0,
-        le=1_000_000,
-        description="Connections (or requests in progress) per worker process; a request beyond it is "
-        "answered 503 and its connection closed (uvicorn's limit_concurrency).",
-    )
-    keep_alive_seconds: int = Field(
-        default=5, ge=1, le=3600, description="Seconds an idle keep-alive connection stays open."
-    )
-    metrics_label_refresh_seconds: float = Field(
-        default=5.0,
-        gt=0,
-        le=3600,
-        description="At most one read of the registered namespaces per this many seconds, to label metrics.",
-    )
-    max_namespaces_per_token: int = Field(
-        default=1000,
-        ge=0,
-        description=(
-            "How many namespaces one token may create (register, or store the first entry of); more are "
-            "refused with 507 (0: no limit; auth off: not counted)."
-        ),
-    )
-    stats_page_namespaces: int = Field(
-        default=100,
-        ge=1,
-        le=10_000,
-        description=(
-            "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
-        ),
-    )
-    nearest_candidates: int = Field(
-        default=200,
-        ge=1,
-        le=100_000,
-        description=(
-            "How many populated namespaces of a framework (the most recently used) GET "
-            "/v1/namespaces/{ns}/nearest compares with the namespace's fingerprint: the bound on its work."
-        ),
-    )
     orphan_grace_seconds: float = Field(
         default=300.0,
         ge=0,
@@ -221,6 +141,83 @@ class Settings(BaseSettings):
             "so such an upload answers 503). Keep it above the longest gap between a blob and its row: a "
             "database call (XLA_CACHE_DB_POOL_TIMEOUT + XLA_CACHE_DB_STATEMENT_TIMEOUT) and the arrival of "
             "one bulk member (a bulk upload commits each group once it has been open a quarter of this)."
+        ),
+    )
+
+    # -- Reads -----------------------------------------------------------------------------------------------
+    max_keys_per_request: int = Field(default=10_000, gt=0, description="Keys allowed in one missing/bundle.")
+    bundle_compression: bool = Field(
+        default=True,
+        description="Compress bundles with zstd for clients that accept it (Accept-Encoding: zstd).",
+    )
+    hot_cache_bytes: int = Field(
+        default=64 * MIB,
+        ge=0,
+        description=(
+            "Memory each server process keeps for entries it read a moment ago (their rows, and the bytes of "
+            "those of at most 1 MiB), answered again without an index lookup or a store read (0: off)."
+        ),
+    )
+    hot_cache_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description=(
+            "How long such a memory copy is used after its index read: the longest another process's or "
+            "replica's delete of the entry goes unseen here (0: off)."
+        ),
+    )
+    signed_url_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=7 * 24 * 3600,  # the longest a V4 signed URL may live
+        description="GCS: hand out signed URLs valid this long, so hosts download from the bucket (0: off).",
+    )
+    packs: bool | None = Field(
+        default=None,
+        description=(
+            "Also keep the small entries of each bulk upload as one pack object, which bundles read by byte "
+            "range (a few requests instead of one per entry). Unset: on for gs:// stores, off for local ones."
+        ),
+    )
+    pack_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "Where packs are written: how often the server gives the small entries stored without a copy in "
+            "a pack (single PUTs, small bulk uploads) one, a page of 4,096 entries per round."
+        ),
+    )
+
+    # -- Budgets and background work -------------------------------------------------------------------------
+    max_total_bytes: int | None = Field(
+        default=None, gt=0, description="Background eviction keeps the whole store under this many bytes."
+    )
+    max_namespace_bytes: int | None = Field(
+        default=None, gt=0, description="Background eviction keeps each namespace under this many bytes."
+    )
+    eviction_interval_seconds: float = Field(default=60.0, gt=0, description="Background eviction period.")
+    access_flush_seconds: float = Field(
+        default=2.0, gt=0, description="How often batched hit/miss counters and access times are written."
+    )
+    gc_interval_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description=(
+            "How often each server process runs gc in the background (orphan blobs older than "
+            "XLA_CACHE_ORPHAN_GRACE_SECONDS, rows whose blob is gone, damaged blobs set aside; 0: only "
+            "when an admin asks, POST /admin/gc)."
+        ),
+    )
+
+    # -- Tokens and trust ------------------------------------------------------------------------------------
+    auth: bool = Field(default=False, description="Require bearer tokens.")
+    max_namespaces_per_token: int = Field(
+        default=1000,
+        ge=0,
+        description=(
+            "How many namespaces one token may create (register, or store the first entry of); more are "
+            "refused with 507 (0: no limit; auth off: not counted)."
         ),
     )
     signer_keys: str = Field(
@@ -238,16 +235,33 @@ class Settings(BaseSettings):
             "those keys (* : any key of XLA_CACHE_SIGNER_KEYS), or it is refused with 403."
         ),
     )
-    gc_interval_seconds: float = Field(
-        default=3600.0,
-        ge=0,
+
+    # -- Stats, metrics and diagnosis ------------------------------------------------------------------------
+    stats_page_namespaces: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
         description=(
-            "How often each server process runs gc in the background (orphan blobs older than "
-            "XLA_CACHE_ORPHAN_GRACE_SECONDS, rows whose blob is gone, damaged blobs set aside; 0: only "
-            "when an admin asks, POST /admin/gc)."
+            "Namespaces in one page of /admin/stats and /dashboard/data when the request gives no limit."
         ),
     )
+    nearest_candidates: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description=(
+            "How many populated namespaces of a framework (the most recently used) GET "
+            "/v1/namespaces/{ns}/nearest compares with the namespace's fingerprint: the bound on its work."
+        ),
+    )
+    metrics_label_refresh_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="At most one read of the registered namespaces per this many seconds, to label metrics.",
+    )
 
+    # -- History ---------------------------------------------------------------------------------------------
     run_retention_days: float = Field(
         default=30.0,
         gt=0,
@@ -300,3 +314,98 @@ class Settings(BaseSettings):
     def uses_embedded_sqlite(self) -> bool:
         """True when the index is a SQLite file (``serve`` then migrates it itself)."""
         return self.resolved_database_url.startswith("sqlite")
+
+
+# The settings by concern, in the class's order: the settings reference (docs/reference/settings.md) has one
+# table per section, and a test checks that every field is in exactly one.
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "Where the data lives",
+        (
+            "data_dir",
+            "database_url",
+            "storage_url",
+            "db_pool_size",
+            "db_max_overflow",
+            "db_pool_timeout",
+            "db_connect_timeout",
+            "db_statement_timeout",
+            "db_pool_pre_ping",
+            "storage_timeout",
+            "storage_retries",
+        ),
+    ),
+    (
+        "Serving",
+        (
+            "workers",
+            "log_level",
+            "header_timeout_seconds",
+            "max_connections",
+            "keep_alive_seconds",
+            "max_json_bytes",
+        ),
+    ),
+    (
+        "Uploads",
+        (
+            "max_entry_bytes",
+            "max_concurrent_uploads",
+            "upload_wait_seconds",
+            "body_timeout_seconds",
+            "min_upload_bytes_per_second",
+            "max_bulk_bytes",
+            "max_bulk_header_bytes",
+            "max_bulk_seconds",
+            "orphan_grace_seconds",
+        ),
+    ),
+    (
+        "Reads",
+        (
+            "max_keys_per_request",
+            "bundle_compression",
+            "hot_cache_bytes",
+            "hot_cache_seconds",
+            "signed_url_seconds",
+            "packs",
+            "pack_interval_seconds",
+        ),
+    ),
+    (
+        "Budgets and background work",
+        (
+            "max_total_bytes",
+            "max_namespace_bytes",
+            "eviction_interval_seconds",
+            "access_flush_seconds",
+            "gc_interval_seconds",
+        ),
+    ),
+    (
+        "Tokens and trust",
+        (
+            "auth",
+            "max_namespaces_per_token",
+            "signer_keys",
+            "require_signatures",
+        ),
+    ),
+    (
+        "Stats, metrics and diagnosis",
+        (
+            "stats_page_namespaces",
+            "nearest_candidates",
+            "metrics_label_refresh_seconds",
+        ),
+    ),
+    (
+        "History",
+        (
+            "run_retention_days",
+            "max_runs",
+            "tombstone_days",
+            "max_tombstones",
+        ),
+    ),
+)

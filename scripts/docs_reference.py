@@ -62,7 +62,7 @@ def _default(field: Any) -> str:
 
 def render_settings() -> str:
     """docs/reference/settings.md."""
-    from cache_server.settings import Settings
+    from cache_server.settings import SECTIONS, Settings
     from xla_cache.config import ENVIRONMENT
 
     prefix = str(Settings.model_config.get("env_prefix", ""))
@@ -76,16 +76,17 @@ def render_settings() -> str:
         "The server reads every setting from one class, `cache_server/settings.py` (`Settings`), each field "
         f"from the variable `{prefix}<FIELD>` (case-insensitive). "
         "[Operating it](../operating.md#settings-explained) explains them at more length.",
-        "",
-        "| variable | type | default | meaning |",
-        "| --- | --- | --- | --- |",
     ]
-    for name, field in Settings.model_fields.items():
-        variable = f"{prefix}{name.upper()}"
-        lines.append(
-            f"| `{variable}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} "
-            f"| {_cell(field.description or '')} |"
-        )
+    for title, names in SECTIONS:
+        lines += ["", f"### {title}", "", "| variable | type | default | meaning |"]
+        lines.append("| --- | --- | --- | --- |")
+        for name in names:
+            field = Settings.model_fields[name]
+            variable = f"{prefix}{name.upper()}"
+            lines.append(
+                f"| `{variable}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} "
+                f"| {_cell(field.description or '')} |"
+            )
     lines += [
         "",
         "## Client",

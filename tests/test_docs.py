@@ -47,6 +47,13 @@ def test_every_variable_the_client_reads_is_in_the_settings_reference() -> None:
     assert sorted(name for name in read - server if f"`{name}`" not in text) == []
 
 
+def test_every_setting_is_in_one_section_in_the_class_order() -> None:
+    from cache_server.settings import SECTIONS
+
+    listed = [name for _, names in SECTIONS for name in names]
+    assert listed == list(Settings.model_fields)  # each once, in the order the class declares them
+
+
 def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
