@@ -221,7 +221,7 @@ def test_refused_signing_is_logged_and_the_server_streams(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(signing, "REFUSAL_PAUSE_SECONDS", 0.3)
+    monkeypatch.setattr(url_signing, "REFUSAL_PAUSE_SECONDS", 0.3)
     client, _ = serve(make_store(fake_gcs_endpoint, gcs_bucket, iam.url))
     put_ok(client, NS, "7", b"seven", created=True)
     iam.refusing = True  # the account lacks roles/iam.serviceAccountTokenCreator on itself
