@@ -16,6 +16,7 @@ __all__ = [
     "DigestMismatch",
     "EntryInFlight",
     "EntryNotFound",
+    "EntryRefused",
     "EntryTooLarge",
     "Forbidden",
     "IndexUnavailable",
@@ -53,13 +54,22 @@ class CacheError(Exception):
         self.detail = detail
 
 
-class InvalidName(CacheError):
+class EntryRefused(CacheError):
+    """Refused before anything of it is stored. Raised by the writer's checks of one entry (its name, size,
+    digest, compile time, signature, quota), it refuses that entry alone: a bulk upload records it as that
+    member's outcome and goes on with the others (:mod:`cache_server.service.bulk` catches this base, so
+    a new check of the writer needs no list kept in step). Raised anywhere else, it refuses the request."""
+
+    code = "entry_refused"
+
+
+class InvalidName(EntryRefused):
     """A namespace or key name that does not match the allowed pattern."""
 
     code = "invalid_name"
 
 
-class BadRequest(CacheError):
+class BadRequest(EntryRefused):
     """A request whose body or headers cannot be understood."""
 
     code = "bad_request"
@@ -71,7 +81,7 @@ class TooManyKeys(BadRequest):
     code = "too_many_keys"
 
 
-class DigestMismatch(CacheError):
+class DigestMismatch(EntryRefused):
     """The uploaded bytes do not hash to the digest the uploader announced."""
 
     code = "digest_mismatch"
@@ -83,7 +93,7 @@ class DigestConflict(CacheError):
     code = "digest_conflict"
 
 
-class EntryTooLarge(CacheError):
+class EntryTooLarge(EntryRefused):
     """The upload is larger than ``XLA_CACHE_MAX_ENTRY_BYTES``."""
 
     code = "entry_too_large"
@@ -184,14 +194,14 @@ class Forbidden(CacheError):
     code = "forbidden"
 
 
-class SignatureRequired(Forbidden):
+class SignatureRequired(Forbidden, EntryRefused):
     """An unsigned upload into a namespace that requires signatures (``XLA_CACHE_REQUIRE_SIGNATURES``);
     nothing of it is stored."""
 
     code = "signature_required"
 
 
-class SignatureInvalid(Forbidden):
+class SignatureInvalid(Forbidden, EntryRefused):
     """An upload whose signature is not a valid one, by a key the namespace accepts, over exactly this
     namespace, key and digest; nothing of it is stored."""
 
@@ -212,7 +222,7 @@ class UploadTooLarge(CacheError):
     code = "upload_too_large"
 
 
-class QuotaExceeded(CacheError):
+class QuotaExceeded(EntryRefused):
     """An upload would take a namespace or a token past its quota (entries or bytes), or a token past the
     namespaces it may create; nothing of it is stored."""
 

@@ -33,16 +33,11 @@ from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import TarMember
 from cache_server.auth.revocation import StillAllowed
 from cache_server.errors import (
-    BadRequest,
     CacheError,
     DigestConflict,
-    DigestMismatch,
     EntryInFlight,
-    EntryTooLarge,
+    EntryRefused,
     InvalidName,
-    QuotaExceeded,
-    SignatureInvalid,
-    SignatureRequired,
 )
 from cache_server.index.entries import EntryRecord
 from cache_server.service.packs import PACK_WRITERS, PackWriter
@@ -57,15 +52,6 @@ log = logging.getLogger(__name__)
 GROUP_ENTRIES = 512  # members per commit: one sync and one index transaction
 GROUP_BYTES = 256 * MIB  # ... or fewer, when they are this large together
 
-_REFUSED = (  # before its commit
-    InvalidName,
-    BadRequest,
-    DigestMismatch,
-    EntryTooLarge,
-    QuotaExceeded,
-    SignatureRequired,
-    SignatureInvalid,
-)
 _SETTLED_REFUSED = (DigestConflict, EntryInFlight)  # at its commit: its name was taken
 
 
@@ -205,7 +191,7 @@ def _put_members(
                     )
                     tee = partial(packer.copying, key) if packed and packer is not None else None
                     pending.put_into(batch, member.chunks(), tee=tee)
-                except _REFUSED as exc:
+                except EntryRefused as exc:  # before its commit: that member alone
                     results.append(MemberOutcome(key=key, error=exc))
                     continue
                 outcome = MemberOutcome(key=key, size=member.size, sha256=sha256)
