@@ -7,7 +7,17 @@ import datetime as dt
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    create_model,
+    model_validator,
+)
 
 from cache_protocol.runs import (
     HOST_MAX_LENGTH,
@@ -22,6 +32,7 @@ from cache_protocol.runs import (
     RUN_NUMBERS,
     milliseconds,
 )
+from cache_protocol.text import unprintable
 from cache_server.names import check_key, check_namespace
 from cache_server.runs.ingest import RunDetail, RunReport
 from cache_server.runs.model import MissRecord, RunInfo
@@ -30,12 +41,23 @@ from cache_server.runs.reasons import ExplainedMiss
 __all__ = ["RunDetailOut", "RunOut", "RunReportIn", "RunsOut"]
 
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
-Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
-UnixTime = Annotated[float, Field(ge=0, le=2**34, allow_inf_nan=False, description="Unix seconds.")]
+# Numbers are JSON numbers: "1.5", a string, is refused (strict), an integer taken as seconds too.
+Seconds = Annotated[StrictFloat, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+UnixTime = Annotated[StrictFloat, Field(ge=0, le=2**34, allow_inf_nan=False, description="Unix seconds.")]
 MAX_COMPONENTS = 32
 ComponentName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_. -]+$")]
 ComponentHash = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
-PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+
+
+def _printable(text: str) -> str:
+    """Free text an operator reads: no control, format or separator character (:mod:`cache_protocol.text`)."""
+    problem = unprintable(text)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
+Printable = AfterValidator(_printable)
 
 
 class _Strict(BaseModel):
@@ -46,7 +68,7 @@ class MissIn(_Strict):
     """A compile the run made: the key it wrote and what the client knew of it."""
 
     key: str = Field(min_length=1, max_length=256)
-    module: str | None = Field(default=None, min_length=1, max_length=MODULE_MAX_LENGTH, pattern=PRINTABLE)
+    module: Annotated[str, Printable] | None = Field(default=None, min_length=1, max_length=MODULE_MAX_LENGTH)
     components: dict[ComponentName, ComponentHash] | None = Field(default=None, max_length=MAX_COMPONENTS)
     compile_seconds: Seconds | None = None
     load_failed: StrictBool = False
@@ -63,7 +85,7 @@ class _ReportFields(_Strict):
     run_id: str = Field(min_length=8, max_length=64, pattern=f"^{RUN_ID_PATTERN.pattern}$")
     namespace: str = Field(min_length=1, max_length=128)
     framework: Literal["torch_xla", "jax", "torchax"]
-    host: str = Field(min_length=1, max_length=HOST_MAX_LENGTH, pattern=PRINTABLE)
+    host: Annotated[str, Printable] = Field(min_length=1, max_length=HOST_MAX_LENGTH)
     process_index: StrictInt = Field(default=0, ge=0, le=MAX_PROCESS_INDEX)
     started_at: UnixTime
     ended_at: UnixTime | None = None

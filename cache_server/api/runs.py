@@ -111,7 +111,14 @@ def run_detail(
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:
-    """A time without a zone is UTC."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=dt.timezone.utc)
+    """The time in UTC (one without a zone is UTC); one past the ends of the range in UTC (9999-12-31 at
+    -14:00, 0001-01-01 at +14:00) is the end it is past: a filter by it keeps every run or none."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:
+        end = dt.datetime.max if value.year == dt.MAXYEAR else dt.datetime.min
+        return end.replace(tzinfo=dt.timezone.utc)

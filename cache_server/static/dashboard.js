@@ -32,17 +32,25 @@ function routeLink(href, text, attrs) {
   return link;
 }
 
+// Control, format and separator characters (Unicode Cc, Cf, Zl, Zp: bidi overrides, zero-width ones) in
+// text a client sent are shown as \u202e, whatever the server stored (cache_protocol/text.py does the same
+// for the CLI): they can reorder or hide what an operator reads.
+const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
+function printable(text) {
+  return String(text).replace(UNPRINTABLE, (c) => "\\u" + c.codePointAt(0).toString(16).padStart(4, "0"));
+}
+
 function el(tag, attrs, text) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = printable(text);
   return node;
 }
 
 function svgEl(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = printable(text);
   return node;
 }
 
@@ -204,7 +212,7 @@ function renderBars(figId, items, barClass, label, value, shown, ariaLabel) {
   const names = items.map((item, i) => {
     const text = svgEl("text", { class: "label", y: T + i * rowH + rowH / 2 + 4, "text-anchor": "end" }, label(item));
     svg.appendChild(text);
-    let full = label(item), cut = 0;
+    let full = printable(label(item)), cut = 0;
     while (labelWidth(text) > MAXL - 2 * PAD && full.length - cut > 8) {
       cut += 2;
       const keep = full.length - cut, head = Math.ceil(keep / 2);
@@ -236,7 +244,7 @@ function renderTable(id, headers, rows) {
     const tr = el("tr");
     row.forEach((cell, i) => {
       const td = el("td", headers[i][1] ? { class: headers[i][1] } : {});
-      if (cell instanceof Node) td.appendChild(cell); else td.textContent = cell;
+      if (cell instanceof Node) td.appendChild(cell); else td.textContent = printable(cell);
       tr.appendChild(td);
     });
     body.appendChild(tr);

@@ -233,6 +233,17 @@ def test_misses_beyond_the_run_bound_are_counted_not_stored(
         {"host": ""},
         {"host": "h" * 257},
         {"host": "evil\nline"},
+        # the third probe: C1 controls (U+009B, the 8-bit CSI), bidi overrides, zero-width and separators
+        {"host": "x\u009b2J\u009b31mPWNED"},
+        {"host": "admin\u202egnp.exe"},
+        {"host": "host\u200b-1"},
+        {"host": "line\u2028two"},
+        {"new_misses": [miss("k", module="jit_\u200fstep")]},
+        # numbers are JSON numbers, not strings
+        {"warm_seconds": "1.5"},
+        {"compile_seconds": "2"},
+        {"started_at": "1700000000"},
+        {"new_misses": [miss("k", compile_seconds="1.5")]},
         {"process_index": -1},
         {"started_at": -5},
         {"ended_at": 1.0},  # before started_at
@@ -251,6 +262,34 @@ def test_hostile_reports_are_refused_and_store_nothing(client: TestClient, chang
     assert response.status_code == 400, response.text
     assert response.json()["error"] in ("bad_request", "invalid_name")
     assert client.get("/admin/runs").json()["runs"] == []
+
+
+def test_printable_text_and_numbers_of_either_kind_are_taken(client: TestClient) -> None:
+    body = report(host="gpu-节点-1 (rack 7)", warm_seconds=2, compile_seconds=1.5)
+    body["new_misses"] = [miss("k", module="jit_шаг", compile_seconds=3)]
+    assert post(client, body).status_code == 200
+    [run] = client.get("/admin/runs").json()["runs"]
+    assert (run["host"], run["warm_seconds"], run["compile_seconds"]) == ("gpu-节点-1 (rack 7)", 2.0, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("since", "until", "found"),
+    [
+        ("9999-12-31T23:59:59-14:00", None, 0),  # past the last time UTC can hold: after every run
+        ("0001-01-01T00:00:00+14:00", None, 1),  # before the first: every run
+        (None, "0001-01-01T00:00:00+14:00", 0),
+        (None, "9999-12-31T23:59:59-14:00", 1),
+        ("9999-12-31T23:59:59.999999", None, 0),
+    ],
+)
+def test_time_filters_at_the_ends_of_the_range_answer(
+    client: TestClient, since: str | None, until: str | None, found: int
+) -> None:
+    assert post(client, report()).status_code == 200
+    params = {name: value for name, value in (("since", since), ("until", until)) if value is not None}
+    answer = client.get("/admin/runs", params=params)
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["runs"]) == found
 
 
 def test_a_report_not_json_or_too_big_is_refused(client: TestClient) -> None:

@@ -44,3 +44,22 @@ def test_bad_namespace_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["stats", "--namespace", "../x"])
     assert "not a valid namespace" in capsys.readouterr().err
+
+
+def test_text_a_client_sent_never_reaches_the_terminal_as_an_escape(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Whatever the server stored (a host sent before the server refused such text, say), the lines a
+    command prints show control, bidi and zero-width characters as escapes; --json escapes them too."""
+    from argparse import Namespace
+
+    from xla_cache.cli.common import emit
+
+    hostile = "x\x9b2J\x1b[31mPWNED \u202egnp.exe\u200b\u2028"
+    emit(Namespace(json=False), {}, [f"host  {hostile}", "plain  gpu-节点-1"])
+    out = capsys.readouterr().out
+    assert not any(char in out for char in "\x9b\x1b\u202e\u200b\u2028")
+    assert "host  x\\u009b2J\\u001b[31mPWNED \\u202egnp.exe\\u200b\\u2028" in out
+    assert "plain  gpu-节点-1" in out  # printable text, any script, as it is
+    emit(Namespace(json=True), {"host": hostile}, [])
+    assert not any(char in capsys.readouterr().out for char in "\x9b\x1b\u202e")

@@ -434,6 +434,11 @@ def test_runs_view_lists_runs_and_says_why_a_run_compiled(
                  (tr) => [...tr.children].map((td) => td.textContent))"""
         )
         summary = tab.evaluate("""document.getElementById("run-detail-summary").textContent""")
+        # text a client sent, as the page writes any cell or label: controls and bidi overrides escaped
+        written = tab.evaluate(
+            """[el("td", {}, "x\\u009b2J\\u202egnp.exe\\u200b").textContent,
+                svgEl("text", {}, "host\\u2028two").textContent]"""
+        )
         tab.locator("#run-detail").scroll_into_view_if_needed()
         tab.screenshot(path=RUNS_SCREENSHOT, full_page=True)
         tab.screenshot(path="/tmp/dash-run.png", full_page=True)
@@ -451,6 +456,7 @@ def test_runs_view_lists_runs_and_says_why_a_run_compiled(
     assert reasons["SyncTensorsGraph.12"] == ["new_graph"]
     assert any("parameter 1 dimension 0" in cells[3] for cells in misses)
     assert "4 of 4 listed explained" in summary
+    assert written == ["x\\u009b2J\\u202egnp.exe\\u200b", "host\\u2028two"]
     assert errors == []
     assert RUNS_SCREENSHOT.stat().st_size > 20_000
 

@@ -82,6 +82,10 @@ def test_listing_filters_and_patterns(database: Database) -> None:
     assert ids(since=T0 + dt.timedelta(hours=1), until=T0 + dt.timedelta(hours=2)) == ["r2"]
     assert ids(namespace="other", framework="jax", host="h") == ["r3"]
     assert ids(limit=1) == ["r3"]
+    # the ends of the range a route hands over for times past them (9999-12-31 at -14:00, ...)
+    last, first = (end.replace(tzinfo=dt.timezone.utc) for end in (dt.datetime.max, dt.datetime.min))
+    assert ids(since=last) == [] and ids(until=first) == []
+    assert ids(since=first, until=last) == ["r3", "r2", "r1"]
 
 
 def test_runs_and_tombstones_pruned_by_age_and_count(database: Database, db_settings: Settings) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE, name_problem
+from cache_protocol.text import shown
 from xla_cache.cachedir import read_last_warm
 from xla_cache.config import DEFAULT_SERVER, ClientConfig, server_url_problem
 from xla_cache.errors import ClientError
@@ -37,11 +38,13 @@ __all__ = [
 
 
 def emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
-    """Print ``data`` as JSON with ``--json``, else ``lines``."""
+    """Print ``data`` as JSON with ``--json`` (every non-ASCII character escaped), else ``lines``, each
+    control, format or separator character in them written as ``\\u009b``: text a client sent (a run's
+    host, a module name), whatever the server stored, never reaches the terminal as an escape sequence."""
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
-        print("\n".join(lines))
+        print("\n".join(shown(line) for line in lines))
 
 
 def progress_of(args: argparse.Namespace) -> Progress:
