@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, tuple_
 from sqlalchemy.orm import Session
 
 from cache_server.domain import RemovalPolicy
@@ -99,15 +99,17 @@ def tombstones_of(db: Database, namespace: str, keys: Sequence[str]) -> dict[str
 
 
 def prune_tombstones(db: Database, *, older_than: dt.datetime, keep: int) -> int:
-    """Delete the tombstones removed before ``older_than``, then the oldest beyond the newest ``keep``;
-    returns how many went."""
+    """Delete the tombstones removed before ``older_than``, then all but the newest ``keep``; returns how many
+    went. Newest by removal time, then by namespace and key (descending): a total order, so that ``keep`` of
+    the many tombstones one removal writes at one instant (a namespace deleted) stay, not none of them."""
+    order = (Tombstone.removed_at, Tombstone.namespace, Tombstone.key)
     with db.transaction() as session:
         gone = _count(session.execute(delete(Tombstone).where(Tombstone.removed_at < older_than)))
         cutoff = session.execute(
-            select(Tombstone.removed_at).order_by(Tombstone.removed_at.desc()).offset(keep).limit(1)
-        ).scalar()
-        if cutoff is not None:
-            gone += _count(session.execute(delete(Tombstone).where(Tombstone.removed_at <= cutoff)))
+            select(*order).order_by(*(column.desc() for column in order)).offset(keep).limit(1)
+        ).first()
+        if cutoff is not None:  # it and every tombstone after it in that order
+            gone += _count(session.execute(delete(Tombstone).where(tuple_(*order) <= tuple_(*cutoff))))
     return gone
 
 

@@ -111,6 +111,19 @@ def test_runs_and_tombstones_pruned_by_age_and_count(database: Database, db_sett
     assert set(tombstones_of(database, "ns", ["e3", "e4"])) == {"e4"}
 
 
+def test_a_thousand_tombstones_of_one_instant_are_pruned_to_the_bound_not_to_none(database: Database) -> None:
+    """Deleting a namespace writes one tombstone per entry, all at one instant (the third probe: 1,000 of
+    them, then a prune to 100 kept none): the newest ``keep`` stay, by a stable order."""
+    entries, admin = EntryRepository(database), AdminRepository(database)
+    keys = [f"e{i:04d}" for i in range(1000)]
+    entries.record_new_entries([record("ns", key, 10) for key in keys])
+    admin.delete_entries([("ns", key) for key in keys], policy="namespace_deleted", when=T0)
+    assert prune_tombstones(database, older_than=T0 - dt.timedelta(days=1), keep=100) == 900
+    kept = set(tombstones_of(database, "ns", keys))
+    assert kept == set(keys[-100:])  # one instant: the last 100 by (namespace, key), descending
+    assert prune_tombstones(database, older_than=T0 - dt.timedelta(days=1), keep=100) == 0  # stable
+
+
 def test_a_removal_renews_the_tombstone_and_facts_read_it(database: Database) -> None:
     entries, admin = EntryRepository(database), AdminRepository(database)
     entries.record_new_entries([record("ns", "k", 10), record("ns", "v1", 10), record("ns", "v2", 10)])
