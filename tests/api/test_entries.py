@@ -353,6 +353,31 @@ def test_a_corrupt_small_entry_is_a_miss_and_its_next_upload_heals_it(
     assert client.get(f"/v1/namespaces/{NS}").json()["misses"] == 1
 
 
+def test_a_bundle_leaves_out_a_corrupt_member_and_sends_the_rest(
+    client: TestClient, settings_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The third probe: one blob of a bundle flipped (no pack copy to fall back on) gave 200, then an
+    unhandled CorruptBlob and 0 bytes. Now the member is checked whole before its header, left out (the
+    client compiles it), logged in one line without a traceback, and every other member is sent."""
+    blobs = {f"{i}": bytes([i]) * (1000 + i) for i in range(1, 6)}
+    for key, data in blobs.items():
+        put(client, NS, key, data)
+    _flip_last_byte(settings_dir, "3")
+    with caplog.at_level("WARNING"):
+        response = client.post(f"/v1/namespaces/{NS}/bundle", json={"keys": sorted(blobs)})
+    assert response.status_code == 200
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r|") as tar:
+        got = {}
+        for member in tar:
+            handle = tar.extractfile(member)
+            assert handle is not None
+            got[member.name] = handle.read()
+    assert got == {key: data for key, data in blobs.items() if key != "3"}
+    assert client.head(f"{URL}/3").status_code == 404  # dropped: its next upload stores it again
+    lines = [r for r in caplog.records if "corrupt" in r.getMessage() and "bundle" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None and "3" in lines[0].getMessage()
+
+
 def test_a_corrupt_large_entry_is_never_served_whole(client: TestClient, settings_dir: Path) -> None:
     data = bytes(range(256)) * 8192  # 2 MiB: streamed, not read whole
     put(client, NS, "big", data)
