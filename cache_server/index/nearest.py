@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, func, or_, select
+from sqlalchemy import func, select
 
 from cache_server.index.database import Database
 from cache_server.index.models import EntryTotals, Namespace
+from cache_server.index.patterns import scope_matches
 
 __all__ = ["Candidate", "NearestRepository"]
 
@@ -29,12 +30,6 @@ class Candidate:
     fingerprint: dict[str, Any]
     entries: int
     last_used_at: dt.datetime
-
-
-def _like(pattern: str) -> str:
-    """A token's namespace pattern (``*``: any run of characters) as a LIKE pattern (escape ``\\``)."""
-    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped.replace("*", "%")
 
 
 class NearestRepository:
@@ -53,8 +48,8 @@ class NearestRepository:
     ) -> list[Candidate]:
         """At most ``limit`` namespaces other than ``exclude`` whose fingerprint's framework is
         ``framework`` and that store at least one entry, most recently used first. ``patterns`` (a token's
-        namespace patterns; None: every namespace) narrow them in SQL; the caller still checks each name
-        exactly (SQLite's LIKE ignores case)."""
+        namespace patterns; None: every namespace) narrow them in SQL, exactly as the token's check
+        (:func:`~cache_server.index.patterns.scope_matches`), before the limit."""
         # Per candidate row, not over the whole table: the totals are read by their primary key.
         entries = (
             select(func.sum(EntryTotals.entries))
@@ -73,9 +68,7 @@ class NearestRepository:
             .limit(limit)
         )
         if patterns is not None:
-            query = query.where(
-                or_(*(Namespace.name.cast(String).like(_like(p), escape="\\") for p in patterns))
-            )
+            query = query.where(scope_matches(self._db, Namespace.name, patterns))
         with self._db.transaction() as session:
             rows = session.execute(query).all()
         return [

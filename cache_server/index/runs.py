@@ -14,35 +14,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, delete, func, null, or_, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, null, select, update
 from sqlalchemy.orm import Session
 
 from cache_server.index.database import Database, chunked
 from cache_server.index.models import Namespace, Run, RunMiss, run_number
+from cache_server.index.patterns import scope_matches
 from cache_server.runs.model import NUMBER_FIELDS, MissRecord, RunFilter, RunInfo, RunNumbers, RunTotals
 
-__all__ = ["HeldRun", "RunRepository", "pattern_to_like"]
-
-
-def pattern_to_like(pattern: str) -> str:
-    """A namespace pattern (``*`` any run of characters, ``?`` one) as a LIKE pattern with ``\\`` escapes
-    (the patterns' other characters are letters, digits, ``.``, ``_`` and ``-``: only ``_`` is special)."""
-    return (
-        pattern.replace("\\", "\\\\")
-        .replace("%", "\\%")
-        .replace("_", "\\_")
-        .replace("*", "%")
-        .replace("?", "_")
-    )
-
-
-def _namespace_matches(pattern: str, *, sqlite: bool) -> ColumnElement[bool]:
-    """The runs whose namespace a token's pattern covers, case-sensitively as the token's check is
-    (``fnmatchcase``). SQLite's LIKE ignores ASCII case, so there it is GLOB, where a pattern's ``*`` and
-    ``?`` mean the same and its other characters (those of namespace names) stand for themselves."""
-    if sqlite:
-        return Run.namespace.op("GLOB")(pattern)
-    return Run.namespace.like(pattern_to_like(pattern), escape="\\")
+__all__ = ["HeldRun", "RunRepository"]
 
 
 _RUN_COLUMNS = (
@@ -193,8 +173,7 @@ class RunRepository:
         if query.until is not None:
             conditions.append(Run.started_at < query.until)
         if query.patterns is not None:
-            sqlite = self._db.engine.dialect.name == "sqlite"
-            conditions.append(or_(*(_namespace_matches(p, sqlite=sqlite) for p in query.patterns)))
+            conditions.append(scope_matches(self._db, Run.namespace, query.patterns))
         stmt = stmt.where(*conditions).order_by(Run.started_at.desc(), Run.run_id).limit(query.limit)
         with self._db.reading() as connection:
             return [_run_info(tuple(row)) for row in connection.execute(stmt)]

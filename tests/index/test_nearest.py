@@ -103,3 +103,21 @@ def test_a_scoped_token_learns_only_namespaces_it_reaches(database: Database) ->
         "TEAM_A-upper",
         "team_b-secret",
     }
+
+
+def test_a_tokens_patterns_filter_before_the_candidate_limit_exactly_as_its_check(database: Database) -> None:
+    """The third probe: a token with ``team-a-?`` got no nearest namespace although ``team-a-2`` matches
+    it, and 25 namespaces differing only in case (``TEAM-A-xx``), used more recently, filled the candidate
+    limit so the token's own were not found. The patterns now filter in SQL exactly as the token's check
+    (``?`` one character, case-sensitive), before the limit."""
+    entries = EntryRepository(database)
+    now = utcnow()
+    _add(entries, "team-a-1", {**BASE, "device_count": 2}, 0, now - dt.timedelta(hours=2))
+    _add(entries, "team-a-2", {**BASE, "device_count": 3}, 1, now - dt.timedelta(hours=1))
+    for i in range(25):
+        _add(entries, f"TEAM-A-{i:02d}", BASE, 1, now - dt.timedelta(minutes=i))
+    service = NearestNamespaces(entries, NearestRepository(database), candidates=20)
+    for patterns in (("team-a-?",), ("team-a-*",)):
+        scoped = Principal("t1", "reader", Role.READ, namespaces=patterns)
+        answer = service.nearest("team-a-1", principal=scoped, limit=10)
+        assert [n.namespace for n in answer.nearest] == ["team-a-2"], patterns
