@@ -1,8 +1,8 @@
 """The bucketing report over HTTP: which dimensions of a namespace's graphs vary, and what padding them
 would save (``GET /admin/graphs``; the dashboard's graph view reads the same at ``/dashboard/graphs``).
 
-Role as for the stats (admin); a token limited to namespace patterns (read or write) may ask for a
-namespace it covers (:data:`cache_server.api.auth.NAMESPACE_QUERY_ROUTES`).
+Both declare the read role with their ``namespace`` query parameter as scope: a token limited to namespace
+patterns (read or write) may ask for a namespace it covers (:class:`cache_server.api.access.Scope`).
 """
 
 from __future__ import annotations
