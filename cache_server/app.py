@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         version="1",
         description="Shared, managed persistent compilation cache for PyTorch/XLA jobs.",
         lifespan=lifespan,
-        dependencies=[Depends(authorize)],  # the role each route needs: cache_server.api.auth
+        dependencies=[Depends(authorize)],  # the role each route declares: cache_server.api.access
         docs_url=None,  # served by cache_server.api.docs, behind the role check
         redoc_url=None,
         openapi_url=None,

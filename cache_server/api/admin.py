@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from cache_protocol.signing import KEY_ID_PATTERN
 from cache_server.admin.stats import StatsQuery
+from cache_server.api.access import NO_TOKEN, declare
 from cache_server.api.admin_schemas import (
     DeleteNamespaceOut,
     EvictIn,
@@ -26,6 +27,7 @@ from cache_server.api.admin_schemas import (
     TokensOut,
 )
 from cache_server.api.deps import AdminDep, RunsDep, SettingsDep
+from cache_server.auth.tokens import Role
 from cache_server.errors import InvalidName, PacksOff
 
 __all__ = ["router"]
@@ -37,6 +39,7 @@ PAGE_AFTER = "The next_after of the page before (absent: the first page)."
 
 
 @router.get("/stats", response_model=StatsOut)
+@declare(Role.ADMIN)
 def stats(
     admin: AdminDep,
     runs: RunsDep,
@@ -60,6 +63,7 @@ def stats(
 
 
 @router.post("/evict", response_model=EvictOut)
+@declare(Role.ADMIN)
 def evict(body: EvictIn, admin: AdminDep) -> EvictOut:
     """Evict least recently used entries: those unused for ``older_than_seconds``, then more until at most
     ``max_total_bytes`` remain (in ``namespace`` if given). With neither, the configured budgets apply.
@@ -75,6 +79,7 @@ def evict(body: EvictIn, admin: AdminDep) -> EvictOut:
 
 
 @router.post("/gc", response_model=GcOut)
+@declare(Role.ADMIN)
 def gc(admin: AdminDep, body: GcIn | None = None) -> GcOut:
     """Reconcile storage and index: blobs without a row (older than ``grace_seconds``) are removed, rows
     whose blob is gone are dropped; the counts are returned."""
@@ -83,6 +88,7 @@ def gc(admin: AdminDep, body: GcIn | None = None) -> GcOut:
 
 
 @router.post("/pack", response_model=PackOut, responses={501: {"description": "This server writes no packs"}})
+@declare(Role.ADMIN)
 def pack(admin: AdminDep, body: PackIn | None = None) -> PackOut:
     """Give the small entries stored without a copy in a pack (single PUTs, bulk uploads too small to pack,
     reindexed ones) copies in new packs now, so that bundles from a remote store read them a pack at a
@@ -98,6 +104,7 @@ def pack(admin: AdminDep, body: PackIn | None = None) -> PackOut:
 
 
 @router.delete("/namespaces/{namespace}", response_model=DeleteNamespaceOut)
+@declare(Role.ADMIN, answers={"404": "No such namespace"})
 def delete_namespace(namespace: str, admin: AdminDep) -> DeleteNamespaceOut:
     """Remove a namespace and every entry in it (rows first, then blobs); 404 if it does not exist."""
     result = admin.delete_namespace(namespace)
@@ -107,6 +114,7 @@ def delete_namespace(namespace: str, admin: AdminDep) -> DeleteNamespaceOut:
 
 
 @router.get("/tokens", response_model=TokensOut)
+@declare(Role.ADMIN)
 def tokens(admin: AdminDep) -> TokensOut:
     """Every token (revoked ones too, never their secrets) with the entries and bytes it stored that are in
     the cache now; then what was stored with auth off."""
@@ -114,6 +122,7 @@ def tokens(admin: AdminDep) -> TokensOut:
 
 
 @router.post("/tokens/{token}/purge", response_model=PurgeOut)
+@declare(Role.ADMIN, answers={"404": NO_TOKEN})
 def purge_token(token: str, admin: AdminDep, body: PurgeIn | None = None) -> PurgeOut:
     """The answer to a leaked token: revoke the tokens with this name or id, then remove every entry they
     stored (rows first, then blobs). ``dry_run`` lists what would go. 404 if no token has this name or id."""
@@ -126,6 +135,7 @@ UNSIGNED = "unsigned"
 
 
 @router.get("/signers", response_model=SignersOut)
+@declare(Role.ADMIN)
 def signers(admin: AdminDep) -> SignersOut:
     """Entries and bytes per signer key id, most bytes first; ``signer`` null counts the unsigned entries."""
     usage = admin.signer_usage()
@@ -133,6 +143,7 @@ def signers(admin: AdminDep) -> SignersOut:
 
 
 @router.post("/signers/{signer}/purge", response_model=EvictOut)
+@declare(Role.ADMIN)
 def purge_signer(signer: str, admin: AdminDep, body: PurgeSignerIn | None = None) -> EvictOut:
     """The answer to a leaked signing key: remove every entry it signed (rows first, then blobs), as a purge
     of a token does; ``unsigned`` in place of a key id removes every unsigned entry. ``dry_run`` lists what

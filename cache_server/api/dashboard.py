@@ -21,11 +21,13 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from cache_server.admin.stats import StatsQuery
+from cache_server.api.access import Scope, declare
 from cache_server.api.admin import PAGE_AFTER, PAGE_LIMIT
 from cache_server.api.admin_schemas import StatsOut
 from cache_server.api.auth import bearer_token, principal
 from cache_server.api.deps import AdminDep, RunsDep, SettingsDep, TokensDep
 from cache_server.api.run_schemas import RunDetailOut, RunOut, RunsOut
+from cache_server.auth.tokens import Role
 from cache_server.runs.model import RunFilter
 
 __all__ = ["router"]
@@ -56,6 +58,7 @@ def _wants_json(request: Request) -> bool:
 
 
 @router.get("/", response_class=Response, include_in_schema=False)
+@declare(None)
 def dashboard(request: Request, settings: SettingsDep, tokens: TokensDep) -> Response:
     """The dashboard page: totals, hit rate over time, bytes per namespace, graphs with the most variants,
     runs. With auth on it asks for a token (it holds no data itself); a client asking for JSON without a
@@ -83,6 +86,7 @@ class MeOut(BaseModel):
 
 
 @router.get("/dashboard/me", response_model=MeOut, include_in_schema=False)
+@declare(Role.READ, Scope.NONE)
 def dashboard_me(request: Request, admin: AdminDep) -> MeOut:
     """The token the dashboard signed in with: checks it, and tells a limited token's namespaces."""
     who = principal(request)
@@ -97,6 +101,7 @@ def dashboard_me(request: Request, admin: AdminDep) -> MeOut:
 
 
 @router.get("/dashboard/data", response_model=StatsOut)
+@declare(Role.READ)
 def dashboard_data(
     admin: AdminDep,
     runs: RunsDep,
@@ -120,6 +125,7 @@ def _patterns(request: Request) -> tuple[str, ...] | None:
 
 
 @router.get("/dashboard/runs", response_model=RunsOut)
+@declare(Role.READ, Scope.ROUTE)
 def dashboard_runs(
     request: Request, runs: RunsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> RunsOut:
@@ -132,6 +138,7 @@ def dashboard_runs(
 @router.get(
     "/dashboard/runs/{run_id}", response_model=RunDetailOut, responses={404: {"description": "No such run"}}
 )
+@declare(Role.READ, Scope.ROUTE)
 def dashboard_run(
     run_id: str, request: Request, runs: RunsDep, limit: Annotated[int, Query(ge=0, le=1000)] = 100
 ) -> RunDetailOut:
@@ -141,6 +148,7 @@ def dashboard_run(
 
 
 @router.get("/static/{name}", response_class=Response, include_in_schema=False)
+@declare(None)
 def static_file(name: str) -> Response:
     """The dashboard's script and stylesheet (open: they hold no data)."""
     media_type = _ASSETS.get(name)

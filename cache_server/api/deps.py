@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -27,15 +28,12 @@ __all__ = [
     "ServiceDep",
     "SettingsDep",
     "TokensDep",
-    "get_admin",
     "get_feed_watcher",
-    "get_graphs",
-    "get_nearest",
-    "get_runs",
     "get_service",
     "get_settings",
     "get_tokens",
     "get_upload_slots",
+    "service",
 ]
 
 
@@ -48,28 +46,8 @@ def get_service(request: Request) -> CacheService:
     return _services(request).cache
 
 
-def get_nearest(request: Request) -> NearestNamespaces:
-    return _services(request).nearest
-
-
-def get_admin(request: Request) -> AdminService:
-    return _services(request).admin
-
-
 def get_tokens(request: Request) -> TokenManager:
     return _services(request).tokens
-
-
-def get_quotas(request: Request) -> Quotas:
-    return _services(request).quotas
-
-
-def get_runs(request: Request) -> RunService:
-    return _services(request).runs
-
-
-def get_graphs(request: Request) -> GraphReports:
-    return _services(request).graphs
 
 
 def get_settings(request: Request) -> Settings:
@@ -89,45 +67,29 @@ def get_feed_watcher(request: Request) -> FeedWatcher:
     return watcher
 
 
-# The dependencies themselves are coroutines: FastAPI runs a plain function dependency on a worker thread,
-# a hop that costs more than looking an attribute up.
-async def _service(request: Request) -> CacheService:
-    return get_service(request)
+def service(name: str) -> Callable[[Request], Coroutine[Any, Any, Any]]:
+    """A dependency giving the app's service ``name`` (an attribute of :class:`cache_server.wiring.Services`):
+    a new service takes ``Annotated[TheService, Depends(service("name"))]``, nothing else here.
 
+    The dependency is a coroutine: FastAPI runs a plain function dependency on a worker thread, a hop that
+    costs more than looking an attribute up."""
 
-async def _admin(request: Request) -> AdminService:
-    return get_admin(request)
+    async def dependency(request: Request) -> Any:
+        return getattr(_services(request), name)
 
-
-async def _nearest(request: Request) -> NearestNamespaces:
-    return get_nearest(request)
-
-
-async def _tokens(request: Request) -> TokenManager:
-    return get_tokens(request)
+    dependency.__name__ = f"{name}_service"
+    return dependency
 
 
 async def _settings(request: Request) -> Settings:
     return get_settings(request)
 
 
-async def _graphs(request: Request) -> GraphReports:
-    return get_graphs(request)
-
-
-async def _quotas(request: Request) -> Quotas:
-    return get_quotas(request)
-
-
-async def _runs(request: Request) -> RunService:
-    return get_runs(request)
-
-
-ServiceDep = Annotated[CacheService, Depends(_service)]
-AdminDep = Annotated[AdminService, Depends(_admin)]
-NearestDep = Annotated[NearestNamespaces, Depends(_nearest)]
-TokensDep = Annotated[TokenManager, Depends(_tokens)]
+ServiceDep = Annotated[CacheService, Depends(service("cache"))]
+AdminDep = Annotated[AdminService, Depends(service("admin"))]
+NearestDep = Annotated[NearestNamespaces, Depends(service("nearest"))]
+TokensDep = Annotated[TokenManager, Depends(service("tokens"))]
 SettingsDep = Annotated[Settings, Depends(_settings)]
-QuotasDep = Annotated[Quotas, Depends(_quotas)]
-RunsDep = Annotated[RunService, Depends(_runs)]
-GraphsDep = Annotated[GraphReports, Depends(_graphs)]
+QuotasDep = Annotated[Quotas, Depends(service("quotas"))]
+RunsDep = Annotated[RunService, Depends(service("runs"))]
+GraphsDep = Annotated[GraphReports, Depends(service("graphs"))]

@@ -1,7 +1,7 @@
 """The OpenAPI document and its interactive page, behind the same role check as every other route.
 
 FastAPI serves them itself by default, outside the app's dependencies, so with ``XLA_CACHE_AUTH=on`` anyone
-could read them; here they are ordinary routes, given the read role in :mod:`cache_server.api.auth` (send
+could read them; here they are ordinary routes, declaring the read role (:mod:`cache_server.api.access`) (send
 the token as ``Authorization: Bearer``, as to every route).
 
 :func:`describe` makes the document say what the server does: invalid input is a 400 with the error body
@@ -14,15 +14,18 @@ every answer against the document.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.routing import BaseRoute
 
 from cache_protocol import KEY_MAX_LENGTH, KEY_PATTERN, NAMESPACE_MAX_LENGTH, NAMESPACE_PATTERN
-from cache_server.api.auth import OPEN_ROUTES
+from cache_server.api.access import CLOSED, Access, Scope, by_operation, declare
 from cache_server.api.schemas import INDEX_INT_MAX
+from cache_server.auth.tokens import Role
 
 __all__ = ["describe", "router"]
 
@@ -56,27 +59,12 @@ _ENTRY_BODY = {
     "required": True,
     "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
 }
-_QUOTA = "Past a quota of the namespace or token (GET /admin/quotas), or XLA_CACHE_MAX_NAMESPACES_PER_TOKEN"
-# What single routes answer besides 200, by method and path of the document.
-_ROUTE_ANSWERS: dict[tuple[str, str], dict[str, str]] = {
-    ("put", "/v1/namespaces/{namespace}"): {"201": "Registered: the namespace is new", "507": _QUOTA},
-    ("get", "/v1/namespaces/{namespace}"): {"404": "The namespace has never been registered"},
-    ("get", "/v1/namespaces/{namespace}/nearest"): {"404": "The namespace has never been registered"},
-    ("get", "/dashboard/namespaces/{namespace}"): {"404": "The namespace has never been registered"},
-    ("put", _ENTRY): {"409": "Stored with another digest; the first upload stays", "507": _QUOTA},
-    ("post", "/v1/namespaces/{namespace}/entries"): {"507": _QUOTA},
-    ("put", "/admin/quotas/token/{token}"): {"404": "No token has this name or id"},
-    ("get", _ENTRY): {"304": "If-None-Match names the entry's digest", "404": "No such entry (a miss)"},
-    ("head", _ENTRY): {"404": "No such entry"},
-    ("delete", _ENTRY): {"404": "No such entry"},
-    ("delete", "/admin/namespaces/{namespace}"): {"404": "No such namespace"},
-    ("get", "/admin/graphs"): {"404": "The namespace has never been registered"},
-    ("post", "/admin/tokens/{token}/purge"): {"404": "No token has this name or id"},
-}
 
 
-def describe(document: dict[str, Any]) -> dict[str, Any]:
-    """``document`` with 400 for invalid input, the name patterns, and the bearer scheme."""
+def describe(document: dict[str, Any], routes: Sequence[BaseRoute] = ()) -> dict[str, Any]:
+    """``document`` with 400 for invalid input, the name patterns, the bearer scheme, and the statuses the
+    ``routes`` (the app's) declare (:func:`cache_server.api.access.declare`)."""
+    declarations = by_operation(routes)
     components = document.setdefault("components", {})
     components.setdefault("schemas", {})["Error"] = _ERROR
     components["securitySchemes"] = {
@@ -105,7 +93,7 @@ def describe(document: dict[str, Any]) -> dict[str, Any]:
                     parameter["schema"] = {"type": "string", "pattern": f"^{pattern}$", "maxLength": longest}
             if (method, path) == ("put", _ENTRY):
                 operation.setdefault("requestBody", copy.deepcopy(_ENTRY_BODY))
-            _declare_answers(path, method, operation, responses)
+            _declare_answers(path, method, operation, responses, declarations.get((method, path), CLOSED))
         get, head = operations.get("get"), operations.get("head")
         if get is not None and head is not None and "200" in get.get("responses", {}):
             # A HEAD answers the GET's status and headers, without a body (FastAPI would declare JSON).
@@ -132,7 +120,9 @@ def _whole_bounds(schema: Any) -> None:
             _whole_bounds(value)
 
 
-def _declare_answers(path: str, method: str, operation: dict[str, Any], responses: dict[str, Any]) -> None:
+def _declare_answers(
+    path: str, method: str, operation: dict[str, Any], responses: dict[str, Any], access: Access
+) -> None:
     """Declare the statuses the route answers beyond its success and 400 (see the module docstring)."""
 
     def error(description: str) -> dict[str, Any]:
@@ -142,13 +132,13 @@ def _declare_answers(path: str, method: str, operation: dict[str, Any], response
         }
 
     extra: dict[str, str] = {}
-    if path not in OPEN_ROUTES:
+    if not access.open:
         extra.update(_AUTH)
     if "requestBody" in operation or (method, path) == ("put", _ENTRY):
         extra.update(_BODY)
     if path != _HEALTH:
         extra["503"] = _UNAVAILABLE
-    for status, description in {**extra, **_ROUTE_ANSWERS.get((method, path), {})}.items():
+    for status, description in {**extra, **access.answers}.items():
         if status in responses:
             continue
         if status == "201":  # a created resource: the same body as its 200
@@ -160,12 +150,14 @@ def _declare_answers(path: str, method: str, operation: dict[str, Any], response
 
 
 @router.get("/openapi.json")
+@declare(Role.READ, Scope.NONE)
 def openapi(request: Request) -> JSONResponse:
     """The OpenAPI document of the API."""
-    return JSONResponse(describe(copy.deepcopy(request.app.openapi())))
+    return JSONResponse(describe(copy.deepcopy(request.app.openapi()), request.app.routes))
 
 
 @router.get("/docs")
+@declare(Role.READ, Scope.NONE)
 def docs(request: Request) -> HTMLResponse:
     """The interactive API page."""
     return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{request.app.title} API")

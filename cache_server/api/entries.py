@@ -12,9 +12,11 @@ from fastapi.responses import StreamingResponse
 
 from cache_protocol import SHA256_HEADER
 from cache_protocol.signing import SIGNATURE_HEADER
+from cache_server.api.access import Scope, declare
 from cache_server.api.deps import ServiceDep, get_service, get_settings
 from cache_server.api.schemas import INDEX_INT_MAX, KeysRequest, ManifestOut, MissingOut, json_body
 from cache_server.api.signed_urls import redirect_to
+from cache_server.auth.tokens import Role
 from cache_server.domain import EntryInfo
 from cache_server.errors import BadRequest
 from cache_server.service import NotModified, OpenedEntry, ReadWish
@@ -85,6 +87,11 @@ def _flag(request: Request, name: str) -> bool:
     responses={307: {"description": "With ?redirect=1 on a server that signs URLs: download from Location"}},
     openapi_extra={"parameters": copy.deepcopy(_GET_PARAMETERS)},  # FastAPI keeps what it is given
 )
+@declare(
+    Role.READ,
+    Scope.PATH_NAMESPACE,
+    answers={"304": "If-None-Match names the entry's digest", "404": "No such entry (a miss)"},
+)
 async def get_entry(request: Request) -> Response:
     """Download an entry's bytes with ``ETag`` and ``X-Content-SHA256``; 404 on a miss (counted).
 
@@ -118,6 +125,7 @@ async def get_entry(request: Request) -> Response:
 
 
 @router.head("/entries/{key:path}", openapi_extra={"parameters": copy.deepcopy(_ENTRY_PATH_PARAMETERS)})
+@declare(Role.READ, Scope.PATH_NAMESPACE, answers={"404": "No such entry"})
 async def head_entry(request: Request) -> Response:
     """Whether an entry exists, with its size and digest headers (not counted as a hit)."""
     namespace, key = request.path_params["namespace"], request.path_params["key"]
@@ -129,6 +137,7 @@ async def head_entry(request: Request) -> Response:
 
 
 @router.delete("/entries/{key:path}", status_code=status.HTTP_204_NO_CONTENT)
+@declare(Role.ADMIN, Scope.PATH_NAMESPACE, answers={"404": "No such entry"})
 def delete_entry(namespace: str, key: str, service: ServiceDep) -> Response:
     """Remove an entry (index row first, then the blob)."""
     service.delete_entry(namespace, key)
@@ -136,12 +145,14 @@ def delete_entry(namespace: str, key: str, service: ServiceDep) -> Response:
 
 
 @router.post("/missing", response_model=MissingOut)
+@declare(Role.READ, Scope.PATH_NAMESPACE)
 def missing(namespace: str, body: KeysRequest, service: ServiceDep) -> MissingOut:
     """Which of these keys the server lacks (ask before uploading)."""
     return MissingOut(missing=service.missing(namespace, body.keys))
 
 
 @router.get("/manifest", response_model=ManifestOut)
+@declare(Role.READ, Scope.PATH_NAMESPACE)
 def manifest(
     namespace: str,
     service: ServiceDep,
@@ -170,6 +181,7 @@ def manifest(
 
 
 @router.post("/bundle", response_class=StreamingResponse)
+@declare(Role.READ, Scope.PATH_NAMESPACE)
 def bundle(
     namespace: str,
     body: KeysRequest,

@@ -10,8 +10,10 @@ import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 
+from cache_server.api.access import Scope, declare
 from cache_server.api.deps import ServiceDep, get_feed_watcher
 from cache_server.api.schemas import INDEX_INT_MAX, FeedEntryOut, FeedOut
+from cache_server.auth.tokens import Role
 from cache_server.errors import ClientAborted
 from cache_server.names import check_namespace
 from cache_server.service.feed import LOOKBACK, FeedWatcher
@@ -49,6 +51,7 @@ async def _wait_while_connected(
 
 
 @router.get("/feed", response_model=FeedOut)
+@declare(Role.READ, Scope.PATH_NAMESPACE)
 async def feed(
     namespace: str,
     request: Request,

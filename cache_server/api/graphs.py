@@ -1,8 +1,8 @@
 """The bucketing report over HTTP: which dimensions of a namespace's graphs vary, and what padding them
 would save (``GET /admin/graphs``; the dashboard's graph view reads the same at ``/dashboard/graphs``).
 
-Role as for the stats (admin); a token limited to namespace patterns (read or write) may ask for a
-namespace it covers (:data:`cache_server.api.auth.NAMESPACE_QUERY_ROUTES`).
+Both declare the read role with their ``namespace`` query parameter as scope: a token limited to namespace
+patterns (read or write) may ask for a namespace it covers (:class:`cache_server.api.access.Scope`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from cache_protocol.runs import MODULE_MAX_LENGTH
+from cache_server.api.access import NO_NAMESPACE, Scope, declare
 from cache_server.api.deps import GraphsDep
+from cache_server.auth.tokens import Role
 from cache_server.graphs.axes import VALUES_SHOWN, AxisChoice, Combination
 from cache_server.graphs.report import (
     DEFAULT_VARIANTS_READ,
@@ -262,6 +264,7 @@ class GraphsOut(BaseModel):
 
 
 @router.get("/admin/graphs", response_model=GraphsOut)
+@declare(Role.READ, Scope.QUERY_NAMESPACE, answers={"404": NO_NAMESPACE})
 def graphs(
     reports: GraphsDep,
     namespace: Annotated[str, NAMESPACE],
@@ -285,6 +288,7 @@ def graphs(
 
 
 @router.get("/dashboard/graphs", response_model=GraphsOut, include_in_schema=False)
+@declare(Role.READ, Scope.QUERY_NAMESPACE)
 def dashboard_graphs(
     reports: GraphsDep,
     namespace: Annotated[str, NAMESPACE],

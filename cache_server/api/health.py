@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from cache_server.api.access import declare
 from cache_server.api.deps import ServiceDep
 
 __all__ = ["router"]
@@ -12,12 +13,14 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
+@declare(None)
 def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
 
 
 @router.get("/readyz")
+@declare(None)
 def readyz(service: ServiceDep) -> dict[str, str]:
     """The index and the blob store are reachable (503 with the reason otherwise)."""
     service.check_ready()

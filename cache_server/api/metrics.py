@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from cache_server.api.access import declare
 from cache_server.api.deps import AdminDep, SettingsDep
+from cache_server.auth.tokens import Role
 from cache_server.metrics import CONTENT_TYPE, StorageBudgetCollector, StoredCollector, render
 
 __all__ = ["router"]
@@ -13,6 +15,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/metrics", response_class=Response)
+@declare(Role.READ)
 def prometheus_metrics(admin: AdminDep, settings: SettingsDep) -> Response:
     """Requests by route and status with latency histograms, hits, misses, bytes in and out, evictions,
     run reports by framework (summed over all workers), entries and bytes stored (read from the index

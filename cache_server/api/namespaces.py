@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
+from cache_server.api.access import NO_NAMESPACE, QUOTA, Scope, declare
 from cache_server.api.auth import principal
 from cache_server.api.deps import ServiceDep
 from cache_server.api.schemas import NamespaceIn, NamespaceOut, namespace_out
+from cache_server.auth.tokens import Role
 
 __all__ = ["router"]
 
@@ -14,6 +16,7 @@ router = APIRouter(prefix="/v1/namespaces", tags=["namespaces"])
 
 
 @router.put("/{namespace}", response_model=NamespaceOut)
+@declare(Role.WRITE, Scope.PATH_NAMESPACE, answers={"201": "Registered: the namespace is new", "507": QUOTA})
 def put_namespace(
     namespace: str, body: NamespaceIn, service: ServiceDep, request: Request, response: Response
 ) -> NamespaceOut:
@@ -28,6 +31,7 @@ def put_namespace(
 
 
 @router.get("/{namespace}", response_model=NamespaceOut)
+@declare(Role.READ, Scope.PATH_NAMESPACE, answers={"404": NO_NAMESPACE})
 def get_namespace(namespace: str, service: ServiceDep) -> NamespaceOut:
     """A namespace, its fingerprint, its entry count and bytes, and its counters."""
     return namespace_out(service.get_namespace(namespace))

@@ -9,9 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, field_validator
 
+from cache_server.api.access import NO_NAMESPACE, Scope, declare
 from cache_server.api.auth import principal
 from cache_server.api.deps import NearestDep, ServiceDep
 from cache_server.api.schemas import NamespaceOut, bounded_fingerprint, namespace_out
+from cache_server.auth.tokens import Role
 from cache_server.service.nearest import NearestAnswer
 
 __all__ = ["DashboardNamespaceOut", "NearestIn", "NearestOut", "router"]
@@ -85,6 +87,7 @@ class DashboardNamespaceOut(BaseModel):
 
 
 @router.get("/v1/namespaces/{namespace}/nearest", response_model=NearestOut)
+@declare(Role.READ, Scope.PATH_NAMESPACE, answers={"404": NO_NAMESPACE})
 def get_nearest(
     namespace: str, nearest: NearestDep, request: Request, limit: Annotated[int, _LIMIT] = 3
 ) -> NearestOut:
@@ -96,6 +99,7 @@ def get_nearest(
 
 
 @router.post("/v1/namespaces/{namespace}/nearest", response_model=NearestOut)
+@declare(Role.READ, Scope.PATH_NAMESPACE)
 def post_nearest(
     namespace: str,
     body: NearestIn,
@@ -110,6 +114,7 @@ def post_nearest(
 
 
 @router.get("/dashboard/namespaces/{namespace}", response_model=DashboardNamespaceOut)
+@declare(Role.READ, Scope.PATH_NAMESPACE, answers={"404": NO_NAMESPACE})
 def dashboard_namespace(
     namespace: str, service: ServiceDep, nearest: NearestDep, request: Request
 ) -> DashboardNamespaceOut:

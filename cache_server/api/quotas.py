@@ -9,7 +9,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from cache_server.api.access import NO_TOKEN, declare
 from cache_server.api.deps import QuotasDep, TokensDep
+from cache_server.auth.tokens import Role
 from cache_server.errors import TokenNotFound
 from cache_server.service.quotas import NAMESPACE, TOKEN, QuotaRow
 
@@ -49,12 +51,14 @@ class QuotasOut(BaseModel):
 
 
 @router.get("", response_model=QuotasOut)
+@declare(Role.ADMIN)
 def list_quotas(quotas: QuotasDep) -> QuotasOut:
     """Every quota set, with what its namespace or token stores now."""
     return QuotasOut(quotas=[QuotaOut.of(row) for row in quotas.quotas()])
 
 
 @router.put("/namespace/{namespace}", response_model=QuotaOut)
+@declare(Role.ADMIN)
 def set_namespace_quota(namespace: str, body: QuotaIn, quotas: QuotasDep) -> QuotaOut:
     """Set a namespace's quota (it may not exist yet); both limits null removes it. An upload that would
     take the namespace past it is refused with 507 before anything of it is stored."""
@@ -63,6 +67,7 @@ def set_namespace_quota(namespace: str, body: QuotaIn, quotas: QuotasDep) -> Quo
 
 
 @router.put("/token/{token}", response_model=QuotasOut)
+@declare(Role.ADMIN, answers={"404": NO_TOKEN})
 def set_token_quota(token: str, body: QuotaIn, quotas: QuotasDep, tokens: TokensDep) -> QuotasOut:
     """Set the quota of the tokens with this name or id (each its own: the entries it stored, in every
     namespace); both limits null removes it. 404 if no token has this name or id."""

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 
 from cache_protocol.runs import MAX_MISSES_PER_RUN
+from cache_server.api.access import Scope, declare
 from cache_server.api.auth import principal
 from cache_server.api.deps import RunsDep, TokensDep
 from cache_server.api.run_schemas import RunDetailOut, RunOut, RunReportIn, RunsOut
@@ -33,6 +34,7 @@ MAX_PAGE = 1000  # misses one request explains and lists (each costs its explana
         409: {"description": "run_conflict: the run was reported with another namespace or framework"},
     },
 )
+@declare(Role.WRITE, Scope.ROUTE)
 def report_run(body: RunReportIn, request: Request, runs: RunsDep, tokens: TokensDep) -> RunOut:
     """Store a run's report: its cumulative numbers (each kept as the larger of this and the last report's)
     and its misses not reported before (at most ``MAX_MISSES_PER_RUN`` kept per run, the rest counted).
@@ -59,6 +61,7 @@ def _visible(request: Request) -> tuple[str, ...] | None:
 
 
 @router.get("/admin/runs", response_model=RunsOut)
+@declare(Role.WRITE, Scope.ROUTE)
 def list_runs(
     request: Request,
     runs: RunsDep,
@@ -92,6 +95,7 @@ def list_runs(
         409: {"description": "run_ambiguous: several runs start with this prefix (listed)"},
     },
 )
+@declare(Role.WRITE, Scope.ROUTE)
 def run_detail(
     run_id: str,
     request: Request,

@@ -5,8 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from cache_protocol import CONTENT_LENGTH_HEADER, SHA256_HEADER
+from cache_server.api.access import Scope, declare
 from cache_server.api.deps import ServiceDep
 from cache_server.api.schemas import KeysRequest, SignedUrlOut, SignedUrlsOut
+from cache_server.auth.tokens import Role
 from cache_server.service import SignedEntry
 
 __all__ = ["redirect_to", "router"]
@@ -33,6 +35,7 @@ def redirect_to(signed: SignedEntry) -> Response:
     response_model=SignedUrlsOut,
     responses={501: {"description": "This server does not hand out signed URLs; use the bundle"}},
 )
+@declare(Role.READ, Scope.PATH_NAMESPACE)
 def signed_urls(namespace: str, body: KeysRequest, service: ServiceDep) -> SignedUrlsOut:
     """Short-lived signed download URLs for the stored entries among these keys (each counted as a hit).
 

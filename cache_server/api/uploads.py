@@ -17,12 +17,14 @@ from starlette.requests import ClientDisconnect
 from cache_protocol import COMPILE_TIME_HEADER
 from cache_protocol.tar import BadTar, TarReader, TarTooLarge
 from cache_server import metrics
+from cache_server.api.access import QUOTA, Scope, declare
 from cache_server.api.auth import principal
 from cache_server.api.bodies import BulkLimits, UploadBody, blocking_body
 from cache_server.api.deps import ServiceDep, get_settings, get_tokens, get_upload_slots
 from cache_server.api.errors import status_of
 from cache_server.api.schemas import BulkOut, PutOut, json_body
 from cache_server.auth.revocation import StillAllowed
+from cache_server.auth.tokens import Role
 from cache_server.errors import (
     BadRequest,
     BodyTimeout,
@@ -67,6 +69,11 @@ def _optional_int(name: str, value: str | None) -> int | None:
     "/entries/{key:path}",
     response_model=PutOut,
     responses={200: {"description": "Already stored with the same digest"}, 201: {"description": "Stored"}},
+)
+@declare(
+    Role.WRITE,
+    Scope.PATH_NAMESPACE,
+    answers={"409": "Stored with another digest; the first upload stays", "507": QUOTA},
 )
 async def put_entry(
     namespace: str,
@@ -153,6 +160,7 @@ async def put_entry(
         }
     },
 )
+@declare(Role.WRITE, Scope.PATH_NAMESPACE, answers={"507": QUOTA})
 async def put_entries(namespace: str, request: Request, service: ServiceDep) -> Response:
     """Upload many entries in one ``application/x-tar`` stream: each member a regular file named by its key,
     with PAX records ``XLA_CACHE.sha256`` (required) and ``XLA_CACHE.compile_time_ms`` (optional), at most

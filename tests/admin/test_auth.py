@@ -7,11 +7,11 @@ import sqlite3
 from typing import Any
 
 import pytest
-from fastapi.routing import APIRoute, iter_route_contexts
+from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from cache_protocol import SHA256_HEADER
-from cache_server.api.auth import OPEN_ROUTES, ROUTE_ROLES
+from cache_server.api.access import CLOSED, Access, Scope, access_of, declared
 from cache_server.auth.tokens import Role
 from cache_server.settings import Settings
 from tests.support.api import bearer, sha
@@ -109,21 +109,92 @@ def test_metrics_and_api_docs_need_a_token(auth_client: TestClient, tokens: dict
     assert "/openapi.json" not in document["paths"]
 
 
-def test_every_route_has_a_role_or_is_open(auth_client: TestClient) -> None:
-    """A new route must be given its role in cache_server/api/auth.py (unlisted routes need admin)."""
-    routes = [
-        (method, route.path)
-        for route in iter_route_contexts(auth_client.app.routes)  # type: ignore[attr-defined]
-        if isinstance(route.original_route, APIRoute)
-        for method in route.methods or ()
-    ]
-    assert len(routes) >= len(ROUTE_ROLES)  # every route of the app is seen (included routers too)
-    unlisted = [
-        (method, path)
-        for method, path in routes
-        if path not in OPEN_ROUTES and (method, path) not in ROUTE_ROLES
-    ]
-    assert unlisted == []
+# What each route declared before the declarations moved beside the routes (the old tables of
+# cache_server/api/auth.py): role ("open" for none), then the scope rule for a namespace-limited token.
+_NS = "/v1/namespaces/{namespace}"
+_P, _Q, _R, _N, _E = "path", "query", "route", "none", "every"
+EXPECTED_ACCESS: dict[tuple[str, str], tuple[str, str]] = {
+    ("PUT", _NS): ("write", _P),
+    ("GET", _NS): ("read", _P),
+    ("PUT", f"{_NS}/entries/{{key:path}}"): ("write", _P),
+    ("POST", f"{_NS}/entries"): ("write", _P),
+    ("GET", f"{_NS}/feed"): ("read", _P),
+    ("GET", f"{_NS}/entries/{{key:path}}"): ("read", _P),
+    ("HEAD", f"{_NS}/entries/{{key:path}}"): ("read", _P),
+    ("DELETE", f"{_NS}/entries/{{key:path}}"): ("admin", _P),
+    ("POST", f"{_NS}/missing"): ("read", _P),
+    ("GET", f"{_NS}/manifest"): ("read", _P),
+    ("POST", f"{_NS}/bundle"): ("read", _P),
+    ("POST", f"{_NS}/urls"): ("read", _P),
+    ("GET", f"{_NS}/nearest"): ("read", _P),
+    ("POST", f"{_NS}/nearest"): ("read", _P),
+    ("GET", "/admin/stats"): ("admin", _E),
+    ("POST", "/admin/evict"): ("admin", _E),
+    ("POST", "/admin/gc"): ("admin", _E),
+    ("POST", "/admin/pack"): ("admin", _E),
+    ("DELETE", "/admin/namespaces/{namespace}"): ("admin", _E),
+    ("GET", "/admin/tokens"): ("admin", _E),
+    ("GET", "/admin/graphs"): ("read", _Q),
+    ("POST", "/admin/tokens/{token}/purge"): ("admin", _E),
+    ("GET", "/admin/signers"): ("admin", _E),
+    ("POST", "/admin/signers/{signer}/purge"): ("admin", _E),
+    ("GET", "/admin/quotas"): ("admin", _E),
+    ("PUT", "/admin/quotas/namespace/{namespace}"): ("admin", _E),
+    ("PUT", "/admin/quotas/token/{token}"): ("admin", _E),
+    ("POST", "/v1/runs"): ("write", _R),
+    ("GET", "/admin/runs"): ("write", _R),
+    ("GET", "/admin/runs/{run_id}"): ("write", _R),
+    ("GET", "/dashboard/me"): ("read", _N),
+    ("GET", "/dashboard/data"): ("read", _E),
+    ("GET", "/dashboard/runs"): ("read", _R),
+    ("GET", "/dashboard/runs/{run_id}"): ("read", _R),
+    ("GET", "/dashboard/namespaces/{namespace}"): ("read", _P),
+    ("GET", "/dashboard/graphs"): ("read", _Q),
+    ("GET", "/metrics"): ("read", _E),
+    ("GET", "/openapi.json"): ("read", _N),
+    ("GET", "/docs"): ("read", _N),
+    ("GET", "/healthz"): ("open", _N),
+    ("GET", "/readyz"): ("open", _N),
+    ("GET", "/static/{name}"): ("open", _N),
+    ("GET", "/"): ("open", _N),
+}
+
+
+def _declarations(client: TestClient) -> dict[tuple[str, str], Access | None]:
+    """Every route of the app with an endpoint (included routers, /docs, /openapi.json, static, health)."""
+    found: dict[tuple[str, str], Access | None] = {}
+    for context in iter_route_contexts(client.app.routes):  # type: ignore[attr-defined]
+        endpoint = getattr(context, "endpoint", None)
+        if endpoint is None:
+            continue
+        for method in getattr(context, "methods", None) or ("*",):
+            found[(method, str(context.path))] = declared(endpoint)
+    return found
+
+
+def test_every_route_declares_its_role(auth_client: TestClient) -> None:
+    """A new route must declare its role beside itself (cache_server.api.access.declare); a route that
+    declares nothing needs admin, and this test fails for it."""
+    routes = _declarations(auth_client)
+    assert len(routes) >= len(EXPECTED_ACCESS)  # every route of the app is seen (included routers too)
+    assert [route for route, access in routes.items() if access is None] == []
+
+
+def test_every_route_declares_what_it_did_before(auth_client: TestClient) -> None:
+    """The same role and scope rule for every route as the tables in cache_server/api/auth.py gave."""
+    routes = _declarations(auth_client)
+    seen = {
+        route: ("open" if access.role is None else access.role.name.lower(), access.scope.value)
+        for route, access in routes.items()
+        if access is not None
+    }
+    assert seen == EXPECTED_ACCESS
+
+
+def test_a_route_that_declares_nothing_needs_admin() -> None:
+    assert declared(object()) is None
+    assert access_of(object()) == CLOSED
+    assert (CLOSED.role, CLOSED.scope) == (Role.ADMIN, Scope.EVERY)
 
 
 def test_error_bodies_say_what_to_do(auth_client: TestClient, tokens: dict[str, str]) -> None:

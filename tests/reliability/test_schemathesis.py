@@ -40,7 +40,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from cache_protocol import BUNDLE_SHA256_PAX, SHA256_HEADER
-from cache_server.api.auth import OPEN_ROUTES
+from cache_server.api import router
+from cache_server.api.access import open_paths
 from cache_server.app import create_app
 from cache_server.auth.tokens import Role
 from cache_server.settings import Settings
@@ -55,6 +56,7 @@ Operation = schemathesis.APIOperation[Any, Any, Any, Any]
 CALL: dict[str, Any] = {"timeout": 30, "allow_redirects": False}  # a 307 is an answer to check, not to follow
 EXAMPLES = 20  # per operation and generation mode
 LONG_POLL_SECONDS = 1.0
+OPEN_PATHS = open_paths(router.routes)  # the routes that declare themselves open: no 401 to probe
 # Operations whose schema-invalid bodies may pass (none now: the admin bodies are strict, which
 # test_admin_bodies_refuse_what_their_schema_refuses pins).
 LAX_BODIES: set[str] = set()
@@ -197,7 +199,7 @@ def run_operation(
 ) -> None:
     rejects_invalid = mode == GenerationMode.NEGATIVE and operation.label not in LAX_BODIES
     checks = CHECKS + ([negative_data_rejection] if rejects_invalid else [])
-    probe_without_token = target.auth and operation.path not in OPEN_ROUTES
+    probe_without_token = target.auth and operation.path not in OPEN_PATHS
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
