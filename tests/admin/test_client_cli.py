@@ -11,6 +11,7 @@ import pytest
 
 from cache_protocol import SHA256_HEADER
 from tests.support.api import sha
+from tests.support.cli import run_cli
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
@@ -55,17 +56,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
         yield srv, tokens
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = cli_main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_stats_is_readable_and_json(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     srv, tokens = server
-    code, out, _ = run(["stats", "--all", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    code, out, _ = run_cli(["stats", "--all", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert code == 0
     assert "14 entries" in out  # 4 real entries and 10 small ones
     assert "no run reports" in out
@@ -89,12 +84,14 @@ def test_stats_is_readable_and_json(
     }
     headers = {"Authorization": f"Bearer {tokens['admin']}"}
     assert httpx.post(f"{srv.url}/v1/runs", json=run_report, headers=headers, timeout=30).status_code == 200
-    code, out, _ = run(["stats", "--all", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    code, out, _ = run_cli(["stats", "--all", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert "what jobs reported (1 runs)" in out
     assert "hit rate     25.0 %  (1 loaded from the cache, 3 compiled" in out
     assert "lookups      100.0 % found" in out
 
-    code, out, _ = run(["stats", "--all", "--json", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    code, out, _ = run_cli(
+        ["stats", "--all", "--json", "--server", srv.url, "--token", tokens["admin"]], capsys
+    )
     body = json.loads(out)
     assert code == 0 and body["admin"]["totals"]["entries"] == 14
     assert body["admin"]["jobs"] == {
@@ -107,7 +104,7 @@ def test_stats_is_readable_and_json(
     }
     assert body["admin"]["top_graphs"][0]["variants"] == 3
 
-    code, out, _ = run(
+    code, out, _ = run_cli(
         ["stats", "--namespace", "small", "--server", srv.url, "--token", tokens["admin"]], capsys
     )
     assert code == 0 and "namespace  small" in out and "entries      10" in out
@@ -118,11 +115,11 @@ def test_stats_pages_through_namespaces(
 ) -> None:
     srv, tokens = server
     common = ["--server", srv.url, "--token", tokens["admin"]]
-    code, out, _ = run(["stats", "--all", "--limit", "1", *common], capsys)
+    code, out, _ = run_cli(["stats", "--all", "--limit", "1", *common], capsys)
     assert code == 0 and "14 entries" in out  # the totals are every namespace's
     assert "(1 of 2 namespaces; the next page: xla-cache stats --all --after " in out
     cursor = out.split("--after ", 1)[1].split(")", 1)[0]
-    code, out, _ = run(["stats", "--all", "--limit", "1", "--after", cursor, "--json", *common], capsys)
+    code, out, _ = run_cli(["stats", "--all", "--limit", "1", "--after", cursor, "--json", *common], capsys)
     page = json.loads(out)["admin"]
     assert code == 0 and [n["namespace"] for n in page["namespaces"]] == ["small"]  # cpu-job came first
     assert page["next_after"] is None and page["namespace_count"] == 2
@@ -133,20 +130,22 @@ def test_quotas_are_set_and_listed(
 ) -> None:
     srv, tokens = server
     common = ["--server", srv.url, "--token", tokens["admin"]]
-    code, out, _ = run(
+    code, out, _ = run_cli(
         ["quota", "--namespace", "small", "--max-entries", "10", "--max-bytes", "1M", *common], capsys
     )
     assert code == 0 and "namespace  small" in out and out.rstrip().endswith("10.0 KiB    1.0 MiB")
-    code, out, _ = run(["quota", "--for-token", "cli-write", "--max-entries", "5", "--json", *common], capsys)
+    code, out, _ = run_cli(
+        ["quota", "--for-token", "cli-write", "--max-entries", "5", "--json", *common], capsys
+    )
     assert code == 0 and json.loads(out)["quotas"][0]["max_entries"] == 5
-    code, out, _ = run(["quota", "--json", *common], capsys)
+    code, out, _ = run_cli(["quota", "--json", *common], capsys)
     listed = {(q["kind"], q["subject"]): (q["entries"], q["max_entries"]) for q in json.loads(out)["quotas"]}
     assert listed[("namespace", "small")] == (10, 10)  # it holds 10 entries: full
-    code, _, err = run(["quota", "--for-token", "nobody", "--max-entries", "1", *common], capsys)
+    code, _, err = run_cli(["quota", "--for-token", "nobody", "--max-entries", "1", *common], capsys)
     assert code != 0 and "nobody" in err
     for subject in (["--namespace", "small"], ["--for-token", "cli-write"]):
-        assert run(["quota", *subject, "--clear", *common], capsys)[0] == 0
-    code, out, _ = run(["quota", *common], capsys)
+        assert run_cli(["quota", *subject, "--clear", *common], capsys)[0] == 0
+    code, out, _ = run_cli(["quota", *common], capsys)
     assert code == 0 and "no quotas" in out
 
 
@@ -154,7 +153,7 @@ def test_stats_with_a_read_token_says_why_totals_are_missing(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     srv, tokens = server
-    code, out, _ = run(["stats", "--all", "--server", srv.url, "--token", tokens["read"]], capsys)
+    code, out, _ = run_cli(["stats", "--all", "--server", srv.url, "--token", tokens["read"]], capsys)
     assert code == 1
     assert "server totals unavailable" in out and "403" in out and "admin role" in out
 
@@ -163,10 +162,10 @@ def test_a_missing_or_refused_token_says_where_a_token_comes_from(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     srv, _ = server
-    code, _, err = run(["runs", "--server", srv.url], capsys)
+    code, _, err = run_cli(["runs", "--server", srv.url], capsys)
     assert code == 2 and "HTTP 401" in err
     assert "no token was given; pass --token, or set XLA_CACHE_TOKEN or token in" in err
-    code, _, err = run(["runs", "--server", srv.url, "--token", "xlc_wrong"], capsys)
+    code, _, err = run_cli(["runs", "--server", srv.url, "--token", "xlc_wrong"], capsys)
     assert code == 2 and "the token came from --token" in err
 
 
@@ -175,18 +174,18 @@ def test_evict_dry_run_then_for_real(
 ) -> None:
     srv, tokens = server
     common = ["--server", srv.url, "--token", tokens["admin"], "--namespace", "small"]
-    code, out, _ = run(["evict", "--max-total-bytes", "4KiB", "--dry-run", *common], capsys)
+    code, out, _ = run_cli(["evict", "--max-total-bytes", "4KiB", "--dry-run", *common], capsys)
     assert code == 0
     assert "dry run: would evict 6 entries, freeing 6.0 KiB (nothing was removed)" in out
     assert out.index("small/s0 ") < out.index("small/s5 ")  # least recently used first
     assert "small/s6" not in out
 
-    code, out, _ = run(["evict", "--older-than", "1h", "--json", *common], capsys)
+    code, out, _ = run_cli(["evict", "--older-than", "1h", "--json", *common], capsys)
     assert code == 0 and json.loads(out)["evicted"] == 0  # nothing is that old
 
-    code, out, _ = run(["evict", "--max-total-bytes", "4K", *common], capsys)
+    code, out, _ = run_cli(["evict", "--max-total-bytes", "4K", *common], capsys)
     assert code == 0 and out.strip() == "evicted 6 entries, freed 6.0 KiB"
-    code, out, _ = run(
+    code, out, _ = run_cli(
         ["stats", "--namespace", "small", "--json", "--server", srv.url, "--token", tokens["admin"]], capsys
     )
     assert json.loads(out)["namespace"]["entries"] == 4
@@ -196,11 +195,11 @@ def test_evict_refuses_bad_input_and_weak_tokens(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     srv, tokens = server
-    code, _, err = run(
+    code, _, err = run_cli(
         ["evict", "--max-total-bytes", "lots", "--server", srv.url, "--token", tokens["admin"]], capsys
     )
     assert code == 2 and "not a size" in err
-    code, _, err = run(
+    code, _, err = run_cli(
         ["evict", "--max-total-bytes", "1G", "--server", srv.url, "--token", tokens["read"]], capsys
     )
     assert code == 2 and "403" in err
@@ -217,14 +216,14 @@ def test_tokens_show_what_each_stored_and_purge_token_removes_it(
             url = f"/v1/namespaces/leak/entries/x{i}"
             assert http.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
     admin = ["--server", srv.url, "--token", tokens["admin"]]
-    code, out, _ = run(["tokens", *admin], capsys)
+    code, out, _ = run_cli(["tokens", *admin], capsys)
     assert code == 0
     line = next(row for row in out.splitlines() if "cli-write" in row)
     assert line.split()[2:] == ["write", "any", "active", "3", "24", "B"], line
 
-    code, out, _ = run(["purge-token", "cli-write", "--dry-run", *admin], capsys)
+    code, out, _ = run_cli(["purge-token", "cli-write", "--dry-run", *admin], capsys)
     assert code == 0 and "would remove 3 entries" in out and "leak/x0" in out
-    code, out, _ = run(["purge-token", "cli-write", "--json", *admin], capsys)
+    code, out, _ = run_cli(["purge-token", "cli-write", "--json", *admin], capsys)
     assert code == 0 and json.loads(out)["removed"]["evicted"] == 3
     with httpx.Client(base_url=srv.url, timeout=30) as http:
         assert http.get("/v1/namespaces/leak/entries/x0", headers=writer).status_code == 401
@@ -234,9 +233,9 @@ def test_tokens_show_what_each_stored_and_purge_token_removes_it(
             ).status_code
             == 404
         )
-    code, out, _ = run(["tokens", *admin], capsys)
+    code, out, _ = run_cli(["tokens", *admin], capsys)
     assert "revoked" in next(row for row in out.splitlines() if "cli-write" in row)
-    code, _, err = run(["purge-token", "nobody", *admin], capsys)
+    code, _, err = run_cli(["purge-token", "nobody", *admin], capsys)
     assert code == 2 and "404" in err
 
 

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from cache_server.wiring import Services
 from tests.support.api import sha
 from tests.support.apps import services_of
 from tests.support.real_entries import real_entries
+from tests.support.wait import wait_until
 
 
 def _store_real_entries(settings: Settings, services: Services, namespace: str) -> list[str]:
@@ -38,15 +38,6 @@ def _store_real_entries(settings: Settings, services: Services, namespace: str) 
 
 def _unparsed(services: Services) -> int:
     return len(AdminRepository(services.database).unparsed_entries(100))
-
-
-def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services: Services) -> None:
@@ -61,6 +52,7 @@ def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services
         activity.begin()  # a request is being served
         cache.put_entry("busy", "late", [data], sha256=sha(data))
         indexer.notify("busy", "late")
+        # the time is what is tested: for four quiet periods with a request in flight nothing is parsed
         time.sleep(indexing.QUIET_SECONDS * 4)
         assert _unparsed(services) == 1, "parsed while a request was in flight"
         activity.end()
@@ -84,7 +76,12 @@ def test_parsing_catches_up_when_overdue_however_busy(
         for key in keys:
             indexer.notify("always-busy", key)
         assert _unparsed(services) == len(keys)
-        assert _wait_for(lambda: _unparsed(services) == 0, 10), "never parsed under constant load"
+        wait_until(
+            lambda: _unparsed(services) == 0,
+            timeout=10,
+            interval=0.02,
+            message="never parsed under constant load",
+        )
     finally:
         indexer.stop()
 
@@ -103,7 +100,7 @@ class _SlowRepository:
     """An index whose catch-up scan takes a second and finds nothing: the parser is busy meanwhile."""
 
     def unparsed_entries(self, limit: int) -> list[tuple[str, str]]:
-        time.sleep(1.0)
+        time.sleep(1.0)  # the slow scan itself, on purpose: the queue fills meanwhile
         return []
 
     def record_graphs(self, records: list[GraphRecord]) -> int:
@@ -122,12 +119,12 @@ def test_stop_returns_with_the_queue_full(services: Services) -> None:
 
 def test_every_request_but_a_feed_poll_makes_the_process_busy(client: TestClient) -> None:
     activity = services_of(client).activity
-    assert _wait_for(lambda: activity.quiet_for(0.2), 5)
+    wait_until(lambda: activity.quiet_for(0.2), timeout=5, interval=0.02)
     assert client.get("/healthz").status_code == 200
     assert not activity.quiet_for(5)  # just served one
-    assert _wait_for(lambda: activity.quiet_for(0.2), 5)  # and none is left in flight
+    wait_until(lambda: activity.quiet_for(0.2), timeout=5, interval=0.02)  # and none is left in flight
     client.put("/v1/namespaces/polled", json={"fingerprint": {"torch_xla": "2.7.0"}})
-    assert _wait_for(lambda: activity.quiet_for(0.2), 5)
+    wait_until(lambda: activity.quiet_for(0.2), timeout=5, interval=0.02)
     assert client.get("/v1/namespaces/polled/feed", params={"wait": 0}).status_code == 200
     assert activity.quiet_for(0.2)  # a long poll mostly waits: it is not work
 
@@ -160,7 +157,9 @@ def test_the_server_parses_in_a_child_process_off_its_gil(settings: Settings, se
     services.stop()
     assert time.monotonic() - started < 5
     assert parser.child_pid() is None
-    assert _wait_for(lambda: not _pid_exists(pid), 5), "the child outlived the server's stop"
+    wait_until(
+        lambda: not _pid_exists(pid), timeout=5, interval=0.02, message="the child outlived the server's stop"
+    )
 
 
 def test_a_failed_parser_process_rests_before_a_new_one_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,7 +215,7 @@ def test_the_parser_child_exits_when_its_server_process_is_killed(tmp_path: Path
         check=True,
     )
     child = int(done.stdout.strip())
-    assert _wait_for(lambda: not _pid_exists(child), worker.PARENT_CHECK_SECONDS * 3 + 5)
+    wait_until(lambda: not _pid_exists(child), timeout=worker.PARENT_CHECK_SECONDS * 3 + 5, interval=0.02)
 
 
 def _pid_exists(pid: int) -> bool:

@@ -11,10 +11,10 @@ import pytest
 
 from cache_protocol import SHA256_HEADER
 from tests.support.api import sha
+from tests.support.cli import run_cli
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
-from xla_cache.cli import main as cli_main
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +55,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
         yield srv, tokens
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = cli_main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_the_table_names_the_varying_dimension_and_each_scheme(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     srv, tokens = server
-    code, out, _ = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    code, out, _ = run_cli(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("namespace cpu-job: for each varying dimension, the compilations left")
@@ -100,7 +94,7 @@ def test_the_table_names_the_varying_dimension_and_each_scheme(
 def test_json_and_top(server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
     srv, tokens = server
     args = ["graphs", "cpu-job", "--top", "1", "--json", "--server", srv.url, "--token", tokens["admin"]]
-    code, out, _ = run(args, capsys)
+    code, out, _ = run_cli(args, capsys)
     assert code == 0
     (graph,) = json.loads(out)["graphs"]
     assert [(d["label"], d["values"]) for d in graph["varying"]] == [("p1.d0", [2, 4, 8])]
@@ -129,17 +123,19 @@ def test_json_and_top(server: tuple[LiveServer, dict[str, str]], capsys: pytest.
 
 def test_who_may_ask(server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
     srv, tokens = server
-    code, out, _ = run(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["cpu"], "--json"], capsys)
+    code, out, _ = run_cli(
+        ["graphs", "cpu-job", "--server", srv.url, "--token", tokens["cpu"], "--json"], capsys
+    )
     assert code == 0 and json.loads(out)["graphs"][0]["module"] == "SyncTensorsGraph.15"
     # a read token reads a namespace's graphs, as the dashboard's graph view does
     args = ["graphs", "cpu-job", "--server", srv.url, "--token", tokens["read"], "--json"]
-    code, out, _ = run(args, capsys)
+    code, out, _ = run_cli(args, capsys)
     assert code == 0 and json.loads(out)["graphs"][0]["module"] == "SyncTensorsGraph.15"
-    code, _, err = run(["graphs", "gpu-job", "--server", srv.url, "--token", tokens["cpu"]], capsys)
+    code, _, err = run_cli(["graphs", "gpu-job", "--server", srv.url, "--token", tokens["cpu"]], capsys)
     assert code == 2 and "cpu-*" in err
     # a read token limited to cpu-*: cpu-job's graphs, as on the dashboard's graph view, and not gpu-job's
     args = ["graphs", "cpu-job", "--server", srv.url, "--token", tokens["cpu-reader"], "--json"]
-    code, out, _ = run(args, capsys)
+    code, out, _ = run_cli(args, capsys)
     assert code == 0 and json.loads(out)["graphs"][0]["module"] == "SyncTensorsGraph.15"
     dashboard = httpx.get(
         f"{srv.url}/dashboard/graphs",
@@ -147,7 +143,9 @@ def test_who_may_ask(server: tuple[LiveServer, dict[str, str]], capsys: pytest.C
         headers={"Authorization": f"Bearer {tokens['cpu-reader']}"},
     )
     assert dashboard.json()["graphs"][0]["module"] == "SyncTensorsGraph.15"
-    code, _, err = run(["graphs", "gpu-job", "--server", srv.url, "--token", tokens["cpu-reader"]], capsys)
+    code, _, err = run_cli(
+        ["graphs", "gpu-job", "--server", srv.url, "--token", tokens["cpu-reader"]], capsys
+    )
     assert code == 2 and "HTTP 403" in err and "cpu-*" in err
-    code, _, err = run(["graphs", "cpu-nope", "--server", srv.url, "--token", tokens["admin"]], capsys)
+    code, _, err = run_cli(["graphs", "cpu-nope", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert code == 2 and "cpu-nope" in err

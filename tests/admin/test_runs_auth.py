@@ -3,25 +3,12 @@ reported first; admin sees every run, a write token limited to namespace pattern
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 from fastapi.testclient import TestClient
 
 from cache_server.auth.tokens import Role
 from tests.support.api import bearer
 from tests.support.apps import services_of
-
-
-def report(run_id: str, namespace: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "namespace": namespace,
-        "framework": "jax",
-        "host": "h",
-        "started_at": time.time(),
-        **fields,
-    }
+from tests.support.run_reports import run_report
 
 
 def listed(client: TestClient, token: str) -> list[str]:
@@ -35,24 +22,28 @@ def test_reports_need_a_write_token_covering_the_namespace(
 ) -> None:
     manager = services_of(auth_client).tokens
     scoped, _ = manager.create("team-a", Role.WRITE, ["team-a-*"])
-    assert auth_client.post("/v1/runs", json=report("run-anon-001", "team-a-1")).status_code == 401
+    assert (
+        auth_client.post("/v1/runs", json=run_report("run-anon-001", namespace="team-a-1")).status_code == 401
+    )
     response = auth_client.post(
-        "/v1/runs", json=report("run-read-001", "team-a-1"), headers=bearer(tokens["read"])
+        "/v1/runs", json=run_report("run-read-001", namespace="team-a-1"), headers=bearer(tokens["read"])
     )
     assert response.status_code == 403
-    outside = auth_client.post("/v1/runs", json=report("run-out-0001", "team-b-1"), headers=bearer(scoped))
+    outside = auth_client.post(
+        "/v1/runs", json=run_report("run-out-0001", namespace="team-b-1"), headers=bearer(scoped)
+    )
     assert outside.status_code == 403 and outside.json()["error"] == "forbidden"
     assert listed(auth_client, tokens["admin"]) == []  # nothing stored by the refused reports
 
     assert (
         auth_client.post(
-            "/v1/runs", json=report("run-a-000001", "team-a-1"), headers=bearer(scoped)
+            "/v1/runs", json=run_report("run-a-000001", namespace="team-a-1"), headers=bearer(scoped)
         ).status_code
         == 200
     )
     assert (
         auth_client.post(
-            "/v1/runs", json=report("run-w-000001", "team-b-1"), headers=bearer(tokens["write"])
+            "/v1/runs", json=run_report("run-w-000001", namespace="team-b-1"), headers=bearer(tokens["write"])
         ).status_code
         == 200
     )
@@ -62,22 +53,24 @@ def test_the_first_token_to_report_a_run_id_owns_it(auth_client: TestClient, tok
     manager = services_of(auth_client).tokens
     other, _ = manager.create("other-writer", Role.WRITE)
     first = auth_client.post(
-        "/v1/runs", json=report("run-owned-01", "ns-1", hits=5), headers=bearer(tokens["write"])
+        "/v1/runs", json=run_report("run-owned-01", namespace="ns-1", hits=5), headers=bearer(tokens["write"])
     )
     assert first.status_code == 200
     forged = auth_client.post(
-        "/v1/runs", json=report("run-owned-01", "ns-1", hits=999), headers=bearer(other)
+        "/v1/runs", json=run_report("run-owned-01", namespace="ns-1", hits=999), headers=bearer(other)
     )
     assert forged.status_code == 403 and forged.json()["error"] == "run_owned"
     # even an admin cannot take over another token's run
     taken = auth_client.post(
-        "/v1/runs", json=report("run-owned-01", "ns-1", hits=999), headers=bearer(tokens["admin"])
+        "/v1/runs",
+        json=run_report("run-owned-01", namespace="ns-1", hits=999),
+        headers=bearer(tokens["admin"]),
     )
     assert taken.status_code == 403 and taken.json()["error"] == "run_owned"
     runs = auth_client.get("/admin/runs", headers=bearer(tokens["admin"])).json()["runs"]
     assert [(r["run_id"], r["hits"]) for r in runs] == [("run-owned-01", 5)]
     again = auth_client.post(
-        "/v1/runs", json=report("run-owned-01", "ns-1", hits=7), headers=bearer(tokens["write"])
+        "/v1/runs", json=run_report("run-owned-01", namespace="ns-1", hits=7), headers=bearer(tokens["write"])
     )
     assert again.status_code == 200 and again.json()["hits"] == 7
 
@@ -88,12 +81,18 @@ def test_a_scoped_write_token_sees_only_its_namespaces_runs(
     manager = services_of(auth_client).tokens
     team_a, _ = manager.create("team-a", Role.WRITE, ["team-a-*"])
     team_b, _ = manager.create("team-b", Role.WRITE, ["team_b?"])
-    auth_client.post("/v1/runs", json=report("run-a-000001", "team-a-1"), headers=bearer(team_a))
-    auth_client.post("/v1/runs", json=report("run-b-000001", "team_b1"), headers=bearer(team_b))
+    auth_client.post(
+        "/v1/runs", json=run_report("run-a-000001", namespace="team-a-1"), headers=bearer(team_a)
+    )
+    auth_client.post("/v1/runs", json=run_report("run-b-000001", namespace="team_b1"), headers=bearer(team_b))
     # "_" in a pattern is itself, not LIKE's any character
-    auth_client.post("/v1/runs", json=report("run-x-000001", "teamXb1"), headers=bearer(tokens["write"]))
+    auth_client.post(
+        "/v1/runs", json=run_report("run-x-000001", namespace="teamXb1"), headers=bearer(tokens["write"])
+    )
     # patterns match case-sensitively, as the token's own check does (SQLite's LIKE would not)
-    auth_client.post("/v1/runs", json=report("run-c-000001", "TEAM-A-9"), headers=bearer(tokens["write"]))
+    auth_client.post(
+        "/v1/runs", json=run_report("run-c-000001", namespace="TEAM-A-9"), headers=bearer(tokens["write"])
+    )
 
     assert listed(auth_client, tokens["admin"]) == [
         "run-a-000001",

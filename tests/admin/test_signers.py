@@ -15,6 +15,7 @@ import pytest
 
 from cache_protocol.signing import Signer
 from tests.support.api import put_ok
+from tests.support.cli import run_cli
 from tests.support.real_entries import FIXTURES, real_entries
 from tests.support.server import LiveServer, run_server
 from xla_cache.cli import main as cli_main
@@ -42,19 +43,13 @@ def server(tmp_path_factory: pytest.TempPathFactory, keys: Path, alice: Signer) 
         yield srv
 
 
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = cli_main(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_keys_create_writes_a_private_key_only_its_owner_reads(
     keys: Path, alice: Signer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert stat.S_IMODE((keys / "alice.key").stat().st_mode) == 0o600
-    code, out, _ = run(["keys", "show", str(keys / "alice.key.pub")], capsys)
+    code, out, _ = run_cli(["keys", "show", str(keys / "alice.key.pub")], capsys)
     assert (code, out.split()) == (0, [alice.key_id, alice.public_text()])
-    code, out, _ = run(["keys", "show", alice.private_text()], capsys)  # the key itself, as in the env
+    code, out, _ = run_cli(["keys", "show", alice.private_text()], capsys)  # the key itself, as in the env
     assert out.split() == [alice.key_id, alice.public_text()]
     assert cli_main(["keys", "create", str(keys / "alice.key")]) == 2  # never over a key without --force
 
@@ -68,33 +63,33 @@ def test_signed_pushes_unsigned_entries_and_purges(
 ) -> None:
     url = ["--server", server.url]
     push = ["push", "--import", str(FIXTURES), *url, "--json"]
-    code, out, _ = run([*push, "--namespace", "locked-a"], capsys)  # no key: the namespace refuses all
+    code, out, _ = run_cli([*push, "--namespace", "locked-a"], capsys)  # no key: the namespace refuses all
     assert code == 1 and "requires entries signed" in out
     monkeypatch.setenv("XLA_CACHE_SIGNING_KEY", str(keys / "alice.key"))
-    code, out, _ = run([*push, "--namespace", "locked-a"], capsys)
+    code, out, _ = run_cli([*push, "--namespace", "locked-a"], capsys)
     assert code == 0, out
     assert json.loads(out)["namespaces"][0]["uploaded"] == len(real_entries())
     with httpx.Client(base_url=server.url) as http:
         for i in range(3):  # old entries from before signing
             put_ok(http, "old-ns", f"k{i}", bytes([i]) * 100)
 
-    code, out, _ = run(["signers", *url, "--json"], capsys)
+    code, out, _ = run_cli(["signers", *url, "--json"], capsys)
     assert json.loads(out)["signers"] == [
         {"signer": alice.key_id, "entries": 4, "bytes": sum(map(len, real_entries().values()))},
         {"signer": None, "entries": 3, "bytes": 300},
     ]
-    code, out, _ = run(["stats", "--all", *url], capsys)
+    code, out, _ = run_cli(["stats", "--all", *url], capsys)
     assert "unsigned                   3 entries" in out
-    code, out, _ = run(["unsigned", *url], capsys)
+    code, out, _ = run_cli(["unsigned", *url], capsys)
     assert out.strip() == "unsigned  3 entries, 300 B"
-    code, out, _ = run(["unsigned", "--remove", *url], capsys)
+    code, out, _ = run_cli(["unsigned", "--remove", *url], capsys)
     assert (code, out.strip()) == (0, "removed 3 entries, freed 300 B")
 
-    code, out, _ = run(["purge-signer", alice.key_id, "--dry-run", *url], capsys)
+    code, out, _ = run_cli(["purge-signer", alice.key_id, "--dry-run", *url], capsys)
     assert "would remove 4 entries" in out
-    code, out, _ = run(["purge-signer", alice.key_id, *url], capsys)
+    code, out, _ = run_cli(["purge-signer", alice.key_id, *url], capsys)
     assert "removed 4 entries" in out
-    code, out, _ = run(["signers", *url, "--json"], capsys)
+    code, out, _ = run_cli(["signers", *url, "--json"], capsys)
     assert json.loads(out)["signers"] == []
-    code, _, err = run(["purge-signer", "not-a-key", *url], capsys)
+    code, _, err = run_cli(["purge-signer", "not-a-key", *url], capsys)
     assert code == 2 and "not a key id" in err

@@ -9,12 +9,15 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from cache_server.app import create_app
 from cache_server.auth.tokens import Role
 from cache_server.index.tombstones import tombstones_of
 from cache_server.settings import Settings
-from cache_server.wiring import Services
+from cache_server.wiring import Services, build_services
 from tests.support.api import bearer, entry_url, put_ok
-from tests.support.apps import client_for, services_of
+from tests.support.apps import services_of
+from tests.support.clock import ShiftedClock
+from tests.support.migrated import migrated
 from tests.support.wait import wait_until
 
 
@@ -83,7 +86,12 @@ def test_a_recompile_after_budget_eviction_is_explained(client: TestClient, serv
 
 
 def test_background_gc_prunes_runs_beyond_the_bound(tmp_path: Path) -> None:
-    with client_for(tmp_path, max_runs=2, gc_interval_seconds=0.2) as client:
+    settings = Settings(
+        data_dir=tmp_path / "data", access_flush_seconds=60.0, max_runs=2, gc_interval_seconds=0.2
+    )
+    migrated(settings)
+    clock = ShiftedClock()
+    with TestClient(create_app(settings, build_services(settings, clock=clock))) as client:
         for index in range(4):
             body = {
                 "run_id": f"run-pruned-{index:04d}",
@@ -93,7 +101,7 @@ def test_background_gc_prunes_runs_beyond_the_bound(tmp_path: Path) -> None:
                 "started_at": time.time() - 100 + index,
             }
             assert client.post("/v1/runs", json=body).status_code == 200
-            time.sleep(0.01)  # reported one after the other: the oldest reports go first
+            clock.advance(1)  # reported a second after the one before: the oldest reports go first
 
         def kept() -> list[str]:
             return sorted(r["run_id"] for r in client.get("/admin/runs").json()["runs"])

@@ -22,6 +22,7 @@ from cache_server.settings import Settings
 from tests.support.api import put_ok, sha
 from tests.support.migrated import migrated
 from tests.support.server import run_server
+from tests.support.tcp_queues import read_by_server
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
 
@@ -140,7 +141,11 @@ def test_500_waiting_followers_do_not_slow_the_other_requests(tmp_path: Path) ->
             followers = [stack.enter_context(socket.create_connection((host, int(port)))) for _ in range(500)]
             for sock in followers:
                 sock.sendall(request)
-            time.sleep(1.0)  # they are all waiting now
+            wait_until(  # until they are all waiting: the server has read every request
+                lambda: read_by_server(followers),
+                timeout=30,
+                message="the server did not read every follower",
+            )
             rss = _rss_mib(server.pid)
             crowded = statistics.median(latencies())
             assert http.get("/healthz").status_code == 200

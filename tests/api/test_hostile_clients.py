@@ -34,6 +34,7 @@ from tests.support.hostile import (
 )
 from tests.support.process_tree import peak_rss_mib
 from tests.support.server import LiveServer, run_server
+from tests.support.tcp_queues import read_by_server
 from tests.support.wait import wait_until
 
 MIB = 1024 * 1024
@@ -55,7 +56,10 @@ def test_60_stalled_uploads_do_not_starve_the_other_routes(server: LiveServer) -
         started = time.monotonic()
         for i, sock in enumerate(stalled):
             sock.sendall(put_head("stall", f"k{i}", 1000) + b"x" * 10)
-        time.sleep(0.3)  # every stalled upload has reached the server: 16 hold a slot, 44 wait for one
+        # until every stalled upload has reached the server: 16 hold a slot, 44 wait for one
+        wait_until(
+            lambda: read_by_server(stalled), timeout=10, interval=0.01, message="the stalls never arrived"
+        )
 
         latencies = {}
         for path in ("/healthz", "/readyz", "/v1/namespaces/ok/entries/1", "/metrics"):
@@ -120,7 +124,10 @@ def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -
     with run_server(tmp_path, {**SHORT_TIMEOUTS, "XLA_CACHE_MAX_CONCURRENT_UPLOADS": "1"}) as srv:
         with connect(srv) as stalled:
             stalled.sendall(put_head("busy", "held", 1000) + b"x" * 10)
-            time.sleep(0.3)
+            # until the stalled upload has reached the server (and so holds the one slot)
+            wait_until(
+                lambda: read_by_server([stalled]), timeout=10, interval=0.01, message="no stall arrived"
+            )
             data = b"legitimate"
             started = time.monotonic()
             response = httpx.put(
@@ -148,6 +155,8 @@ def test_an_upload_waits_for_a_slot_and_503_says_when_to_retry(tmp_path: Path) -
 def test_aborted_upload_is_one_log_line_a_499_and_nothing_stored(server: LiveServer) -> None:
     with connect(server) as sock:
         sock.sendall(put_head("aborted", "k", 3 * MIB) + b"x" * MIB)
+        # The pause before the hang-up is part of the test: the server must have handed the whole MiB to the
+        # upload, not only read it off the socket (what a test can see from outside the server process).
         time.sleep(0.3)
     line = "client aborted the upload of aborted/k after 1048576 bytes"
     wait_until(lambda: line in server.log(), timeout=10, message=server.log)

@@ -126,7 +126,9 @@ def test_upload_slots_wait_a_bounded_time_then_refuse() -> None:
 
         async with anyio.create_task_group() as group, slots.slot(), slots.slot():
             group.start_soon(waiter)
-            await anyio.sleep(0.05)
+            with anyio.fail_after(5):  # until the waiter waits for a slot
+                while slots._slots.statistics().tasks_waiting < 1:
+                    await anyio.sleep(0)
             order.append("release")
         assert order == ["release", "waiter"]
         assert slots.in_use == 0

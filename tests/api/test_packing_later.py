@@ -5,7 +5,6 @@ left alone. On the local store with packs on, and on GCS (the emulator), where p
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from tests.support.packs import (
     packs,
     push,
 )
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -276,9 +276,11 @@ def test_the_server_packs_loose_entries_in_the_background(tmp_path: Path) -> Non
     with client_for(tmp_path, packs=True, pack_interval_seconds=3600) as client:
         put_each(client, data)
     with client_for(tmp_path, packs=True, pack_interval_seconds=0.2) as client:  # the same data, restarted
-        deadline = time.monotonic() + 10
-        while len(locations(client, list(data))) < len(data) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: len(locations(client, list(data))) == len(data),
+            timeout=10,
+            message="the background packer never packed the loose entries",
+        )
         assert set(locations(client, list(data))) == set(data)
 
 

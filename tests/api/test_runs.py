@@ -16,6 +16,7 @@ from cache_server import metrics
 from cache_server.wiring import Services
 from tests.support.api import entry_url, put_ok
 from tests.support.real_entries import real_entries
+from tests.support.run_reports import run_report as report
 
 # the real torch_xla entries: three shapes of SyncTensorsGraph.15 (parameter 1 is f32[n,16]) and one other
 B8 = "141073805730141206780902128710512802542"  # (f32[16,3], f32[8,16])
@@ -23,20 +24,6 @@ B2 = "299184862721481437114806396320747224705"  # (f32[16,3], f32[2,16])
 OTHER = "304900209432311687315369713663855754870"  # SyncTensorsGraph.12
 B4 = "309309220741466217388041336712701653489"  # (f32[16,3], f32[4,16])
 NS = "cpu-job"
-
-
-def report(run_id: str = "run-00000001", **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "run_id": run_id,
-        "namespace": NS,
-        "framework": "torch_xla",
-        "host": "host-1",
-        "process_index": 0,
-        "started_at": time.time() - 60,
-        "hits": 0,
-        "misses": 0,
-    }
-    return {**body, **fields}
 
 
 def miss(key: str, **fields: Any) -> dict[str, Any]:

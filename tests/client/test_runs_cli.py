@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from tests.support.run_receiver import RunReceiver, no_run_routes
+from tests.support.run_reports import run_report
 from tests.support.threaded_server import serve_in_thread
 from xla_cache.api import CacheApi
 from xla_cache.cli import main
@@ -20,20 +20,6 @@ from xla_cache.deadline import Deadline
 HEX = "ab" * 32
 
 
-def report(run_id: str, framework: str, **numbers: Any) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "namespace": f"cpu-{framework}-ns",
-        "framework": framework,
-        "host": "tpu-vm-3",
-        "process_index": 0,
-        "started_at": time.time() - 60,
-        "ended_at": None,
-        "new_misses": [],
-        **numbers,
-    }
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
     """A receiver holding two runs: a JAX one that compiled, a torch_xla one that hit."""
@@ -41,10 +27,21 @@ def server() -> Iterator[str]:
         api = CacheApi(url)
         try:
             miss = {"key": f"jit_step-{HEX}-cache", "module": "jit_step", "compile_seconds": 2.5}
-            first = report("a1" * 16, "jax", misses=1, compile_seconds=2.5, new_misses=[miss])
+            first = run_report(
+                "a1" * 16,
+                namespace="cpu-jax-ns",
+                framework="jax",
+                host="tpu-vm-3",
+                misses=1,
+                compile_seconds=2.5,
+                new_misses=[miss],
+            )
             api.post_run(first, Deadline(10))
             api.post_run({**first, "new_misses": [], "ended_at": time.time()}, Deadline(10))
-            api.post_run(report("b2" * 16, "torch_xla", hits=40, warm_entries=40), Deadline(10))
+            second = run_report(
+                "b2" * 16, namespace="cpu-torch_xla-ns", host="tpu-vm-3", hits=40, warm_entries=40
+            )
+            api.post_run(second, Deadline(10))
         finally:
             api.close()
         yield url

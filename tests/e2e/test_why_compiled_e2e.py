@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from tests.e2e.fuse_job import shapes as fuse_shapes
+from tests.support.run_reports import explained_run
 from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import run_job
-from tests.support.wait import wait_until
 from xla_cache.cli import main
 
 pytestmark = pytest.mark.e2e
@@ -32,27 +32,12 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]
         yield server
 
 
-def run_detail(server: LiveServer, run_id: str) -> dict[str, Any]:
-    """The run with each compile's reason, once the server has parsed the uploaded entries' shapes (in the
-    background: until then a compile's reason is "unknown")."""
-    found: dict[str, Any] = {}
-
-    def explained() -> bool:
-        answer = httpx.get(f"{server.url}/admin/runs/{run_id}", timeout=30)
-        assert answer.status_code == 200, answer.text
-        found.update(answer.json())
-        return all(miss["reason"] != "unknown" for miss in found["misses"])
-
-    wait_until(explained, timeout=30, interval=0.2, message="the run's compiles were not explained in time")
-    return found
-
-
 def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dimensions(
     own_server: LiveServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = run_job(["--server", own_server.url, "--cache-dir", str(tmp_path / "A"), "--shapes", "2"])
     assert first.counters["UncachedCompile"] == 2
-    detail = run_detail(own_server, first.warm["run_id"])
+    detail = explained_run(own_server.url, first.warm["run_id"])
     assert detail["framework"] == "torch_xla" and detail["misses_total"] == 2
     one, two = detail["misses"]
     assert one["reason"] == "new_graph" and one["module"]  # the module as parsed from the stored bytes
@@ -61,7 +46,7 @@ def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dime
 
     second = run_job(["--server", own_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", "3"])
     assert second.counters["PersistentCacheHit"] == 2 and second.counters["UncachedCompile"] == 1
-    detail = run_detail(own_server, second.warm["run_id"])
+    detail = explained_run(own_server.url, second.warm["run_id"])
     (miss,) = detail["misses"]
     assert (miss["reason"], miss["module"]) == ("new_shapes", one["module"])
     assert miss["dimensions"] and miss["nearest_key"] in {one["key"], two["key"]}
@@ -93,7 +78,7 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
     )
     shapes = fuse_shapes(5, 128)  # no image, text 1..5: no slice is empty in one step and whole in another
     assert job.counters["UncachedCompile"] == len(shapes)
-    detail = run_detail(own_server, job.warm["run_id"])
+    detail = explained_run(own_server.url, job.warm["run_id"])
     misses = detail["misses"]
     reasons = [miss["reason"] for miss in misses]
     # a size at an edge (one text id: a gather of one row) is another graph; every other size is baked

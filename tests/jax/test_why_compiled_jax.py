@@ -19,27 +19,13 @@ import httpx
 import pytest
 
 from tests.support.jax_jobs import JOB, jax_env, run_jax_job
+from tests.support.run_reports import explained_run
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
 from xla_cache.cli import main
 
 SHAPES = 2  # job A: x of 1x4 and 2x4
 FAST_MATH = "xla_cpu_enable_fast_math=true"
-
-
-def run_detail(server: LiveServer, run_id: str) -> dict[str, Any]:
-    """``xla-cache runs RUN_ID --json``: the run with each compile and its reason, once the server has
-    parsed the uploaded entries' shapes (in the background: until then a compile's reason is "unknown")."""
-    found: dict[str, Any] = {}
-
-    def explained() -> bool:
-        answer = httpx.get(f"{server.url}/admin/runs/{run_id}", timeout=30)
-        assert answer.status_code == 200, answer.text
-        found.update(answer.json())
-        return all(miss["reason"] != "unknown" for miss in found["misses"])
-
-    wait_until(explained, timeout=30, interval=0.2, message="the run's compiles were not explained in time")
-    return found
 
 
 def cli_run(server: LiveServer, run_id: str, capsys: pytest.CaptureFixture[str], *more: str) -> str:
@@ -63,7 +49,7 @@ def job_a(live_server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> 
 def test_a_first_run_compiles_a_new_graph_then_new_shapes_of_it(
     live_server: LiveServer, job_a: dict[str, Any]
 ) -> None:
-    detail = run_detail(live_server, job_a["warm"]["run_id"])
+    detail = explained_run(live_server.url, job_a["warm"]["run_id"])
     assert detail["framework"] == "jax" and detail["namespace"] == job_a["warm"]["namespace"]
     assert detail["misses_total"] == SHAPES and detail["hits"] == 0 and detail["ended_at"] is not None
     first, second = detail["misses"]  # in the order compiled: 1x4, then 2x4
@@ -78,7 +64,7 @@ def test_new_shapes_of_a_known_module_name_the_dimension(
     c = job(live_server, tmp_path / "C", "--first-shape", "3", "--shapes", "1")
     assert c["warm"]["namespace"] == job_a["warm"]["namespace"]
     assert c["warm"]["downloaded_entries"] == SHAPES and c["misses"] == 1
-    detail = run_detail(live_server, c["warm"]["run_id"])
+    detail = explained_run(live_server.url, c["warm"]["run_id"])
     (miss,) = detail["misses"]
     assert (miss["module"], miss["reason"]) == ("jit_step", "new_shapes")
     # the nearest stored variant is A's 2x4: the first parameter's dimension 0 differs, 3 against 2
@@ -94,7 +80,7 @@ def test_a_per_call_compiler_option_is_a_different_key_in_compile_options(
     d = job(live_server, tmp_path / "D", "--shapes", str(SHAPES), "--compiler-option", FAST_MATH)
     assert d["warm"]["namespace"] == job_a["warm"]["namespace"]  # a per-call option: not in the namespace
     assert d["misses"] == SHAPES and d["hits"] == 0
-    detail = run_detail(live_server, d["warm"]["run_id"])
+    detail = explained_run(live_server.url, d["warm"]["run_id"])
     assert detail["misses_total"] == SHAPES
     for miss in detail["misses"]:
         assert (miss["module"], miss["reason"]) == ("jit_step", "different_key"), miss
@@ -116,7 +102,7 @@ def test_a_static_python_integer_is_baked_sizes_naming_the_slice_its_line_and_th
     line in jax_job.py (from the module's stack frames) and the sizes."""
     ns = list(range(3, 13))
     b = job(live_server, tmp_path / "B", "--baked", "--first-shape", str(ns[0]), "--shapes", str(len(ns)))
-    detail = run_detail(live_server, b["warm"]["run_id"])
+    detail = explained_run(live_server.url, b["warm"]["run_id"])
     misses = [m for m in detail["misses"] if m["module"] == "jit_baked_step"]
     assert len(misses) == len(ns) and len({m["shapes"] for m in misses}) == 1
     assert [m["reason"] for m in misses] == ["new_graph"] + ["baked_sizes"] * (len(ns) - 1)
@@ -150,14 +136,14 @@ def test_an_evicted_entry_recompiled_says_when_and_by_which_policy(
     live_server: LiveServer, job_a: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     namespace = job_a["warm"]["namespace"]
-    a_misses = run_detail(live_server, job_a["warm"]["run_id"])["misses"]
+    a_misses = explained_run(live_server.url, job_a["warm"]["run_id"])["misses"]
     evicted = a_misses[0]["key"]  # A's 1x4 entry
     deleted = httpx.delete(f"{live_server.url}/v1/namespaces/{namespace}/entries/{evicted}", timeout=30)
     assert deleted.status_code in (200, 204), deleted.text
 
     e = job(live_server, tmp_path / "E", "--shapes", "1")  # 1x4 again
     assert e["misses"] == 1
-    detail = run_detail(live_server, e["warm"]["run_id"])
+    detail = explained_run(live_server.url, e["warm"]["run_id"])
     (miss,) = detail["misses"]
     assert miss["key"] == evicted
     assert (miss["reason"], miss["policy"]) == ("evicted", "admin") and miss["removed_at"]
@@ -191,7 +177,7 @@ def test_a_job_killed_mid_run_leaves_its_report_and_misses(
             run_id = wait_until(reported, timeout=60, message="no report carried the job's compiles")
             # and its uploader sent the two entries (the server reads their shapes from the bytes)
             wait_until(
-                lambda: all(m["shapes"] for m in run_detail(live_server, run_id)["misses"]),
+                lambda: all(m["shapes"] for m in explained_run(live_server.url, run_id)["misses"]),
                 timeout=60,
                 message="the job's entries were not uploaded",
             )
@@ -199,7 +185,7 @@ def test_a_job_killed_mid_run_leaves_its_report_and_misses(
             running.send_signal(signal.SIGKILL)
             running.wait(timeout=30)
     assert running.returncode == -signal.SIGKILL
-    detail = run_detail(live_server, run_id)
+    detail = explained_run(live_server.url, run_id)
     assert detail["ended_at"] is None and detail["misses_total"] == 2 and detail["compile_seconds"] > 0
     assert all(m["module"] == "jit_step" and m["reason"] == "new_shapes" for m in detail["misses"])
     assert {d["ours"] for m in detail["misses"] for d in m["dimensions"]} == {20, 21}

@@ -507,7 +507,7 @@ def test_interrupted_upload_leaves_nothing(backend: Backend, sent: int) -> None:
         store.put("ns/partial", upload(), {"v": "1"})
     assert caught.value is failure
     gc.collect()  # an abandoned upload object must not finish the upload when it is collected
-    time.sleep(0.2)
+    time.sleep(0.2)  # part of the test: a finish started by the collection would have landed by now
     assert store.stat("ns/partial") is None
     assert store.open("ns/partial") is None
     assert list(store.list()) == []
@@ -665,7 +665,7 @@ def test_open_many_reads_ahead_on_threads() -> None:
             with self.lock:
                 self.running += 1
                 self.most = max(self.most, self.running)
-            time.sleep(0.05)
+            time.sleep(0.05)  # the slow open itself, on purpose: opens in flight together overlap
             with self.lock:
                 self.running -= 1
 
