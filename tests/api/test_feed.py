@@ -22,7 +22,7 @@ from cache_server.settings import Settings
 from tests.support.api import put_ok, sha
 from tests.support.migrated import migrated
 from tests.support.server import run_server
-from tests.support.tcp_queues import read_by_server
+from tests.support.tcp_queues import read_by_server, settled
 from tests.support.threaded_server import serve_in_thread
 from tests.support.wait import wait_until
 
@@ -146,6 +146,7 @@ def test_500_waiting_followers_do_not_slow_the_other_requests(tmp_path: Path) ->
                 timeout=30,
                 message="the server did not read every follower",
             )
+            wait_until(settled(server.pid), timeout=30, message="the server stayed busy with the followers")
             rss = _rss_mib(server.pid)
             crowded = statistics.median(latencies())
             assert http.get("/healthz").status_code == 200

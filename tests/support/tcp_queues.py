@@ -5,10 +5,11 @@ kernel's TCP queues of each connection (Linux, ``/proc/net/tcp``). A test waits 
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["read_by_server"]
+__all__ = ["read_by_server", "settled"]
 
 
 def _queues() -> dict[tuple[int, int], tuple[int, int]]:
@@ -39,3 +40,24 @@ def read_by_server(socks: Sequence[socket.socket]) -> bool:
         if client_side is None or server_side is None or client_side[0] or server_side[1]:
             return False
     return True
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User plus system CPU time ``pid`` has used, in clock ticks (``/proc/PID/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def settled(pid: int, quiet: float = 0.2) -> Callable[[], bool]:
+    """A condition for ``wait_until``: true once process ``pid`` has used no CPU for ``quiet`` seconds,
+    that is it is done with what it was sent (a server that parsed its requests and parked their waits)."""
+    last = [_cpu_ticks(pid), time.monotonic()]
+
+    def condition() -> bool:
+        ticks, now = _cpu_ticks(pid), time.monotonic()
+        if ticks != last[0]:
+            last[:] = [ticks, now]
+            return False
+        return now - last[1] >= quiet
+
+    return condition
