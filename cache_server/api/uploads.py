@@ -32,7 +32,7 @@ from cache_server.errors import (
     UnsupportedEncoding,
     UploadTooLarge,
 )
-from cache_server.names import check_key, check_namespace, check_sha256
+from cache_server.names import check_sha256
 from cache_server.service import BulkResult, MemberOutcome
 from cache_server.streams import PIECE, ZSTD_PIECE, NotZstd, zstd_decompressed
 
@@ -100,12 +100,11 @@ async def put_entry(
     ``X-Entry-Signature``: the uploader's Ed25519 signature, kept with the entry; 403 ``signature_required``
     or ``signature_invalid`` where ``XLA_CACHE_REQUIRE_SIGNATURES`` refuses it, before the body is read.
     """
-    check_namespace(namespace)
-    check_key(key)
+    # The name, size, compile time, signature and quotas are checked once, by the writer, before the body
+    # is read (service/writer.py: begin and prepare); here only the headers are read as numbers.
     sha256 = check_sha256(x_content_sha256)
     declared = _optional_int("Content-Length", request.headers.get("content-length"))
     compile_ms = _optional_int(COMPILE_TIME_HEADER, x_compile_time_ms)
-    service.check_upload_size(declared)
     who = principal(request)
     stored_by = who.token_id if who is not None else None
     still_allowed = _still_allowed(request)
@@ -183,7 +182,6 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
     committed before it stay (unless purged), nothing after it is stored. Pauses, rate, upload slots and
     aborted clients as for ``PUT``.
     """
-    check_namespace(namespace)
     who = principal(request)
     stored_by = who.token_id if who is not None else None
     still_allowed = _still_allowed(request)

@@ -5,7 +5,7 @@ Each public method is one concept's own (bound when the service is built, so a c
 
 ====================  ===================================================================================
 namespaces            ``register_namespace``, ``get_namespace`` (:mod:`~cache_server.service.namespaces`)
-uploads               ``check_upload_size``, ``put_entry`` (:mod:`~cache_server.service.writer`, the one
+uploads               ``put_entry`` (:mod:`~cache_server.service.writer`, the one
                       writer), ``put_entries`` (:mod:`~cache_server.service.bulk`, a tar stream of many)
 single reads          ``head_hot``, ``head_entry``, ``read_hot``, ``read_entry``, ``delete_entry``
                       (:mod:`~cache_server.service.reads`)
@@ -93,7 +93,6 @@ class CacheService:
 
         self.register_namespace = namespaces.register
         self.get_namespace = namespaces.get
-        self.check_upload_size = writer.check_size
         self.put_entry = writer.put_entry
         self.put_entries = bulk.put_entries
         self.head_hot = reads.head_hot

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cache_protocol import COMPILE_TIME_HEADER, MAX_COMPILE_TIME_MS, SHA256_HEADER, UPLOADER_MAX_LENGTH
+from cache_protocol.text import unprintable
 from cache_server.auth.revocation import StillAllowed, check_still_allowed, undo_if_revoked
 from cache_server.domain import Clock, EntryInfo, utcnow
 from cache_server.errors import BadRequest, CacheError, DigestMismatch, EntryTooLarge
@@ -218,6 +219,8 @@ class EntryWriter:
             raise BadRequest(
                 f"{COMPILE_TIME_HEADER} must be a whole number of milliseconds, 0 to {MAX_COMPILE_TIME_MS}."
             )
+        if uploader and (problem := unprintable(uploader)):
+            raise BadRequest(f"X-Uploader: {problem}.")
         namespace = upload.namespace
         signature, signer = self._signatures.check(namespace, key, sha256, signature)
         if row_known and row is not None and row.sha256 != sha256:
@@ -277,11 +280,8 @@ class EntryWriter:
         for reindex) so that everything one token stored can be found and removed. ``still_allowed``: whether
         that token is still active, asked once the row is written (:mod:`cache_server.auth.revocation`).
         """
-        check_namespace(namespace)
-        check_key(key)
-        self.check_size(declared_size)
+        upload = self.begin(namespace, stored_by=stored_by, still_allowed=still_allowed)  # checks the name
         existing = self._entries.get_entry(namespace, key)  # another digest: refused before the body
-        upload = self.begin(namespace, stored_by=stored_by, still_allowed=still_allowed)
         pending = self.prepare(
             upload,
             key,

@@ -158,3 +158,10 @@ def test_too_many_members_are_refused(tmp_path: Path) -> None:
     with TestClient(create_app(settings)) as client:
         response = client.post(URL, content=tar_of([member(f"k{i}", b"x") for i in range(6)]))
         assert response.status_code == 400 and "more than 5 members" in response.json()["detail"]
+
+
+def test_a_bulk_upload_into_a_bad_namespace_is_refused_whole(client: TestClient, settings: Settings) -> None:
+    """The writer checks the namespace once, before the first member is read (the route no longer does)."""
+    response = client.post("/v1/namespaces/bad..ns/entries", content=tar_of([member("k", b"x")]))
+    assert response.status_code == 400 and response.json()["error"] == "invalid_name", response.text
+    assert blobs(settings) == []

@@ -116,3 +116,35 @@ def test_a_bulk_members_compile_time_beyond_what_int_reads_is_refused(
     assert response.status_code == 200, response.text
     assert [(m["key"], m["status"]) for m in response.json()["results"]] == [("k", 400)]
     assert client.get(f"{URL}/k").status_code == 404
+
+
+@pytest.mark.parametrize("uploader", ["x\x9b2J\x9b31mPWNED", "host\x1b[2J", "a\tb"])
+def test_an_uploader_label_a_terminal_would_obey_is_refused_and_stores_nothing(
+    client: TestClient, settings_dir: Path, uploader: str
+) -> None:
+    """The third probe's escape sequences, sent as ``X-Uploader`` (a header is Latin-1: U+009B, one byte)."""
+    headers: dict[str, str | bytes] = {SHA256_HEADER: sha(b"x"), "X-Uploader": uploader.encode("latin-1")}
+    response = client.put(f"{URL}/k", content=b"x", headers=headers)
+    assert response.status_code == 400, response.text
+    assert "X-Uploader" in response.json()["detail"] and "U+00" in response.json()["detail"]
+    assert client.get(f"{URL}/k").status_code == 404
+    assert not (settings_dir / "blobs" / "bounds").exists()
+    plain = {**headers, "X-Uploader": "host-7"}
+    assert client.put(f"{URL}/k", content=b"x", headers=plain).status_code == 201
+
+
+@pytest.mark.parametrize(("name", "status", "too_large"), [("bad..ns", 400, 400), ("fine", 201, 413)])
+def test_a_put_checks_its_names_and_size_once_and_answers_as_before(
+    client: TestClient, name: str, status: int, too_large: int
+) -> None:
+    """The writer checks a PUT's namespace, key and declared size (the route no longer checks first)."""
+    digest = {SHA256_HEADER: sha(b"x")}
+    response = client.put(f"/v1/namespaces/{name}/entries/k", content=b"x", headers=digest)
+    assert response.status_code == status, response.text
+    big = client.put(
+        f"/v1/namespaces/{name}/entries/big",
+        content=b"x",
+        headers={SHA256_HEADER: sha(b"x"), "Content-Length": str(2**40)},
+    )
+    assert big.status_code == too_large, big.text
+    assert client.get(f"/v1/namespaces/{name}/entries/big").status_code in (400, 404)
