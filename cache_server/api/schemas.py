@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, Field, create_model, field_validator
 
+from cache_protocol.text import unprintable
 from cache_server.domain import NamespaceInfo
 
 __all__ = [
@@ -86,6 +87,9 @@ class NamespaceIn(BaseModel):
     def _bounded_labels(cls, value: dict[str, str]) -> dict[str, str]:
         if any(len(k) > MAX_LABEL_LENGTH or len(v) > MAX_LABEL_LENGTH for k, v in value.items()):
             raise ValueError(f"a label's name or value is longer than {MAX_LABEL_LENGTH} characters")
+        for text in (t for item in value.items() for t in item):  # text for people: no escape sequences
+            if problem := unprintable(text):
+                raise ValueError(f"label {text!r}: {problem}")
         return value
 
 

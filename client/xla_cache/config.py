@@ -19,7 +19,6 @@ a running job's reports) are read by :func:`run_report_settings`.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from cache_protocol.runs import REPORT_INTERVAL_SECONDS
 from cache_protocol.signing import BadKey, Signer, Verifier, parse_public_keys, read_key_texts
 from xla_cache.config_file import CONFIG_ENV, KEYS, read_config_file
 from xla_cache.errors import ClientError
+from xla_cache.logs import logger
 
 __all__ = [
     "COMPRESSION_ENV",
@@ -120,7 +120,6 @@ ENVIRONMENT: tuple[EnvironmentVariable, ...] = (
         "Seconds between a running job's run reports.",
     ),
 )
-logger = logging.getLogger("xla_cache")
 
 
 def normalize_server(server: str) -> str:

@@ -13,7 +13,6 @@ until the server is back; it never raises into the job, and :meth:`Follower.stop
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,11 @@ from xla_cache.api import CacheApi, RemoteEntry
 from xla_cache.cachedir import EntryCheck, VerifiedWriter
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerProblem
+from xla_cache.logs import logger
 from xla_cache.trust import EntryTrust
 
 __all__ = ["FOLLOW_WAIT_SECONDS", "FollowReport", "Follower"]
 
-logger = logging.getLogger("xla_cache")
 
 FOLLOW_WAIT_SECONDS = 5.0  # one long poll: the bound on how long stop() may wait for it, too
 MAX_BACKOFF_SECONDS = 30.0

@@ -10,13 +10,13 @@ and the warm goes on without it.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from xla_cache.api import CacheApi
 from xla_cache.deadline import Deadline
+from xla_cache.logs import logger
 
 __all__ = [
     "ASK_SECONDS",
@@ -28,7 +28,6 @@ __all__ = [
     "nearest_line",
 ]
 
-logger = logging.getLogger("xla_cache")
 
 ASK_SECONDS = 2.0  # the most a warm waits for the nearest namespaces (less when its own bound is nearer)
 THIN_FRACTION = 0.1

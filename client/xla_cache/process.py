@@ -7,7 +7,6 @@ reporter working for it until :func:`stop` or the process's exit (:class:`_Proce
 from __future__ import annotations
 
 import atexit
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +14,12 @@ from typing import Any
 
 from xla_cache.api import CacheApi
 from xla_cache.follower import Follower
+from xla_cache.logs import logger
 from xla_cache.runs import RunReporter
 from xla_cache.uploader import Uploader, UploadReport
 from xla_cache.warm_report import WarmReport
 
 __all__ = ["PROCESS", "Background", "flush", "run_report", "stop"]
-
-logger = logging.getLogger("xla_cache")
 
 
 @dataclass(frozen=True)

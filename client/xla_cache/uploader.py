@@ -14,7 +14,6 @@ entries later.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -27,11 +26,10 @@ from xla_cache.cachedir import LocalFile, files_open_for_writing, scan
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
+from xla_cache.logs import logger
 from xla_cache.upload import upload_entries
 
 __all__ = ["UploadReport", "Uploader"]
-
-logger = logging.getLogger("xla_cache")
 
 
 @dataclass

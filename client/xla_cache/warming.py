@@ -15,7 +15,6 @@ within the timeout with one warning, and training goes on with the local cache.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import time
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from xla_cache.conversation import Conversation, talk
 from xla_cache.errors import ClientError
 from xla_cache.follower import Follower
 from xla_cache.frameworks import AUTO, Framework, choose
+from xla_cache.logs import logger
 from xla_cache.plan import WarmOptions, WarmPlan
 from xla_cache.process import PROCESS, Background
 from xla_cache.progress import Progress
@@ -38,7 +38,6 @@ from xla_cache.warm_report import WarmReport
 
 __all__ = ["FOLLOW_UPLOAD_INTERVAL", "warm"]
 
-logger = logging.getLogger("xla_cache")
 
 FOLLOW_UPLOAD_INTERVAL = 0.25  # seconds between the uploader's scans while following
 

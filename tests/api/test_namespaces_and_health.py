@@ -74,3 +74,13 @@ def test_health_and_readiness(client: TestClient, settings: Settings) -> None:
     assert upload.status_code == 503
     assert upload.json()["error"] == "storage_unavailable"
     assert client.get("/healthz").status_code == 200
+
+
+def test_labels_a_terminal_would_obey_are_refused_and_the_namespace_keeps_its_own(client: TestClient) -> None:
+    """Labels are text for people (the dashboard, ``xla-cache``): the third probe's U+009B, ESC, a bidi
+    override or a line separator in a name or a value is a 400 naming it; what was registered stays."""
+    assert client.put("/v1/namespaces/ns1", json={"fingerprint": FP, "labels": {"team": "vision"}}).is_success
+    for labels in ({"team": "x\u009b2J"}, {"te\x1bam": "v"}, {"team": "admin\u202egnp"}, {"t": "a\u2028b"}):
+        response = client.put("/v1/namespaces/ns1", json={"fingerprint": FP, "labels": labels})
+        assert response.status_code == 400 and "U+" in response.text, (labels, response.text)
+    assert client.get("/v1/namespaces/ns1").json()["labels"] == {"team": "vision"}

@@ -183,3 +183,22 @@ def test_an_empty_namespace_names_the_torch_xla_setting_that_set_it_apart(
     assert near.namespace == theirs
     assert near.differences == [NearDifference("XLA_HLO_DEBUG", "1", None, "1 (theirs: unset)")]
     assert report.summary().splitlines()[1].endswith(" ago) differs in XLA_HLO_DEBUG: 1 (theirs: unset)")
+
+
+def test_escape_sequences_another_client_registered_never_reach_the_jobs_log(
+    real_server: RealServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The third probe: a write token registers a fingerprint whose flag holds ESC and U+009B (the 8-bit CSI);
+    a job whose nearest namespace it is logs the difference with those characters written out."""
+    hostile = "true\x1b[2J\x9b31mPWNED"
+    theirs = build_fingerprint(FACTS, env={"XLA_FLAGS": FAST})
+    theirs["xla_flags"]["--xla_cpu_enable_fast_math"] = hostile
+    _seed(real_server, theirs, 12)
+    ours = build_fingerprint(FACTS, env={})
+    with caplog.at_level(logging.INFO, logger="xla_cache"):
+        report = warm(real_server.url, tmp_path, initialize=False, fingerprint=ours)
+    assert report.nearest[0].differences[0].theirs.endswith(hostile)  # as sent, for a program to read
+    [logged] = [r.getMessage() for r in caplog.records if r.name == "xla_cache"]
+    assert "\\u001b[2J\\u009b31mPWNED" in logged
+    assert not any(char in logged for char in "\x1b\x9b")
+    assert len(logged.splitlines()) == 2  # the summary's own lines stay lines

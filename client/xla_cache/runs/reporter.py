@@ -43,6 +43,7 @@ from xla_cache.config import run_report_settings
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerError, ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
+from xla_cache.logs import logger
 from xla_cache.plan import WarmPlan
 from xla_cache.runs.collectors import CompileCounts, RunCollector, collector_for
 
@@ -56,7 +57,6 @@ __all__ = [
     "reporter_for",
 ]
 
-logger = logging.getLogger("xla_cache")
 
 REPORT_SECONDS = 5.0  # the bound on one periodic report (it runs on the uploader's thread)
 EXIT_SECONDS = 3.0  # the bound on the last reports, at exit
