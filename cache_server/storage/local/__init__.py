@@ -13,7 +13,9 @@ before any path is built. A replacing put (``replace=``) judges the stored file 
 ``flock`` on it and renames its temp file over the name only if the name still points at that file (a
 directory in the way is moved aside first): of several replacers one wins.
 
-The modules: ``store`` (the :class:`LocalBlobStore` operations), ``batch`` (:class:`LocalBatch`), ``header``
+The modules: ``store`` (the :class:`LocalBlobStore` operations), ``batch`` (:class:`LocalBatch`),
+``blob_files`` (the files both work through: a blob's path, temp files, the link or locked swap that names
+one, what is at a name, the damaged folder; as the GCS store's parts share its transport), ``header``
 (the blob file format: the header written and parsed, damage detected), ``readers`` (a blob streamed, or
 read whole), ``files`` (file-system helpers: fsync, syncfs, unlink, opening a blob's file safely).
 """

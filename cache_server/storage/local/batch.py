@@ -10,13 +10,14 @@ from cache_server.storage.base import ReplaceJudge
 from cache_server.storage.local.files import fsync_dir, storage_errors, sync_filesystem, unlink
 
 if TYPE_CHECKING:
-    from cache_server.storage.local.store import LocalBlobStore
+    from cache_server.storage.local.blob_files import BlobFiles
 
 __all__ = ["LocalBatch"]
 
 
 class LocalBatch:
-    """Puts into a :class:`LocalBlobStore` whose durability is paid once per commit.
+    """Puts into a local store, through its :class:`~cache_server.storage.local.blob_files.BlobFiles`,
+    whose durability is paid once per commit.
 
     A put writes its temp file without fsync. Commit syncs the filesystem once, links each temp file to its
     final name (create-only, as ``put``), fsyncs each directory that got a name once, and removes the temp
@@ -24,8 +25,8 @@ class LocalBatch:
     has its whole bytes.
     """
 
-    def __init__(self, store: LocalBlobStore) -> None:
-        self._store = store
+    def __init__(self, files: BlobFiles) -> None:
+        self._files = files
         self._pending: dict[str, str] = {}
         self._present: set[str] = set()
         self._replace: dict[str, ReplaceJudge] = {}
@@ -41,10 +42,7 @@ class LocalBatch:
         if (
             name in self._pending
             or name in self._present
-            or (
-                os.path.lexists(self._store._file(name))
-                and not self._store._judged_replaceable(name, replace)
-            )
+            or (os.path.lexists(self._files.file(name)) and not self._files.judged_replaceable(name, replace))
         ):
             for _ in chunks:
                 pass
@@ -52,7 +50,7 @@ class LocalBatch:
                 self._present.add(name)
             return
         with storage_errors():
-            self._pending[name] = self._store._write_temp(name, chunks, metadata, sync=False)
+            self._pending[name] = self._files.write_temp(name, chunks, metadata, sync=False)
         if replace is not None:
             self._replace[name] = replace
 
@@ -63,11 +61,11 @@ class LocalBatch:
         try:
             with storage_errors():
                 if pending:
-                    sync_filesystem(self._store._tmp, list(pending.values()))
+                    sync_filesystem(self._files.tmp, list(pending.values()))
                 directories: set[str] = set()
                 for name, tmp in pending.items():
-                    final = self._store._file(name)
-                    done[name] = self._store._claim(name, tmp, final, replace.get(name))
+                    final = self._files.file(name)
+                    done[name] = self._files.claim(name, tmp, final, replace.get(name))
                     if done[name]:
                         directories.add(os.path.dirname(final))
                 for directory in directories:
