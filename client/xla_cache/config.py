@@ -8,12 +8,14 @@ cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``
 ``XLA_CACHE_SIGNING_KEY`` (the key this client signs its uploads with: the key itself or a file holding it),
 ``XLA_CACHE_TRUSTED_KEYS`` (public keys, or files of them, comma separated: with any, only entries they
 signed are placed; :mod:`xla_cache.trust`): each also a key of the config file. ``XLA_CACHE_CONFIG`` names
-the config file. Environment only: ``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether
-bulk uploads and bundles travel zstd-compressed; see :func:`wants_compression`) and
+the config file. Environment only, read by :meth:`ClientConfig.resolve` too: ``XLA_CACHE_COMPRESSION``
+(``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel zstd-compressed; see
+:func:`wants_compression`; :attr:`ClientConfig.compression`), ``XLA_CACHE_RUN_REPORTS`` (``0`` turns run
+reports off) and ``XLA_CACHE_REPORT_INTERVAL`` (seconds between a running job's reports;
+:attr:`ClientConfig.run_reports`). ``warm()``, the CLI and ``doctor`` all resolve them here, once per call.
 ``XLA_CACHE_REDACT_FLAG_VALUES`` (``1``: the fingerprint names each XLA flag but not its value; see
-:func:`redacts_flag_values`). ``warm()``, the CLI and ``doctor`` all resolve them here.
-``XLA_CACHE_RUN_REPORTS`` (``0`` turns run reports off) and ``XLA_CACHE_REPORT_INTERVAL`` (seconds between
-a running job's reports) are read by :func:`run_report_settings`.
+:func:`redacts_flag_values`) is read with the rest of the fingerprint, from the environment the runtime's
+fingerprint is collected from.
 """
 
 from __future__ import annotations
@@ -251,6 +253,7 @@ def namespace_dir(cache_dir: Path | str, namespace: str) -> Path:
 class ClientConfig:
     """The server (None: local cache only), the token and the base cache directory of one call; the signing
     key and the trusted keys as configured (texts or paths; read by :meth:`signer` and :meth:`verifier`);
+    whether transfers travel compressed and how the job reports its run (the environment read once, here);
     and where each came from (``sources``: ``--server``, ``XLA_CACHE_SERVER``, ``config file PATH`` or
     ``default``)."""
 
@@ -259,6 +262,10 @@ class ClientConfig:
     cache_dir: Path
     signing_key: str | None = None
     trusted_keys: str | None = None
+    compression: Compression = field(default_factory=lambda: Compression(uploads=True, bundles=True))
+    run_reports: RunReportSettings = field(
+        default_factory=lambda: RunReportSettings(enabled=True, interval=REPORT_INTERVAL_SECONDS)
+    )
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     config_file: Path | None = field(default=None, compare=False)
 
@@ -336,6 +343,8 @@ class ClientConfig:
             cache_dir=chosen_dir,
             signing_key=values["signing_key"],
             trusted_keys=values["trusted_keys"],
+            compression=wants_compression(chosen_server or DEFAULT_SERVER, env),
+            run_reports=run_report_settings(env),
             sources=sources,
             config_file=config_file.path,
         )

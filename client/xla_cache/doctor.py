@@ -151,7 +151,7 @@ def run_doctor(
     )
     config = ClientConfig.resolve(server, token)
     if config.server:
-        with CacheApi(config.server, config.token) as api:
+        with CacheApi(config.server, config.token, compression=config.compression) as api:
             report.server = api.server
             try:
                 api.ready(Deadline(10.0))

@@ -137,9 +137,10 @@ def _warm(plan: WarmPlan, started: float) -> WarmReport:
     local_errors = _prepare(plan)
     api: CacheApi | None = None
     talked, server_seconds = Conversation(), 0.0
-    if options.config.server:
+    config = options.config
+    if config.server:
         # the one place the URL is normalised
-        api = CacheApi(options.config.server, options.config.token, signer=options.signer)
+        api = CacheApi(config.server, config.token, signer=options.signer, compression=config.compression)
         # The bound covers the server conversation only: importing the framework and starting its runtime
         # are costs the job pays anyway.
         talked, server_seconds = talk(api, plan)

@@ -15,7 +15,7 @@ from tests.support.api import sha
 from tests.support.client_kit import UPLOAD_NAMESPACE, RealServer, make_uploader, tar_members
 from tests.support.http_stub import Recorded
 from xla_cache.api import CacheApi, RemoteEntry
-from xla_cache.config import Compression, is_loopback, wants_compression
+from xla_cache.config import ClientConfig, Compression, is_loopback, wants_compression
 from xla_cache.deadline import Deadline
 from xla_cache.download import DownloadOptions, download
 
@@ -64,7 +64,8 @@ def _round_trip(real_server: RealServer, tmp_path: Path, url: str) -> tuple[Reco
     data = {str(i): os.urandom(3000 + i) for i in range(40)}
     for key, value in data.items():
         (source / key).write_bytes(value)
-    api: CacheApi = real_server.api(url)
+    compression = ClientConfig.resolve(server=url).compression  # XLA_CACHE_COMPRESSION, read once there
+    api: CacheApi = real_server.api(url, compression=compression)
     assert make_uploader(api, source).flush().uploaded == len(data)
     upload = real_server.requests[-1]
     wanted = [RemoteEntry(key, len(value), sha(value)) for key, value in data.items()]

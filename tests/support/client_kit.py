@@ -23,6 +23,7 @@ from tests.support.asgi_transport import PortalASGITransport
 from tests.support.http_stub import Recorded
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import LocalFile
+from xla_cache.config import Compression
 from xla_cache.errors import CacheAlreadyInitialized
 from xla_cache.frameworks.torch_xla import TorchXla
 from xla_cache.uploader import Uploader
@@ -77,10 +78,17 @@ class RealServer:
         return [r.path for r in self.requests if method is None or r.method == method]
 
     def api(
-        self, server: str | None = None, token: str | None = None, *, signer: Signer | None = None
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        *,
+        signer: Signer | None = None,
+        compression: Compression | None = None,
     ) -> CacheApi:
         """A client API to this app (``CacheApi``'s own arguments; closed at the end of the test)."""
-        api = CacheApi(server or self.url, token, transport=self.transport, signer=signer)
+        api = CacheApi(
+            server or self.url, token, transport=self.transport, signer=signer, compression=compression
+        )
         self._apis.append(api)
         return api
 

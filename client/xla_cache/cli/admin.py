@@ -11,7 +11,6 @@ import argparse
 import sys
 from typing import Any
 
-from xla_cache.admin_api import AdminApi
 from xla_cache.cli.admin_text import (
     evict_lines,
     parse_duration,
@@ -24,12 +23,12 @@ from xla_cache.cli.admin_text import (
 from xla_cache.cli.common import (
     add_common,
     add_runtime,
+    admin_api,
     config_of,
     emit,
     namespace_name,
     namespace_of,
     no_namespace_help,
-    server_of,
 )
 from xla_cache.cli.signing import signer_lines
 from xla_cache.deadline import Deadline
@@ -47,7 +46,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     config = config_of(args)
     chosen = None if args.all else namespace_of(args, config)
     namespace = chosen.name if chosen is not None else None
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         info = api.get_namespace(namespace, Deadline(args.timeout)) if namespace else {}
         totals: dict[str, Any] | None
         admin_error: str | None
@@ -96,7 +95,7 @@ def cmd_evict(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ClientError(str(exc)) from None
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         result = api.admin_evict(body, Deadline(args.timeout))
     emit(args, result, evict_lines(result))
     return 0
@@ -105,7 +104,7 @@ def cmd_evict(args: argparse.Namespace) -> int:
 def cmd_tokens(args: argparse.Namespace) -> int:
     """Every token, its role and namespace patterns, and the entries it stored (admin token)."""
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         listing = api.admin_tokens(Deadline(args.timeout))
     emit(args, listing, token_lines(listing))
     return 0
@@ -114,7 +113,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 def cmd_quota(args: argparse.Namespace) -> int:
     """List the quotas, or set (``--clear``: remove) a namespace's or a token's (admin token)."""
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         if args.namespace is None and args.token_name is None:
             result = api.admin_quotas(Deadline(args.timeout))
         else:
@@ -140,7 +139,7 @@ def cmd_purge_token(args: argparse.Namespace) -> int:
     """Revoke a token and remove every entry it stored (``--dry-run`` lists what would go)."""
     body = {"dry_run": args.dry_run, "revoke": not args.keep_token}
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
     emit(args, result, purge_lines(result))
     return 0

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE, name_problem
+from cache_protocol.signing import Signer
 from cache_protocol.text import shown
+from xla_cache.admin_api import AdminApi
+from xla_cache.api import CacheApi
 from xla_cache.cachedir import read_last_warm
 from xla_cache.config import DEFAULT_SERVER, ClientConfig, server_url_problem
 from xla_cache.errors import ClientError
@@ -77,6 +80,16 @@ def server_of(config: ClientConfig) -> str:
     if problem:
         raise ClientError(f"server {problem} ({config.sources.get('server')})")
     return config.server
+
+
+def cache_api(config: ClientConfig, *, signer: Signer | None = None) -> CacheApi:
+    """A job's API at the configured server (:func:`server_of`), with the configured token and compression."""
+    return CacheApi(server_of(config), config.token, compression=config.compression, signer=signer)
+
+
+def admin_api(config: ClientConfig) -> AdminApi:
+    """The admin API at the configured server, with the configured token and compression."""
+    return AdminApi(server_of(config), config.token, compression=config.compression)
 
 
 def namespace_name(value: str) -> str:

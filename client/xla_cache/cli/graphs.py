@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from xla_cache.admin_api import AdminApi
 from xla_cache.cli.common import (
     add_common,
     add_runtime,
+    admin_api,
     config_of,
     emit,
     namespace_name,
     namespace_of,
     no_namespace_help,
-    server_of,
 )
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError
@@ -146,7 +145,7 @@ def cmd_graphs(args: argparse.Namespace) -> int:
     chosen = namespace_of(args, config)
     if chosen is None:
         raise ClientError(no_namespace_help(config))
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         report = api.admin_graphs(chosen.name, Deadline(args.timeout), top=args.top, module=args.module)
     lines = graph_lines(report)
     if chosen.how != "as named":

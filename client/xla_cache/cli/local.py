@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE
-from xla_cache.api import CacheApi
 from xla_cache.cachedir import read_fingerprint, scan
 from xla_cache.cli.common import (
     add_common,
     add_framework,
+    cache_api,
     config_of,
     emit,
     namespace_name,
@@ -43,7 +43,7 @@ def _namespace_dirs(cache_dir: Path, namespace: str | None) -> list[Path]:
 def _named_namespace(args: argparse.Namespace, config: ClientConfig) -> tuple[dict[str, Any], str]:
     """``--namespace``: its fingerprint as the server has it ({} if it has none) and whose cache it is
     (from that fingerprint, else ``--framework``, else the framework installed), without importing any."""
-    with CacheApi(server_of(config), config.token) as api:
+    with cache_api(config) as api:
         info = api.get_namespace(args.namespace, Deadline(args.timeout))
     fingerprint = dict(info.get("fingerprint") or {})
     framework = str(fingerprint.get("framework") or "")
@@ -119,7 +119,7 @@ def _follow(
     from xla_cache.warming import FOLLOW_UPLOAD_INTERVAL
 
     adapter = choose(framework)
-    api = CacheApi(server_of(config), config.token, signer=config.signer())
+    api = cache_api(config, signer=config.signer())
     follower = Follower(
         api, namespace, directory, cursor, check=adapter.entry_problem, trusted=config.verifier()
     )
@@ -164,7 +164,7 @@ def cmd_push(args: argparse.Namespace) -> int:
         raise ClientError(f"no namespace directories (with a {FINGERPRINT_FILE}) under {config.cache_dir}")
     results: list[dict[str, Any]] = []
     failed = False
-    with CacheApi(server_of(config), config.token, signer=config.signer()) as api:
+    with cache_api(config, signer=config.signer()) as api:
         for directory in directories:
             namespace = directory.name
             fingerprint = read_fingerprint(directory)
@@ -247,7 +247,7 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
     ]
     skipped = len(scan(directory, framework.is_entry)) - len(files)
     deadline = Deadline(args.timeout)
-    with CacheApi(server_of(config), config.token, signer=config.signer()) as api:
+    with cache_api(config, signer=config.signer()) as api:
         if fingerprint is not None:
             api.register_namespace(namespace, fingerprint, {}, deadline)
         result = upload_entries(api, namespace, files, deadline, progress=progress_of(args), workers=4)

@@ -12,7 +12,7 @@ from typing import Any
 from cache_protocol.runs import FRAMEWORKS, MISS_REASONS
 from xla_cache.admin_api import AdminApi
 from xla_cache.cli.admin_text import format_bytes, parse_duration
-from xla_cache.cli.common import add_common, config_of, emit, namespace_name, server_of
+from xla_cache.cli.common import add_common, admin_api, config_of, emit, namespace_name
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerError
 
@@ -170,7 +170,7 @@ PAGE = 1000  # misses asked per request with --all (the server's page bound)
 def cmd_runs(args: argparse.Namespace) -> int:
     """List the runs reported (filters), or show one run and why each of its compiles happened."""
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         try:
             if args.run_id:
                 data = _run(api, args)

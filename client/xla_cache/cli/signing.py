@@ -20,10 +20,9 @@ from cache_protocol.signing import (
     parse_public_keys,
     read_key_texts,
 )
-from xla_cache.admin_api import AdminApi
 from xla_cache.cli.admin_text import evict_lines, format_bytes
-from xla_cache.cli.common import add_common, config_of, emit, server_of
-from xla_cache.config import SIGNING_KEY_ENV
+from xla_cache.cli.common import add_common, admin_api, config_of, emit
+from xla_cache.config import SIGNING_KEY_ENV, ClientConfig
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError
 
@@ -56,9 +55,11 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 def cmd_keys_show(args: argparse.Namespace) -> int:
     """The key id and public key of a signing key or of public keys (a key, or a file of them)."""
-    value = args.key or os.environ.get(SIGNING_KEY_ENV, "")
+    value = args.key or ClientConfig.resolve().signing_key  # else XLA_CACHE_SIGNING_KEY, else the config file
     if not value:
-        raise ClientError(f"name a key or a key file, or set {SIGNING_KEY_ENV}")
+        raise ClientError(
+            f"name a key or a key file, or set {SIGNING_KEY_ENV} (or signing_key in the config file)"
+        )
     try:
         text = read_key_texts(value)
         if PRIVATE_PREFIX in text:
@@ -86,7 +87,7 @@ def signer_lines(signers: list[dict[str, Any]]) -> list[str]:
 def cmd_signers(args: argparse.Namespace) -> int:
     """Entries and bytes per signer key id on the server (and the unsigned ones)."""
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         result = api.admin_signers(Deadline(args.timeout))
     emit(args, result, ["signers (key id; unsigned: no signature)", *signer_lines(result["signers"])])
     return 0
@@ -94,7 +95,7 @@ def cmd_signers(args: argparse.Namespace) -> int:
 
 def _purge(args: argparse.Namespace, signer: str) -> int:
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         result = api.admin_purge_signer(signer, {"dry_run": args.dry_run}, Deadline(args.timeout))
     emit(args, result, evict_lines(result, verb="remove"))
     return 0
@@ -110,7 +111,7 @@ def cmd_unsigned(args: argparse.Namespace) -> int:
     if args.remove or args.dry_run:
         return _purge(args, UNSIGNED)
     config = config_of(args)
-    with AdminApi(server_of(config), config.token) as api:
+    with admin_api(config) as api:
         signers = api.admin_signers(Deadline(args.timeout))["signers"]
     row: dict[str, Any] = next((s for s in signers if s["signer"] is None), {"entries": 0, "bytes": 0})
     emit(args, row, [f"unsigned  {row['entries']:,} entries, {format_bytes(row['bytes'])}"])

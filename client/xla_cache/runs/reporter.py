@@ -39,7 +39,6 @@ from cache_protocol.runs import (
 )
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import LocalFile, scan
-from xla_cache.config import run_report_settings
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerError, ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
@@ -403,7 +402,7 @@ def reporter_for(
     ``XLA_CACHE_RUN_REPORTS=0``): ``baseline`` is the directory's entries after the warm, ``unloadable``
     the keys the warm removed because the framework could not load them, ``unanswered`` whether the warm's
     conversation ended with the server not answering."""
-    settings = run_report_settings()
+    settings = plan.options.config.run_reports
     if not settings.enabled:
         return None
     return RunReporter(
