@@ -43,7 +43,11 @@ def report_run(body: RunReportIn, request: Request, runs: RunsDep, tokens: Token
     who = principal(request)
     if who is not None:
         tokens.authorize_namespace(who, body.namespace, "POST /v1/runs")
-    run = runs.report(body.report(), reported_by=None if who is None else who.token_id)
+    run = runs.report(
+        body.report(),
+        reported_by=None if who is None else who.token_id,
+        metrics_on=who is None or not who.metrics_off,
+    )
     return RunOut.of(run)
 
 

@@ -26,6 +26,7 @@ from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
 from cache_server.runs.model import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
+from cache_server.runs.plausible import countable, lifetime_seconds
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache
 
@@ -78,8 +79,9 @@ class RunService:
         self._clock = clock
         self._variants = VariantsCache()
 
-    def report(self, report: RunReport, *, reported_by: str | None) -> RunInfo:
-        """Store ``report`` for the token ``reported_by`` (None with auth off) and count it in the metrics;
+    def report(self, report: RunReport, *, reported_by: str | None, metrics_on: bool = True) -> RunInfo:
+        """Store ``report`` for the token ``reported_by`` (None with auth off) and count it in the metrics
+        (as far as it is plausible: :mod:`~cache_server.runs.plausible`; not at all unless ``metrics_on``);
         :class:`~cache_server.errors.RunOwned` / :class:`~cache_server.errors.RunConflict` store nothing."""
         per_hit = self._repository.compile_ms_per_hit(report.namespace)
         hits = int(report.numbers.get("hits", 0))
@@ -99,7 +101,8 @@ class RunService:
             numbers=numbers,
         )
         recorded = record_run(self._repository, run, report.new_misses, now=now)
-        _count(report.framework, recorded.before, recorded.run.numbers)
+        if metrics_on:
+            _count(report.framework, recorded, now=now)
         return recorded.run
 
     def list_runs(self, query: RunFilter) -> list[RunInfo]:
@@ -206,17 +209,24 @@ def record_run(
             held.update(stored)
         count = held.misses_held()
         kept = held.add_misses(run.namespace, misses[: max(0, MAX_MISSES_PER_RUN - count)], now=now)
-    return RunRecorded(run=replace(stored, misses_stored=count + kept), before=before, misses_kept=kept)
+    return RunRecorded(
+        run=replace(stored, misses_stored=count + kept), before=before, misses_kept=kept, previous=old
+    )
 
 
 def _covered(namespace: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 
 
-def _count(framework: str, before: RunNumbers | None, after: RunNumbers) -> None:
-    """Grow the run counters by what this report added to the run's numbers."""
-    old = before or RunNumbers()
-    if before is None:
+def _count(framework: str, recorded: RunRecorded, *, now: dt.datetime) -> None:
+    """Grow the run counters by what this report added to the run's countable numbers (each bounded by
+    what the run could have done in its lifetime: :func:`~cache_server.runs.plausible.countable`)."""
+    previous = recorded.previous
+    old = RunNumbers()
+    if previous is not None:
+        old = countable(previous.numbers, lifetime_seconds(previous, at=previous.updated_at))
+    after = countable(recorded.run.numbers, lifetime_seconds(recorded.run, at=now))
+    if previous is None:
         metrics.RUNS.labels(framework).inc()
     if (hits := after.hits - old.hits) > 0:
         metrics.RUN_HITS.labels(framework).inc(hits)
