@@ -34,12 +34,19 @@ MAX_PAGE = 1000  # misses one request explains and lists (each costs its explana
         409: {"description": "run_conflict: the run was reported with another namespace or framework"},
     },
 )
-@declare(Role.WRITE, Scope.ROUTE)
+@declare(
+    Role.WRITE,
+    Scope.ROUTE,
+    answers={"507": "quota_exceeded: a new run past XLA_CACHE_MAX_RUNS_PER_TOKEN (nothing stored)"},
+)
 def report_run(body: RunReportIn, request: Request, runs: RunsDep, tokens: TokensDep) -> RunOut:
     """Store a run's report: its cumulative numbers (each kept as the larger of this and the last report's)
     and its misses not reported before (at most ``MAX_MISSES_PER_RUN`` kept per run, the rest counted).
     403 ``run_owned`` if another token reported this run id first; 409 ``run_conflict`` if the run was
-    reported with another namespace or framework; 400 for anything out of bounds. Nothing is stored then."""
+    reported with another namespace or framework; 507 ``quota_exceeded`` for a new run of a token that keeps
+    ``XLA_CACHE_MAX_RUNS_PER_TOKEN`` runs; 400 for anything out of bounds. Nothing is stored then. Misses
+    past the token's or the namespace's budget of stored misses are counted in the run's numbers, not
+    stored (``misses_stored`` says how many are)."""
     who = principal(request)
     if who is not None:
         tokens.authorize_namespace(who, body.namespace, "POST /v1/runs")

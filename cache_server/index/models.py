@@ -372,6 +372,7 @@ class Run(Base):
         Index("ix_runs_namespace_started_at", "namespace", "started_at"),
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_updated_at", "updated_at"),
+        Index("ix_runs_reported_by", "reported_by"),  # migration 0016: a token's runs, for its budget
     )
 
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -93,6 +93,29 @@ class HeldRun:
             ).scalar_one()
         )
 
+    def runs_of_token(self, token_id: str) -> int:
+        """How many runs the token with this id reported (first)."""
+        return int(
+            self._session.execute(
+                select(func.count()).select_from(Run).where(Run.reported_by == token_id)
+            ).scalar_one()
+        )
+
+    def misses_of_token(self, token_id: str) -> int:
+        """How many misses the runs of the token with this id keep."""
+        stmt = (
+            select(func.count())
+            .select_from(RunMiss)
+            .join(Run, Run.run_id == RunMiss.run_id)
+            .where(Run.reported_by == token_id)
+        )
+        return int(self._session.execute(stmt).scalar_one())
+
+    def misses_of_namespace(self, namespace: str) -> int:
+        """How many misses the runs of ``namespace`` keep."""
+        stmt = select(func.count()).select_from(RunMiss).where(RunMiss.namespace == namespace)
+        return int(self._session.execute(stmt).scalar_one())
+
     def add_misses(self, namespace: str, misses: Sequence[MissRecord], *, now: dt.datetime) -> int:
         """Store ``misses`` (each a microsecond after the last: the order reported) but those the run holds
         already; returns how many were stored."""

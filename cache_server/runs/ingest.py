@@ -25,6 +25,7 @@ from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
+from cache_server.runs.budget import RunBudget
 from cache_server.runs.model import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
 from cache_server.runs.plausible import countable, lifetime_seconds
 from cache_server.runs.reasons import ExplainedMiss, explain
@@ -73,8 +74,9 @@ class RunDetail:
 class RunService:
     """Stores run reports and explains them."""
 
-    def __init__(self, database: Database, *, clock: Clock = utcnow) -> None:
+    def __init__(self, database: Database, *, clock: Clock = utcnow, budget: RunBudget | None = None) -> None:
         self._repository = RunRepository(database)
+        self._budget = budget or RunBudget()
         self._database = database
         self._clock = clock
         self._variants = VariantsCache()
@@ -100,7 +102,7 @@ class RunService:
             ended_at=report.ended_at,
             numbers=numbers,
         )
-        recorded = record_run(self._repository, run, report.new_misses, now=now)
+        recorded = record_run(self._repository, run, report.new_misses, now=now, budget=self._budget)
         if metrics_on:
             _count(report.framework, recorded, now=now)
         return recorded.run
@@ -174,15 +176,25 @@ class RunService:
 
 
 def record_run(
-    repository: RunRepository, run: RunInfo, misses: Sequence[MissRecord], *, now: dt.datetime
+    repository: RunRepository,
+    run: RunInfo,
+    misses: Sequence[MissRecord],
+    *,
+    now: dt.datetime,
+    budget: RunBudget | None = None,
 ) -> RunRecorded:
     """Store one report of ``run`` (its numbers and identity; ``reported_by`` the token's id) and its new
     ``misses``, in one transaction. :class:`RunOwned` if another token reported this id first,
-    :class:`RunConflict` if the run has another namespace or framework; nothing is stored then."""
+    :class:`RunConflict` if the run has another namespace or framework, :class:`QuotaExceeded` if a new
+    run is past its token's ``budget`` (:mod:`~cache_server.runs.budget`); nothing is stored then. Misses
+    past the run's bound or the budget's room are counted (in the numbers), not stored."""
+    budget = budget or RunBudget()
     stored = replace(run, updated_at=now)
     before: RunNumbers | None = None
     with repository.holding(run.run_id) as held:
         old = held.read()
+        if old is None:
+            budget.admit_run(held, run.reported_by)
         if old is None and not held.insert(stored):
             old = held.read()  # another report of the same run won the race: merge into it
         if old is not None:
@@ -208,7 +220,9 @@ def record_run(
             )
             held.update(stored)
         count = held.misses_held()
-        kept = held.add_misses(run.namespace, misses[: max(0, MAX_MISSES_PER_RUN - count)], now=now)
+        wanted = min(len(misses), max(0, MAX_MISSES_PER_RUN - count))
+        room = budget.misses_room(held, run.namespace, run.reported_by, wanted)
+        kept = held.add_misses(run.namespace, misses[:room], now=now)
     return RunRecorded(
         run=replace(stored, misses_stored=count + kept), before=before, misses_kept=kept, previous=old
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +46,11 @@ class Live:
         return 0.0
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def live(request: pytest.FixtureRequest, tmp_path: Path, server_env: dict[str, str]) -> Iterator[Live]:
-    """A server with auth on over a fresh index of each kind; tokens: admin, a write token limited to
-    ``team-*`` (scoped) and another (other)."""
-    with fresh_database_url(request.param, tmp_path, at_head=True) as url:
+@contextmanager
+def _live(kind: str, tmp_path: Path, env: dict[str, str]) -> Iterator[Live]:
+    """A server with auth on over a fresh index of ``kind``; tokens: admin, and two write tokens limited to
+    ``team-*`` (scoped, other)."""
+    with fresh_database_url(kind, tmp_path, at_head=True) as url:
         settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
         database = Database.from_settings(settings)
         manager = TokenManager(TokenRepository(database))
@@ -59,14 +60,33 @@ def live(request: pytest.FixtureRequest, tmp_path: Path, server_env: dict[str, s
             "other": manager.create("other", Role.WRITE, ["team-*"])[0],
         }
         database.dispose()
-        env = {
-            **server_env,
+        full = {
+            **env,
             "XLA_CACHE_AUTH": "on",
             "XLA_CACHE_DATABASE_URL": url,
             "XLA_CACHE_DATA_DIR": str(tmp_path / "data"),
         }
-        with run_server(tmp_path / "data", env) as server:
-            yield Live(server, env, tokens)
+        with run_server(tmp_path / "data", full) as server:
+            yield Live(server, full, tokens)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def live(request: pytest.FixtureRequest, tmp_path: Path, server_env: dict[str, str]) -> Iterator[Live]:
+    with _live(request.param, tmp_path, server_env) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def budgeted(request: pytest.FixtureRequest, tmp_path: Path, server_env: dict[str, str]) -> Iterator[Live]:
+    """As ``live``, with a token keeping at most 3 runs and 2,500 misses, a namespace 4,000 misses."""
+    env = {
+        **server_env,
+        "XLA_CACHE_MAX_RUNS_PER_TOKEN": "3",
+        "XLA_CACHE_MAX_RUN_MISSES_PER_TOKEN": "2500",
+        "XLA_CACHE_MAX_RUN_MISSES_PER_NAMESPACE": "4000",
+    }
+    with _live(request.param, tmp_path, env) as server:
+        yield server
 
 
 def test_a_reports_counted_numbers_are_bounded_by_its_lifetime_and_stored_in_full(live: Live) -> None:
@@ -130,3 +150,38 @@ def test_a_token_marked_metrics_off_adds_nothing_and_its_runs_are_stored(live: L
     assert live.counter("xla_cache_run_hits_total", "torch_xla") == hits + 500
     assert run_cli(live.env, "token", "metrics", "other", "on").returncode == 0
     assert run_cli(live.env, "token", "metrics", "nobody", "off").returncode == 1
+
+
+def _misses(run_id: str, first: int, count: int, namespace: str = "team-a") -> dict[str, object]:
+    new = [{"key": f"{run_id}-{i:06d}", "module": "jit_step"} for i in range(first, first + count)]
+    return run_report(run_id, namespace=namespace, misses=first + count, new_misses=new)
+
+
+def test_what_runs_keep_counts_against_the_tokens_and_the_namespaces_budget(budgeted: Live) -> None:
+    def stored(api: httpx.Client, run_id: str) -> tuple[int, int]:
+        shown = api.get(f"/admin/runs/{run_id}", params={"limit": 0})
+        assert shown.status_code == 200, shown.text
+        return shown.json()["misses_stored"], shown.json()["misses_total"]
+
+    with budgeted.client("scoped") as api:
+        for first in (0, 1000):
+            assert api.post("/v1/runs", json=_misses("run-budget-a", first, 1000)).status_code == 200
+        answer = api.post("/v1/runs", json=_misses("run-budget-b", 0, 1000))
+        assert answer.status_code == 200, answer.text
+        assert stored(api, "run-budget-a") == (2000, 2000)
+        assert stored(api, "run-budget-b") == (500, 1000)  # the token's 2,500: the rest counted only
+        assert api.post("/v1/runs", json=run_report("run-budget-c", namespace="team-a")).status_code == 200
+        refused = api.post("/v1/runs", json=_misses("run-budget-d", 0, 10))  # a fourth run
+        assert refused.status_code == 507, refused.text
+        assert refused.json()["error"] == "quota_exceeded"
+        assert "XLA_CACHE_MAX_RUNS_PER_TOKEN" in refused.json()["detail"]
+        assert api.get("/admin/runs/run-budget-d").status_code == 404  # nothing stored
+        later = api.post("/v1/runs", json={**_misses("run-budget-a", 2000, 5), "hits": 7})  # a kept run
+        assert later.status_code == 200 and later.json()["hits"] == 7
+        assert stored(api, "run-budget-a") == (2000, 2005)
+    with budgeted.client("other") as api:
+        for first in (0, 1000):
+            assert api.post("/v1/runs", json=_misses("run-other-a", first, 1000)).status_code == 200
+        assert stored(api, "run-other-a") == (1500, 2000)  # the namespace's 4,000 (2,500 were there)
+        assert api.post("/v1/runs", json=_misses("run-other-b", 0, 500, "team-b")).status_code == 200
+        assert stored(api, "run-other-b") == (500, 500)  # another namespace: its own budget
