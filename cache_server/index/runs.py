@@ -239,8 +239,14 @@ class RunRepository:
             row = connection.execute(stmt).one()
         return RunTotals(*(int(value) for value in row))
 
-    def misses_of(self, run_id: str) -> list[MissRecord]:
-        """Every stored miss of a run, in the order it reported them."""
+    def miss_keys(self, run_id: str) -> list[str]:
+        """The keys of a run's stored misses, in the order it reported them (no more of each row: cheap)."""
+        stmt = select(RunMiss.key).where(RunMiss.run_id == run_id).order_by(RunMiss.reported_at, RunMiss.key)
+        with self._db.reading() as connection:
+            return list(connection.scalars(stmt))
+
+    def misses_of(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[MissRecord]:
+        """A run's stored misses in the order it reported them: every one, or ``limit`` from ``offset``."""
         stmt = (
             select(
                 RunMiss.key,
@@ -252,6 +258,8 @@ class RunRepository:
             )
             .where(RunMiss.run_id == run_id)
             .order_by(RunMiss.reported_at, RunMiss.key)
+            .offset(offset)
+            .limit(limit)
         )
         with self._db.reading() as connection:
             return [MissRecord(*row) for row in connection.execute(stmt)]

@@ -15,13 +15,14 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server import metrics
 from cache_server.domain import Clock, utcnow
-from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned
+from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned, RunsBusy
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
@@ -39,6 +40,10 @@ not explained: ``counted`` says how many were)."""
 MIN_PREFIX = 4
 """The shortest run id prefix looked up (a shorter one must be a whole id)."""
 CANDIDATES_SHOWN = 10
+DETAILS_AT_ONCE = 2
+"""Run details one server process explains at once (each is CPU: up to ~0.5 s for a run of 10,000 misses);
+one more waits up to ``DETAIL_WAIT_SECONDS``, then is answered 503 ``runs_busy`` with Retry-After."""
+DETAIL_WAIT_SECONDS = 10.0
 _PREFIX = re.compile(rf"[A-Za-z0-9._-]{{{MIN_PREFIX},64}}")
 
 
@@ -77,6 +82,8 @@ class RunService:
     def __init__(self, database: Database, *, clock: Clock = utcnow, budget: RunBudget | None = None) -> None:
         self._repository = RunRepository(database)
         self._budget = budget or RunBudget()
+        self._explaining = threading.BoundedSemaphore(DETAILS_AT_ONCE)
+        self.detail_wait_seconds = DETAIL_WAIT_SECONDS
         self._database = database
         self._clock = clock
         self._variants = VariantsCache()
@@ -123,18 +130,34 @@ class RunService:
         over its first :data:`MAX_COUNTED` misses (and the page). ``run_id`` may be a unique prefix of at
         least :data:`MIN_PREFIX` characters; :class:`RunAmbiguous` (listing them) if several runs start
         with it; :class:`RunNotFound` if there is no such run or it is in a namespace ``patterns`` (a
-        scoped token's) do not cover."""
+        scoped token's) do not cover; :class:`RunsBusy` if :data:`DETAILS_AT_ONCE` are being explained
+        and none ends within ``detail_wait_seconds``."""
         run = self._resolve(run_id, patterns)
-        stored = self._repository.misses_of(run.run_id)
-        page = range(offset, min(offset + limit, len(stored)))
-        wanted = sorted({*range(min(MAX_COUNTED, len(stored))), *page})
-        chosen = [stored[i] for i in wanted]
+        if not self._explaining.acquire(timeout=self.detail_wait_seconds):
+            raise RunsBusy(
+                f"{DETAILS_AT_ONCE} run details are being explained by this server process; retry soon."
+            )
+        try:
+            return self._explained(run, limit=limit, offset=offset)
+        finally:
+            self._explaining.release()
+
+    def _explained(self, run: RunInfo, *, limit: int, offset: int) -> RunDetail:
+        """The detail of ``run``: a page of its misses explained, and the count of each reason."""
+        keys = self._repository.miss_keys(run.run_id)  # every key (cheap); whole rows only of those explained
+        page = range(offset, min(offset + limit, len(keys)))
+        first = self._repository.misses_of(run.run_id, limit=min(MAX_COUNTED, len(keys)))
+        rows = dict(enumerate(first))
+        if page and page.stop > len(first):
+            start = max(page.start, len(first))
+            later = self._repository.misses_of(run.run_id, offset=start, limit=page.stop - start)
+            rows.update(zip(range(start, start + len(later)), later, strict=True))
+        wanted = sorted(i for i in {*range(len(first)), *page} if i in rows)
+        chosen = [rows[i] for i in wanted]
         modules = sorted({m.module for m in chosen if m.module is not None})
         facts = read_facts(self._database, run.namespace, [m.key for m in chosen], modules)
-        explained = dict(
-            zip(wanted, explain(chosen, [m.key for m in stored], facts, self._variants), strict=True)
-        )
-        listed = [explained[i] for i in page]
+        explained = dict(zip(wanted, explain(chosen, keys, facts, self._variants), strict=True))
+        listed = [explained[i] for i in page if i in explained]
         counted = [explained[i] for i in wanted if i < MAX_COUNTED]
         reasons: dict[str, int] = {}
         for miss in counted:
@@ -142,10 +165,10 @@ class RunService:
         return RunDetail(
             run=run,
             misses=listed,
-            misses_total=max(run.numbers.misses, len(stored)),
+            misses_total=max(run.numbers.misses, len(keys)),
             misses_explained=sum(1 for m in listed if m.reason != "unknown"),
             offset=offset,
-            misses_stored=len(stored),
+            misses_stored=len(keys),
             reasons=reasons,
             counted=len(counted),
         )

@@ -5,6 +5,7 @@ while its runs are still stored and listed."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,11 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cache_protocol.runs import MAX_COUNT, MAX_SECONDS
 from cache_server.auth.tokens import Role, TokenManager
+from cache_server.errors import RunsBusy
 from cache_server.index import Database, TokenRepository
+from cache_server.runs.ingest import DETAILS_AT_ONCE, RunReport, RunService
 from cache_server.runs.plausible import GRACE_SECONDS, MAX_COMPILE_THREADS, MAX_LOOKUPS_PER_SECOND
 from cache_server.settings import Settings
 from tests.support.api import bearer
 from tests.support.databases import fresh_database_url
+from tests.support.migrated import migrated
 from tests.support.run_reports import run_report
 from tests.support.server import LiveServer, run_cli, run_server
 
@@ -185,3 +189,42 @@ def test_what_runs_keep_counts_against_the_tokens_and_the_namespaces_budget(budg
         assert stored(api, "run-other-a") == (1500, 2000)  # the namespace's 4,000 (2,500 were there)
         assert api.post("/v1/runs", json=_misses("run-other-b", 0, 500, "team-b")).status_code == 200
         assert stored(api, "run-other-b") == (500, 500)  # another namespace: its own budget
+
+
+def test_a_run_of_10000_misses_pages_and_a_page_is_bounded(live: Live) -> None:
+    with live.client("scoped") as api:
+        for first in range(0, 10_000, 1000):
+            assert api.post("/v1/runs", json=_misses("run-paged-0001", first, 1000)).status_code == 200
+        whole = api.get("/admin/runs/run-paged-0001", params={"limit": 10_000})  # the probe's request
+        assert whole.status_code == 400, whole.text
+        start = time.perf_counter()
+        page = api.get("/admin/runs/run-paged-0001", params={"limit": 100})
+        took = time.perf_counter() - start
+        assert page.status_code == 200, page.text
+        body = page.json()
+        assert (body["misses_stored"], body["reasons_counted"], len(body["misses"])) == (10_000, 1000, 100)
+        assert body["misses"][0]["key"] == "run-paged-0001-000000"
+        last = api.get("/admin/runs/run-paged-0001", params={"limit": 1000, "offset": 9_900}).json()
+        assert [m["key"] for m in last["misses"]][-1] == "run-paged-0001-009999" and len(
+            last["misses"]
+        ) == 100
+    print(f"\nfirst page of a run of 10,000 misses: {took:.3f} s")
+
+
+def test_details_past_the_ones_explained_at_once_wait_then_answer_busy(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    migrated(settings)
+    database = Database.from_settings(settings)
+    try:
+        service = RunService(database)
+        now = dt.datetime.now(dt.timezone.utc)
+        report = RunReport("run-busy-0001", "team-a", "jax", "h", 0, now, None, {"misses": 1}, ())
+        service.report(report, reported_by=None)
+        service.detail_wait_seconds = 0.2
+        assert all(service._explaining.acquire(timeout=1) for _ in range(DETAILS_AT_ONCE))
+        with pytest.raises(RunsBusy):
+            service.detail("run-busy-0001", patterns=None, limit=10)
+        service._explaining.release()
+        assert service.detail("run-busy-0001", patterns=None, limit=10).run.run_id == "run-busy-0001"
+    finally:
+        database.dispose()
