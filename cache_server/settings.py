@@ -281,7 +281,7 @@ class Settings(BaseSettings):
         ),
     )
     max_run_misses_per_token: int = Field(
-        default=200_000,
+        default=50_000,
         ge=0,
         description=(
             "How many reported misses (compiles) the runs of one token may keep; a report's misses past it "
@@ -289,7 +289,7 @@ class Settings(BaseSettings):
         ),
     )
     max_run_misses_per_namespace: int = Field(
-        default=200_000,
+        default=100_000,
         ge=0,
         description=(
             "How many reported misses the runs of one namespace may keep; a report's misses past it are "
