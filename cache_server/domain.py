@@ -169,3 +169,4 @@ class TokenInfo:
     last_used_at: dt.datetime | None
     revoked_at: dt.datetime | None
     namespaces: tuple[str, ...] | None = None  # the namespace patterns it is limited to; None: any
+    metrics_off: bool = False  # its run reports are stored but not counted in the xla_cache_run_* metrics

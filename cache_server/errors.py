@@ -247,6 +247,13 @@ class RunAmbiguous(CacheError):
     code = "run_ambiguous"
 
 
+class RunsBusy(CacheError):
+    """Every slot for explaining a run's detail stayed taken (``DETAILS_AT_ONCE`` per server process);
+    retrying later may work."""
+
+    code = "runs_busy"
+
+
 class RunNotFound(CacheError):
     """No run report has this id (or the token may not see it)."""
 

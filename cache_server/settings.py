@@ -272,6 +272,30 @@ class Settings(BaseSettings):
         ge=1,
         description="At most this many run reports are kept; background gc prunes the oldest beyond it.",
     )
+    max_runs_per_token: int = Field(
+        default=10_000,
+        ge=0,
+        description=(
+            "How many runs one token's reports may keep; a report of a new run past it is refused with 507 "
+            "and stores nothing (0: no limit; auth off: not counted)."
+        ),
+    )
+    max_run_misses_per_token: int = Field(
+        default=50_000,
+        ge=0,
+        description=(
+            "How many reported misses (compiles) the runs of one token may keep; a report's misses past it "
+            "are counted in its run's numbers, not stored (0: no limit; auth off: not counted)."
+        ),
+    )
+    max_run_misses_per_namespace: int = Field(
+        default=100_000,
+        ge=0,
+        description=(
+            "How many reported misses the runs of one namespace may keep; a report's misses past it are "
+            "counted in its run's numbers, not stored (0: no limit)."
+        ),
+    )
     tombstone_days: float = Field(
         default=30.0,
         gt=0,
@@ -404,6 +428,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "run_retention_days",
             "max_runs",
+            "max_runs_per_token",
+            "max_run_misses_per_token",
+            "max_run_misses_per_namespace",
             "tombstone_days",
             "max_tombstones",
         ),

@@ -26,6 +26,7 @@ from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
+from cache_server.runs.budget import RunBudget
 from cache_server.runs.ingest import RunService
 from cache_server.service import CacheService
 from cache_server.service.hot import HotEntries
@@ -128,7 +129,7 @@ def build_services(
         reindexer=Reindexer(entries, store),
         activity=activity,
         quotas=quotas,
-        runs=RunService(database, clock=clock),
+        runs=RunService(database, clock=clock, budget=RunBudget.of_settings(settings)),
         nearest=NearestNamespaces(
             entries, NearestRepository(database), candidates=settings.nearest_candidates
         ),

@@ -34,16 +34,27 @@ MAX_PAGE = 1000  # misses one request explains and lists (each costs its explana
         409: {"description": "run_conflict: the run was reported with another namespace or framework"},
     },
 )
-@declare(Role.WRITE, Scope.ROUTE)
+@declare(
+    Role.WRITE,
+    Scope.ROUTE,
+    answers={"507": "quota_exceeded: a new run past XLA_CACHE_MAX_RUNS_PER_TOKEN (nothing stored)"},
+)
 def report_run(body: RunReportIn, request: Request, runs: RunsDep, tokens: TokensDep) -> RunOut:
     """Store a run's report: its cumulative numbers (each kept as the larger of this and the last report's)
     and its misses not reported before (at most ``MAX_MISSES_PER_RUN`` kept per run, the rest counted).
     403 ``run_owned`` if another token reported this run id first; 409 ``run_conflict`` if the run was
-    reported with another namespace or framework; 400 for anything out of bounds. Nothing is stored then."""
+    reported with another namespace or framework; 507 ``quota_exceeded`` for a new run of a token that keeps
+    ``XLA_CACHE_MAX_RUNS_PER_TOKEN`` runs; 400 for anything out of bounds. Nothing is stored then. Misses
+    past the token's or the namespace's budget of stored misses are counted in the run's numbers, not
+    stored (``misses_stored`` says how many are)."""
     who = principal(request)
     if who is not None:
         tokens.authorize_namespace(who, body.namespace, "POST /v1/runs")
-    run = runs.report(body.report(), reported_by=None if who is None else who.token_id)
+    run = runs.report(
+        body.report(),
+        reported_by=None if who is None else who.token_id,
+        metrics_on=who is None or not who.metrics_off,
+    )
     return RunOut.of(run)
 
 
@@ -93,6 +104,7 @@ def list_runs(
     responses={
         404: {"description": "No such run"},
         409: {"description": "run_ambiguous: several runs start with this prefix (listed)"},
+        503: {"description": "runs_busy: this process explains DETAILS_AT_ONCE run details already"},
     },
 )
 @declare(Role.WRITE, Scope.ROUTE)
@@ -109,7 +121,8 @@ def run_detail(
     what supports it (the differing dimensions, the differing JAX cache-key components, the baked sizes,
     the tombstone, the advice), the count of each reason, and each listed module's bucketing report.
     ``run_id`` may be a unique prefix of the id (at least 4 characters); 409 ``run_ambiguous`` lists the
-    runs that start with it."""
+    runs that start with it. At most 2 details are explained at once per server process; one more waits up
+    to 10 s, then 503 ``runs_busy`` (Retry-After)."""
     detail = runs.detail(run_id, patterns=_visible(request), limit=limit, offset=offset)
     return RunDetailOut.of(detail)
 

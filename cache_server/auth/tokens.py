@@ -65,6 +65,7 @@ class Principal:
     name: str
     role: Role
     namespaces: tuple[str, ...] | None = None  # the patterns it is limited to; None: every namespace
+    metrics_off: bool = False  # its run reports add nothing to the xla_cache_run_* counters
 
     def may_use(self, namespace: str) -> bool:
         """Whether this token reaches ``namespace``."""
@@ -145,6 +146,11 @@ class TokenManager:
         """Revoke the active tokens with this name (or this id); returns what was revoked."""
         return self._repository.revoke_tokens(name_or_id, now=self._clock())
 
+    def set_metrics(self, name_or_id: str, *, on: bool) -> list[TokenInfo]:
+        """Count the run reports of the active tokens with this name (or id) in the run metrics, or not
+        (their runs are stored either way); returns the tokens changed."""
+        return self._repository.set_metrics_off(name_or_id, not on)
+
     def authenticate(self, token: str | None) -> Principal:
         """The principal a presented token stands for; :class:`Unauthorized` unless it is valid."""
         if not token:
@@ -163,7 +169,11 @@ class TokenManager:
             raise Unauthorized(f"The token {info.name!r} ({info.id}) was revoked.")
         self._touch(info.id)
         return Principal(
-            token_id=info.id, name=info.name, role=Role.parse(info.role), namespaces=info.namespaces
+            token_id=info.id,
+            name=info.name,
+            role=Role.parse(info.role),
+            namespaces=info.namespaces,
+            metrics_off=info.metrics_off,
         )
 
     @staticmethod

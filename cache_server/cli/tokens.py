@@ -46,6 +46,7 @@ def _as_json(info: TokenInfo) -> dict[str, Any]:
         "created_at": info.created_at.isoformat(),
         "last_used_at": info.last_used_at.isoformat() if info.last_used_at else None,
         "revoked_at": info.revoked_at.isoformat() if info.revoked_at else None,
+        "metrics_off": info.metrics_off,
     }
 
 
@@ -117,6 +118,18 @@ def _revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _metrics(args: argparse.Namespace, settings: Settings) -> int:
+    with _tokens(settings) as tokens:
+        changed = tokens.set_metrics(args.token, on=args.state == "on")
+    if not changed:
+        print(f"error: no active token named {args.token!r} or with that id.", file=sys.stderr)
+        return 1
+    for info in changed:
+        counted = "not counted in" if info.metrics_off else "counted in"
+        print(f"token {info.name!r} (id {info.id}): its run reports are {counted} the run metrics")
+    return 0
+
+
 def _purge(args: argparse.Namespace, settings: Settings) -> int:
     from cache_server.index.migrate import upgrade
     from cache_server.wiring import build_services
@@ -158,6 +171,14 @@ def add_token_commands(sub: Any) -> None:
     revoke = actions.add_parser("revoke", help="revoke the active token with this name (or id)")
     revoke.add_argument("token", metavar="NAME_OR_ID")
     revoke.set_defaults(func=_guarded(_revoke))
+    metrics = actions.add_parser(
+        "metrics",
+        help="count the token's run reports in the xla_cache_run_* metrics (on, the default) or not (off: "
+        "they are still stored and listed)",
+    )
+    metrics.add_argument("token", metavar="NAME_OR_ID")
+    metrics.add_argument("state", choices=["on", "off"])
+    metrics.set_defaults(func=_guarded(_metrics))
     purge = actions.add_parser(
         "purge", help="revoke a token and remove every entry it stored (the answer to a leaked token)"
     )

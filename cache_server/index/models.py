@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -333,6 +334,8 @@ class ApiToken(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    # migration 0016: its run reports are stored but add nothing to the xla_cache_run_* counters
+    metrics_off: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Quota(Base):
@@ -369,6 +372,7 @@ class Run(Base):
         Index("ix_runs_namespace_started_at", "namespace", "started_at"),
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_updated_at", "updated_at"),
+        Index("ix_runs_reported_by", "reported_by"),  # migration 0016: a token's runs, for its budget
     )
 
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -93,6 +93,29 @@ class HeldRun:
             ).scalar_one()
         )
 
+    def runs_of_token(self, token_id: str) -> int:
+        """How many runs the token with this id reported (first)."""
+        return int(
+            self._session.execute(
+                select(func.count()).select_from(Run).where(Run.reported_by == token_id)
+            ).scalar_one()
+        )
+
+    def misses_of_token(self, token_id: str) -> int:
+        """How many misses the runs of the token with this id keep."""
+        stmt = (
+            select(func.count())
+            .select_from(RunMiss)
+            .join(Run, Run.run_id == RunMiss.run_id)
+            .where(Run.reported_by == token_id)
+        )
+        return int(self._session.execute(stmt).scalar_one())
+
+    def misses_of_namespace(self, namespace: str) -> int:
+        """How many misses the runs of ``namespace`` keep."""
+        stmt = select(func.count()).select_from(RunMiss).where(RunMiss.namespace == namespace)
+        return int(self._session.execute(stmt).scalar_one())
+
     def add_misses(self, namespace: str, misses: Sequence[MissRecord], *, now: dt.datetime) -> int:
         """Store ``misses`` (each a microsecond after the last: the order reported) but those the run holds
         already; returns how many were stored."""
@@ -216,8 +239,14 @@ class RunRepository:
             row = connection.execute(stmt).one()
         return RunTotals(*(int(value) for value in row))
 
-    def misses_of(self, run_id: str) -> list[MissRecord]:
-        """Every stored miss of a run, in the order it reported them."""
+    def miss_keys(self, run_id: str) -> list[str]:
+        """The keys of a run's stored misses, in the order it reported them (no more of each row: cheap)."""
+        stmt = select(RunMiss.key).where(RunMiss.run_id == run_id).order_by(RunMiss.reported_at, RunMiss.key)
+        with self._db.reading() as connection:
+            return list(connection.scalars(stmt))
+
+    def misses_of(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[MissRecord]:
+        """A run's stored misses in the order it reported them: every one, or ``limit`` from ``offset``."""
         stmt = (
             select(
                 RunMiss.key,
@@ -229,6 +258,8 @@ class RunRepository:
             )
             .where(RunMiss.run_id == run_id)
             .order_by(RunMiss.reported_at, RunMiss.key)
+            .offset(offset)
+            .limit(limit)
         )
         with self._db.reading() as connection:
             return [MissRecord(*row) for row in connection.execute(stmt)]

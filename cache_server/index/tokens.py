@@ -15,7 +15,16 @@ __all__ = ["TokenRepository"]
 
 def _info(row: ApiToken) -> TokenInfo:
     namespaces = tuple(row.namespaces) if row.namespaces is not None else None
-    return TokenInfo(row.id, row.name, row.role, row.created_at, row.last_used_at, row.revoked_at, namespaces)
+    return TokenInfo(
+        row.id,
+        row.name,
+        row.role,
+        row.created_at,
+        row.last_used_at,
+        row.revoked_at,
+        namespaces,
+        metrics_off=bool(row.metrics_off),
+    )
 
 
 class TokenRepository:
@@ -79,6 +88,18 @@ class TokenRepository:
                 .where(or_(ApiToken.name == name_or_id, ApiToken.id == name_or_id))
                 .where(ApiToken.revoked_at.is_(None))
                 .values(revoked_at=now)
+                .returning(ApiToken)
+            )
+            return [_info(row) for row in session.scalars(stmt)]
+
+    def set_metrics_off(self, name_or_id: str, off: bool) -> list[TokenInfo]:
+        """Mark the active tokens with this name or id as counted in the run metrics or not; returns them."""
+        with self._db.transaction() as session:
+            stmt = (
+                update(ApiToken)
+                .where(or_(ApiToken.name == name_or_id, ApiToken.id == name_or_id))
+                .where(ApiToken.revoked_at.is_(None))
+                .values(metrics_off=off)
                 .returning(ApiToken)
             )
             return [_info(row) for row in session.scalars(stmt)]

@@ -15,17 +15,20 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server import metrics
 from cache_server.domain import Clock, utcnow
-from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned
+from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned, RunsBusy
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
+from cache_server.runs.budget import RunBudget
 from cache_server.runs.model import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
+from cache_server.runs.plausible import countable, lifetime_seconds
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache
 
@@ -37,6 +40,10 @@ not explained: ``counted`` says how many were)."""
 MIN_PREFIX = 4
 """The shortest run id prefix looked up (a shorter one must be a whole id)."""
 CANDIDATES_SHOWN = 10
+DETAILS_AT_ONCE = 2
+"""Run details one server process explains at once (each is CPU: up to ~0.5 s for a run of 10,000 misses);
+one more waits up to ``DETAIL_WAIT_SECONDS``, then is answered 503 ``runs_busy`` with Retry-After."""
+DETAIL_WAIT_SECONDS = 10.0
 _PREFIX = re.compile(rf"[A-Za-z0-9._-]{{{MIN_PREFIX},64}}")
 
 
@@ -72,14 +79,18 @@ class RunDetail:
 class RunService:
     """Stores run reports and explains them."""
 
-    def __init__(self, database: Database, *, clock: Clock = utcnow) -> None:
+    def __init__(self, database: Database, *, clock: Clock = utcnow, budget: RunBudget | None = None) -> None:
         self._repository = RunRepository(database)
+        self._budget = budget or RunBudget()
+        self._explaining = threading.BoundedSemaphore(DETAILS_AT_ONCE)
+        self.detail_wait_seconds = DETAIL_WAIT_SECONDS
         self._database = database
         self._clock = clock
         self._variants = VariantsCache()
 
-    def report(self, report: RunReport, *, reported_by: str | None) -> RunInfo:
-        """Store ``report`` for the token ``reported_by`` (None with auth off) and count it in the metrics;
+    def report(self, report: RunReport, *, reported_by: str | None, metrics_on: bool = True) -> RunInfo:
+        """Store ``report`` for the token ``reported_by`` (None with auth off) and count it in the metrics
+        (as far as it is plausible: :mod:`~cache_server.runs.plausible`; not at all unless ``metrics_on``);
         :class:`~cache_server.errors.RunOwned` / :class:`~cache_server.errors.RunConflict` store nothing."""
         per_hit = self._repository.compile_ms_per_hit(report.namespace)
         hits = int(report.numbers.get("hits", 0))
@@ -98,8 +109,9 @@ class RunService:
             ended_at=report.ended_at,
             numbers=numbers,
         )
-        recorded = record_run(self._repository, run, report.new_misses, now=now)
-        _count(report.framework, recorded.before, recorded.run.numbers)
+        recorded = record_run(self._repository, run, report.new_misses, now=now, budget=self._budget)
+        if metrics_on:
+            _count(report.framework, recorded, now=now)
         return recorded.run
 
     def list_runs(self, query: RunFilter) -> list[RunInfo]:
@@ -118,18 +130,34 @@ class RunService:
         over its first :data:`MAX_COUNTED` misses (and the page). ``run_id`` may be a unique prefix of at
         least :data:`MIN_PREFIX` characters; :class:`RunAmbiguous` (listing them) if several runs start
         with it; :class:`RunNotFound` if there is no such run or it is in a namespace ``patterns`` (a
-        scoped token's) do not cover."""
+        scoped token's) do not cover; :class:`RunsBusy` if :data:`DETAILS_AT_ONCE` are being explained
+        and none ends within ``detail_wait_seconds``."""
         run = self._resolve(run_id, patterns)
-        stored = self._repository.misses_of(run.run_id)
-        page = range(offset, min(offset + limit, len(stored)))
-        wanted = sorted({*range(min(MAX_COUNTED, len(stored))), *page})
-        chosen = [stored[i] for i in wanted]
+        if not self._explaining.acquire(timeout=self.detail_wait_seconds):
+            raise RunsBusy(
+                f"{DETAILS_AT_ONCE} run details are being explained by this server process; retry soon."
+            )
+        try:
+            return self._explained(run, limit=limit, offset=offset)
+        finally:
+            self._explaining.release()
+
+    def _explained(self, run: RunInfo, *, limit: int, offset: int) -> RunDetail:
+        """The detail of ``run``: a page of its misses explained, and the count of each reason."""
+        keys = self._repository.miss_keys(run.run_id)  # every key (cheap); whole rows only of those explained
+        page = range(offset, min(offset + limit, len(keys)))
+        first = self._repository.misses_of(run.run_id, limit=min(MAX_COUNTED, len(keys)))
+        rows = dict(enumerate(first))
+        if page and page.stop > len(first):
+            start = max(page.start, len(first))
+            later = self._repository.misses_of(run.run_id, offset=start, limit=page.stop - start)
+            rows.update(zip(range(start, start + len(later)), later, strict=True))
+        wanted = sorted(i for i in {*range(len(first)), *page} if i in rows)
+        chosen = [rows[i] for i in wanted]
         modules = sorted({m.module for m in chosen if m.module is not None})
         facts = read_facts(self._database, run.namespace, [m.key for m in chosen], modules)
-        explained = dict(
-            zip(wanted, explain(chosen, [m.key for m in stored], facts, self._variants), strict=True)
-        )
-        listed = [explained[i] for i in page]
+        explained = dict(zip(wanted, explain(chosen, keys, facts, self._variants), strict=True))
+        listed = [explained[i] for i in page if i in explained]
         counted = [explained[i] for i in wanted if i < MAX_COUNTED]
         reasons: dict[str, int] = {}
         for miss in counted:
@@ -137,10 +165,10 @@ class RunService:
         return RunDetail(
             run=run,
             misses=listed,
-            misses_total=max(run.numbers.misses, len(stored)),
+            misses_total=max(run.numbers.misses, len(keys)),
             misses_explained=sum(1 for m in listed if m.reason != "unknown"),
             offset=offset,
-            misses_stored=len(stored),
+            misses_stored=len(keys),
             reasons=reasons,
             counted=len(counted),
         )
@@ -171,15 +199,25 @@ class RunService:
 
 
 def record_run(
-    repository: RunRepository, run: RunInfo, misses: Sequence[MissRecord], *, now: dt.datetime
+    repository: RunRepository,
+    run: RunInfo,
+    misses: Sequence[MissRecord],
+    *,
+    now: dt.datetime,
+    budget: RunBudget | None = None,
 ) -> RunRecorded:
     """Store one report of ``run`` (its numbers and identity; ``reported_by`` the token's id) and its new
     ``misses``, in one transaction. :class:`RunOwned` if another token reported this id first,
-    :class:`RunConflict` if the run has another namespace or framework; nothing is stored then."""
+    :class:`RunConflict` if the run has another namespace or framework, :class:`QuotaExceeded` if a new
+    run is past its token's ``budget`` (:mod:`~cache_server.runs.budget`); nothing is stored then. Misses
+    past the run's bound or the budget's room are counted (in the numbers), not stored."""
+    budget = budget or RunBudget()
     stored = replace(run, updated_at=now)
     before: RunNumbers | None = None
     with repository.holding(run.run_id) as held:
         old = held.read()
+        if old is None:
+            budget.admit_run(held, run.reported_by)
         if old is None and not held.insert(stored):
             old = held.read()  # another report of the same run won the race: merge into it
         if old is not None:
@@ -205,18 +243,27 @@ def record_run(
             )
             held.update(stored)
         count = held.misses_held()
-        kept = held.add_misses(run.namespace, misses[: max(0, MAX_MISSES_PER_RUN - count)], now=now)
-    return RunRecorded(run=replace(stored, misses_stored=count + kept), before=before, misses_kept=kept)
+        wanted = min(len(misses), max(0, MAX_MISSES_PER_RUN - count))
+        room = budget.misses_room(held, run.namespace, run.reported_by, wanted)
+        kept = held.add_misses(run.namespace, misses[:room], now=now)
+    return RunRecorded(
+        run=replace(stored, misses_stored=count + kept), before=before, misses_kept=kept, previous=old
+    )
 
 
 def _covered(namespace: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 
 
-def _count(framework: str, before: RunNumbers | None, after: RunNumbers) -> None:
-    """Grow the run counters by what this report added to the run's numbers."""
-    old = before or RunNumbers()
-    if before is None:
+def _count(framework: str, recorded: RunRecorded, *, now: dt.datetime) -> None:
+    """Grow the run counters by what this report added to the run's countable numbers (each bounded by
+    what the run could have done in its lifetime: :func:`~cache_server.runs.plausible.countable`)."""
+    previous = recorded.previous
+    old = RunNumbers()
+    if previous is not None:
+        old = countable(previous.numbers, lifetime_seconds(previous, at=previous.updated_at))
+    after = countable(recorded.run.numbers, lifetime_seconds(recorded.run, at=now))
+    if previous is None:
         metrics.RUNS.labels(framework).inc()
     if (hits := after.hits - old.hits) > 0:
         metrics.RUN_HITS.labels(framework).inc(hits)

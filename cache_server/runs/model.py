@@ -128,6 +128,7 @@ class RunRecorded:
     run: RunInfo
     before: RunNumbers | None
     misses_kept: int
+    previous: RunInfo | None = None  # the run as stored before this report (None: its first)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,230 @@
+"""Run reports against a real ``xla-cache-server``, on either index backend (issue 36, item 2): what one
+report adds to the fleet-wide ``xla_cache_run_*`` counters is bounded by what its run could have done in
+its lifetime (the runs table keeps what it reported), and a token marked ``metrics off`` adds nothing to them
+while its runs are still stored and listed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cache_protocol.runs import MAX_COUNT, MAX_SECONDS
+from cache_server.auth.tokens import Role, TokenManager
+from cache_server.errors import RunsBusy
+from cache_server.index import Database, TokenRepository
+from cache_server.runs.ingest import DETAILS_AT_ONCE, RunReport, RunService
+from cache_server.runs.plausible import GRACE_SECONDS, MAX_COMPILE_THREADS, MAX_LOOKUPS_PER_SECOND
+from cache_server.settings import Settings
+from tests.support.api import bearer
+from tests.support.databases import fresh_database_url
+from tests.support.migrated import migrated
+from tests.support.run_reports import run_report
+from tests.support.server import LiveServer, run_cli, run_server
+
+
+@dataclass
+class Live:
+    server: LiveServer
+    env: dict[str, str]
+    tokens: dict[str, str]
+
+    def client(self, name: str) -> httpx.Client:
+        return httpx.Client(base_url=self.server.url, headers=bearer(self.tokens[name]), timeout=60)
+
+    def counter(self, name: str, framework: str) -> float:
+        answer = httpx.get(f"{self.server.url}/metrics", headers=bearer(self.tokens["admin"]), timeout=30)
+        assert answer.status_code == 200, answer.text
+        text = answer.text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels.get("framework") == framework:
+                    return float(sample.value)
+        return 0.0
+
+
+@contextmanager
+def _live(kind: str, tmp_path: Path, env: dict[str, str]) -> Iterator[Live]:
+    """A server with auth on over a fresh index of ``kind``; tokens: admin, and two write tokens limited to
+    ``team-*`` (scoped, other)."""
+    with fresh_database_url(kind, tmp_path, at_head=True) as url:
+        settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
+        database = Database.from_settings(settings)
+        manager = TokenManager(TokenRepository(database))
+        tokens = {
+            "admin": manager.create("ops", Role.ADMIN)[0],
+            "scoped": manager.create("scoped", Role.WRITE, ["team-*"])[0],
+            "other": manager.create("other", Role.WRITE, ["team-*"])[0],
+        }
+        database.dispose()
+        full = {
+            **env,
+            "XLA_CACHE_AUTH": "on",
+            "XLA_CACHE_DATABASE_URL": url,
+            "XLA_CACHE_DATA_DIR": str(tmp_path / "data"),
+        }
+        with run_server(tmp_path / "data", full) as server:
+            yield Live(server, full, tokens)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def live(request: pytest.FixtureRequest, tmp_path: Path, server_env: dict[str, str]) -> Iterator[Live]:
+    with _live(request.param, tmp_path, server_env) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def budgeted(request: pytest.FixtureRequest, tmp_path: Path, server_env: dict[str, str]) -> Iterator[Live]:
+    """As ``live``, with a token keeping at most 3 runs and 2,500 misses, a namespace 4,000 misses."""
+    env = {
+        **server_env,
+        "XLA_CACHE_MAX_RUNS_PER_TOKEN": "3",
+        "XLA_CACHE_MAX_RUN_MISSES_PER_TOKEN": "2500",
+        "XLA_CACHE_MAX_RUN_MISSES_PER_NAMESPACE": "4000",
+    }
+    with _live(request.param, tmp_path, env) as server:
+        yield server
+
+
+def test_a_reports_counted_numbers_are_bounded_by_its_lifetime_and_stored_in_full(live: Live) -> None:
+    hits_before = live.counter("xla_cache_run_hits_total", "jax")
+    compile_before = live.counter("xla_cache_run_compile_seconds_total", "jax")
+    with live.client("scoped") as api:
+        for n in range(20):  # the probe: 20 reports of the largest numbers the protocol takes
+            body = run_report(
+                f"run-hostile-{n:04d}",
+                namespace="team-a",
+                framework="jax",
+                hits=MAX_COUNT // 50,
+                misses=1,
+                compile_seconds=MAX_SECONDS / 50,
+            )
+            answer = api.post("/v1/runs", json=body)
+            assert answer.status_code == 200, answer.text
+        stored = api.get("/admin/runs/run-hostile-0000").json()
+    assert stored["hits"] == MAX_COUNT // 50  # the runs table keeps what was reported
+    lifetime = 60 + GRACE_SECONDS + 30  # started a minute ago; the 30 s the test may take
+    hits = live.counter("xla_cache_run_hits_total", "jax") - hits_before
+    compiled = live.counter("xla_cache_run_compile_seconds_total", "jax") - compile_before
+    assert 0 < hits <= 20 * lifetime * MAX_LOOKUPS_PER_SECOND
+    assert 0 < compiled <= 20 * lifetime * MAX_COMPILE_THREADS
+    print(f"\n20 hostile reports added {hits:.3g} hits, {compiled:.3g} compile seconds (were 1.8e17, 2e10)")
+
+
+def test_a_plausible_run_is_counted_in_full_and_an_implausible_one_up_to_its_bound(live: Live) -> None:
+    before = live.counter("xla_cache_run_hits_total", "torchax")
+    with live.client("scoped") as api:
+        now = time.time()
+        # Started "now": 1,000,000 hits is over the bound (the 300 s of grace, and the seconds since)...
+        first = run_report("run-early-0001", namespace="team-a", framework="torchax", started_at=now)
+        assert api.post("/v1/runs", json={**first, "hits": 1_000_000}).status_code == 200
+        counted = live.counter("xla_cache_run_hits_total", "torchax") - before
+        assert 300_000 <= counted < 330_000
+        # ...a run that lived 20 minutes is counted in full.
+        late = {**first, "run_id": "run-ended-0001", "started_at": now - 1200, "ended_at": now}
+        assert api.post("/v1/runs", json={**late, "hits": 1_000_000}).status_code == 200
+    assert live.counter("xla_cache_run_hits_total", "torchax") - before == counted + 1_000_000
+
+
+def test_a_token_marked_metrics_off_adds_nothing_and_its_runs_are_stored(live: Live) -> None:
+    changed = run_cli(live.env, "token", "metrics", "other", "off")
+    assert changed.returncode == 0, changed.stderr
+    assert "not counted" in changed.stdout
+    listed = run_cli(live.env, "token", "list", "--json")
+    assert '"metrics_off": true' in listed.stdout
+    runs = live.counter("xla_cache_runs_total", "torch_xla")
+    hits = live.counter("xla_cache_run_hits_total", "torch_xla")
+    with live.client("other") as api:
+        body = run_report("run-muted-0001", namespace="team-b", hits=500, misses=3, compile_seconds=2.0)
+        assert api.post("/v1/runs", json=body).status_code == 200
+        shown = api.get("/admin/runs/run-muted-0001")
+        assert shown.status_code == 200 and shown.json()["hits"] == 500
+    assert live.counter("xla_cache_runs_total", "torch_xla") == runs
+    assert live.counter("xla_cache_run_hits_total", "torch_xla") == hits
+    with live.client("scoped") as api:  # another token is counted as before
+        body = run_report("run-counted-001", namespace="team-b", hits=500)
+        assert api.post("/v1/runs", json=body).status_code == 200
+    assert live.counter("xla_cache_run_hits_total", "torch_xla") == hits + 500
+    assert run_cli(live.env, "token", "metrics", "other", "on").returncode == 0
+    assert run_cli(live.env, "token", "metrics", "nobody", "off").returncode == 1
+
+
+def _misses(run_id: str, first: int, count: int, namespace: str = "team-a") -> dict[str, object]:
+    new = [{"key": f"{run_id}-{i:06d}", "module": "jit_step"} for i in range(first, first + count)]
+    return run_report(run_id, namespace=namespace, misses=first + count, new_misses=new)
+
+
+def test_what_runs_keep_counts_against_the_tokens_and_the_namespaces_budget(budgeted: Live) -> None:
+    def stored(api: httpx.Client, run_id: str) -> tuple[int, int]:
+        shown = api.get(f"/admin/runs/{run_id}", params={"limit": 0})
+        assert shown.status_code == 200, shown.text
+        return shown.json()["misses_stored"], shown.json()["misses_total"]
+
+    with budgeted.client("scoped") as api:
+        for first in (0, 1000):
+            assert api.post("/v1/runs", json=_misses("run-budget-a", first, 1000)).status_code == 200
+        answer = api.post("/v1/runs", json=_misses("run-budget-b", 0, 1000))
+        assert answer.status_code == 200, answer.text
+        assert stored(api, "run-budget-a") == (2000, 2000)
+        assert stored(api, "run-budget-b") == (500, 1000)  # the token's 2,500: the rest counted only
+        assert api.post("/v1/runs", json=run_report("run-budget-c", namespace="team-a")).status_code == 200
+        refused = api.post("/v1/runs", json=_misses("run-budget-d", 0, 10))  # a fourth run
+        assert refused.status_code == 507, refused.text
+        assert refused.json()["error"] == "quota_exceeded"
+        assert "XLA_CACHE_MAX_RUNS_PER_TOKEN" in refused.json()["detail"]
+        assert api.get("/admin/runs/run-budget-d").status_code == 404  # nothing stored
+        later = api.post("/v1/runs", json={**_misses("run-budget-a", 2000, 5), "hits": 7})  # a kept run
+        assert later.status_code == 200 and later.json()["hits"] == 7
+        assert stored(api, "run-budget-a") == (2000, 2005)
+    with budgeted.client("other") as api:
+        for first in (0, 1000):
+            assert api.post("/v1/runs", json=_misses("run-other-a", first, 1000)).status_code == 200
+        assert stored(api, "run-other-a") == (1500, 2000)  # the namespace's 4,000 (2,500 were there)
+        assert api.post("/v1/runs", json=_misses("run-other-b", 0, 500, "team-b")).status_code == 200
+        assert stored(api, "run-other-b") == (500, 500)  # another namespace: its own budget
+
+
+def test_a_run_of_10000_misses_pages_and_a_page_is_bounded(live: Live) -> None:
+    with live.client("scoped") as api:
+        for first in range(0, 10_000, 1000):
+            assert api.post("/v1/runs", json=_misses("run-paged-0001", first, 1000)).status_code == 200
+        whole = api.get("/admin/runs/run-paged-0001", params={"limit": 10_000})  # the probe's request
+        assert whole.status_code == 400, whole.text
+        start = time.perf_counter()
+        page = api.get("/admin/runs/run-paged-0001", params={"limit": 100})
+        took = time.perf_counter() - start
+        assert page.status_code == 200, page.text
+        body = page.json()
+        assert (body["misses_stored"], body["reasons_counted"], len(body["misses"])) == (10_000, 1000, 100)
+        assert body["misses"][0]["key"] == "run-paged-0001-000000"
+        last = api.get("/admin/runs/run-paged-0001", params={"limit": 1000, "offset": 9_900}).json()
+        assert [m["key"] for m in last["misses"]][-1] == "run-paged-0001-009999" and len(
+            last["misses"]
+        ) == 100
+    print(f"\nfirst page of a run of 10,000 misses: {took:.3f} s")
+
+
+def test_details_past_the_ones_explained_at_once_wait_then_answer_busy(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    migrated(settings)
+    database = Database.from_settings(settings)
+    try:
+        service = RunService(database)
+        now = dt.datetime.now(dt.timezone.utc)
+        report = RunReport("run-busy-0001", "team-a", "jax", "h", 0, now, None, {"misses": 1}, ())
+        service.report(report, reported_by=None)
+        service.detail_wait_seconds = 0.2
+        assert all(service._explaining.acquire(timeout=1) for _ in range(DETAILS_AT_ONCE))
+        with pytest.raises(RunsBusy):
+            service.detail("run-busy-0001", patterns=None, limit=10)
+        service._explaining.release()
+        assert service.detail("run-busy-0001", patterns=None, limit=10).run.run_id == "run-busy-0001"
+    finally:
+        database.dispose()
