@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0016"
+revision = "0015"
 down_revision = "0014"
 branch_labels = None
 depends_on = None
