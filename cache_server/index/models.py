@@ -311,6 +311,9 @@ class EntryFeed(Base):
     __table_args__ = (
         ForeignKeyConstraint(["namespace", "key"], ["entries.namespace", "entries.key"], ondelete="CASCADE"),
         Index("ix_entry_feed_namespace_seq", "namespace", "seq"),
+        # the rows of an entry, found when its row goes (ON DELETE CASCADE): without it each entry removed
+        # read every feed row of its namespace (migration 0017)
+        Index("ix_entry_feed_namespace_key", "namespace", "key"),
     )
 
     seq: Mapped[int] = mapped_column(
