@@ -304,16 +304,13 @@ Index(
 class EntryFeed(Base):
     """The change feed: one row per entry stored by an upload, in the order the index numbered them.
 
-    Followers read it after a cursor (``seq``). Goes away with its entry.
-    """
+    Followers read it after a cursor (``seq``). Goes away with its entry (found by key: migration 0017)."""
 
     __tablename__ = "entry_feed"
     __table_args__ = (
         ForeignKeyConstraint(["namespace", "key"], ["entries.namespace", "entries.key"], ondelete="CASCADE"),
         Index("ix_entry_feed_namespace_seq", "namespace", "seq"),
-        # the rows of an entry, found when its row goes (ON DELETE CASCADE): without it each entry removed
-        # read every feed row of its namespace (migration 0017)
-        Index("ix_entry_feed_namespace_key", "namespace", "key"),
+        Index("ix_entry_feed_namespace_key", "namespace", "key"),  # the cascade from an entry (0017)
     )
 
     seq: Mapped[int] = mapped_column(
