@@ -4,6 +4,12 @@ Candidates stream from the index in least-recently-used order. Each batch of row
 transaction (``DELETE ... RETURNING``, so of several processes evicting at once each entry is removed and
 counted by exactly one), then that batch's blobs are deleted by a small thread pool. A blob whose delete
 fails is an orphan that gc removes later; it is never a row without a blob.
+
+A purge of a signer and a namespace's delete may be asked to remove at most ``max_entries`` in one call and
+answer how many ``remaining``: the CLI calls again until none remain, printing the progress, and each call is
+a few transactions of :data:`BATCH` rows, so a server that dies midway has removed whole batches (their
+tombstones with them) and the next call removes the rest; blobs whose rows went before it died are orphans
+that gc removes. Each batch is logged as it goes.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
+from itertools import islice
 
 from cache_server import metrics
 from cache_server.domain import Clock, RemovalPolicy, utcnow
@@ -44,6 +52,7 @@ class EvictionResult:
     dry_run: bool = False
     entries: list[EvictionCandidate] = field(default_factory=list)
     listed_all: bool = True
+    remaining: int | None = None  # a purge of a signer, a namespace's delete: how many are left to remove
 
 
 class Evictor:
@@ -121,24 +130,42 @@ class Evictor:
         return self._run(victims, dry_run=dry_run, list_limit=list_limit)
 
     def remove_signed_by(
-        self, signer: str | None, *, dry_run: bool = False, list_limit: int = 1000
+        self,
+        signer: str | None,
+        *,
+        dry_run: bool = False,
+        list_limit: int = 1000,
+        max_entries: int | None = None,
     ) -> EvictionResult:
-        """Remove every entry this key id signed (None: every unsigned entry); rows, then blobs, in batches;
-        not counted as evictions."""
-        victims = ((ref, _PURGE) for ref in self._repository.iter_signed_by(signer))
-        return self._run(victims, dry_run=dry_run, list_limit=list_limit)
+        """Remove every entry this key id signed (None: every unsigned entry), or the ``max_entries`` least
+        recently used of them; rows, then blobs, in batches; not counted as evictions. ``remaining``: how many
+        it signed are left."""
+        who = "unsigned entries" if signer is None else f"entries signed by {signer}"
+        with closing(self._repository.iter_signed_by(signer)) as stream:
+            victims = ((ref, _PURGE) for ref in islice(stream, max_entries))
+            result = self._run(victims, dry_run=dry_run, list_limit=list_limit, progress=f"purge of {who}")
+        result.remaining = self._repository.count_signed_by(signer)
+        return result
 
-    def delete_namespace(self, namespace: str) -> EvictionResult:
-        """Remove a namespace: its entries (rows, then blobs, in batches) and then its row."""
+    def delete_namespace(self, namespace: str, *, max_entries: int | None = None) -> EvictionResult:
+        """Remove a namespace: its entries (rows, then blobs, in batches) and then its row; with
+        ``max_entries``, at most that many entries, and its row only once none remain (``remaining``)."""
         check_namespace(namespace)
         result = EvictionResult()
         with _BlobDeleter(self._store) as blobs:
-            while page := self._repository.keys_page(namespace, after=None, limit=BATCH):
+            while max_entries is None or result.evicted < max_entries:
+                limit = BATCH if max_entries is None else min(BATCH, max_entries - result.evicted)
+                page = self._repository.keys_page(namespace, after=None, limit=limit)
+                if not page:
+                    break
                 removed = self._delete_rows([(namespace, key) for key, _ in page], "namespace_deleted")
                 blobs.delete(removed)
                 result.evicted += len(removed)
                 result.freed_bytes += sum(size for _, _, size in removed)
-        self._repository.drop_namespace_row(namespace)
+                log.info("delete of namespace %s: %d entries removed so far", namespace, result.evicted)
+        result.remaining = self._repository.count_in_namespace(namespace)
+        if not result.remaining:
+            self._repository.drop_namespace_row(namespace)
         return result
 
     # -- internals --------------------------------------------------------------------------------------
@@ -193,7 +220,9 @@ class Evictor:
         *,
         dry_run: bool,
         list_limit: int,
+        progress: str | None = None,
     ) -> EvictionResult:
+        """Remove the victims in batches; ``progress``: what to call this in a log line per batch."""
         result = EvictionResult(dry_run=dry_run)
         batch: list[tuple[EvictionCandidate, RemovalPolicy]] = []
         with _BlobDeleter(self._store) as blobs:
@@ -210,6 +239,8 @@ class Evictor:
                     blobs.delete(removed)
                     result.evicted += len(removed)
                     result.freed_bytes += sum(size for _, _, size in removed)
+                    if progress is not None and removed:
+                        log.info("%s: %d entries removed so far", progress, result.evicted)
                 batch.clear()
 
             for ref, policy in victims:

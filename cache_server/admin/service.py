@@ -200,10 +200,18 @@ class AdminService:
         return dict(sorted(usage.items(), key=lambda item: (-item[1][1], item[0] or "")))
 
     def purge_signer(
-        self, signer: str | None, *, dry_run: bool = False, list_limit: int = 1000
+        self,
+        signer: str | None,
+        *,
+        dry_run: bool = False,
+        list_limit: int = 1000,
+        max_entries: int | None = None,
     ) -> EvictionResult:
-        """Remove every entry this key id signed (a leaked key), or with None every unsigned entry."""
-        return self.evictor.remove_signed_by(signer, dry_run=dry_run, list_limit=list_limit)
+        """Remove every entry this key id signed (a leaked key), or with None every unsigned entry; at most
+        ``max_entries`` of them in this call (``remaining``: how many are left)."""
+        return self.evictor.remove_signed_by(
+            signer, dry_run=dry_run, list_limit=list_limit, max_entries=max_entries
+        )
 
     def gc(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False) -> GcResult:
         """Reconcile the store and the index (see :mod:`cache_server.admin.gc`)."""
@@ -235,8 +243,9 @@ class AdminService:
             log.info("pruned %d run reports and %d tombstones", pruned.runs, pruned.tombstones)
         return pruned
 
-    def delete_namespace(self, namespace: str) -> EvictionResult:
-        """Remove a namespace with all its entries; :class:`NamespaceNotFound` if it does not exist."""
+    def delete_namespace(self, namespace: str, *, max_entries: int | None = None) -> EvictionResult:
+        """Remove a namespace with all its entries (at most ``max_entries`` of them in this call: its row goes
+        once none remain); :class:`NamespaceNotFound` if it does not exist."""
         if not self._repository.namespace_exists(check_namespace(namespace)):
             raise NamespaceNotFound(f"The namespace {namespace!r} does not exist.")
-        return self.evictor.delete_namespace(namespace)
+        return self.evictor.delete_namespace(namespace, max_entries=max_entries)

@@ -103,13 +103,26 @@ def pack(admin: AdminDep, body: PackIn | None = None) -> PackOut:
     return PackOut.of(result)
 
 
+MAX_ENTRIES = "Remove at most this many entries in this call; remaining says how many are left (absent: all)."
+
+
 @router.delete("/namespaces/{namespace}", response_model=DeleteNamespaceOut)
 @declare(Role.ADMIN, answers={"404": "No such namespace"})
-def delete_namespace(namespace: str, admin: AdminDep) -> DeleteNamespaceOut:
-    """Remove a namespace and every entry in it (rows first, then blobs); 404 if it does not exist."""
-    result = admin.delete_namespace(namespace)
+def delete_namespace(
+    namespace: str,
+    admin: AdminDep,
+    max_entries: Annotated[int | None, Query(ge=1, description=MAX_ENTRIES)] = None,
+) -> DeleteNamespaceOut:
+    """Remove a namespace and every entry in it (rows first, then blobs, a few thousand a transaction); 404
+    if it does not exist. With ``max_entries``, at most that many entries go in this call and the namespace
+    itself once none remain: call again until ``remaining`` is 0 (a call cut short by a server that died
+    loses nothing: the next removes the rest)."""
+    result = admin.delete_namespace(namespace, max_entries=max_entries)
     return DeleteNamespaceOut(
-        namespace=namespace, deleted_entries=result.evicted, freed_bytes=result.freed_bytes
+        namespace=namespace,
+        deleted_entries=result.evicted,
+        freed_bytes=result.freed_bytes,
+        remaining=result.remaining or 0,
     )
 
 
@@ -147,9 +160,14 @@ def signers(admin: AdminDep) -> SignersOut:
 def purge_signer(signer: str, admin: AdminDep, body: PurgeSignerIn | None = None) -> EvictOut:
     """The answer to a leaked signing key: remove every entry it signed (rows first, then blobs), as a purge
     of a token does; ``unsigned`` in place of a key id removes every unsigned entry. ``dry_run`` lists what
-    would go. 400 for anything but a key id (16 lowercase hex digits) or ``unsigned``."""
+    would go. ``max_entries``: at most that many in this call, ``remaining`` the ones left (the CLI calls
+    again until 0; a call cut short by a server that died loses nothing: the next removes the rest). 400 for
+    anything but a key id (16 lowercase hex digits) or ``unsigned``."""
     if signer != UNSIGNED and not KEY_ID_PATTERN.fullmatch(signer):
         raise InvalidName(f"{signer[:40]!r} is not a key id (16 lowercase hex digits) nor {UNSIGNED!r}.")
     body = body or PurgeSignerIn()
     key_id = None if signer == UNSIGNED else signer
-    return EvictOut.of(admin.purge_signer(key_id, dry_run=body.dry_run, list_limit=body.list_limit))
+    result = admin.purge_signer(
+        key_id, dry_run=body.dry_run, list_limit=body.list_limit, max_entries=body.max_entries
+    )
+    return EvictOut.of(result)

@@ -225,6 +225,11 @@ class EvictOut(BaseModel):
         default=None, description="On a dry run: what would go, least recently used first."
     )
     keys_truncated: bool = Field(default=False, description="More would go than list_limit lets us list.")
+    remaining: int | None = Field(
+        default=None,
+        description="A purge of a signer: how many entries it signed are left (call again until 0); "
+        "null for an eviction.",
+    )
 
     @classmethod
     def of(cls, result: EvictionResult) -> EvictOut:
@@ -235,6 +240,7 @@ class EvictOut(BaseModel):
             dry_run=result.dry_run,
             keys=keys,
             keys_truncated=result.dry_run and not result.listed_all,
+            remaining=result.remaining,
         )
 
 
@@ -308,6 +314,9 @@ class DeleteNamespaceOut(BaseModel):
     namespace: str
     deleted_entries: int
     freed_bytes: int
+    remaining: int = Field(
+        default=0, description="Entries left (with max_entries): call again until 0; the namespace goes then."
+    )
 
 
 class TokenOut(BaseModel):
@@ -391,3 +400,9 @@ class PurgeSignerIn(BaseModel):
 
     dry_run: bool = Field(default=False, description="List what would go; remove nothing.")
     list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")
+    max_entries: int | None = Field(
+        default=None,
+        ge=1,
+        description="Remove at most this many in this call (the least recently used); the answer's "
+        "remaining says how many are left. Absent: all of them.",
+    )

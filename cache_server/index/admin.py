@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -182,17 +182,29 @@ class AdminRepository(GraphRows):
         with self._db.reading() as connection:
             return {signer: (int(count), int(size)) for signer, count, size in connection.execute(stmt)}
 
-    def iter_signed_by(self, signer: str | None) -> Iterator[EvictionCandidate]:
+    def iter_signed_by(self, signer: str | None) -> Generator[EvictionCandidate, None, None]:
         """The entries this key signed (None: the unsigned ones), least recently used first, streamed like
         :meth:`iter_lru`."""
         condition = Entry.signer.is_(None) if signer is None else Entry.signer == signer
         return self._stream(_LRU.where(condition))
 
+    def count_signed_by(self, signer: str | None) -> int:
+        """How many entries this key signed (None: unsigned), counted on ``ix_entries_signer``."""
+        condition = Entry.signer.is_(None) if signer is None else Entry.signer == signer
+        with self._db.reading() as connection:
+            return int(connection.execute(select(func.count()).where(condition)).scalar() or 0)
+
+    def count_in_namespace(self, namespace: str) -> int:
+        """How many entries the namespace holds, counted on its rows (not the kept totals)."""
+        stmt = select(func.count()).where(Entry.namespace == namespace)
+        with self._db.reading() as connection:
+            return int(connection.execute(stmt).scalar() or 0)
+
     def iter_stored_by(self, token_ids: Sequence[str]) -> Iterator[EvictionCandidate]:
         """The entries these tokens stored, least recently used first, streamed like :meth:`iter_lru`."""
         return self._stream(_LRU.where(Entry.stored_by.in_(list(token_ids))))
 
-    def _stream(self, stmt: Select[str, str, int, dt.datetime]) -> Iterator[EvictionCandidate]:
+    def _stream(self, stmt: Select[str, str, int, dt.datetime]) -> Generator[EvictionCandidate, None, None]:
         # Core rows straight off the cursor: this may stream millions of them. The cursor is a server-side
         # one on PostgreSQL: closed here when the caller stops early, too.
         with (

@@ -305,13 +305,13 @@ Index(
 class EntryFeed(Base):
     """The change feed: one row per entry stored by an upload, in the order the index numbered them.
 
-    Followers read it after a cursor (``seq``). Goes away with its entry.
-    """
+    Followers read it after a cursor (``seq``). Goes away with its entry (found by key: migration 0016)."""
 
     __tablename__ = "entry_feed"
     __table_args__ = (
         ForeignKeyConstraint(["namespace", "key"], ["entries.namespace", "entries.key"], ondelete="CASCADE"),
         Index("ix_entry_feed_namespace_seq", "namespace", "seq"),
+        Index("ix_entry_feed_namespace_key", "namespace", "key"),  # the cascade from an entry (0016)
     )
 
     seq: Mapped[int] = mapped_column(

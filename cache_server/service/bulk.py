@@ -32,12 +32,14 @@ from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX, MAX_COMPI
 from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import TarMember
 from cache_server.auth.revocation import StillAllowed
+from cache_server.domain import EntryRef
 from cache_server.errors import (
     CacheError,
     DigestConflict,
     EntryInFlight,
     EntryRefused,
     InvalidName,
+    QuotaExceeded,
 )
 from cache_server.index.entries import EntryRecord
 from cache_server.service.packs import PACK_WRITERS, PackWriter
@@ -165,9 +167,8 @@ def _put_members(
         def commit() -> None:
             nonlocal group
             writer.check_still_allowed(upload)  # a revoked token commits nothing more
-            _commit(upload, group, batch, packer, writer)
-            if upload.allowance is not None and group.pending:
-                upload.allowance.committed()
+            refused = _over_quota(upload, group, writer)  # the quotas as they are now
+            _commit(upload, group, batch, packer, writer, refused)
             group = _Group([])
 
         try:
@@ -214,11 +215,47 @@ def _put_members(
     return BulkResult(results)
 
 
+def _over_quota(upload: Upload, group: _Group, writer: EntryWriter) -> set[str]:
+    """At a group's commit: read the quotas again (one set or changed since the upload began applies from
+    here) and admit the group's members again, in stream order; those past a quota get its
+    :class:`~cache_server.errors.QuotaExceeded` as their outcome. Returns their blobs' names."""
+    allowance = upload.allowance
+    if allowance is None or not group.pending:
+        return set()
+    allowance.reread()
+    if not allowance.limited:
+        return set()
+    stored: dict[str, EntryRef] | None = None
+
+    def stored_same(pending: Pending) -> bool:  # one lookup for the group, and only if one is refused
+        nonlocal stored
+        if stored is None:
+            stored = writer.stored_entries(upload.namespace, [p.key for p, _ in group.pending])
+        row = stored.get(pending.key)
+        return row is not None and row.sha256 == pending.sha256
+
+    refused: set[str] = set()
+    for pending, outcome in group.pending:
+        size = pending.size if pending.size is not None else pending.received
+        try:
+            allowance.admit(size, stored=partial(stored_same, pending))
+        except QuotaExceeded as exc:
+            outcome.error = exc
+            refused.add(pending.name)
+    return refused
+
+
 def _commit(
-    upload: Upload, group: _Group, batch: BlobBatch, packer: PackWriter | None, writer: EntryWriter
+    upload: Upload,
+    group: _Group,
+    batch: BlobBatch,
+    packer: PackWriter | None,
+    writer: EntryWriter,
+    refused: set[str],
 ) -> None:
     """Make the group's blobs (and its pack) durable, then write their rows; fill in each member's
-    outcome."""
+    outcome. The ``refused`` members (past a quota at this commit) get no row, and their blobs created
+    here are removed."""
     if packer is not None:
         packer.start()
     try:
@@ -227,14 +264,14 @@ def _commit(
         if packer is not None:
             packer.abandon()
         raise
-    located = (
-        packer.finish({p.key for p, _ in group.pending if created.get(p.name)}) if packer is not None else {}
-    )
+    kept = [(p, outcome) for p, outcome in group.pending if p.name not in refused]
+    writer.discard([p.name for p, _ in group.pending if p.name in refused and created.get(p.name)])
+    located = packer.finish({p.key for p, _ in kept if created.get(p.name)}) if packer is not None else {}
     if not group.pending:
         return
     new: list[EntryRecord] = []
     found: list[EntryRecord] = []
-    for pending, outcome in group.pending:
+    for pending, outcome in kept:
         pack, pack_offset = located.get(pending.key, (None, None))
         try:
             record, is_new = writer.settle(

@@ -10,6 +10,12 @@ entry already stored with the same digest is always admitted (it adds nothing). 
 time read the usage before one another's rows are written, so together they may go past a quota by at most
 what they have in flight; the next upload sees it and is refused. Eviction, deletes and purges lower the usage
 at once (the totals follow every row removed).
+
+A bulk upload reads them again at each group's commit (:meth:`UploadAllowance.reread`), quotas set or changed
+since it began included, and admits the group's members again in stream order against them: those past a
+quota are refused with :class:`~cache_server.errors.QuotaExceeded`, nothing of them kept; the members before
+them, and the groups committed earlier, keep their place (a quota lowered below what a namespace holds removes
+nothing; it refuses what comes next).
 """
 
 from __future__ import annotations
@@ -99,10 +105,11 @@ class UploadAllowance:
             raise refused
         self.bytes += nbytes
 
-    def committed(self) -> None:
-        """What this upload admitted so far is now in the index (a bulk group's rows): read the usage again
-        (others' uploads included) and count from there."""
-        if self.quotas and self._refresh is not None:
+    def reread(self) -> None:
+        """Read the quotas that apply and their subjects' usage again, and count from there: a bulk upload
+        does at each group's commit (:mod:`cache_server.service.bulk`), so that a quota set, lowered or
+        removed while it streams applies from its next commit on, even where none applied when it began."""
+        if self._refresh is not None:
             self.quotas = self._refresh()
             self.entries = self.bytes = 0
 

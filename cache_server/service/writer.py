@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from cache_protocol import COMPILE_TIME_HEADER, MAX_COMPILE_TIME_MS, SHA256_HEADER, UPLOADER_MAX_LENGTH
 from cache_protocol.text import unprintable
 from cache_server.auth.revocation import StillAllowed, check_still_allowed, undo_if_revoked
-from cache_server.domain import Clock, EntryInfo, utcnow
+from cache_server.domain import Clock, EntryInfo, EntryRef, utcnow
 from cache_server.errors import BadRequest, CacheError, DigestMismatch, EntryTooLarge
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.names import check_key, check_namespace
@@ -44,6 +45,8 @@ from cache_server.storage.base import BlobInfo, BlobStore, ReplaceJudge, blob_na
 from cache_server.storage.batches import open_batch
 
 __all__ = ["EntryWriter", "Pending", "PutResult", "StoredHook", "Upload"]
+
+log = logging.getLogger(__name__)
 
 StoredHook = Callable[[str, str], None]
 """Called with (namespace, key) after a new entry is stored; must be quick and must not raise."""
@@ -259,6 +262,19 @@ class EntryWriter:
         """Whether the key is stored with this digest already (an entry that adds nothing to a quota)."""
         row = self._entries.get_entry(namespace, key)
         return row is not None and row.sha256 == sha256
+
+    def stored_entries(self, namespace: str, keys: Sequence[str]) -> dict[str, EntryRef]:
+        """The rows of these keys that are stored, by key."""
+        return self._entries.get_entries(namespace, keys)
+
+    def discard(self, names: Sequence[str]) -> None:
+        """Remove blobs put for entries refused before any row of theirs was written (one that cannot be
+        removed now is an orphan gc removes)."""
+        for name in names:
+            try:
+                self._store.delete(name)
+            except CacheError as exc:
+                log.warning("could not remove the refused blob %s: %s", name, exc.detail)
 
     def put_entry(
         self,

@@ -9,7 +9,7 @@ A column with a server default: servers of the old version keep working. And an 
 token that reported them: what a token's runs keep counts against its budget when a report arrives
 (``cache_server.runs.budget``).
 
-Revision ID: 0016
+Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-05 11:50:00.000000
 """

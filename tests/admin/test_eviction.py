@@ -133,7 +133,12 @@ def test_delete_namespace_removes_rows_blobs_and_row(client: TestClient, setting
     fill(client, "kept", 2)
     response = client.delete("/admin/namespaces/gone")
     assert response.status_code == 200
-    assert response.json() == {"namespace": "gone", "deleted_entries": 5, "freed_bytes": 5 * KIB}
+    assert response.json() == {
+        "namespace": "gone",
+        "deleted_entries": 5,
+        "freed_bytes": 5 * KIB,
+        "remaining": 0,
+    }
     assert client.get("/v1/namespaces/gone").status_code == 404
     assert blob_files(settings, "gone") == set() and len(stored_keys(client, "kept")) == 2
     assert client.delete("/admin/namespaces/gone").status_code == 404

@@ -1,0 +1,111 @@
+"""Benchmark: the answers to an incident at scale, ``purge-signer`` of a leaked key and deleting a namespace,
+each of 100,000 entries, on the index backend given and the local store.
+
+Prints figures measured in one run on this machine (no pass/fail). Setup (writing the blobs and rows) is
+not measured; blobs are written by the real local store with fsync skipped, to set up faster. Each removal
+runs as the CLI drives it: bounded rounds (``max_entries`` each) until none remain.
+
+    .venv/bin/python bench/incident.py [--entries 100000] [--database-url postgresql://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cache_server.admin.eviction import EvictionResult
+from cache_server.index.entries import EntryRecord, EntryRepository
+from cache_server.index.migrate import upgrade
+from cache_server.settings import Settings
+from cache_server.storage.base import blob_name
+from cache_server.wiring import Services, build_services
+
+SIGNER = "0123456789abcdef"
+ROUND = 10_000  # entries per call, as the CLI asks (xla_cache.cli.signing.PURGE_ROUND)
+SIZE = 256
+
+
+def populate(services: Services, namespace: str, entries: int, *, signer: str | None) -> None:
+    """``entries`` entries in ``namespace`` (signed by ``signer``), blobs and rows, loaded in bulk."""
+    data = b"x" * SIZE
+    digest = hashlib.sha256(data).hexdigest()
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
+    records = []
+    with mock.patch("os.fsync"):  # setup only: the blobs are real files in the real layout
+        for i in range(entries):
+            key = f"{i:012d}"
+            services.store.put(blob_name(namespace, key), [data], {"sha256": digest})
+            records.append(
+                EntryRecord(
+                    namespace,
+                    key,
+                    SIZE,
+                    digest,
+                    created_at=start + dt.timedelta(milliseconds=i),
+                    signer=signer,
+                    signature=None if signer is None else f"{signer}:AAAA",
+                )
+            )
+    repository = EntryRepository(services.database)
+    repository.upsert_namespace(namespace, {}, {}, now=start)
+    for start_at in range(0, len(records), 5000):  # with their change feed rows, as uploads write them
+        repository.record_new_entries(records[start_at : start_at + 5000])
+
+
+def timed_rounds(call: Callable[[], EvictionResult], what: str) -> tuple[int, float, int]:
+    """Call until nothing remains, as the CLI does; returns the calls, the seconds and the entries removed."""
+    rounds = removed = 0
+    start = time.perf_counter()
+    while True:
+        result = call()
+        rounds += 1
+        removed += result.evicted
+        print(
+            f"  {what}: {removed} removed, {result.remaining} remaining, {time.perf_counter() - start:.1f} s"
+        )
+        if not result.remaining:
+            return rounds, time.perf_counter() - start, removed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--database-url", default="", help="default: SQLite in a temporary directory")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(data_dir=Path(tmp), database_url=args.database_url)
+        upgrade(settings)
+        services = build_services(settings)
+        admin = services.admin
+        try:
+            where = settings.resolved_database_url.split("@")[-1].split("/")[0] or "SQLite"
+            print(f"index: {where}, store: local directory, CPUs: {os.cpu_count()}")
+            start = time.perf_counter()
+            populate(services, "leaked", args.entries, signer=SIGNER)
+            populate(services, "doomed", args.entries, signer=None)
+            print(f"setup: 2 x {args.entries} entries of {SIZE} B ({time.perf_counter() - start:.1f} s)")
+            rounds, seconds, removed = timed_rounds(
+                lambda: admin.purge_signer(SIGNER, max_entries=ROUND), "leaked"
+            )
+            print(f"purge-signer of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
+            rounds, seconds, removed = timed_rounds(
+                lambda: admin.delete_namespace("doomed", max_entries=ROUND), "doomed"
+            )
+            print(f"delete namespace of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
+            left = sum(1 for _ in services.store.list())
+            assert left == 0 and not admin.stored_by_namespace(), (left, admin.stored_by_namespace())
+        finally:
+            services.stop()
+
+
+if __name__ == "__main__":
+    main()
