@@ -303,9 +303,8 @@ Index(
 
 
 class EntryFeed(Base):
-    """The change feed: one row per entry stored by an upload, in the order the index numbered them.
-
-    Followers read it after a cursor (``seq``). Goes away with its entry (found by key: migration 0016)."""
+    """The change feed: one row per entry an upload stored, in the order the index numbered them; followers
+    read it after a cursor (``seq``). Goes away with its entry (found by key: migration 0016)."""
 
     __tablename__ = "entry_feed"
     __table_args__ = (
@@ -334,7 +333,7 @@ class ApiToken(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)
-    # migration 0016: its run reports are stored but add nothing to the xla_cache_run_* counters
+    # migration 0015: its run reports are stored but add nothing to the xla_cache_run_* counters
     metrics_off: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
@@ -372,7 +371,7 @@ class Run(Base):
         Index("ix_runs_namespace_started_at", "namespace", "started_at"),
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_updated_at", "updated_at"),
-        Index("ix_runs_reported_by", "reported_by"),  # migration 0016: a token's runs, for its budget
+        Index("ix_runs_reported_by", "reported_by"),  # migration 0015: a token's runs, for its budget
     )
 
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -414,8 +413,7 @@ class RunMiss(Base):
     ``components`` maps JAX's cache-key component names to their hashes (``None`` for torch_xla or when
     unknown); ``load_failed`` is True when an entry of this key was stored but failed to load. The reason
     for the compile is worked out from these, the namespace's graphs and the tombstones when asked
-    (``cache_server.runs``). Goes away with its run.
-    """
+    (``cache_server.runs``). Goes away with its run."""
 
     __tablename__ = "run_misses"
     __table_args__ = (
@@ -439,8 +437,7 @@ class Tombstone(Base):
     """An entry that was stored and then removed, kept for a bounded time (migration 0010), so that a
     later compile of the same key can be explained: when it went, and by which ``policy`` (``lru``,
     ``max_age``, ``admin`` for an explicit eviction, ``namespace_deleted``, ``purge``, ``damaged``).
-    A new store of the key removes its tombstone. No foreign key: the entry is gone.
-    """
+    A new store of the key removes its tombstone. No foreign key: the entry is gone."""
 
     __tablename__ = "tombstones"
     __table_args__ = (Index("ix_tombstones_removed_at", "removed_at"),)
