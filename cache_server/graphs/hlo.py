@@ -9,7 +9,10 @@ same ``ExecutableAndOptionsProto``; they are decompressed as far as the module r
 (libtpu's serialization: a sequence of length-delimited messages) are read by :mod:`.tpu`, their
 pre-optimization global module; anything else that has none of these layouts parses to ``None``.
 
-Only the bytes up to the end of the HLO module are read; the object code after it never is.
+Only the bytes up to the end of the HLO module are read; the object code after it never is. Bounded
+everywhere: at most :data:`MAX_MODULE_BYTES` read or inflated, tuples nested :data:`MAX_TUPLE_DEPTH` deep,
+:data:`MAX_SHAPE_FIELDS` and :data:`MAX_COMPUTATIONS` occurrences counted before they are kept (more: the
+entry is unparseable), the shapes text cut at :data:`MAX_SHAPES_TEXT` characters with :data:`CUT_MARKER`.
 """
 
 from __future__ import annotations
