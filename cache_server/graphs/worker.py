@@ -8,9 +8,10 @@ is first something to parse, at nice +10 where the system allows it), which open
 handle on the same store (built from the same storage URL) and sends back only what it found; the indexer
 records it. A batch the child cannot finish (it dies, or takes longer than :data:`BATCH_SECONDS`) is never
 parsed in the server's process: the indexer parses its entries again one at a time with :data:`ENTRY_SECONDS`
-each (a fresh child after each that fails), and the entry that kills or stalls one is recorded as unparseable. If a child
-cannot be started at all, nothing is parsed for :data:`RETRY_SECONDS` (no new interpreter per batch). The
-child exits when the server process that started it is gone; stopping the server kills it, mid-batch or not.
+each (a fresh child after each that fails), and the entry that kills or stalls one is recorded as
+unparseable. If a child cannot be started at all, nothing is parsed for :data:`RETRY_SECONDS` (no new
+interpreter per batch). The child exits when the server process that started it is gone; stopping the server
+kills it, mid-batch or not.
 
 The child imports only the parser and the storage backends (no web framework, no database).
 """
