@@ -9,7 +9,10 @@ same ``ExecutableAndOptionsProto``; they are decompressed as far as the module r
 (libtpu's serialization: a sequence of length-delimited messages) are read by :mod:`.tpu`, their
 pre-optimization global module; anything else that has none of these layouts parses to ``None``.
 
-Only the bytes up to the end of the HLO module are read; the object code after it never is.
+Only the bytes up to the end of the HLO module are read; the object code after it never is. Bounded
+everywhere: at most :data:`MAX_MODULE_BYTES` read or inflated, tuples nested :data:`MAX_TUPLE_DEPTH` deep,
+:data:`MAX_SHAPE_FIELDS` and :data:`MAX_COMPUTATIONS` occurrences counted before they are kept (more: the
+entry is unparseable), the shapes text cut at :data:`MAX_SHAPES_TEXT` characters with :data:`CUT_MARKER`.
 """
 
 from __future__ import annotations
@@ -60,54 +63,82 @@ class GraphInfo:
 
 
 MAX_TUPLE_DEPTH = 32  # tuples nested deeper than this are no XLA program's (a crafted entry's: unparsed)
+MAX_SHAPE_FIELDS = 10_000  # parameters, tuple elements, dimensions of one shape: more is unparseable
+MAX_COMPUTATIONS = 100_000  # computations of a module: more is unparseable
+MAX_SHAPES_TEXT = 16 * 1024  # characters of an entry's shapes text; past that it is cut, with CUT_MARKER
+CUT_MARKER = "…(cut)"
 
 
-def _shape(buf: Buffer, start: int, end: int, depth: int = 0) -> str:
+class _Cut(Exception):
+    """The shapes text reached :data:`MAX_SHAPES_TEXT`."""
+
+
+def _shape(buf: Buffer, start: int, end: int, budget: list[int], depth: int = 0) -> str:
     if depth > MAX_TUPLE_DEPTH:
         raise WireError(f"tuple shapes nested deeper than {MAX_TUPLE_DEPTH}")
-    fields = _read(buf, start, end, _SHAPE)
-    types = _ints(buf, fields["element_type"])
+    fields = _read(buf, start, end, _SHAPE, MAX_SHAPE_FIELDS, strict=True)
+    types = _ints(buf, fields["element_type"], MAX_SHAPE_FIELDS, strict=True)
     element = types[-1] if types else 0
     if element == TUPLE:
-        parts = [_shape(buf, s, e, depth + 1) for wire, s, e in fields["tuple_shapes"] if wire == 2]
+        parts = [_shape(buf, s, e, budget, depth + 1) for wire, s, e in fields["tuple_shapes"] if wire == 2]
         return "(" + ", ".join(parts) + ")"
     name = ELEMENT_TYPES.get(element, f"type{element}")
-    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in _ints(buf, fields["dimensions"])]
-    dynamic = _ints(buf, fields["is_dynamic_dimension"])
+    numbers = _ints(buf, fields["dimensions"], MAX_SHAPE_FIELDS, strict=True)
+    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in numbers]
+    dynamic = _ints(buf, fields["is_dynamic_dimension"], MAX_SHAPE_FIELDS, strict=True)
     shown = [f"<={d}" if i < len(dynamic) and dynamic[i] else str(d) for i, d in enumerate(dims)]
-    return f"{name}[{','.join(shown)}]"
+    text = f"{name}[{','.join(shown)}]"
+    budget[0] -= len(text) + 2
+    if budget[0] < 0:
+        raise _Cut
+    return text
 
 
-def _program_shape(buf: Buffer, start: int, end: int) -> str:
-    fields = _read(buf, start, end, _PROGRAM_SHAPE)
-    params = [_shape(buf, s, e) for wire, s, e in fields["parameters"] if wire == 2]
-    result = [_shape(buf, s, e) for wire, s, e in fields["result"] if wire == 2]
-    return f"({', '.join(params)}) -> {result[-1] if result else '()'}"
+def _program_shape(buf: Buffer, start: int, end: int) -> tuple[str, bool]:
+    """The shapes text, and whether it was cut at :data:`MAX_SHAPES_TEXT` (ending with :data:`CUT_MARKER`)."""
+    fields = _read(buf, start, end, _PROGRAM_SHAPE, MAX_SHAPE_FIELDS, strict=True)
+    budget = [MAX_SHAPES_TEXT]
+    params: list[str] = []
+    result = "()"
+    try:
+        for wire, s, e in fields["parameters"]:
+            if wire == 2:
+                params.append(_shape(buf, s, e, budget))
+        results = [(s, e) for wire, s, e in fields["result"] if wire == 2]
+        if results:
+            result = _shape(buf, *results[-1], budget)
+    except _Cut:
+        return f"({', '.join(params)}, {CUT_MARKER}", True
+    return f"({', '.join(params)}) -> {result}", False
 
 
 def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
-    fields = _read(buf, start, end, _MODULE)
+    fields = _read(buf, start, end, _MODULE, MAX_COMPUTATIONS, strict=True)
     name = _text(buf, fields["name"])
     if not name:
         return None
     shapes = None
+    span = (0, 0)
     if fields["host_program_shape"] and fields["host_program_shape"][-1][0] == 2:
         _, s, e = fields["host_program_shape"][-1]
-        shapes = _program_shape(buf, s, e)
+        shapes, span = _program_shape(buf, s, e), (s, e)
     else:  # older modules: the entry computation's own program shape
         entry_name = _text(buf, fields["entry_computation_name"])
         for wire, c_start, c_end in fields["computations"]:
-            comp = _read(buf, c_start, c_end, _COMPUTATION) if wire == 2 else None
+            comp = _read(buf, c_start, c_end, _COMPUTATION, 1) if wire == 2 else None  # (the last: singular)
             if comp and _text(buf, comp["name"]) == entry_name and comp["program_shape"]:
                 _, s, e = comp["program_shape"][-1]
-                shapes = _program_shape(buf, s, e)
+                shapes, span = _program_shape(buf, s, e), (s, e)
     if shapes is None:
         return None
+    text, cut = shapes
+    # a cut text is told apart by the program shape's bytes, which it no longer shows all of
+    signed = text + "\0" + hashlib.sha256(buf[span[0] : span[1]]).hexdigest() if cut else text
     body = read_body(buf, fields["computations"], _span(fields["stack_frame_index"]))
     return GraphInfo(
         module=name[:256],
-        shapes=shapes,
-        signature=hashlib.sha256(shapes.encode()).hexdigest(),
+        shapes=text,
+        signature=hashlib.sha256(signed.encode()).hexdigest(),
         source=body.source if body is not None else None,  # read in the same walk
         body=body,
     )

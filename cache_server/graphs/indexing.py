@@ -14,7 +14,9 @@ answers and records them), and the thread still waits until the process has serv
 after the oldest entry waiting was stored), then parses what came, :data:`RECORD_BATCH` entries at a time
 (their records in one transaction), going back to waiting as soon as a request comes in, unless what waits is
 overdue. A catch-up scan runs as soon as it is asked for, also :data:`RECORD_BATCH` entries to a
-transaction. Without a child process (or when it fails) the thread parses itself.
+transaction. Only without a child process (one configured as none) does the thread parse itself: a batch the
+child cannot finish is parsed again an entry at a time in fresh children, and the entry that kills or stalls
+one is recorded as unparseable; while no child can be started, nothing is parsed (a catch-up scan follows).
 """
 
 from __future__ import annotations
@@ -30,7 +32,16 @@ from collections.abc import Callable
 from cache_server.background.activity import Activity
 from cache_server.errors import CacheError
 from cache_server.graphs.hlo import GraphInfo
-from cache_server.graphs.worker import ParseOutcome, ParserProcess, ParserResting, parse_blob
+from cache_server.graphs.worker import (
+    ENTRY_SECONDS,
+    RETRY_SECONDS,
+    ChildFailed,
+    ChildNotStarted,
+    ParseOutcome,
+    ParserProcess,
+    ParserResting,
+    parse_blob,
+)
 from cache_server.index.admin import AdminRepository
 from cache_server.index.graph_records import GraphRecord
 from cache_server.storage.base import BlobStore
@@ -68,6 +79,8 @@ class GraphIndexer:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()  # a catch-up scan ends between entries once set
+        self._retry_due = False  # entries were left unparsed as no child ran: a catch-up scan after a rest
+        self._retry_at = 0.0
 
     def notify(self, namespace: str, key: str) -> None:
         """Queue a newly stored entry (called on the upload path: never blocks, never raises)."""
@@ -89,18 +102,10 @@ class GraphIndexer:
         return _record(namespace, key, parse_blob(self._store, namespace, key))
 
     def _parse_batch(self, batch: list[tuple[str, str]]) -> list[GraphRecord]:
-        """The records of a batch: from the child process when there is one (falling back to this thread
-        if it fails); an entry that could not be parsed is logged and left out."""
-        if self._parser is not None and not self._stopping.is_set():
-            try:
-                outcomes = self._parser.parse(batch)
-            except ParserResting:
-                pass
-            except Exception as exc:
-                if not self._stopping.is_set():  # stopping kills the child mid-batch: no failure
-                    log.warning("the graph parser process failed (%r); parsing on the server's thread", exc)
-            else:
-                return _records(batch, outcomes)
+        """The records of a batch: from the child process when there is one (never parsed on this thread
+        then); an entry that could not be read now is logged and left out."""
+        if self._parser is not None:
+            return _records(batch, self._child_outcomes(batch))
         records: list[GraphRecord] = []
         for namespace, key in batch:
             if self._stopping.is_set():
@@ -112,6 +117,45 @@ class GraphIndexer:
             except Exception:
                 log.exception("graph parsing failed")
         return records
+
+    def _child_outcomes(self, batch: list[tuple[str, str]]) -> list[ParseOutcome]:
+        """The batch's outcomes from the child; when it cannot finish the batch, each entry's from a fresh
+        child with :data:`~cache_server.graphs.worker.ENTRY_SECONDS` (the one that fails is unparseable).
+        Entries not parsed (no child can be started, or a stop) are left for a catch-up scan."""
+        assert self._parser is not None
+        later = [ParseOutcome(error="not parsed: no parser process") for _ in batch]
+        if self._stopping.is_set():
+            return later
+        try:
+            return self._parser.parse(batch)
+        except (ParserResting, ChildNotStarted) as exc:
+            self._not_started(exc)
+            return later
+        except ChildFailed as exc:
+            if self._stopping.is_set():  # stopping kills the child mid-batch: no failure
+                return later
+            log.warning("the graph parser process failed a batch (%s); parsing it an entry at a time", exc)
+        outcomes: list[ParseOutcome] = []
+        for item in batch:
+            if self._stopping.is_set():
+                break
+            try:
+                outcomes += self._parser.parse([item], seconds=ENTRY_SECONDS)
+            except (ParserResting, ChildNotStarted) as exc:
+                self._not_started(exc)
+                break
+            except ChildFailed as exc:
+                if self._stopping.is_set():
+                    break
+                outcomes.append(ParseOutcome(unparseable=str(exc)))
+        return outcomes + later[len(outcomes) :]
+
+    def _not_started(self, exc: Exception) -> None:
+        """No child runs: the entries wait for a catch-up scan, asked for once the parser may start again."""
+        if not self._stopping.is_set():
+            log.warning("graph parsing postponed: %s", exc)
+            with self._changed:
+                self._retry_due = True
 
     def parse_many(self, items: list[tuple[str, str]]) -> int:
         """Parse these entries and record the results, :data:`RECORD_BATCH` to a transaction; a failure
@@ -183,6 +227,11 @@ class GraphIndexer:
         waiting: deque[tuple[float, str, str]] = deque()  # (when stored, namespace, key), oldest first
         while True:
             with self._changed:
+                if self._retry_due:  # entries left unparsed: scan for them once the parser may start
+                    self._retry_due, self._retry_at = False, time.monotonic() + RETRY_SECONDS
+                if self._retry_at and time.monotonic() >= self._retry_at:
+                    self._retry_at = 0.0
+                    self._request_catch_up()
                 due, self._catch_up_due = self._catch_up_due, False
             if due:
                 self._guarded(self.catch_up)
@@ -258,11 +307,15 @@ def _record(namespace: str, key: str, info: GraphInfo | None) -> GraphRecord:
 
 
 def _records(batch: list[tuple[str, str]], outcomes: list[ParseOutcome]) -> list[GraphRecord]:
-    """The child's outcomes as records; an entry it could not parse is logged and left for a catch-up."""
+    """The child's outcomes as records; an entry it could not read now is logged and left for a catch-up,
+    one that broke a bound of the parser (or killed or stalled its child) is recorded as unparseable."""
     records: list[GraphRecord] = []
     for (namespace, key), outcome in zip(batch, outcomes, strict=True):
         if outcome.error is not None:
             log.warning("graph parsing of %s/%s skipped: %s", namespace, key, outcome.error)
+        elif outcome.unparseable is not None:
+            log.warning("graph of %s/%s recorded as unparseable: %s", namespace, key, outcome.unparseable)
+            records.append(GraphRecord(namespace, key, module=None))
         else:
             records.append(_record(namespace, key, outcome.info))
     return records

@@ -16,6 +16,7 @@ from cache_server.errors import NamespaceNotFound
 from cache_server.graphs.axes import AxesReport, Point, analyse_axes
 from cache_server.graphs.baked import BakedGroup, baked_group
 from cache_server.graphs.bucketing import BucketingReport, analyse
+from cache_server.graphs.hlo import CUT_MARKER
 from cache_server.graphs.shapes import parse_shape_signature
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.names import check_namespace
@@ -42,6 +43,27 @@ VARIANTS_READ_PER_REPORT = 4_000
 # Entries of one graph whose bodies are read for its baked sizes (only where entries repeat input shapes).
 BAKED_ENTRIES_READ = 500
 BAKED_COST = "bytes of the results of the ops whose sizes pad"
+# Characters of shapes text one graph's report analyses (an entry's is at most hlo.MAX_SHAPES_TEXT): variants
+# past it are not read, so a namespace of crafted entries costs no more than this per graph.
+MAX_GRAPH_SHAPES_TEXT = 2 * 1024 * 1024
+MAX_EXAMPLE_TEXT = 4 * 1024  # characters of a report's example shapes; past that cut with CUT_MARKER
+
+
+def _within_budget(shapes: list[str], hits: list[int]) -> tuple[list[str], list[int]]:
+    """The first variants whose shapes text fits :data:`MAX_GRAPH_SHAPES_TEXT` in all."""
+    left = MAX_GRAPH_SHAPES_TEXT
+    for count, text in enumerate(shapes):
+        left -= len(text)
+        if left < 0:
+            return shapes[:count], hits[:count]
+    return shapes, hits
+
+
+def _example(shapes: list[str]) -> str | None:
+    if not shapes:
+        return None
+    text = shapes[0]
+    return text if len(text) <= MAX_EXAMPLE_TEXT else text[:MAX_EXAMPLE_TEXT] + CUT_MARKER
 
 
 def shares(variants: list[int], *, per_graph: int, total: int) -> list[int]:
@@ -125,9 +147,10 @@ class GraphReports:
         ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP), module=module)
         reads = shares([graph.variants for graph in ranked], per_graph=per_graph, total=total)
         for graph in self._repository.read_shapes(namespace, ranked, reads):
+            shapes, hit_counts = _within_budget(graph.shapes, graph.hits)
             parsed = [
                 (s, hits + 1)
-                for s, hits in zip(map(parse_shape_signature, graph.shapes), graph.hits, strict=True)
+                for s, hits in zip(map(parse_shape_signature, shapes), hit_counts, strict=True)
                 if s is not None
             ]
             bucketing = analyse([s for s, _ in parsed], weights=[w for _, w in parsed])
@@ -141,8 +164,8 @@ class GraphReports:
                     module=graph.module,
                     variants=graph.variants,
                     entries=graph.entries,
-                    read=len(graph.shapes),
-                    example=graph.shapes[0] if graph.shapes else None,
+                    read=len(shapes),
+                    example=_example(shapes),
                     bucketing=bucketing,
                     baked=baked,
                 )

@@ -74,11 +74,18 @@ def iter_fields(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator
 
 
 def read(
-    buf: Buffer, start: int, end: int, wanted: dict[str, int], limit: int | None = None
+    buf: Buffer,
+    start: int,
+    end: int,
+    wanted: dict[str, int],
+    limit: int | None = None,
+    *,
+    strict: bool = False,
 ) -> dict[str, list[tuple[int, int, int]]]:
     """The wanted fields of one message, by name: each occurrence as (wire type, value/start, end). With
     ``limit``, at most that many occurrences of a field are kept: the first ones and the last (which is
-    the one a singular field takes)."""
+    the one a singular field takes); with ``strict`` too, one more occurrence raises :class:`WireError`
+    instead (checked before it is kept: the lists never grow past the limit)."""
     by_number = {number: name for name, number in wanted.items()}
     found: dict[str, list[tuple[int, int, int]]] = {name: [] for name in wanted}
     most = sys.maxsize if limit is None else max(limit, 1)
@@ -88,6 +95,8 @@ def read(
             occurrences = found[name]
             if len(occurrences) < most:
                 occurrences.append((wire, value, stop))
+            elif strict:
+                raise WireError(f"more than {most} {name} fields")
             else:
                 occurrences[-1] = (wire, value, stop)
     return found
@@ -100,12 +109,17 @@ def text(buf: Buffer, field: list[tuple[int, int, int]]) -> str | None:
     return bytes(buf[start:end]).decode("utf-8", errors="replace")
 
 
-def ints(buf: Buffer, field: list[tuple[int, int, int]], limit: int | None = None) -> list[int]:
-    """A repeated integer field, packed (wire type 2) or not; its first ``limit`` numbers, if given."""
+def ints(
+    buf: Buffer, field: list[tuple[int, int, int]], limit: int | None = None, *, strict: bool = False
+) -> list[int]:
+    """A repeated integer field, packed (wire type 2) or not; its first ``limit`` numbers, if given (with
+    ``strict``, more than ``limit`` raise :class:`WireError`)."""
     numbers: list[int] = []
     most = sys.maxsize if limit is None else limit
     for wire, value, end in field:
         if len(numbers) >= most:
+            if strict:
+                raise WireError(f"more than {most} numbers in a repeated field")
             break
         if wire == 0:
             numbers.append(value)
@@ -114,6 +128,8 @@ def ints(buf: Buffer, field: list[tuple[int, int, int]], limit: int | None = Non
             while pos < end and len(numbers) < most:
                 number, pos = varint(buf, pos, end)
                 numbers.append(number)
+            if strict and pos < end:
+                raise WireError(f"more than {most} numbers in a repeated field")
     return numbers
 
 

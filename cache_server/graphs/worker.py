@@ -6,9 +6,12 @@ push of 14,000 entries, the next 20 s of single GETs ran at half their speed. So
 :class:`~cache_server.graphs.indexing.GraphIndexer` hands the parsing to one child process (started when there
 is first something to parse, at nice +10 where the system allows it), which opens the blobs through its own
 handle on the same store (built from the same storage URL) and sends back only what it found; the indexer
-records it. If the child cannot be started, dies or takes too long, that batch is parsed on the indexer's
-thread as before, and so is every batch for :data:`RETRY_SECONDS` (no new interpreter per batch). The child
-exits when the server process that started it is gone; stopping the server kills it, mid-batch or not.
+records it. A batch the child cannot finish (it dies, or takes longer than :data:`BATCH_SECONDS`) is never
+parsed in the server's process: the indexer parses its entries again one at a time with :data:`ENTRY_SECONDS`
+each (a fresh child after each that fails), and the entry that kills or stalls one is recorded as
+unparseable. If a child cannot be started at all, nothing is parsed for :data:`RETRY_SECONDS` (no new
+interpreter per batch). The child exits when the server process that started it is gone; stopping the server
+kills it, mid-batch or not.
 
 The child imports only the parser and the storage backends (no web framework, no database).
 """
@@ -26,13 +29,16 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from cache_server.errors import CacheError
 from cache_server.graphs.hlo import GraphInfo, parse_entry
 from cache_server.storage import BlobStore, blob_name, open_store
 
 __all__ = [
     "CHILD_NICENESS",
+    "ENTRY_SECONDS",
     "RETRY_SECONDS",
     "ChildFailed",
+    "ChildNotStarted",
     "ParseOutcome",
     "ParserProcess",
     "ParserResting",
@@ -41,21 +47,26 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 CHILD_NICENESS = 10  # added to the child's nice value: its CPU goes to requests first
-BATCH_SECONDS = 120.0  # a batch not parsed in this long is parsed on the indexer's thread instead
-RETRY_SECONDS = 60.0  # after the child failed, the indexer's thread parses for this long
+BATCH_SECONDS = 120.0  # a batch not parsed in this long is parsed again an entry at a time ...
+ENTRY_SECONDS = 20.0  # ... each in a fresh child, in this long at most (or it is recorded as unparseable)
+START_SECONDS = 120.0  # a child not ready in this long is not started
+RETRY_SECONDS = 60.0  # after a child could not be started, no new one is tried for this long
 PARENT_CHECK_SECONDS = 2.0  # how often the child looks whether the process that started it is still there
 
 
 class ParserResting(RuntimeError):
-    """The child is not used now (closed, or it failed a moment ago): parse on the caller's thread."""
+    """The child is not used now (closed, or one could not be started a moment ago): parse later."""
 
 
 @dataclass(frozen=True)
 class ParseOutcome:
-    """What parsing one entry found: its graph, None (no blob, or not an executable), or why it failed."""
+    """What parsing one entry found: its graph, None (no blob, or not an executable), why it is not
+    parseable (``unparseable``: recorded as such, never parsed again), or why it could not be read now
+    (``error``: a storage failure, left for a later catch-up)."""
 
     info: GraphInfo | None = None
     error: str | None = None
+    unparseable: str | None = None
 
 
 def parse_blob(store: BlobStore, namespace: str, key: str) -> GraphInfo | None:
@@ -68,7 +79,11 @@ def parse_blob(store: BlobStore, namespace: str, key: str) -> GraphInfo | None:
 
 
 class ChildFailed(RuntimeError):
-    """The child could not do a batch: it did not start, died, or took longer than :data:`BATCH_SECONDS`."""
+    """The child could not do a batch: it did not start, died, or took longer than its deadline."""
+
+
+class ChildNotStarted(ChildFailed):
+    """No child could be started (or it could not open the store): nothing is parsed for a while."""
 
 
 def _child_main(connection: Connection, storage_url: str, timeout: float, retries: int) -> None:
@@ -103,8 +118,10 @@ def _parse_all(store: BlobStore, items: list[tuple[str, str]]) -> list[ParseOutc
     for namespace, key in items:
         try:
             outcomes.append(ParseOutcome(info=parse_blob(store, namespace, key)))
-        except Exception as exc:  # the indexer logs it and leaves the entry for a later catch-up
+        except CacheError as exc:  # the store failed: the indexer leaves the entry for a later catch-up
             outcomes.append(ParseOutcome(error=f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # the parser's own failure (a bound it missed): never parsed again
+            outcomes.append(ParseOutcome(unparseable=f"{type(exc).__name__}: {exc}"[:500]))
     return outcomes
 
 
@@ -125,9 +142,10 @@ class ParserProcess:
         self._closed = False
         self._failed_at: float | None = None
 
-    def parse(self, items: list[tuple[str, str]]) -> list[ParseOutcome]:
-        """Each entry's outcome, in order. Raises when the child could not do it (not started, died, too
-        slow, or failed less than :data:`RETRY_SECONDS` ago); the caller then parses them itself."""
+    def parse(self, items: list[tuple[str, str]], *, seconds: float | None = None) -> list[ParseOutcome]:
+        """Each entry's outcome, in order, within ``seconds`` (:data:`BATCH_SECONDS`). Raises
+        :class:`ChildFailed` when the child died or was too slow (it is killed; the next call starts a
+        fresh one), :class:`ChildNotStarted` or :class:`ParserResting` when none runs. Never parses here."""
         with self._calls:
             child = self._started()
             try:
@@ -135,10 +153,12 @@ class ParserProcess:
                     child.connection.send(items)
                 except OSError as exc:  # it died while it waited for work
                     raise ChildFailed(f"the parser process ended (exit code {_exit_code(child)})") from exc
-                outcomes: list[ParseOutcome] = self._answer(child, "parse the batch")
+                outcomes: list[ParseOutcome] = self._answer(
+                    child, "parse the batch", BATCH_SECONDS if seconds is None else seconds
+                )
                 return outcomes
             except BaseException:
-                self._failed(child)  # a broken or stuck child: a new one, once RETRY_SECONDS have passed
+                self._discard(child)  # a broken or stuck child: the next call starts a fresh one
                 raise
 
     def child_pid(self) -> int | None:
@@ -155,10 +175,10 @@ class ParserProcess:
             self._discard(child)
 
     @staticmethod
-    def _answer(child: _Child, what: str) -> Any:
+    def _answer(child: _Child, what: str, seconds: float) -> Any:
         try:
-            if not child.connection.poll(BATCH_SECONDS):
-                raise ChildFailed(f"the parser process did not {what} within {BATCH_SECONDS:g} s")
+            if not child.connection.poll(seconds):
+                raise ChildFailed(f"the parser process did not {what} within {seconds:g} s")
             return child.connection.recv()
         except (EOFError, OSError) as exc:
             raise ChildFailed(f"the parser process ended (exit code {_exit_code(child)})") from exc
@@ -177,11 +197,16 @@ class ParserProcess:
                 self._failed_at = time.monotonic()  # could not even start one: rest as after a failure
                 raise
         try:
-            state, why = self._answer(child, "start")
+            state, why = self._answer(child, "start", START_SECONDS)
             if state != "ready":
-                raise ChildFailed(f"the parser process could not open the store: {why}")
-        except BaseException:
+                raise ChildNotStarted(f"the parser process could not open the store: {why}")
+        except ChildNotStarted:
             self._failed(child)
+            raise
+        except BaseException as exc:
+            self._failed(child)
+            if isinstance(exc, ChildFailed):
+                raise ChildNotStarted(str(exc)) from exc
             raise
         return child
 
@@ -197,12 +222,13 @@ class ParserProcess:
             ours.close()
             theirs.close()
             if isinstance(exc, Exception):
-                raise ChildFailed(f"the parser process could not be started ({exc!r})") from exc
+                raise ChildNotStarted(f"the parser process could not be started ({exc!r})") from exc
             raise
         theirs.close()  # the child holds its end: when it dies, reading ours fails at once
         return _Child(process, ours)
 
     def _failed(self, child: _Child) -> None:
+        """A child that could not start: rest :data:`RETRY_SECONDS` before the next."""
         with self._lock:
             self._failed_at = time.monotonic()
         self._discard(child)

@@ -227,18 +227,19 @@ def _pid_exists(pid: int) -> bool:
         return False
 
 
-def test_a_parser_process_that_cannot_start_leaves_the_parsing_to_the_thread(
+def test_a_parser_process_that_cannot_start_parses_nothing_on_the_thread(
     settings: Settings, services: Services, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """No batch is ever parsed in the server's process: the entries wait for a later catch-up scan."""
     keys = _store_real_entries(settings, services, "fallback")
     broken = ParserProcess("nowhere://at-all")  # the child's store cannot be opened: it never starts
     indexer = GraphIndexer(AdminRepository(services.database), services.store, parser=broken)
     try:
-        assert indexer.parse_many([("fallback", key) for key in keys]) == len(keys)
+        assert indexer.parse_many([("fallback", key) for key in keys]) == 0
     finally:
         indexer.stop()
-    assert all(_graph_records(services, "fallback").values())
-    assert "the graph parser process failed" in caplog.text
+    assert _graph_records(services, "fallback") == {}
+    assert "graph parsing postponed" in caplog.text
 
 
 def test_graphs_parsed_before_bodies_were_read_are_parsed_again_and_keep_their_counts(
@@ -264,3 +265,37 @@ def test_graphs_parsed_before_bodies_were_read_are_parsed_again_and_keep_their_c
         after = session.execute(text("SELECT module, variants, entries FROM graph_counts ORDER BY 1")).all()
     assert len(rows) == len(keys) and all(structure and ops for structure, ops in rows)
     assert after == before
+
+
+def test_a_batch_the_child_cannot_finish_is_parsed_an_entry_at_a_time_in_fresh_children(
+    settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = _store_real_entries(settings, services, "split")
+    parser = ParserProcess(settings.resolved_storage_url)
+    indexer = GraphIndexer(AdminRepository(services.database), services.store, parser=parser)
+    monkeypatch.setattr(worker, "BATCH_SECONDS", 0.0)  # no child finishes a batch in no time
+    monkeypatch.setattr(GraphIndexer, "_parsed", lambda *_: pytest.fail("parsed on the server's thread"))
+    try:
+        assert indexer.parse_many([("split", key) for key in keys]) == len(keys)
+    finally:
+        indexer.stop()
+    assert all(_graph_records(services, "split").values())
+    assert "parsing it an entry at a time" in caplog.text
+
+
+def test_an_entry_that_stalls_its_child_is_recorded_as_unparseable(
+    settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = _store_real_entries(settings, services, "stall")
+    parser = ParserProcess(settings.resolved_storage_url)
+    indexer = GraphIndexer(AdminRepository(services.database), services.store, parser=parser)
+    monkeypatch.setattr(worker, "BATCH_SECONDS", 0.0)
+    monkeypatch.setattr(indexing, "ENTRY_SECONDS", 0.0)  # every entry alone stalls its child too
+    try:
+        assert indexer.parse_many([("stall", key) for key in keys[:2]]) == 2
+        assert indexer.catch_up() == len(keys) - 2  # the unparseable ones are not tried again
+    finally:
+        indexer.stop()
+    records = _graph_records(services, "stall")
+    assert len(records) == len(keys) and not any(records.values())
+    assert "recorded as unparseable" in caplog.text

@@ -4,6 +4,7 @@ padding scheme would leave, who may ask, and what bad requests get."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.auth.tokens import Role
+from cache_server.graphs.hlo import CUT_MARKER
+from cache_server.graphs.report import MAX_EXAMPLE_TEXT, MAX_GRAPH_SHAPES_TEXT
 from cache_server.index import AdminRepository
 from cache_server.index.graph_records import GraphRecord
 from cache_server.index.migrate import upgrade
@@ -257,3 +260,21 @@ def test_the_dashboard_reads_it_with_a_read_token(app: TestClient) -> None:
     reader = bearer(app, Role.READ)
     body = app.get("/dashboard/graphs", params={"namespace": "vision"}, headers=reader).json()
     assert [g["module"] for g in body["graphs"]] == ["fuse", "small"]
+
+
+def test_a_namespace_of_cut_shapes_texts_answers_at_once(app: TestClient) -> None:
+    """The third probe's entries (issue 36): shapes texts at the parser's cut, many variants of one graph.
+    The report reads at most MAX_GRAPH_SHAPES_TEXT of them and cuts its example."""
+    services = services_of(app)
+    long = "(" + ", ".join(["f32[4611686018427387904,4611686018427387904]"] * 360) + ", " + CUT_MARKER
+    for n in range(200):
+        store(services, "cut", f"c{n}", "crafted", f"{n}{long}")
+    store(services, "cut", "good", "crafted", "(f32[3]) -> (f32[3])")
+    started = time.monotonic()
+    response = app.get("/admin/graphs", params={"namespace": "cut"}, headers=bearer(app, Role.ADMIN))
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    (graph,) = response.json()["graphs"]
+    assert graph["variants"] == 201 and graph["read"] * len(long) <= MAX_GRAPH_SHAPES_TEXT + len(long)
+    assert len(graph["example"]) <= MAX_EXAMPLE_TEXT + len(CUT_MARKER)
+    assert elapsed < 2.0, elapsed

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import resource
 import zlib
 from collections.abc import Iterator
 
 import zstandard
 
+from cache_server.graphs import hlo
 from cache_server.graphs.hlo import GraphInfo, iter_fields, parse_entry
 from tests.support.real_entries import real_entries
 
@@ -114,3 +116,64 @@ def test_a_zstd_entry_that_asks_for_a_huge_window_is_not_parsed() -> None:
 
     assert parse_entry([frame(23)]) == parse_entry([data]) is not None, key
     assert parse_entry([frame(27)]) is None
+
+
+# -- the third probe's entries (issue 36): crafted bytes that break the parser's bounds --------------------
+def _varint_field(number: int, value: int) -> bytes:
+    out = bytearray([number << 3])
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _executable(program_shape: bytes, *, extra: bytes = b"") -> bytes:
+    module = _field(1, b"crafted") + _field(4, program_shape) + extra
+    return _field(1, _field(1, _field(1, module)))
+
+
+def _f32(*dims: int) -> bytes:
+    return _varint_field(2, 11) + b"".join(_varint_field(3, d) for d in dims)
+
+
+def test_a_shapes_text_past_its_bound_is_cut_with_a_marker() -> None:
+    """The probe's 4,000,017-character shapes text: cut at MAX_SHAPES_TEXT, and still told apart."""
+    params = b"".join(_field(1, _f32(2**62, 2**62, 2**62)) for _ in range(5_000))
+    info = parse_entry([_executable(params)])
+    assert info is not None and info.shapes.endswith(hlo.CUT_MARKER)
+    assert len(info.shapes) <= hlo.MAX_SHAPES_TEXT + 20
+    other = parse_entry([_executable(params + _field(1, _f32(1)))])
+    assert other is not None and other.shapes == info.shapes and other.signature != info.signature
+    small = parse_entry([_executable(_field(1, _f32(2, 3)) + _field(2, _f32(4)))])
+    assert small is not None and small.shapes == "(f32[2,3]) -> f32[4]"
+
+
+def test_tuple_shapes_nested_past_the_depth_bound_are_unparseable() -> None:
+    """The probe's 700 nested tuples (3 KB): no RecursionError, the entry parses to None."""
+    shape = _f32(1)
+    for _ in range(700):
+        shape = _varint_field(2, 13) + _field(4, shape)
+    assert parse_entry([_executable(_field(1, shape))]) is None
+
+
+def test_repeated_fields_past_their_bound_are_unparseable_before_allocation() -> None:
+    """The probe's 16 KB zlib entry: 16 MiB of empty repeated fields once inflated (the parser grew to
+    1,145 MiB); the count is checked before each is kept, so it parses to None in bounded memory."""
+    empties = b"\x1a\x00" * (8 * 1024 * 1024)  # 8 M empty `computations` fields
+    header = b"\x0a\x04ifrt"
+    plain = (
+        (1).to_bytes(4, "big")
+        + bytes([len(header)])
+        + header
+        + _executable(_field(1, _f32(1)), extra=empties)
+    )
+    packed = zlib.compress(plain, 9)
+    assert len(packed) < 64 * 1024
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert parse_entry([packed]) is None
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 200, grown_mib
+    dims = _varint_field(2, 11) + _field(3, b"\x01" * (hlo.MAX_SHAPE_FIELDS + 1))  # packed dimensions
+    assert parse_entry([_executable(_field(1, dims))]) is None
