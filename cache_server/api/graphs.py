@@ -24,6 +24,7 @@ from cache_server.graphs.report import (
     VARIANTS_READ_PER_REPORT,
     BakedReport,
     GraphReport,
+    GraphReports,
 )
 
 __all__ = ["GraphsOut", "router"]
@@ -258,9 +259,27 @@ class GraphReportOut(BaseModel):
         )
 
 
+class UnparseableOut(BaseModel):
+    reason: str = Field(description="Why these entries hold no graph the parser reads.")
+    entries: int
+
+
 class GraphsOut(BaseModel):
     namespace: str
     graphs: list[GraphReportOut] = Field(description="Graphs with the most shape variants first.")
+    unparseable: list[UnparseableOut] = Field(
+        default_factory=list,
+        description="Entries of the namespace with no graph, by reason, the commonest five first: bytes that "
+        "are no executable the parser reads, or an entry that broke one of its bounds (see docs/operating).",
+    )
+
+
+def _graphs_out(reports: GraphReports, namespace: str, found: list[GraphReport]) -> GraphsOut:
+    return GraphsOut(
+        namespace=namespace,
+        graphs=[GraphReportOut.of(r) for r in found],
+        unparseable=[UnparseableOut(reason=r, entries=n) for r, n in reports.unparseable(namespace)],
+    )
 
 
 @router.get("/admin/graphs", response_model=GraphsOut)
@@ -284,7 +303,7 @@ def graphs(
     ``variants``, if more), shared among the graphs (``read`` says how many were). 404 for an unknown
     namespace."""
     found = reports.report(namespace, top=top, per_graph=variants, module=module)
-    return GraphsOut(namespace=namespace, graphs=[GraphReportOut.of(r) for r in found])
+    return _graphs_out(reports, namespace, found)
 
 
 @router.get("/dashboard/graphs", response_model=GraphsOut, include_in_schema=False)
@@ -297,4 +316,4 @@ def dashboard_graphs(
 ) -> GraphsOut:
     """What the dashboard's graph view draws (``GET /admin/graphs``, for the read role)."""
     found = reports.report(namespace, top=top, module=module)
-    return GraphsOut(namespace=namespace, graphs=[GraphReportOut.of(r) for r in found])
+    return _graphs_out(reports, namespace, found)

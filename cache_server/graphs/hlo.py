@@ -34,7 +34,16 @@ from cache_server.graphs.wire import read as _read
 from cache_server.graphs.wire import text as _text
 from cache_server.streams import NotZstd, zstd_decompressed
 
-__all__ = ["MAX_MODULE_BYTES", "GraphInfo", "WireError", "iter_fields", "jax_executable", "parse_entry"]
+__all__ = [
+    "MAX_MODULE_BYTES",
+    "GraphInfo",
+    "ParsedEntry",
+    "WireError",
+    "iter_fields",
+    "jax_executable",
+    "parse_entry",
+    "read_entry",
+]
 
 MAX_MODULE_BYTES = 256 * 1024 * 1024  # an HLO module larger than this is not worth the memory to list
 _MODULE_PATH = (1, 1, 1)  # ExecutableAndOptionsProto.serialized_executable -> .hlo_module -> .hlo_module
@@ -248,37 +257,61 @@ def jax_executable(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) ->
     return itertools.chain([bytes(prefix.buf[start + length :])], prefix.rest())
 
 
+@dataclass(frozen=True)
+class ParsedEntry:
+    """What reading one entry found: its graph, or None and ``why`` there is none (a bound the entry broke,
+    bytes that are no executable this parser reads)."""
+
+    info: GraphInfo | None
+    why: str | None = None
+
+
+NO_MODULE = "no HLO module where torch_xla, JAX or libtpu keep one"
+
+
 def parse_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> GraphInfo | None:
     """The graph an entry holds, or ``None`` when its bytes are not a CPU/GPU torch_xla or JAX executable.
 
     Reads ``chunks`` only as far as the end of the HLO module (at most ``limit`` bytes, decompressed).
     """
+    return read_entry(chunks, limit=limit).info
+
+
+def read_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> ParsedEntry:
+    """:func:`parse_entry`, and why there is no graph when there is none."""
     source = iter(chunks)
     first = next(source, b"")
     if _is_zlib(first[:2]) or _is_zstd(first):
-        inner = jax_executable(itertools.chain([first], source), limit=limit)
-        return _parse_executable(inner, limit) if inner is not None else None
+        try:
+            inner = jax_executable(itertools.chain([first], source), limit=limit)
+        except (WireError, zlib.error) as exc:
+            return ParsedEntry(None, f"compressed: {exc}")
+        if inner is None:
+            return ParsedEntry(None, "compressed, but no JAX executable inside")
+        return _parse_executable(inner, limit)
     return _parse_executable(itertools.chain([first], source), limit)
 
 
-def _parse_executable(chunks: Iterator[bytes], limit: int) -> GraphInfo | None:
+def _parse_executable(chunks: Iterator[bytes], limit: int) -> ParsedEntry:
     prefix = Prefix(chunks, limit)
+    why = NO_MODULE
     try:
         try:
             span = _locate_module(prefix)
         except WireError:
             span = None  # not this layout: perhaps a TPU executable's
         if span is not None and prefix.ensure(span[1]):
-            info = _module_info(prefix.buf, *span)
+            info = _module_info(prefix.buf, *span)  # a WireError here: its module broke a bound
             if info is not None:
-                return info
+                return ParsedEntry(info)
         for start, end in tpu_module_spans(prefix):  # not a CPU/GPU layout: a TPU executable's?
             try:
                 info = _module_info(prefix.buf, start, end)
-            except WireError:
+            except WireError as exc:
+                why = str(exc)
                 continue  # not a module after all: the next candidate
             if info is not None:
-                return info
-        return None
-    except (WireError, zlib.error):
-        return None
+                return ParsedEntry(info)
+        return ParsedEntry(None, why)
+    except (WireError, zlib.error) as exc:
+        return ParsedEntry(None, str(exc) or type(exc).__name__)

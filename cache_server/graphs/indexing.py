@@ -29,9 +29,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from cache_protocol.text import shown
 from cache_server.background.activity import Activity
 from cache_server.errors import CacheError
-from cache_server.graphs.hlo import GraphInfo
+from cache_server.graphs.hlo import NO_MODULE, GraphInfo
 from cache_server.graphs.worker import (
     ENTRY_SECONDS,
     RETRY_SECONDS,
@@ -99,7 +100,8 @@ class GraphIndexer:
 
     def _parsed(self, namespace: str, key: str) -> GraphRecord:
         """What parsing one stored entry finds (not recorded yet), parsed on this thread."""
-        return _record(namespace, key, parse_blob(self._store, namespace, key))
+        parsed = parse_blob(self._store, namespace, key)
+        return _record(namespace, key, parsed.info, parsed.why)
 
     def _parse_batch(self, batch: list[tuple[str, str]]) -> list[GraphRecord]:
         """The records of a batch: from the child process when there is one (never parsed on this thread
@@ -284,9 +286,15 @@ class GraphIndexer:
             log.exception("graph parsing failed")
 
 
-def _record(namespace: str, key: str, info: GraphInfo | None) -> GraphRecord:
+def _reason(why: str | None) -> str:
+    """Why an entry has no graph, as the index keeps it: printable (cache_protocol.text), cut to 256."""
+    text = shown(why or NO_MODULE)
+    return text if len(text) <= 256 else text[:255] + "…"
+
+
+def _record(namespace: str, key: str, info: GraphInfo | None, why: str | None = None) -> GraphRecord:
     if info is None:
-        return GraphRecord(namespace, key, module=None)
+        return GraphRecord(namespace, key, module=None, unparseable=_reason(why))
     body = info.body
     if body is None:  # too large to walk: recorded as such ("" structure), not parsed again
         return GraphRecord(
@@ -315,7 +323,7 @@ def _records(batch: list[tuple[str, str]], outcomes: list[ParseOutcome]) -> list
             log.warning("graph parsing of %s/%s skipped: %s", namespace, key, outcome.error)
         elif outcome.unparseable is not None:
             log.warning("graph of %s/%s recorded as unparseable: %s", namespace, key, outcome.unparseable)
-            records.append(GraphRecord(namespace, key, module=None))
+            records.append(GraphRecord(namespace, key, module=None, unparseable=_reason(outcome.unparseable)))
         else:
-            records.append(_record(namespace, key, outcome.info))
+            records.append(_record(namespace, key, outcome.info, outcome.why))
     return records

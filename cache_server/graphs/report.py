@@ -171,3 +171,8 @@ class GraphReports:
                 )
             )
         return reports
+
+    def unparseable(self, namespace: str, *, top: int = 5) -> list[tuple[str, int]]:
+        """How many of ``namespace``'s entries hold no graph this parser reads, by reason (the commonest
+        ``top``): bytes that are no executable, or an entry that broke a bound of the parser."""
+        return self._repository.unparseable(namespace, top=top)

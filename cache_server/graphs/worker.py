@@ -30,7 +30,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from cache_server.errors import CacheError
-from cache_server.graphs.hlo import GraphInfo, parse_entry
+from cache_server.graphs.hlo import GraphInfo, ParsedEntry, read_entry
 from cache_server.storage import BlobStore, blob_name, open_store
 
 __all__ = [
@@ -67,15 +67,16 @@ class ParseOutcome:
     info: GraphInfo | None = None
     error: str | None = None
     unparseable: str | None = None
+    why: str | None = None  # with no info: why the entry holds no graph this parser reads
 
 
-def parse_blob(store: BlobStore, namespace: str, key: str) -> GraphInfo | None:
-    """The graph of one stored entry; None when it has no blob, or no graph this parser reads."""
+def parse_blob(store: BlobStore, namespace: str, key: str) -> ParsedEntry:
+    """The graph of one stored entry, or None and why not (no blob, or no graph this parser reads)."""
     reader = store.open(blob_name(namespace, key))
     if reader is None:
-        return None
+        return ParsedEntry(None, "no blob in the store")
     with reader:
-        return parse_entry(reader.chunks())
+        return read_entry(reader.chunks())
 
 
 class ChildFailed(RuntimeError):
@@ -117,7 +118,8 @@ def _parse_all(store: BlobStore, items: list[tuple[str, str]]) -> list[ParseOutc
     outcomes: list[ParseOutcome] = []
     for namespace, key in items:
         try:
-            outcomes.append(ParseOutcome(info=parse_blob(store, namespace, key)))
+            parsed = parse_blob(store, namespace, key)
+            outcomes.append(ParseOutcome(info=parsed.info, why=parsed.why))
         except CacheError as exc:  # the store failed: the indexer leaves the entry for a later catch-up
             outcomes.append(ParseOutcome(error=f"{type(exc).__name__}: {exc}"))
         except Exception as exc:  # the parser's own failure (a bound it missed): never parsed again

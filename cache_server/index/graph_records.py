@@ -33,6 +33,7 @@ class GraphRecord:
     program: str | None = None
     whole: str | None = None
     ops: str | None = None
+    unparseable: str | None = None  # with no module: why the parser could not read it
 
 
 @dataclass(frozen=True)

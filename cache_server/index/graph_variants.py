@@ -66,6 +66,20 @@ class GraphVariantsRepository:
         with self._db.transaction() as session:
             return session.get(Namespace, namespace) is not None
 
+    def unparseable(self, namespace: str, *, top: int = 5) -> list[tuple[str, int]]:
+        """How many of ``namespace``'s entries could not be parsed, by reason, the commonest ``top`` first
+        (off ``ix_entry_graphs_module_signature``: the rows of no module)."""
+        count = func.count()
+        stmt = (
+            select(EntryGraph.unparseable, count)
+            .where(EntryGraph.namespace == namespace, EntryGraph.module.is_(None))
+            .group_by(EntryGraph.unparseable)
+            .order_by(count.desc(), EntryGraph.unparseable)
+            .limit(top)
+        )
+        with self._db.transaction() as session:
+            return [(reason or "not recorded", int(n)) for reason, n in session.execute(stmt)]
+
     def ranked(self, namespace: str, *, top: int, module: str | None = None) -> list[GraphCounted]:
         """The ``top`` graphs of ``namespace`` with the most variants (then the most entries, then by
         name): the namespace's first rows in ``ix_graph_counts_ranking``."""

@@ -245,9 +245,8 @@ class DailyStats(Base):
 class EntryGraph(Base):
     """What parsing an entry found: its HLO module name and a digest of its parameter and result shapes.
 
-    ``module`` is None when the entry could not be parsed (a TPU executable, say); the row still says
-    "tried", so nobody parses it again. Goes away with its entry.
-    """
+    ``module`` is None when the entry could not be parsed (``unparseable`` says why, migration 0017); the
+    row still says "tried", so nobody parses it again. Goes away with its entry."""
 
     __tablename__ = "entry_graphs"
     __table_args__ = (
@@ -267,6 +266,7 @@ class EntryGraph(Base):
     program: Mapped[str | None] = mapped_column(String(32), nullable=True)
     whole: Mapped[str | None] = mapped_column(String(32), nullable=True)
     ops: Mapped[str | None] = mapped_column(Text, nullable=True)
+    unparseable: Mapped[str | None] = mapped_column(String(256), nullable=True)
 
 
 class GraphCount(Base):

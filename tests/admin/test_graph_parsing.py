@@ -150,7 +150,7 @@ def test_the_server_parses_in_a_child_process_off_its_gil(settings: Settings, se
     assert pid is not None and pid != os.getpid()
     found = _graph_records(services, "child")
     assert set(found) == set(keys)
-    here = {key: parse_blob(services.store, "child", key) for key in keys}
+    here = {key: parse_blob(services.store, "child", key).info for key in keys}
     assert found == {key: info.module if info else None for key, info in here.items()}
     assert all(found.values())  # real executables: every one has its module name
     started = time.monotonic()

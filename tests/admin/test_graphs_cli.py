@@ -12,6 +12,7 @@ import pytest
 from cache_protocol import SHA256_HEADER
 from tests.support.api import sha
 from tests.support.cli import run_cli
+from tests.support.crafted_entries import nested
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
@@ -149,3 +150,36 @@ def test_who_may_ask(server: tuple[LiveServer, dict[str, str]], capsys: pytest.C
     assert code == 2 and "HTTP 403" in err and "cpu-*" in err
     code, _, err = run_cli(["graphs", "cpu-nope", "--server", srv.url, "--token", tokens["admin"]], capsys)
     assert code == 2 and "cpu-nope" in err
+
+
+def test_entries_without_a_graph_are_counted_by_reason(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes that are no executable, and the third probe's 700 nested tuple shapes: each recorded with why
+    it has no graph, and ``xla-cache graphs`` says so under the (empty) report."""
+    srv, tokens = server
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with httpx.Client(base_url=srv.url, headers=admin, timeout=30) as http:
+        for key, data in (
+            ("junk", b"not an executable"),
+            ("nested", nested(700, 1)),
+            ("n2", nested(700, 2)),
+        ):
+            put = http.put(
+                f"/v1/namespaces/cpu-junk/entries/{key}", content=data, headers={SHA256_HEADER: sha(data)}
+            )
+            assert put.status_code == 201
+        wait_until(
+            lambda: (
+                len(http.get("/admin/graphs", params={"namespace": "cpu-junk"}).json()["unparseable"]) == 2
+            ),
+            timeout=30,
+            message="the entries were not recorded as unparseable",
+        )
+    code, out, _ = run_cli(["graphs", "cpu-junk", "--server", srv.url, "--token", tokens["read"]], capsys)
+    assert code == 0
+    assert out.splitlines() == [
+        "namespace cpu-junk: no parsed graphs (yet: entries are parsed in the background)",
+        "  2 entries without a graph: tuple shapes nested deeper than 32",
+        "  1 entry without a graph: no HLO module where torch_xla, JAX or libtpu keep one",
+    ]

@@ -11,6 +11,7 @@ import zstandard
 
 from cache_server.graphs import hlo
 from cache_server.graphs.hlo import GraphInfo, iter_fields, parse_entry
+from tests.support.crafted_entries import executable, f32, field, varint_field
 from tests.support.real_entries import real_entries
 
 SOURCE = "tests/admin/fixtures/generate_entries.py"
@@ -54,17 +55,6 @@ def test_what_is_not_an_entry_parses_to_none() -> None:
     assert parse_entry([b"\x0a\x03abc"]) is None  # a valid message without the executable's layout
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    length, out = len(payload), bytearray()
-    while True:
-        byte = length & 0x7F
-        length >>= 7
-        out.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return bytes([number << 3 | 2]) + bytes(out) + payload
-
-
 def test_reads_only_up_to_the_end_of_the_module() -> None:
     data = next(iter(real_entries().values()))
     # The real layout: outer field 1 = compilation result, whose field 1 = module with config.
@@ -74,7 +64,7 @@ def test_reads_only_up_to_the_end_of_the_module() -> None:
     _, _, m_start, m_end = next(iter_fields(result))
     with_config = result[m_start:m_end]
     object_code = b"\0" * (64 * 1024 * 1024)
-    big = _field(1, _field(1, with_config) + _field(4, object_code))
+    big = field(1, field(1, with_config) + field(4, object_code))
 
     consumed = 0
 
@@ -118,44 +108,25 @@ def test_a_zstd_entry_that_asks_for_a_huge_window_is_not_parsed() -> None:
     assert parse_entry([frame(27)]) is None
 
 
-# -- the third probe's entries (issue 36): crafted bytes that break the parser's bounds --------------------
-def _varint_field(number: int, value: int) -> bytes:
-    out = bytearray([number << 3])
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _executable(program_shape: bytes, *, extra: bytes = b"") -> bytes:
-    module = _field(1, b"crafted") + _field(4, program_shape) + extra
-    return _field(1, _field(1, _field(1, module)))
-
-
-def _f32(*dims: int) -> bytes:
-    return _varint_field(2, 11) + b"".join(_varint_field(3, d) for d in dims)
-
-
+# -- the third probe's entries (issue 36; tests/support/crafted_entries.py): bytes that break the bounds --
 def test_a_shapes_text_past_its_bound_is_cut_with_a_marker() -> None:
     """The probe's 4,000,017-character shapes text: cut at MAX_SHAPES_TEXT, and still told apart."""
-    params = b"".join(_field(1, _f32(2**62, 2**62, 2**62)) for _ in range(5_000))
-    info = parse_entry([_executable(params)])
+    params = b"".join(field(1, f32(2**62, 2**62, 2**62)) for _ in range(5_000))
+    info = parse_entry([executable(params)])
     assert info is not None and info.shapes.endswith(hlo.CUT_MARKER)
     assert len(info.shapes) <= hlo.MAX_SHAPES_TEXT + 20
-    other = parse_entry([_executable(params + _field(1, _f32(1)))])
+    other = parse_entry([executable(params + field(1, f32(1)))])
     assert other is not None and other.shapes == info.shapes and other.signature != info.signature
-    small = parse_entry([_executable(_field(1, _f32(2, 3)) + _field(2, _f32(4)))])
+    small = parse_entry([executable(field(1, f32(2, 3)) + field(2, f32(4)))])
     assert small is not None and small.shapes == "(f32[2,3]) -> f32[4]"
 
 
 def test_tuple_shapes_nested_past_the_depth_bound_are_unparseable() -> None:
     """The probe's 700 nested tuples (3 KB): no RecursionError, the entry parses to None."""
-    shape = _f32(1)
+    shape = f32(1)
     for _ in range(700):
-        shape = _varint_field(2, 13) + _field(4, shape)
-    assert parse_entry([_executable(_field(1, shape))]) is None
+        shape = varint_field(2, 13) + field(4, shape)
+    assert parse_entry([executable(field(1, shape))]) is None
 
 
 def test_repeated_fields_past_their_bound_are_unparseable_before_allocation() -> None:
@@ -164,10 +135,7 @@ def test_repeated_fields_past_their_bound_are_unparseable_before_allocation() ->
     empties = b"\x1a\x00" * (8 * 1024 * 1024)  # 8 M empty `computations` fields
     header = b"\x0a\x04ifrt"
     plain = (
-        (1).to_bytes(4, "big")
-        + bytes([len(header)])
-        + header
-        + _executable(_field(1, _f32(1)), extra=empties)
+        (1).to_bytes(4, "big") + bytes([len(header)]) + header + executable(field(1, f32(1)), extra=empties)
     )
     packed = zlib.compress(plain, 9)
     assert len(packed) < 64 * 1024
@@ -175,5 +143,5 @@ def test_repeated_fields_past_their_bound_are_unparseable_before_allocation() ->
     assert parse_entry([packed]) is None
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 200, grown_mib
-    dims = _varint_field(2, 11) + _field(3, b"\x01" * (hlo.MAX_SHAPE_FIELDS + 1))  # packed dimensions
-    assert parse_entry([_executable(_field(1, dims))]) is None
+    dims = varint_field(2, 11) + field(3, b"\x01" * (hlo.MAX_SHAPE_FIELDS + 1))  # packed dimensions
+    assert parse_entry([executable(field(1, dims))]) is None

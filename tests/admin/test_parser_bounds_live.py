@@ -6,33 +6,16 @@ from __future__ import annotations
 import os
 import signal
 import time
-import zlib
 from pathlib import Path
 
 import httpx
 
 from cache_protocol import SHA256_HEADER
-from tests.admin.test_hlo import _executable, _f32, _field, _varint_field
 from tests.support.api import sha
+from tests.support.crafted_entries import bomb, cut, nested
 from tests.support.real_entries import real_entries
 from tests.support.server import run_server
-
-
-def _nested(depth: int, salt: int) -> bytes:
-    shape = _f32(salt)
-    for _ in range(depth):
-        shape = _varint_field(2, 13) + _field(4, shape)
-    return _executable(_field(1, shape))
-
-
-def _bomb(salt: int) -> bytes:
-    header = b"\x0a\x04ifrt"
-    module = _executable(_field(1, _f32(salt)), extra=b"\x1a\x00" * (1024 * 1024))
-    return zlib.compress(salt.to_bytes(4, "big") + bytes([len(header)]) + header + module, 9)
-
-
-def _cut(salt: int) -> bytes:
-    return _executable(b"".join(_field(1, _f32(2**62, 2**62, salt)) for _ in range(1_000)))
+from tests.support.wait import wait_until
 
 
 def _healthz(client: httpx.Client, seconds: list[float]) -> None:
@@ -42,8 +25,8 @@ def _healthz(client: httpx.Client, seconds: list[float]) -> None:
 
 
 def test_unparseable_entries_never_hold_up_a_good_one_across_a_kill(tmp_path: Path) -> None:
-    crafted = [_nested(700, n) for n in range(100)] + [_bomb(n) for n in range(50)]
-    crafted += [_cut(n) for n in range(50)]
+    crafted = [nested(700, n) for n in range(100)] + [bomb(n) for n in range(50)]
+    crafted += [cut(n) for n in range(50)]
     good = next(iter(real_entries().values()))
     data_dir = tmp_path / "data"
     with run_server(data_dir) as server, httpx.Client(base_url=server.url, timeout=30) as client:
@@ -69,6 +52,17 @@ def test_unparseable_entries_never_hold_up_a_good_one_across_a_kill(tmp_path: Pa
         started = time.monotonic()
         assert client.get("/admin/graphs", params={"namespace": "probe"}).status_code == 200
         report_seconds = time.monotonic() - started
+
+        def unparseable() -> dict[str, int]:  # the report counts them by reason (parsed in batches)
+            answer = client.get("/admin/graphs", params={"namespace": "probe"})
+            found = {group["reason"]: group["entries"] for group in answer.json()["unparseable"]}
+            return found if sum(found.values()) == 150 else {}
+
+        # each crafted entry is recorded with the bound it broke
+        assert wait_until(unparseable, timeout=60, message=lambda: f"{unparseable()}") == {
+            "tuple shapes nested deeper than 32": 100,
+            "more than 100000 computations fields": 50,
+        }
         for _ in range(20):
             _healthz(client, healthz)
         log = server.log()

@@ -58,9 +58,17 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
     """The report as lines: per graph a title line, then per varying dimension its choices (each alone:
     compilations left, +mean overhead), the frontier of combinations, and each rounding applied to all."""
     graphs = report["graphs"]
+    unparseable = [  # (an older server sends none)
+        f"  {n:,} {'entry' if n == 1 else 'entries'} without a graph: {group['reason']}"
+        for group in report.get("unparseable") or []
+        for n in [int(group["entries"])]
+    ]
     if not graphs:
         namespace = report["namespace"]
-        return [f"namespace {namespace}: no parsed graphs (yet: entries are parsed in the background)"]
+        return [
+            f"namespace {namespace}: no parsed graphs (yet: entries are parsed in the background)",
+            *unparseable,
+        ]
     cost = next((g["cost"] for g in graphs if g.get("cost")), "bytes of the padded parameters")
     lines = [
         f"namespace {report['namespace']}: for each varying dimension, the compilations left by padding it "
@@ -93,7 +101,7 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         baked = graph.get("baked_sizes")
         if baked:
             lines.extend(_baked_lines(baked))
-    return lines
+    return [*lines, *unparseable]
 
 
 def _frontier_lines(frontier: list[dict[str, Any]], results: bool, indent: str) -> list[str]:

@@ -1,0 +1,57 @@
+"""Entry bytes made by hand, protobuf field by field: the shapes of an HLO module's program as torch_xla's
+executable layout nests it, and the third probe's entries (issue 36) that break the graph parser's bounds:
+tuple shapes nested 700 deep, a zlib "bomb" of empty repeated fields, a shapes text of millions of
+characters."""
+
+from __future__ import annotations
+
+import zlib
+
+__all__ = ["bomb", "cut", "executable", "f32", "field", "nested", "varint_field"]
+
+
+def field(number: int, payload: bytes) -> bytes:
+    length, out = len(payload), bytearray()
+    while True:
+        byte = length & 0x7F
+        length >>= 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes([number << 3 | 2]) + bytes(out) + payload
+
+
+def varint_field(number: int, value: int) -> bytes:
+    out = bytearray([number << 3])
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def executable(program_shape: bytes, *, extra: bytes = b"") -> bytes:
+    module = field(1, b"crafted") + field(4, program_shape) + extra
+    return field(1, field(1, field(1, module)))
+
+
+def f32(*dims: int) -> bytes:
+    return varint_field(2, 11) + b"".join(varint_field(3, d) for d in dims)
+
+
+def nested(depth: int, salt: int) -> bytes:
+    shape = f32(salt)
+    for _ in range(depth):
+        shape = varint_field(2, 13) + field(4, shape)
+    return executable(field(1, shape))
+
+
+def bomb(salt: int) -> bytes:
+    header = b"\x0a\x04ifrt"
+    module = executable(field(1, f32(salt)), extra=b"\x1a\x00" * (1024 * 1024))
+    return zlib.compress(salt.to_bytes(4, "big") + bytes([len(header)]) + header + module, 9)
+
+
+def cut(salt: int) -> bytes:
+    return executable(b"".join(field(1, f32(2**62, 2**62, salt)) for _ in range(1_000)))
