@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -36,11 +37,16 @@ def _seed(deployment: Deployment, data_dir: Path, operation: str) -> str:
 
 
 def _call(api: httpx.Client, operation: str) -> dict[str, int]:
-    """One call of the operation, as the CLI makes it: at most ROUND entries."""
-    if operation == "signer":
-        response = api.post(f"/admin/signers/{SIGNER}/purge", json={"max_entries": ROUND})
-    else:
-        response = api.delete("/admin/namespaces/leaked", params={"max_entries": ROUND})
+    """One call of the operation, as the CLI makes it: at most ROUND entries; a 503 (the index busy past its
+    statement timeout on a loaded machine) is asked again after its Retry-After, as a caller would."""
+    for _ in range(5):
+        if operation == "signer":
+            response = api.post(f"/admin/signers/{SIGNER}/purge", json={"max_entries": ROUND})
+        else:
+            response = api.delete("/admin/namespaces/leaked", params={"max_entries": ROUND})
+        if response.status_code != 503:
+            break
+        time.sleep(min(float(response.headers.get("retry-after") or 1), 5))
     assert response.status_code == 200, response.text
     answer = response.json()
     removed = answer["evicted"] if operation == "signer" else answer["deleted_entries"]
