@@ -27,6 +27,7 @@ from cache_server.api.admin_schemas import (
     TokensOut,
 )
 from cache_server.api.deps import AdminDep, RunsDep, SettingsDep
+from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.auth.tokens import Role
 from cache_server.errors import InvalidName, PacksOff
 
@@ -111,7 +112,7 @@ MAX_ENTRIES = "Remove at most this many entries in this call; remaining says how
 def delete_namespace(
     namespace: str,
     admin: AdminDep,
-    max_entries: Annotated[int | None, Query(ge=1, description=MAX_ENTRIES)] = None,
+    max_entries: Annotated[int | None, Query(ge=1, le=INDEX_INT_MAX, description=MAX_ENTRIES)] = None,
 ) -> DeleteNamespaceOut:
     """Remove a namespace and every entry in it (rows first, then blobs, a few thousand a transaction); 404
     if it does not exist. With ``max_entries``, at most that many entries go in this call and the namespace

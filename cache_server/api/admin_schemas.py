@@ -403,6 +403,7 @@ class PurgeSignerIn(BaseModel):
     max_entries: int | None = Field(
         default=None,
         ge=1,
+        le=INDEX_INT_MAX,
         description="Remove at most this many in this call (the least recently used); the answer's "
         "remaining says how many are left. Absent: all of them.",
     )
