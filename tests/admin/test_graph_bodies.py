@@ -15,6 +15,7 @@ from cache_server.graphs.baked import describe_changes, internal_axes, size_chan
 from cache_server.graphs.body import MAX_OPS_TEXT, Body, body_from_text
 from cache_server.graphs.hlo import GraphInfo, parse_entry
 from cache_server.graphs.instructions import MAX_OPS
+from tests.support.crafted_entries import field, varint, varint_field
 from tests.support.real_entries import real_entries
 
 BAKED = Path(__file__).parent / "fixtures" / "jax_0.10.2_cpu_baked"
@@ -101,37 +102,19 @@ def test_metadata_alone_leaves_the_program_digest_as_it_is() -> None:
 
 
 # -- crafted modules -------------------------------------------------------------------------------------
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _len(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _int(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value)
-
-
 def _shape(element: int, *dims: int) -> bytes:
-    return _int(2, element) + _len(3, b"".join(_varint(d) for d in dims))
+    return varint_field(2, element) + field(3, b"".join(varint(d) for d in dims))
 
 
 def _entry(instructions: bytes, host_shape: bytes | None = None) -> bytes:
     """A torch_xla-style entry: ExecutableAndOptionsProto, executable, module with config, module."""
-    params = host_shape if host_shape is not None else _len(1, _shape(11, 4)) + _len(2, _shape(11, 4))
-    module = _len(1, b"crafted") + _len(3, _len(1, b"main") + instructions) + _len(4, params)
-    return _len(1, _len(1, _len(1, module)))
+    params = host_shape if host_shape is not None else field(1, _shape(11, 4)) + field(2, _shape(11, 4))
+    module = field(1, b"crafted") + field(3, field(1, b"main") + instructions) + field(4, params)
+    return field(1, field(1, field(1, module)))
 
 
 def _instruction(opcode: bytes, *more: bytes) -> bytes:
-    return _len(2, _len(1, b"op") + _len(2, opcode) + _len(3, _shape(11, 4)) + b"".join(more))
+    return field(2, field(1, b"op") + field(2, opcode) + field(3, _shape(11, 4)) + b"".join(more))
 
 
 def _bounded(data: bytes, seconds: float, mebibytes: float) -> GraphInfo | None:
@@ -149,8 +132,10 @@ def _bounded(data: bytes, seconds: float, mebibytes: float) -> GraphInfo | None:
 
 
 def test_a_huge_repeated_field_is_read_only_up_to_its_bound() -> None:
-    dims = _len(3, _int(2, 11) + b"".join(_int(3, 7) for _ in range(150_000)))  # 150,000 unpacked dims
-    slices = b"".join(_len(17, _int(2, 5)) for _ in range(100_000))
+    dims = field(
+        3, varint_field(2, 11) + b"".join(varint_field(3, 7) for _ in range(150_000))
+    )  # 150,000 unpacked dims
+    slices = b"".join(field(17, varint_field(2, 5)) for _ in range(100_000))
     info = _bounded(_entry(_instruction(b"slice", dims, slices)), seconds=10, mebibytes=64)
     assert info is not None and info.body is not None
     (op,) = info.body.ops
@@ -158,7 +143,9 @@ def test_a_huge_repeated_field_is_read_only_up_to_its_bound() -> None:
 
 
 def test_many_sized_ops_keep_the_most_telling_up_to_the_bound() -> None:
-    ops = [_instruction(b"reshape") for _ in range(MAX_OPS)] + [_instruction(b"slice", _len(17, _int(2, 3)))]
+    ops = [_instruction(b"reshape") for _ in range(MAX_OPS)] + [
+        _instruction(b"slice", field(17, varint_field(2, 3)))
+    ]
     info = _bounded(_entry(b"".join(ops)), seconds=20, mebibytes=256)
     assert info is not None and info.body is not None
     assert info.body.truncated and len(info.body.ops) == MAX_OPS
@@ -173,9 +160,9 @@ def test_many_sized_ops_keep_the_most_telling_up_to_the_bound() -> None:
     "crafted",
     [
         # a length near 2**63 inside an instruction
-        _entry(_len(2, _varint(2 << 3 | 2) + _varint(2**63 - 5) + b"x")),
+        _entry(field(2, varint(2 << 3 | 2) + varint(2**63 - 5) + b"x")),
         # a varint longer than ten bytes
-        _entry(_len(2, _varint(35 << 3) + b"\xff" * 20)),
+        _entry(field(2, varint(35 << 3) + b"\xff" * 20)),
     ],
 )
 def test_crafted_modules_parse_quickly_to_something_or_nothing(crafted: bytes) -> None:
@@ -185,8 +172,8 @@ def test_crafted_modules_parse_quickly_to_something_or_nothing(crafted: bytes) -
 def test_deeply_nested_tuple_shapes_are_refused_without_recursing() -> None:
     nested = _shape(11, 4)
     for _ in range(5_000):
-        nested = _int(2, 13) + _len(4, nested)
+        nested = varint_field(2, 13) + field(4, nested)
     info = _bounded(
-        _entry(_instruction(b"add"), _len(1, nested) + _len(2, _shape(11))), seconds=2, mebibytes=64
+        _entry(_instruction(b"add"), field(1, nested) + field(2, _shape(11))), seconds=2, mebibytes=64
     )
     assert info is None

@@ -7,28 +7,28 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = ["bomb", "cut", "executable", "f32", "field", "nested", "varint_field"]
+__all__ = ["bomb", "cut", "executable", "f32", "field", "nested", "varint", "varint_field"]
 
 
-def field(number: int, payload: bytes) -> bytes:
-    length, out = len(payload), bytearray()
-    while True:
-        byte = length & 0x7F
-        length >>= 7
-        out.append(byte | (0x80 if length else 0))
-        if not length:
-            break
-    return bytes([number << 3 | 2]) + bytes(out) + payload
-
-
-def varint_field(number: int, value: int) -> bytes:
-    out = bytearray([number << 3])
+def varint(value: int) -> bytes:
+    """A protobuf base-128 varint."""
+    out = bytearray()
     while True:
         byte = value & 0x7F
         value >>= 7
         out.append(byte | (0x80 if value else 0))
         if not value:
             return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def varint_field(number: int, value: int) -> bytes:
+    """A varint field (wire type 0)."""
+    return varint(number << 3) + varint(value)
 
 
 def executable(program_shape: bytes, *, extra: bytes = b"") -> bytes:
