@@ -7,7 +7,8 @@ knows of each compile. The wire contract is :mod:`cache_protocol.runs`.
 
 from __future__ import annotations
 
-from xla_cache.runs.collectors import CompileCounts, MissFacts, RunCollector, collector_for
+from xla_cache.runs.choice import collector_for
+from xla_cache.runs.collectors import CompileCounts, MissFacts, RunCollector
 from xla_cache.runs.reporter import EXIT_SECONDS, Miss, RunReporter, Transfers, WarmFacts, reporter_for
 
 __all__ = [

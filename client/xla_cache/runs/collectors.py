@@ -1,5 +1,6 @@
-"""What a run report counts, read from the framework: one collector per framework (torch_xla here; JAX and
-torchax in :mod:`xla_cache.runs.jax_events`), chosen by :func:`collector_for`.
+"""What a run report counts, read from the framework: the counts and the collector's interface, one
+collector per framework (:mod:`xla_cache.runs.torch_xla_events`; JAX and torchax in
+:mod:`xla_cache.runs.jax_events`), chosen by :func:`xla_cache.runs.choice.collector_for`.
 
 A collector is made when the warm points the framework at its directory, before the job's first compile, so
 the framework's process-wide numbers are the run's own (each collector still subtracts what it found then).
@@ -7,21 +8,17 @@ the framework's process-wide numbers are the run's own (each collector still sub
 
 from __future__ import annotations
 
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
 from xla_cache.cachedir import LocalFile
-from xla_cache.frameworks import Framework
 
 __all__ = [
     "CompileCounts",
     "MissFacts",
     "NullCollector",
     "RunCollector",
-    "TorchXlaCollector",
-    "collector_for",
 ]
 
 
@@ -87,59 +84,3 @@ class NullCollector(RunCollector):
 
     def counts(self) -> CompileCounts:
         return CompileCounts()
-
-
-class TorchXlaCollector(RunCollector):
-    """torch_xla's counters (``PersistentCacheHit``, ``UncachedCompile``,
-    ``PersistentCacheDeserializeFailure``) and its ``CompileTime`` metric (nanoseconds), from
-    ``torch_xla.debug.metrics``. torch_xla names entries by a hash only: no module name is known."""
-
-    def __init__(self, adapter: Framework) -> None:
-        self._adapter = adapter
-        self._start = self._read()
-
-    def framework(self) -> str:
-        return "torch_xla"
-
-    @staticmethod
-    def _read() -> CompileCounts:
-        if "torch_xla" not in sys.modules:
-            return CompileCounts()
-        import torch_xla.debug.metrics as met
-
-        from xla_cache.frameworks.torch_xla import DESERIALIZE_FAILURE, counter
-
-        data = met.metric_data("CompileTime")
-        nanoseconds = float(data[1]) if data else 0.0
-        return CompileCounts(
-            hits=counter("PersistentCacheHit"),
-            misses=counter("UncachedCompile"),
-            compile_seconds=nanoseconds / 1e9,
-            load_failures=counter(DESERIALIZE_FAILURE),
-        )
-
-    def counts(self) -> CompileCounts:
-        return self._read().since(self._start)
-
-    def process_index(self) -> int:
-        if "torch_xla" not in sys.modules:
-            return 0
-        import torch_xla.runtime as xr
-
-        return int(xr.process_index())
-
-    def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
-        # The CompileTime sample torch_xla recorded right after writing each file (what uploads carry too).
-        times = self._adapter.compile_times(files)
-        return {key: MissFacts(compile_seconds=ms / 1000.0) for key, ms in times.items()}
-
-
-def collector_for(adapter: Framework) -> RunCollector:
-    """The collector of the framework ``adapter`` stands for (JAX's counts torchax jobs too)."""
-    if adapter.name == "torch_xla":
-        return TorchXlaCollector(adapter)
-    if adapter.name == "jax":
-        from xla_cache.runs.jax_events import JaxCollector
-
-        return JaxCollector.start()
-    return NullCollector(adapter.name)

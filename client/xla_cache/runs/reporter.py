@@ -44,7 +44,8 @@ from xla_cache.errors import ServerError, ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
 from xla_cache.logs import logger
 from xla_cache.plan import WarmPlan
-from xla_cache.runs.collectors import CompileCounts, RunCollector, collector_for
+from xla_cache.runs.choice import collector_for
+from xla_cache.runs.collectors import CompileCounts, RunCollector
 
 __all__ = [
     "EXIT_SECONDS",
