@@ -14,7 +14,7 @@ from cache_server.admin.provenance import PurgeResult, TokenUsage
 from cache_server.admin.stats import StatsReport
 from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.domain import COUNTERS, Counters, NamespaceInfo, TokenInfo, counter_description
-from cache_server.runs import RunTotals
+from cache_server.domain.runs import RunTotals
 
 __all__ = [
     "CountersOut",

@@ -28,7 +28,7 @@ from cache_server.api.auth import bearer_token, principal
 from cache_server.api.deps import AdminDep, RunsDep, SettingsDep, TokensDep
 from cache_server.api.run_schemas import RunDetailOut, RunOut, RunsOut
 from cache_server.auth.tokens import Role
-from cache_server.runs.model import RunFilter
+from cache_server.domain.runs import RunFilter
 
 __all__ = ["router"]
 

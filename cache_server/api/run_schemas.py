@@ -33,9 +33,9 @@ from cache_protocol.runs import (
     milliseconds,
 )
 from cache_protocol.text import unprintable
+from cache_server.domain.runs import MissRecord, RunInfo
 from cache_server.names import check_key, check_namespace
 from cache_server.runs.ingest import RunDetail, RunReport
-from cache_server.runs.model import MissRecord, RunInfo
 from cache_server.runs.reasons import ExplainedMiss
 
 __all__ = ["RunDetailOut", "RunOut", "RunReportIn", "RunsOut"]

@@ -15,9 +15,9 @@ from cache_server.api.auth import principal
 from cache_server.api.deps import RunsDep, TokensDep
 from cache_server.api.run_schemas import RunDetailOut, RunOut, RunReportIn, RunsOut
 from cache_server.auth.tokens import Role
+from cache_server.domain.runs import RunFilter
 from cache_server.errors import Forbidden
 from cache_server.names import check_namespace
-from cache_server.runs.model import RunFilter
 
 __all__ = ["router"]
 

@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, delete, func, null, select, update
 from sqlalchemy.orm import Session
 
+from cache_server.domain.runs import NUMBER_FIELDS, MissRecord, RunFilter, RunInfo, RunNumbers, RunTotals
 from cache_server.index.database import Database, chunked
 from cache_server.index.models import Namespace, Run, RunMiss, run_number
 from cache_server.index.patterns import scope_matches
-from cache_server.runs.model import NUMBER_FIELDS, MissRecord, RunFilter, RunInfo, RunNumbers, RunTotals
 
 __all__ = ["HeldRun", "RunRepository"]
 

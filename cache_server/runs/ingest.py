@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, replace
 from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server import metrics
 from cache_server.domain import Clock, utcnow
+from cache_server.domain.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
 from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned, RunsBusy
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
 from cache_server.runs.budget import RunBudget
-from cache_server.runs.model import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
 from cache_server.runs.plausible import countable, lifetime_seconds
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache

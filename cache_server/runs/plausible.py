@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from cache_server.runs.model import RunInfo, RunNumbers
+from cache_server.domain.runs import RunInfo, RunNumbers
 
 __all__ = [
     "GRACE_SECONDS",

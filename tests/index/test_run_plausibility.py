@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from cache_server.runs.model import RunInfo, RunNumbers
+from cache_server.domain.runs import RunInfo, RunNumbers
 from cache_server.runs.plausible import (
     GRACE_SECONDS,
     MAX_LIFETIME_SECONDS,

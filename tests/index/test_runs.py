@@ -10,6 +10,7 @@ import pytest
 
 from cache_server.admin.history import prune_history
 from cache_server.domain import utcnow
+from cache_server.domain.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded
 from cache_server.errors import RunConflict, RunOwned
 from cache_server.index import AdminRepository, Database, EntryRepository
 from cache_server.index.graph_records import GraphRecord
@@ -17,7 +18,6 @@ from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
 from cache_server.index.tombstones import prune_tombstones, tombstones_of
 from cache_server.runs.ingest import record_run
-from cache_server.runs.model import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded
 from cache_server.settings import Settings
 from tests.support.entry_records import record
 

@@ -5,7 +5,7 @@ turn them into response bodies (:mod:`cache_server.api`).
 
 The counters are defined once, as the fields of :class:`Counters`: each namespace keeps them in its row, the
 daily rollup keeps them per namespace and UTC day, and the stats report and its response schemas are built
-from :data:`COUNTERS`.
+from :data:`COUNTERS`. A run as the server keeps it is in :mod:`cache_server.domain.runs`.
 """
 
 from __future__ import annotations
