@@ -1,5 +1,6 @@
-"""Benchmark: the answers to an incident at scale, ``purge-signer`` of a leaked key and deleting a namespace,
-each of 100,000 entries, on the index backend given and the local store.
+"""Benchmark: the answers to an incident at scale, ``purge-signer`` of a leaked key, ``purge-token`` of a
+leaked token and deleting a namespace, each of 100,000 entries, on the index backend given and the local
+store.
 
 Prints figures measured in one run on this machine (no pass/fail). Setup (writing the blobs and rows) is
 not measured; blobs are written by the real local store with fsync skipped, to set up faster. Each removal
@@ -23,6 +24,7 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cache_server.admin.eviction import EvictionResult
+from cache_server.auth.tokens import Role
 from cache_server.index.entries import EntryRecord, EntryRepository
 from cache_server.index.migrate import upgrade
 from cache_server.settings import Settings
@@ -30,12 +32,15 @@ from cache_server.storage.base import blob_name
 from cache_server.wiring import Services, build_services
 
 SIGNER = "0123456789abcdef"
-ROUND = 10_000  # entries per call, as the CLI asks (xla_cache.cli.signing.PURGE_ROUND)
+ROUND = 10_000  # entries per call, as the CLI asks (xla_cache.cli.common.REMOVAL_ROUND)
 SIZE = 256
 
 
-def populate(services: Services, namespace: str, entries: int, *, signer: str | None) -> None:
-    """``entries`` entries in ``namespace`` (signed by ``signer``), blobs and rows, loaded in bulk."""
+def populate(
+    services: Services, namespace: str, entries: int, *, signer: str | None, stored_by: str | None = None
+) -> None:
+    """``entries`` entries in ``namespace`` (signed by ``signer``, stored by the token id ``stored_by``),
+    blobs and rows, loaded in bulk."""
     data = b"x" * SIZE
     digest = hashlib.sha256(data).hexdigest()
     start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
@@ -51,6 +56,7 @@ def populate(services: Services, namespace: str, entries: int, *, signer: str | 
                     SIZE,
                     digest,
                     created_at=start + dt.timedelta(milliseconds=i),
+                    stored_by=stored_by,
                     signer=signer,
                     signature=None if signer is None else f"{signer}:AAAA",
                 )
@@ -92,17 +98,24 @@ def main() -> None:
             start = time.perf_counter()
             populate(services, "leaked", args.entries, signer=SIGNER)
             populate(services, "doomed", args.entries, signer=None)
-            print(f"setup: 2 x {args.entries} entries of {SIZE} B ({time.perf_counter() - start:.1f} s)")
+            _, leaked_token = services.tokens.create("leaked-ci", Role.WRITE)
+            populate(services, "poisoned", args.entries, signer=None, stored_by=leaked_token.id)
+            print(f"setup: 3 x {args.entries} entries of {SIZE} B ({time.perf_counter() - start:.1f} s)")
             rounds, seconds, removed = timed_rounds(
                 lambda: admin.purge_signer(SIGNER, max_entries=ROUND), "leaked"
             )
             print(f"purge-signer of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
             rounds, seconds, removed = timed_rounds(
+                lambda: admin.purge_token("leaked-ci", max_entries=ROUND).removed, "poisoned"
+            )
+            print(f"purge-token of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
+            rounds, seconds, removed = timed_rounds(
                 lambda: admin.delete_namespace("doomed", max_entries=ROUND), "doomed"
             )
             print(f"delete namespace of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
             left = sum(1 for _ in services.store.list())
-            assert left == 0 and not admin.stored_by_namespace(), (left, admin.stored_by_namespace())
+            held = {ns: n for ns, (n, _) in admin.stored_by_namespace().items() if n}
+            assert left == 0 and not held, (left, held)
         finally:
             services.stop()
 

@@ -5,11 +5,11 @@ transaction (``DELETE ... RETURNING``, so of several processes evicting at once 
 counted by exactly one), then that batch's blobs are deleted by a small thread pool. A blob whose delete
 fails is an orphan that gc removes later; it is never a row without a blob.
 
-A purge of a signer and a namespace's delete may be asked to remove at most ``max_entries`` in one call and
-answer how many ``remaining``: the CLI calls again until none remain, printing the progress, and each call is
-a few transactions of :data:`BATCH` rows, so a server that dies midway has removed whole batches (their
-tombstones with them) and the next call removes the rest; blobs whose rows went before it died are orphans
-that gc removes. Each batch is logged as it goes.
+A purge of a signer or of a token, and a namespace's delete, may be asked to remove at most ``max_entries``
+in one call and answer how many ``remaining``: the CLI calls again until none remain, printing the progress,
+and each call is a few transactions of :data:`BATCH` rows, so a server that dies midway has removed whole
+batches (their tombstones with them) and the next call removes the rest; blobs whose rows went before it died
+are orphans that gc removes. Each batch is logged as it goes.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class EvictionResult:
     dry_run: bool = False
     entries: list[EvictionCandidate] = field(default_factory=list)
     listed_all: bool = True
-    remaining: int | None = None  # a purge of a signer, a namespace's delete: how many are left to remove
+    remaining: int | None = None  # a purge (signer, token), a namespace's delete: how many are left to remove
 
 
 class Evictor:
@@ -121,13 +121,24 @@ class Evictor:
         return self._evict(namespace, total, per_namespace, None, dry_run, list_limit)
 
     def remove_stored_by(
-        self, token_ids: Sequence[str], *, dry_run: bool = False, list_limit: int = 1000
+        self,
+        token_ids: Sequence[str],
+        *,
+        dry_run: bool = False,
+        list_limit: int = 1000,
+        max_entries: int | None = None,
     ) -> EvictionResult:
-        """Remove every entry these tokens stored (rows, then blobs, in batches); not counted as evictions."""
+        """Remove every entry these tokens stored, or the ``max_entries`` least recently used of them; rows,
+        then blobs, in batches; not counted as evictions. ``remaining``: how many they stored are left."""
         if not token_ids:
-            return EvictionResult(dry_run=dry_run)
-        victims = ((ref, _PURGE) for ref in self._repository.iter_stored_by(token_ids))
-        return self._run(victims, dry_run=dry_run, list_limit=list_limit)
+            return EvictionResult(dry_run=dry_run, remaining=0)
+        with closing(self._repository.iter_stored_by(token_ids)) as stream:
+            victims = ((ref, _PURGE) for ref in islice(stream, max_entries))
+            result = self._run(
+                victims, dry_run=dry_run, list_limit=list_limit, progress=f"purge of token {token_ids[0]}"
+            )
+        result.remaining = self._repository.count_stored_by(token_ids)
+        return result
 
     def remove_signed_by(
         self,

@@ -54,9 +54,11 @@ def purge_token(
     revoke: bool = True,
     dry_run: bool = False,
     list_limit: int = 1000,
+    max_entries: int | None = None,
 ) -> PurgeResult:
     """Revoke the tokens with this name or id (unless ``revoke`` is false), then remove every entry they
-    stored. Revoking comes first, so a leaked token cannot store more while its entries go.
+    stored (at most ``max_entries`` in this call; ``removed.remaining``: how many are left). Revoking comes
+    first, so a leaked token cannot store more while its entries go; a later call finds it revoked already.
 
     :class:`TokenNotFound` if no token has this name or id.
     """
@@ -67,6 +69,6 @@ def purge_token(
     if revoke and not dry_run:
         result.revoked = tokens.revoke(name_or_id)
     result.removed = evictor.remove_stored_by(
-        [info.id for info in found], dry_run=dry_run, list_limit=list_limit
+        [info.id for info in found], dry_run=dry_run, list_limit=list_limit, max_entries=max_entries
     )
     return result

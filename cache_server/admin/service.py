@@ -187,11 +187,24 @@ class AdminService:
         return token_usage(self._tokens, self._repository)
 
     def purge_token(
-        self, name_or_id: str, *, revoke: bool = True, dry_run: bool = False, list_limit: int = 1000
+        self,
+        name_or_id: str,
+        *,
+        revoke: bool = True,
+        dry_run: bool = False,
+        list_limit: int = 1000,
+        max_entries: int | None = None,
     ) -> PurgeResult:
-        """Revoke a token and remove everything it stored (see :func:`~.provenance.purge_token`)."""
+        """Revoke a token and remove everything it stored, at most ``max_entries`` in this call (see
+        :func:`~.provenance.purge_token`)."""
         return purge_token(
-            self._tokens, self.evictor, name_or_id, revoke=revoke, dry_run=dry_run, list_limit=list_limit
+            self._tokens,
+            self.evictor,
+            name_or_id,
+            revoke=revoke,
+            dry_run=dry_run,
+            list_limit=list_limit,
+            max_entries=max_entries,
         )
 
     def signer_usage(self) -> dict[str | None, tuple[int, int]]:

@@ -139,9 +139,17 @@ def tokens(admin: AdminDep) -> TokensOut:
 @declare(Role.ADMIN, answers={"404": NO_TOKEN})
 def purge_token(token: str, admin: AdminDep, body: PurgeIn | None = None) -> PurgeOut:
     """The answer to a leaked token: revoke the tokens with this name or id, then remove every entry they
-    stored (rows first, then blobs). ``dry_run`` lists what would go. 404 if no token has this name or id."""
+    stored (rows first, then blobs). ``dry_run`` lists what would go. ``max_entries``: at most that many in
+    this call, ``removed.remaining`` the ones left (the CLI calls again until 0; a call cut short by a server
+    that died loses nothing). 404 if no token has this name or id."""
     body = body or PurgeIn()
-    result = admin.purge_token(token, revoke=body.revoke, dry_run=body.dry_run, list_limit=body.list_limit)
+    result = admin.purge_token(
+        token,
+        revoke=body.revoke,
+        dry_run=body.dry_run,
+        list_limit=body.list_limit,
+        max_entries=body.max_entries,
+    )
     return PurgeOut.of(result)
 
 

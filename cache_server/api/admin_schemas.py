@@ -227,8 +227,8 @@ class EvictOut(BaseModel):
     keys_truncated: bool = Field(default=False, description="More would go than list_limit lets us list.")
     remaining: int | None = Field(
         default=None,
-        description="A purge of a signer: how many entries it signed are left (call again until 0); "
-        "null for an eviction.",
+        description="A purge of a signer or a token: how many entries it signed or stored are left (call "
+        "again until 0); null for an eviction.",
     )
 
     @classmethod
@@ -367,6 +367,13 @@ class PurgeIn(BaseModel):
     revoke: bool = Field(default=True, description="Revoke the token first, so it stores nothing more.")
     dry_run: bool = Field(default=False, description="List what would go; revoke and remove nothing.")
     list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")
+    max_entries: int | None = Field(
+        default=None,
+        ge=1,
+        le=INDEX_INT_MAX,
+        description="Remove at most this many in this call (the least recently used); the answer's "
+        "removed.remaining says how many are left. Absent: all of them.",
+    )
 
 
 class PurgeOut(BaseModel):

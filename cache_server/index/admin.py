@@ -200,9 +200,15 @@ class AdminRepository(GraphRows):
         with self._db.reading() as connection:
             return int(connection.execute(stmt).scalar() or 0)
 
-    def iter_stored_by(self, token_ids: Sequence[str]) -> Iterator[EvictionCandidate]:
+    def iter_stored_by(self, token_ids: Sequence[str]) -> Generator[EvictionCandidate, None, None]:
         """The entries these tokens stored, least recently used first, streamed like :meth:`iter_lru`."""
         return self._stream(_LRU.where(Entry.stored_by.in_(list(token_ids))))
+
+    def count_stored_by(self, token_ids: Sequence[str]) -> int:
+        """How many entries these tokens stored, counted on ``ix_entries_stored_by``."""
+        stmt = select(func.count()).where(Entry.stored_by.in_(list(token_ids)))
+        with self._db.reading() as connection:
+            return int(connection.execute(stmt).scalar() or 0)
 
     def _stream(self, stmt: Select[str, str, int, dt.datetime]) -> Generator[EvictionCandidate, None, None]:
         # Core rows straight off the cursor: this may stream millions of them. The cursor is a server-side

@@ -78,6 +78,14 @@ class AdminApi(CacheApi):
         path = f"/admin/tokens/{seg(token)}/purge"
         return dict(self._json(self._call("POST", path, what, deadline, json=body), what))
 
+    def admin_delete_namespace(self, namespace: str, max_entries: int, deadline: Deadline) -> dict[str, Any]:
+        """``DELETE /admin/namespaces/{ns}``: remove at most ``max_entries`` of the namespace's entries, and
+        the namespace once none remain (admin token); the answer says how many are ``remaining``."""
+        what = f"the delete of namespace {namespace!r}"
+        path = f"/admin/namespaces/{seg(namespace)}"
+        params = {"max_entries": max_entries}
+        return dict(self._json(self._call("DELETE", path, what, deadline, params=params), what))
+
     def admin_runs(self, params: Mapping[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``GET /admin/runs``: the runs reported, newest first, filtered by ``params`` (namespace,
         framework, host, since, until, limit)."""

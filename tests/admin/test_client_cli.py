@@ -206,7 +206,9 @@ def test_evict_refuses_bad_input_and_weak_tokens(
 
 
 def test_tokens_show_what_each_stored_and_purge_token_removes_it(
-    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+    server: tuple[LiveServer, dict[str, str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     srv, tokens = server
     writer = {"Authorization": f"Bearer {tokens['write']}"}
@@ -223,8 +225,12 @@ def test_tokens_show_what_each_stored_and_purge_token_removes_it(
 
     code, out, _ = run_cli(["purge-token", "cli-write", "--dry-run", *admin], capsys)
     assert code == 0 and "would remove 3 entries" in out and "leak/x0" in out
-    code, out, _ = run_cli(["purge-token", "cli-write", "--json", *admin], capsys)
-    assert code == 0 and json.loads(out)["removed"]["evicted"] == 3
+    monkeypatch.setattr("xla_cache.cli.common.REMOVAL_ROUND", 2)  # calls of 2 entries until none remain
+    code, out, err = run_cli(["purge-token", "cli-write", "--json", *admin], capsys)
+    answer = json.loads(out)
+    assert code == 0 and answer["removed"]["evicted"] == 3 and answer["removed"]["remaining"] == 0
+    assert len(answer["revoked"]) == 1  # by the first call; the second finds it revoked
+    assert err.splitlines() == ["removed 2 entries, 1 remaining", "removed 3 entries, 0 remaining"]
     with httpx.Client(base_url=srv.url, timeout=30) as http:
         assert http.get("/v1/namespaces/leak/entries/x0", headers=writer).status_code == 401
         assert (
@@ -237,6 +243,44 @@ def test_tokens_show_what_each_stored_and_purge_token_removes_it(
     assert "revoked" in next(row for row in out.splitlines() if "cli-write" in row)
     code, _, err = run_cli(["purge-token", "nobody", *admin], capsys)
     assert code == 2 and "404" in err
+
+
+def test_delete_namespace_removes_it_in_rounds_and_says_what_it_held(
+    server: tuple[LiveServer, dict[str, str]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv, tokens = server
+    admin = ["--server", srv.url, "--token", tokens["admin"]]
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['admin']}"}) as http:
+        for i in range(5):
+            data = b"doomed %d" % i
+            url = f"/v1/namespaces/doomed/entries/d{i}"
+            assert http.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
+        code, out, _ = run_cli(["delete-namespace", "doomed", "--dry-run", *admin], capsys)
+        assert (code, out.strip()) == (
+            0,
+            "dry run: would delete namespace doomed with 5 entries, 40 B (nothing was removed)",
+        )
+        assert http.get("/v1/namespaces/doomed/entries/d0").status_code == 200
+        monkeypatch.setattr("xla_cache.cli.common.REMOVAL_ROUND", 2)
+        code, out, err = run_cli(["delete-namespace", "doomed", *admin], capsys)
+        assert (code, out.strip()) == (0, "deleted namespace doomed: 5 entries, freed 40 B")
+        assert err.splitlines() == [
+            "removed 2 entries, 3 remaining",
+            "removed 4 entries, 1 remaining",
+            "removed 5 entries, 0 remaining",
+        ]
+        assert http.get("/v1/namespaces/doomed").status_code == 404
+    code, _, err = run_cli(["delete-namespace", "doomed", *admin], capsys)
+    assert code == 2 and "404" in err
+    code, _, err = run_cli(
+        ["delete-namespace", "doomed", "--server", srv.url, "--token", tokens["read"]], capsys
+    )
+    assert code == 2 and "403" in err
+    with pytest.raises(SystemExit) as refused:
+        run_cli(["delete-namespace", "bad/name", *admin], capsys)
+    assert refused.value.code == 2 and "contains a slash" in capsys.readouterr().err
 
 
 def test_sizes_and_durations() -> None:

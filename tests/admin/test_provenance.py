@@ -142,6 +142,29 @@ def test_purging_a_leaked_token_revokes_it_and_removes_only_what_it_stored(
     assert auth_client.post("/admin/tokens/nobody/purge", headers=admin).json()["error"] == "token_not_found"
 
 
+def test_a_token_purge_in_rounds_revokes_once_and_says_what_remains(
+    auth_client: TestClient, made: dict[str, str]
+) -> None:
+    for i in range(7):
+        assert put(auth_client, made["team-a"], "team-a-llm", f"bad{i}", b"poison %d" % i) == 201
+    admin = bearer(made["admin"])
+    purge = "/admin/tokens/team-a-ci/purge"
+    first = auth_client.post(purge, json={"max_entries": 3}, headers=admin).json()
+    assert len(first["revoked"]) == 1
+    assert (first["removed"]["evicted"], first["removed"]["remaining"]) == (3, 4)
+    assert put(auth_client, made["team-a"], "team-a-llm", "bad9", b"more") == 401  # revoked by the first
+    dry = auth_client.post(purge, json={"max_entries": 3, "dry_run": True}, headers=admin).json()
+    assert (dry["removed"]["evicted"], dry["removed"]["remaining"]) == (3, 4)  # nothing removed
+    later = [auth_client.post(purge, json={"max_entries": 3}, headers=admin).json() for _ in range(2)]
+    assert [(a["removed"]["evicted"], a["removed"]["remaining"], a["revoked"]) for a in later] == [
+        (3, 1, []),
+        (1, 0, []),
+    ]
+    for bad in (0, -1, "3", 2**63):
+        refused = auth_client.post(purge, json={"max_entries": bad}, headers=admin)
+        assert refused.status_code == 400, (bad, refused.text)
+
+
 def test_reindex_keeps_who_stored_each_entry(auth_client: TestClient, made: dict[str, str]) -> None:
     assert put(auth_client, made["team-a"], "team-a-llm", "k1", b"one") == 201
     services = services_of(auth_client)

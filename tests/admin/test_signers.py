@@ -82,7 +82,7 @@ def test_signed_pushes_unsigned_entries_and_purges(
     assert "unsigned                   3 entries" in out
     code, out, _ = run_cli(["unsigned", *url], capsys)
     assert out.strip() == "unsigned  3 entries, 300 B"
-    monkeypatch.setattr("xla_cache.cli.signing.PURGE_ROUND", 2)  # calls of 2 entries until none remain
+    monkeypatch.setattr("xla_cache.cli.common.REMOVAL_ROUND", 2)  # calls of 2 entries until none remain
     code, out, err = run_cli(["unsigned", "--remove", *url], capsys)
     assert (code, out.strip()) == (0, "removed 3 entries, freed 300 B")
     assert err.splitlines() == ["removed 2 entries, 1 remaining", "removed 3 entries, 0 remaining"]

@@ -1,5 +1,5 @@
-"""The admin subcommands of ``xla-cache``: stats, evict, tokens, quota and purge-token, and their part of
-the argument parser (:func:`add_admin_commands`, called by :func:`xla_cache.cli.build_parser`).
+"""The admin subcommands of ``xla-cache``: stats, evict, tokens, quota, purge-token and delete-namespace, and
+their part of the argument parser (:func:`add_admin_commands`, called by :func:`xla_cache.cli.build_parser`).
 
 Printing is in :mod:`xla_cache.cli.admin_text`; the arguments and helpers every subcommand shares are in
 :mod:`xla_cache.cli.common`.
@@ -13,6 +13,7 @@ from typing import Any
 
 from xla_cache.cli.admin_text import (
     evict_lines,
+    format_bytes,
     parse_duration,
     parse_size,
     purge_lines,
@@ -29,12 +30,21 @@ from xla_cache.cli.common import (
     namespace_name,
     namespace_of,
     no_namespace_help,
+    remove_in_rounds,
 )
 from xla_cache.cli.signing import signer_lines
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerProblem, ServerUnavailable
 
-__all__ = ["add_admin_commands", "cmd_evict", "cmd_purge_token", "cmd_quota", "cmd_stats", "cmd_tokens"]
+__all__ = [
+    "add_admin_commands",
+    "cmd_delete_namespace",
+    "cmd_evict",
+    "cmd_purge_token",
+    "cmd_quota",
+    "cmd_stats",
+    "cmd_tokens",
+]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -136,17 +146,71 @@ def cmd_quota(args: argparse.Namespace) -> int:
 
 
 def cmd_purge_token(args: argparse.Namespace) -> int:
-    """Revoke a token and remove every entry it stored (``--dry-run`` lists what would go)."""
-    body = {"dry_run": args.dry_run, "revoke": not args.keep_token}
+    """Revoke a token and remove every entry it stored, REMOVAL_ROUND entries a call until none remain
+    (``--dry-run`` lists what would go)."""
+    body: dict[str, Any] = {"dry_run": args.dry_run, "revoke": not args.keep_token}
     config = config_of(args)
     with admin_api(config) as api:
-        result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
+        if args.dry_run:
+            result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
+        else:
+            removed = remove_in_rounds(
+                lambda most: api.admin_purge_token(
+                    args.token_name, {**body, "max_entries": most}, Deadline(args.timeout)
+                ),
+                lambda part: _removal_counts(part["removed"]),
+            )
+            first = removed.answers[0]
+            revoked = [token for answer in removed.answers for token in answer["revoked"]]
+            result = {"tokens": first["tokens"], "revoked": revoked, "removed": removed.as_eviction()}
     emit(args, result, purge_lines(result))
     return 0
 
 
+def _removal_counts(part: dict[str, Any]) -> tuple[int, int, int | None]:
+    return part["evicted"], part["freed_bytes"], part.get("remaining")
+
+
+def cmd_delete_namespace(args: argparse.Namespace) -> int:
+    """Remove a namespace and every entry in it, REMOVAL_ROUND entries a call until none remain
+    (``--dry-run`` says what it holds)."""
+    config = config_of(args)
+    with admin_api(config) as api:
+        if args.dry_run:
+            info = api.get_namespace(args.namespace, Deadline(args.timeout))
+            entries, size = int(info["entries"]), int(info["bytes"])
+            result = {"namespace": args.namespace, "dry_run": True, "entries": entries, "bytes": size}
+            lines = [
+                f"dry run: would delete namespace {args.namespace} with {entries:,} entries, "
+                f"{format_bytes(size)} (nothing was removed)"
+            ]
+        else:
+            removed = remove_in_rounds(
+                lambda most: api.admin_delete_namespace(args.namespace, most, Deadline(args.timeout)),
+                lambda part: (part["deleted_entries"], part["freed_bytes"], part.get("remaining")),
+            )
+            result = {
+                "namespace": args.namespace,
+                "dry_run": False,
+                "deleted_entries": removed.entries,
+                "freed_bytes": removed.freed_bytes,
+                "remaining": removed.remaining,
+            }
+            lines = [
+                f"deleted namespace {args.namespace}: {removed.entries:,} entries, "
+                f"freed {format_bytes(removed.freed_bytes)}"
+            ]
+            if removed.remaining:
+                lines[0] = (
+                    f"namespace {args.namespace}: removed {removed.entries:,} entries, "
+                    f"{removed.remaining:,} arrived meanwhile and remain: run it again"
+                )
+    emit(args, result, lines)
+    return 0
+
+
 def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register stats, evict, tokens, purge-token and quota on ``xla-cache``'s subparsers."""
+    """Register stats, evict, tokens, purge-token, delete-namespace and quota on the subparsers."""
     stats = sub.add_parser("stats", help="the namespace's entries and counters, and server totals")
     add_common(stats, timeout=30.0)
     stats.add_argument(
@@ -188,6 +252,17 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     purge.add_argument("--dry-run", action="store_true", help="list what would go; revoke and remove nothing")
     purge.add_argument("--keep-token", action="store_true", help="remove its entries but do not revoke it")
     purge.set_defaults(func=cmd_purge_token)
+
+    delete = sub.add_parser(
+        "delete-namespace",
+        help="remove a namespace and every entry in it (admin token)",
+        description="Removes the entries a batch at a time, printing the progress, then the namespace; "
+        "run it again to finish one cut short.",
+    )
+    add_common(delete, timeout=600.0)
+    delete.add_argument("namespace", metavar="NAMESPACE", type=namespace_name, help="the namespace to delete")
+    delete.add_argument("--dry-run", action="store_true", help="say what it holds; remove nothing")
+    delete.set_defaults(func=cmd_delete_namespace)
 
     quota = sub.add_parser(
         "quota",

@@ -1,16 +1,18 @@
 """What the ``xla-cache`` subcommands share: the arguments every one takes, the server and token they
-resolve, the namespace a command means when none is named, and how a result is printed (lines, or one JSON
-document).
+resolve, the namespace a command means when none is named, how a result is printed (lines, or one JSON
+document), and how a removal is asked for in rounds (:func:`remove_in_rounds`).
 
 The commands are in :mod:`xla_cache.cli` (warm, push, doctor) and :mod:`xla_cache.cli.admin` (stats,
-evict, tokens, quota, purge-token).
+evict, tokens, quota, purge-token, delete-namespace).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE, name_problem
@@ -25,7 +27,9 @@ from xla_cache.frameworks import AUTO, all_frameworks, choose
 from xla_cache.progress import NullProgress, Progress, TqdmProgress
 
 __all__ = [
+    "REMOVAL_ROUND",
     "ChosenNamespace",
+    "Removed",
     "add_common",
     "add_framework",
     "add_runtime",
@@ -35,6 +39,7 @@ __all__ = [
     "namespace_of",
     "no_namespace_help",
     "progress_of",
+    "remove_in_rounds",
     "runtime_fingerprint",
     "server_of",
 ]
@@ -48,6 +53,52 @@ def emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> No
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
     else:
         print("\n".join(shown(line) for line in lines))
+
+
+REMOVAL_ROUND = 10_000
+"""Entries one call of a removal (purge-signer, purge-token, delete-namespace) asks the server to remove: the
+CLI calls until none remain, printing the progress to stderr (a call is seconds, never the whole removal; one
+cut short by a server that died loses nothing, and the command run again removes the rest)."""
+
+
+@dataclass
+class Removed:
+    """What the rounds of one removal removed, and the server's answers to them."""
+
+    entries: int = 0
+    freed_bytes: int = 0
+    remaining: int | None = None
+    answers: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_eviction(self) -> dict[str, Any]:
+        """The totals in the shape of one eviction's answer (what ``evict_lines`` prints)."""
+        return {
+            "evicted": self.entries,
+            "freed_bytes": self.freed_bytes,
+            "dry_run": False,
+            "remaining": self.remaining,
+        }
+
+
+def remove_in_rounds(
+    call: Callable[[int], dict[str, Any]],
+    counts: Callable[[dict[str, Any]], tuple[int, int, int | None]],
+) -> Removed:
+    """Call ``call(REMOVAL_ROUND)`` until nothing remains; ``counts`` reads an answer's entries removed, bytes
+    freed and entries remaining (None from a server that removes everything at once: nothing is left)."""
+    removed = Removed()
+    while removed.remaining != 0:
+        answer = call(REMOVAL_ROUND)
+        entries, freed, remaining = counts(answer)
+        removed.answers.append(answer)
+        removed.entries += entries
+        removed.freed_bytes += freed
+        removed.remaining = remaining or 0
+        progress = f"removed {removed.entries:,} entries, {removed.remaining:,} remaining"
+        print(progress, file=sys.stderr, flush=True)
+        if not entries:
+            break  # what remains arrived meanwhile (say, signed by a key still trusted): run it again
+    return removed
 
 
 def progress_of(args: argparse.Namespace) -> Progress:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from cache_protocol.signing import (
     read_key_texts,
 )
 from xla_cache.cli.admin_text import evict_lines, format_bytes
-from xla_cache.cli.common import add_common, admin_api, config_of, emit
+from xla_cache.cli.common import add_common, admin_api, config_of, emit, remove_in_rounds
 from xla_cache.config import SIGNING_KEY_ENV, ClientConfig
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError
@@ -94,32 +93,16 @@ def cmd_signers(args: argparse.Namespace) -> int:
     return 0
 
 
-PURGE_ROUND = 10_000
-"""Entries one call of a purge removes: the CLI calls until none remain, printing the progress to stderr (a
-call is seconds, never the whole purge; one cut short by a server that died loses nothing)."""
-
-
 def _purge(args: argparse.Namespace, signer: str) -> int:
     config = config_of(args)
     with admin_api(config) as api:
         if args.dry_run:
             result = api.admin_purge_signer(signer, {"dry_run": True}, Deadline(args.timeout))
         else:
-            result = {"evicted": 0, "freed_bytes": 0, "dry_run": False, "remaining": None}
-            while result["remaining"] != 0:
-                body = {"max_entries": PURGE_ROUND}
-                part = api.admin_purge_signer(signer, body, Deadline(args.timeout))
-                result["evicted"] += part["evicted"]
-                result["freed_bytes"] += part["freed_bytes"]
-                # an older server removes all at once and answers no count: nothing is left then
-                result["remaining"] = part.get("remaining") or 0
-                print(
-                    f"removed {result['evicted']:,} entries, {result['remaining']:,} remaining",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if not part["evicted"]:
-                    break  # entries signed meanwhile by a key still trusted: the next purge takes them
+            result = remove_in_rounds(
+                lambda most: api.admin_purge_signer(signer, {"max_entries": most}, Deadline(args.timeout)),
+                lambda part: (part["evicted"], part["freed_bytes"], part.get("remaining")),
+            ).as_eviction()
     emit(args, result, evict_lines(result, verb="remove"))
     return 0
 
