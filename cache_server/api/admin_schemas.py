@@ -361,19 +361,24 @@ class TokensOut(BaseModel):
         )
 
 
+def _max_entries(remaining: str) -> Any:
+    """A purge's ``max_entries``: its bounds, and the answer's field that says how many are left."""
+    return Field(
+        default=None,
+        ge=1,
+        le=INDEX_INT_MAX,
+        description="Remove at most this many in this call (the least recently used); the answer's "
+        f"{remaining} says how many are left. Absent: all of them.",
+    )
+
+
 class PurgeIn(BaseModel):
     model_config = ConfigDict(strict=True)  # a JSON true is not the number 1, nor "5" the number 5
 
     revoke: bool = Field(default=True, description="Revoke the token first, so it stores nothing more.")
     dry_run: bool = Field(default=False, description="List what would go; revoke and remove nothing.")
     list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")
-    max_entries: int | None = Field(
-        default=None,
-        ge=1,
-        le=INDEX_INT_MAX,
-        description="Remove at most this many in this call (the least recently used); the answer's "
-        "removed.remaining says how many are left. Absent: all of them.",
-    )
+    max_entries: int | None = _max_entries("removed.remaining")
 
 
 class PurgeOut(BaseModel):
@@ -407,10 +412,4 @@ class PurgeSignerIn(BaseModel):
 
     dry_run: bool = Field(default=False, description="List what would go; remove nothing.")
     list_limit: int = Field(default=1000, ge=0, le=100_000, description="At most this many keys listed.")
-    max_entries: int | None = Field(
-        default=None,
-        ge=1,
-        le=INDEX_INT_MAX,
-        description="Remove at most this many in this call (the least recently used); the answer's "
-        "remaining says how many are left. Absent: all of them.",
-    )
+    max_entries: int | None = _max_entries("remaining")
