@@ -24,12 +24,15 @@ from cache_server.api.admin_schemas import (
     SignersOut,
     SignerUsageOut,
     StatsOut,
+    TokenMetricsIn,
+    TokenMetricsOut,
+    TokenOut,
     TokensOut,
 )
-from cache_server.api.deps import AdminDep, RunsDep, SettingsDep
+from cache_server.api.deps import AdminDep, RunsDep, SettingsDep, TokensDep
 from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.auth.tokens import Role
-from cache_server.errors import InvalidName, PacksOff
+from cache_server.errors import InvalidName, PacksOff, TokenNotFound
 
 __all__ = ["router"]
 
@@ -151,6 +154,18 @@ def purge_token(token: str, admin: AdminDep, body: PurgeIn | None = None) -> Pur
         max_entries=body.max_entries,
     )
     return PurgeOut.of(result)
+
+
+@router.put("/tokens/{token}/metrics", response_model=TokenMetricsOut)
+@declare(Role.ADMIN, answers={"404": "No active token has this name or id"})
+def token_metrics(token: str, body: TokenMetricsIn, tokens: TokensDep) -> TokenMetricsOut:
+    """Count the run reports of the active tokens with this name or id in the ``xla_cache_run_*`` metrics,
+    or not (``counted``: false, for a token whose jobs would distort the fleet's figures: a test rig, a
+    misbehaving uploader). Their runs are stored and shown either way. 404 if no active token matches."""
+    changed = tokens.set_metrics(token, on=body.counted)
+    if not changed:
+        raise TokenNotFound(f"No active token is named {token[:64]!r} or has that id.")
+    return TokenMetricsOut(tokens=[TokenOut.of(info) for info in changed])
 
 
 UNSIGNED = "unsigned"

@@ -329,11 +329,29 @@ class TokenOut(BaseModel):
     created_at: dt.datetime
     last_used_at: dt.datetime | None
     revoked_at: dt.datetime | None
+    metrics_off: bool = Field(
+        default=False,
+        description="Its run reports are stored but add nothing to the xla_cache_run_* metrics "
+        "(PUT /admin/tokens/{token}/metrics).",
+    )
 
     @classmethod
     def of(cls, info: TokenInfo) -> TokenOut:
         values = vars(info) | {"namespaces": list(info.namespaces) if info.namespaces is not None else None}
         return cls(**values)
+
+
+class TokenMetricsIn(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    counted: bool = Field(
+        description="true: the token's run reports count in the xla_cache_run_* metrics (the default); "
+        "false: they are stored and shown, and add nothing to the metrics."
+    )
+
+
+class TokenMetricsOut(BaseModel):
+    tokens: list[TokenOut] = Field(description="The active tokens with this name or id, as they are now.")
 
 
 class TokenUsageOut(BaseModel):

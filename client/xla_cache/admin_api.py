@@ -78,6 +78,13 @@ class AdminApi(CacheApi):
         path = f"/admin/tokens/{seg(token)}/purge"
         return dict(self._json(self._call("POST", path, what, deadline, json=body), what))
 
+    def admin_token_metrics(self, token: str, counted: bool, deadline: Deadline) -> dict[str, Any]:
+        """``PUT /admin/tokens/{token}/metrics``: count a token's run reports in the run metrics, or not
+        (admin token)."""
+        what = f"the metrics setting of token {token!r}"
+        path = f"/admin/tokens/{seg(token)}/metrics"
+        return dict(self._json(self._call("PUT", path, what, deadline, json={"counted": counted}), what))
+
     def admin_delete_namespace(self, namespace: str, max_entries: int, deadline: Deadline) -> dict[str, Any]:
         """``DELETE /admin/namespaces/{ns}``: remove at most ``max_entries`` of the namespace's entries, and
         the namespace once none remain (admin token); the answer says how many are ``remaining``."""

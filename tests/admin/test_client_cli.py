@@ -241,6 +241,14 @@ def test_tokens_show_what_each_stored_and_purge_token_removes_it(
         )
     code, out, _ = run_cli(["tokens", *admin], capsys)
     assert "revoked" in next(row for row in out.splitlines() if "cli-write" in row)
+    code, out, _ = run_cli(["token-metrics", "cli-read", "off", *admin], capsys)
+    assert code == 0 and "its run reports are stored and add nothing to the run metrics" in out
+    code, out, _ = run_cli(["tokens", *admin], capsys)
+    assert "active, runs uncounted" in next(row for row in out.splitlines() if "cli-read" in row)
+    code, out, _ = run_cli(["token-metrics", "cli-read", "on", "--json", *admin], capsys)
+    assert code == 0 and json.loads(out)["tokens"][0]["metrics_off"] is False
+    code, _, err = run_cli(["token-metrics", "cli-write", "off", *admin], capsys)
+    assert code == 2 and "404" in err  # revoked above: no active token has the name
     code, _, err = run_cli(["purge-token", "nobody", *admin], capsys)
     assert code == 2 and "404" in err
 

@@ -154,6 +154,26 @@ def test_a_token_marked_metrics_off_adds_nothing_and_its_runs_are_stored(live: L
     assert live.counter("xla_cache_run_hits_total", "torch_xla") == hits + 500
     assert run_cli(live.env, "token", "metrics", "other", "on").returncode == 0
     assert run_cli(live.env, "token", "metrics", "nobody", "off").returncode == 1
+    # the same over HTTP, for an operator with an admin token and no shell on the server
+    with live.client("admin") as admin, live.client("other") as api:
+        assert api.put("/admin/tokens/other/metrics", json={"counted": False}).status_code == 403
+        turned = admin.put("/admin/tokens/other/metrics", json={"counted": False})
+        assert turned.status_code == 200, turned.text
+        assert [(t["name"], t["metrics_off"]) for t in turned.json()["tokens"]] == [("other", True)]
+        listed = {u["token"]["name"]: u["token"] for u in admin.get("/admin/tokens").json()["tokens"]}
+        assert listed["other"]["metrics_off"] and not listed["scoped"]["metrics_off"]
+        hits = live.counter("xla_cache_run_hits_total", "torch_xla")
+        body = run_report("run-muted-0002", namespace="team-b", hits=300)
+        assert api.post("/v1/runs", json=body).status_code == 200
+        assert live.counter("xla_cache_run_hits_total", "torch_xla") == hits
+        assert admin.put("/admin/tokens/other/metrics", json={"counted": True}).status_code == 200
+        body = run_report("run-counted-002", namespace="team-b", hits=300)
+        assert api.post("/v1/runs", json=body).status_code == 200
+        assert live.counter("xla_cache_run_hits_total", "torch_xla") == hits + 300
+        assert admin.put("/admin/tokens/nobody/metrics", json={"counted": False}).status_code == 404
+        for bad in ({"counted": "false"}, {"counted": 0}, {}, {"counted": False, "also": 1}):
+            refused = admin.put("/admin/tokens/other/metrics", json=bad)
+            assert refused.status_code == 400, (bad, refused.text)
 
 
 def _misses(run_id: str, first: int, count: int, namespace: str = "team-a") -> dict[str, object]:

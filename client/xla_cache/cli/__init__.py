@@ -2,8 +2,8 @@
 per subcommand, ``--json`` for scripts.
 
 - :mod:`.local`: warm, push, doctor (this host's cache directory)
-- :mod:`.admin`: stats, evict, tokens, quota, purge-token, delete-namespace; what they print is made in
-  :mod:`.admin_text`
+- :mod:`.admin`: stats, evict, tokens, token-metrics, quota, purge-token, delete-namespace; what they
+  print is made in :mod:`.admin_text`
 - :mod:`.runs`: runs (the runs jobs reported, one run and why it compiled)
 - :mod:`.graphs`: graphs (a namespace's bucketing report)
 - :mod:`.signing`: keys, signers, purge-signer, unsigned

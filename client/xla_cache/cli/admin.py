@@ -1,5 +1,6 @@
-"""The admin subcommands of ``xla-cache``: stats, evict, tokens, quota, purge-token and delete-namespace, and
-their part of the argument parser (:func:`add_admin_commands`, called by :func:`xla_cache.cli.build_parser`).
+"""The admin subcommands of ``xla-cache``: stats, evict, tokens, token-metrics, quota, purge-token and
+delete-namespace, and their part of the argument parser (:func:`add_admin_commands`, called by
+:func:`xla_cache.cli.build_parser`).
 
 Printing is in :mod:`xla_cache.cli.admin_text`; the arguments and helpers every subcommand shares are in
 :mod:`xla_cache.cli.common`.
@@ -43,6 +44,7 @@ __all__ = [
     "cmd_purge_token",
     "cmd_quota",
     "cmd_stats",
+    "cmd_token_metrics",
     "cmd_tokens",
 ]
 
@@ -167,6 +169,19 @@ def cmd_purge_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token_metrics(args: argparse.Namespace) -> int:
+    """Count a token's run reports in the server's run metrics, or not (its runs are stored either way)."""
+    config = config_of(args)
+    with admin_api(config) as api:
+        result = api.admin_token_metrics(args.token_name, args.state == "on", Deadline(args.timeout))
+    how = "count in" if args.state == "on" else "are stored and add nothing to"
+    lines = [
+        f"token {t['name']} ({t['id']}): its run reports {how} the run metrics" for t in result["tokens"]
+    ]
+    emit(args, result, lines)
+    return 0
+
+
 def _removal_counts(part: dict[str, Any]) -> tuple[int, int, int | None]:
     return part["evicted"], part["freed_bytes"], part.get("remaining")
 
@@ -252,6 +267,17 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     purge.add_argument("--dry-run", action="store_true", help="list what would go; revoke and remove nothing")
     purge.add_argument("--keep-token", action="store_true", help="remove its entries but do not revoke it")
     purge.set_defaults(func=cmd_purge_token)
+
+    metrics = sub.add_parser(
+        "token-metrics",
+        help="count a token's run reports in the server's run metrics, or not (admin token)",
+        description="off: the token's run reports are stored and shown, and add nothing to the "
+        "xla_cache_run_* metrics (a test rig, an uploader whose numbers would distort the fleet's).",
+    )
+    add_common(metrics, timeout=30.0)
+    metrics.add_argument("token_name", metavar="NAME_OR_ID", help="the token's name or id (xla-cache tokens)")
+    metrics.add_argument("state", choices=("on", "off"), help="on: counted (the default); off: not counted")
+    metrics.set_defaults(func=cmd_token_metrics)
 
     delete = sub.add_parser(
         "delete-namespace",

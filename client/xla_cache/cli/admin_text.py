@@ -163,6 +163,8 @@ def token_lines(listing: dict[str, Any]) -> list[str]:
                 who[0] = usage["token_id"]
         else:
             state = "revoked " + token["revoked_at"][:10] if token.get("revoked_at") else "active"
+            if token.get("metrics_off"):
+                state += ", runs uncounted"
             patterns = ",".join(token["namespaces"]) if token.get("namespaces") is not None else "any"
             who = [token["id"], token["name"], token["role"], patterns, state]
         rows.append([*who, f"{usage['entries']:,}", format_bytes(usage["bytes"])])
