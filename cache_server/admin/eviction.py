@@ -135,9 +135,13 @@ class Evictor:
         with closing(self._repository.iter_stored_by(token_ids)) as stream:
             victims = ((ref, _PURGE) for ref in islice(stream, max_entries))
             result = self._run(
-                victims, dry_run=dry_run, list_limit=list_limit, progress=f"purge of token {token_ids[0]}"
+                victims,
+                dry_run=dry_run,
+                list_limit=list_limit,
+                progress=f"purge of token {', '.join(token_ids)}",
             )
-        result.remaining = self._repository.count_stored_by(token_ids)
+        # on a dry run: what would be left after it
+        result.remaining = self._repository.count_stored_by(token_ids) - (result.evicted if dry_run else 0)
         return result
 
     def remove_signed_by(
@@ -155,7 +159,8 @@ class Evictor:
         with closing(self._repository.iter_signed_by(signer)) as stream:
             victims = ((ref, _PURGE) for ref in islice(stream, max_entries))
             result = self._run(victims, dry_run=dry_run, list_limit=list_limit, progress=f"purge of {who}")
-        result.remaining = self._repository.count_signed_by(signer)
+        # on a dry run: what would be left after it
+        result.remaining = self._repository.count_signed_by(signer) - (result.evicted if dry_run else 0)
         return result
 
     def delete_namespace(self, namespace: str, *, max_entries: int | None = None) -> EvictionResult:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,8 +17,10 @@ from tests.support.cli import run_cli
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import wait_until
+from xla_cache.admin_api import AdminApi
 from xla_cache.cli import main as cli_main
 from xla_cache.cli.admin_text import parse_duration, parse_size
+from xla_cache.deadline import Deadline
 
 KIB = 1024
 
@@ -251,6 +255,63 @@ def test_tokens_show_what_each_stored_and_purge_token_removes_it(
     assert code == 2 and "404" in err  # revoked above: no active token has the name
     code, _, err = run_cli(["purge-token", "nobody", *admin], capsys)
     assert code == 2 and "404" in err
+
+
+def test_purge_token_rounds_leave_a_new_token_of_the_same_name_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator revokes a leaked ``ci`` token and makes a new ``ci`` while the purge runs: the later
+    rounds purge the ids the first one matched, so the new token keeps working and keeps what it stored."""
+    data_dir = tmp_path / "data"
+    made = {
+        name: server_cli(data_dir, "token", "create", "--name", name, "--role", role).stdout.strip()
+        for name, role in (("ops", "admin"), ("ci", "write"))
+    }
+    with run_server(data_dir, {"XLA_CACHE_AUTH": "on"}) as srv:
+
+        def store(token: str, key: str) -> None:
+            data = key.encode()
+            headers = {SHA256_HEADER: sha(data), "Authorization": f"Bearer {token}"}
+            assert (
+                httpx.put(
+                    f"{srv.url}/v1/namespaces/ci-ns/entries/{key}", content=data, headers=headers, timeout=30
+                ).status_code
+                == 201
+            )
+
+        for i in range(3):
+            store(made["ci"], f"leaked{i}")
+        replaced: dict[str, str] = {}
+        purge = AdminApi.admin_purge_token
+
+        def rotating(api: AdminApi, token: str, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+            answer = purge(api, token, body, deadline)
+            if not replaced:  # between the first round and the next: the new ci, and its first entry
+                created = server_cli(data_dir, "token", "create", "--name", "ci", "--role", "write")
+                replaced["ci"] = created.stdout.strip()
+                store(replaced["ci"], "fresh")
+            return answer
+
+        monkeypatch.setattr(AdminApi, "admin_purge_token", rotating)
+        monkeypatch.setattr("xla_cache.cli.common.REMOVAL_ROUND", 2)
+        code, out, err = run_cli(["purge-token", "ci", "--server", srv.url, "--token", made["ops"]], capsys)
+        assert code == 0, err
+        assert "removed 3 entries" in out and "remain" not in out
+        assert err.splitlines() == ["removed 2 entries, 1 remaining", "removed 3 entries, 0 remaining"]
+        fresh = httpx.get(
+            f"{srv.url}/v1/namespaces/ci-ns/entries/fresh",
+            headers={"Authorization": f"Bearer {replaced['ci']}"},
+            timeout=30,
+        )
+        assert fresh.status_code == 200 and fresh.content == b"fresh"  # neither revoked nor purged
+        assert (
+            httpx.get(
+                f"{srv.url}/v1/namespaces/ci-ns/entries/leaked2",
+                headers={"Authorization": f"Bearer {replaced['ci']}"},
+                timeout=30,
+            ).status_code
+            == 404
+        )
 
 
 def test_delete_namespace_removes_it_in_rounds_and_says_what_it_held(

@@ -149,24 +149,39 @@ def cmd_quota(args: argparse.Namespace) -> int:
 
 def cmd_purge_token(args: argparse.Namespace) -> int:
     """Revoke a token and remove every entry it stored, REMOVAL_ROUND entries a call until none remain
-    (``--dry-run`` lists what would go)."""
+    (``--dry-run`` lists what would go). The first call names the token as given and revokes it; the later
+    ones name the ids it matched, so a new token given the same name meanwhile is neither revoked nor purged.
+    Exit code 1 when entries remain (stored meanwhile under ``--keep-token``)."""
     body: dict[str, Any] = {"dry_run": args.dry_run, "revoke": not args.keep_token}
     config = config_of(args)
     with admin_api(config) as api:
         if args.dry_run:
             result = api.admin_purge_token(args.token_name, body, Deadline(args.timeout))
-        else:
-            removed = remove_in_rounds(
-                lambda most: api.admin_purge_token(
-                    args.token_name, {**body, "max_entries": most}, Deadline(args.timeout)
-                ),
-                lambda part: _removal_counts(part["removed"]),
-            )
-            first = removed.answers[0]
-            revoked = [token for answer in removed.answers for token in answer["revoked"]]
-            result = {"tokens": first["tokens"], "revoked": revoked, "removed": removed.as_eviction()}
+            emit(args, result, purge_lines(result))
+            return 0
+        answers: list[dict[str, Any]] = []
+
+        def call(most: int) -> dict[str, Any]:
+            if not answers:  # the first call: the name as given, revoked as asked
+                answers.append(
+                    api.admin_purge_token(
+                        args.token_name, {**body, "max_entries": most}, Deadline(args.timeout)
+                    )
+                )
+                return answers[0]
+            total = {"evicted": 0, "freed_bytes": 0, "remaining": 0}
+            for token in answers[0]["tokens"]:  # the ones the first call matched, by id; none revoked again
+                part = api.admin_purge_token(
+                    token["id"], {"revoke": False, "max_entries": most}, Deadline(args.timeout)
+                )["removed"]
+                total = {name: total[name] + (part.get(name) or 0) for name in total}
+            return {"removed": total}
+
+        removed = remove_in_rounds(call, lambda answer: _removal_counts(answer["removed"]))
+        first = answers[0]
+        result = {"tokens": first["tokens"], "revoked": first["revoked"], "removed": removed.as_eviction()}
     emit(args, result, purge_lines(result))
-    return 0
+    return 1 if removed.remaining else 0
 
 
 def cmd_token_metrics(args: argparse.Namespace) -> int:
@@ -188,40 +203,51 @@ def _removal_counts(part: dict[str, Any]) -> tuple[int, int, int | None]:
 
 def cmd_delete_namespace(args: argparse.Namespace) -> int:
     """Remove a namespace and every entry in it, REMOVAL_ROUND entries a call until none remain
-    (``--dry-run`` says what it holds)."""
+    (``--dry-run`` says what it holds). Exit code 1 when entries remain (stored meanwhile)."""
     config = config_of(args)
     with admin_api(config) as api:
         if args.dry_run:
             info = api.get_namespace(args.namespace, Deadline(args.timeout))
             entries, size = int(info["entries"]), int(info["bytes"])
-            result = {"namespace": args.namespace, "dry_run": True, "entries": entries, "bytes": size}
-            lines = [
-                f"dry run: would delete namespace {args.namespace} with {entries:,} entries, "
-                f"{format_bytes(size)} (nothing was removed)"
-            ]
-        else:
-            removed = remove_in_rounds(
-                lambda most: api.admin_delete_namespace(args.namespace, most, Deadline(args.timeout)),
-                lambda part: (part["deleted_entries"], part["freed_bytes"], part.get("remaining")),
-            )
             result = {
                 "namespace": args.namespace,
-                "dry_run": False,
-                "deleted_entries": removed.entries,
-                "freed_bytes": removed.freed_bytes,
-                "remaining": removed.remaining,
+                "dry_run": True,
+                "deleted_entries": entries,
+                "freed_bytes": size,
+                "remaining": entries,
             }
-            lines = [
-                f"deleted namespace {args.namespace}: {removed.entries:,} entries, "
-                f"freed {format_bytes(removed.freed_bytes)}"
-            ]
-            if removed.remaining:
-                lines[0] = (
-                    f"namespace {args.namespace}: removed {removed.entries:,} entries, "
-                    f"{removed.remaining:,} arrived meanwhile and remain: run it again"
-                )
+            emit(
+                args,
+                result,
+                [
+                    f"dry run: would delete namespace {args.namespace} with {entries:,} entries, "
+                    f"{format_bytes(size)} (nothing was removed)"
+                ],
+            )
+            return 0
+        removed = remove_in_rounds(
+            lambda most: api.admin_delete_namespace(args.namespace, most, Deadline(args.timeout)),
+            lambda part: (part["deleted_entries"], part["freed_bytes"], part.get("remaining")),
+        )
+    result = {
+        "namespace": args.namespace,
+        "dry_run": False,
+        "deleted_entries": removed.entries,
+        "freed_bytes": removed.freed_bytes,
+        "remaining": removed.remaining,
+    }
+    lines = [
+        f"deleted namespace {args.namespace}: {removed.entries:,} entries, "
+        f"freed {format_bytes(removed.freed_bytes)}"
+    ]
+    if removed.remaining:
+        lines = [
+            f"namespace {args.namespace}: removed {removed.entries:,} entries, freed "
+            f"{format_bytes(removed.freed_bytes)}; {removed.remaining:,} more arrived while it ran and "
+            "remain (and the namespace with them): run it again to remove them"
+        ]
     emit(args, result, lines)
-    return 0
+    return 1 if removed.remaining else 0
 
 
 def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -287,7 +313,11 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     add_common(delete, timeout=600.0)
     delete.add_argument("namespace", metavar="NAMESPACE", type=namespace_name, help="the namespace to delete")
-    delete.add_argument("--dry-run", action="store_true", help="say what it holds; remove nothing")
+    delete.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what it holds; remove nothing (a read token may ask this: it checks no admin rights)",
+    )
     delete.set_defaults(func=cmd_delete_namespace)
 
     quota = sub.add_parser(

@@ -200,7 +200,12 @@ def evict_lines(result: dict[str, Any], *, shown: int = 20, verb: str = "evict")
     """What an eviction did, or on a dry run what it would do and the first entries it would remove."""
     count, freed = result["evicted"], format_bytes(result["freed_bytes"])
     if not result["dry_run"]:
-        return [f"{verb.removesuffix('e')}ed {count:,} entries, freed {freed}"]
+        lines = [f"{verb.removesuffix('e')}ed {count:,} entries, freed {freed}"]
+        if result.get("remaining"):
+            lines.append(
+                f"{result['remaining']:,} more arrived while it ran and remain: run it again to remove them"
+            )
+        return lines
     lines = [f"dry run: would {verb} {count:,} entries, freeing {freed} (nothing was removed)"]
     keys = result.get("keys") or []
     if keys:

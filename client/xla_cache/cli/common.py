@@ -76,6 +76,8 @@ class Removed:
             "evicted": self.entries,
             "freed_bytes": self.freed_bytes,
             "dry_run": False,
+            "keys": None,
+            "keys_truncated": False,
             "remaining": self.remaining,
         }
 
@@ -85,10 +87,25 @@ def remove_in_rounds(
     counts: Callable[[dict[str, Any]], tuple[int, int, int | None]],
 ) -> Removed:
     """Call ``call(REMOVAL_ROUND)`` until nothing remains; ``counts`` reads an answer's entries removed, bytes
-    freed and entries remaining (None from a server that removes everything at once: nothing is left)."""
+    freed and entries remaining (None from a server that removes everything at once: nothing is left).
+
+    A round that removes fewer than it asked for went through everything there was when it started: what
+    remains after it arrived meanwhile (uploads by a token kept, a key still trusted), and the rounds stop
+    there rather than chase it (``remaining`` says how many; the command run again takes them). A round that
+    fails after others succeeded says on stderr how far the removal got before the error goes up.
+    """
     removed = Removed()
     while removed.remaining != 0:
-        answer = call(REMOVAL_ROUND)
+        try:
+            answer = call(REMOVAL_ROUND)
+        except ClientError:
+            if removed.answers:
+                print(
+                    f"stopped after removing {removed.entries:,} entries: run it again to remove the rest",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            raise
         entries, freed, remaining = counts(answer)
         removed.answers.append(answer)
         removed.entries += entries
@@ -96,8 +113,8 @@ def remove_in_rounds(
         removed.remaining = remaining or 0
         progress = f"removed {removed.entries:,} entries, {removed.remaining:,} remaining"
         print(progress, file=sys.stderr, flush=True)
-        if not entries:
-            break  # what remains arrived meanwhile (say, signed by a key still trusted): run it again
+        if entries < REMOVAL_ROUND:
+            break  # all there was is gone; what remains arrived meanwhile
     return removed
 
 

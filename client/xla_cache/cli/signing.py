@@ -104,7 +104,7 @@ def _purge(args: argparse.Namespace, signer: str) -> int:
                 lambda part: (part["evicted"], part["freed_bytes"], part.get("remaining")),
             ).as_eviction()
     emit(args, result, evict_lines(result, verb="remove"))
-    return 0
+    return 1 if result.get("remaining") else 0
 
 
 def cmd_purge_signer(args: argparse.Namespace) -> int:
