@@ -136,6 +136,7 @@ EXPECTED_ACCESS: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/admin/tokens"): ("admin", _E),
     ("GET", "/admin/graphs"): ("read", _Q),
     ("POST", "/admin/tokens/{token}/purge"): ("admin", _E),
+    ("PUT", "/admin/tokens/{token}/metrics"): ("admin", _E),
     ("GET", "/admin/signers"): ("admin", _E),
     ("POST", "/admin/signers/{signer}/purge"): ("admin", _E),
     ("GET", "/admin/quotas"): ("admin", _E),
