@@ -16,7 +16,7 @@ from tests.support.api import sha
 from tests.support.cli import run_cli
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 from xla_cache.admin_api import AdminApi
 from xla_cache.cli import main as cli_main
 from xla_cache.cli.admin_text import parse_duration, parse_size
@@ -54,7 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                     >= len(real_entries())
                 ),
                 timeout=30,
-                interval=0.1,
+                interval=QUIET_POLL,
                 message="the entries were not parsed in time",
             )
         yield srv, tokens

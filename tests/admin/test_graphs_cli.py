@@ -15,7 +15,7 @@ from tests.support.cli import run_cli
 from tests.support.crafted_entries import nested
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                     == len(real_entries())
                 ),
                 timeout=30,
-                interval=0.1,
+                interval=QUIET_POLL,
                 message="the entries were not parsed in time",
             )
         yield srv, tokens
@@ -174,6 +174,7 @@ def test_entries_without_a_graph_are_counted_by_reason(
                 len(http.get("/admin/graphs", params={"namespace": "cpu-junk"}).json()["unparseable"]) == 2
             ),
             timeout=30,
+            interval=QUIET_POLL,
             message="the entries were not recorded as unparseable",
         )
     code, out, _ = run_cli(["graphs", "cpu-junk", "--server", srv.url, "--token", tokens["read"]], capsys)

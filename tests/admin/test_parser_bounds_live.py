@@ -15,7 +15,7 @@ from tests.support.api import sha
 from tests.support.crafted_entries import bomb, cut, nested
 from tests.support.real_entries import real_entries
 from tests.support.server import run_server
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 
 
 def _healthz(client: httpx.Client, seconds: list[float]) -> None:
@@ -59,7 +59,9 @@ def test_unparseable_entries_never_hold_up_a_good_one_across_a_kill(tmp_path: Pa
             return found if sum(found.values()) == 150 else {}
 
         # each crafted entry is recorded with the bound it broke
-        assert wait_until(unparseable, timeout=60, message=lambda: f"{unparseable()}") == {
+        assert wait_until(
+            unparseable, timeout=60, interval=QUIET_POLL, message=lambda: f"{unparseable()}"
+        ) == {
             "tuple shapes nested deeper than 32": 100,
             "more than 100000 computations fields": 50,
         }

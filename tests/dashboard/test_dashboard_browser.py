@@ -33,7 +33,7 @@ from tests.support.api import sha
 from tests.support.clock import clear_of_utc_midnight
 from tests.support.real_entries import real_entries
 from tests.support.server import SERVER_BIN, LiveServer, run_server
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "test-output" / "dashboard.png"
 NAMESPACE_SCREENSHOT = SCREENSHOT.with_name("dashboard-namespace.png")
@@ -153,7 +153,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
                     >= len(real_entries())
                 ),
                 timeout=30,
-                interval=0.1,
+                interval=QUIET_POLL,
                 message="the entries were not parsed in time",
             )
         add_history(data_dir)

@@ -18,7 +18,7 @@ from tests.e2e.fuse_job import PATCHES_PER_IMAGE
 from tests.e2e.fuse_job import shapes as job_shapes
 from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import FIRST_JOB_SHAPES, JobResult, run_cli, run_job
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +40,9 @@ def parsed_report(server: LiveServer, namespace: str, entries: int) -> dict[str,
         ).json()
         return dict(body) if sum(g["entries"] for g in body["graphs"]) >= entries else None
 
-    return wait_until(ready, timeout=120, interval=0.5, message="the job's entries were not all parsed")
+    return wait_until(
+        ready, timeout=120, interval=QUIET_POLL, message="the job's entries were not all parsed"
+    )
 
 
 def check_per_dimension_choices(fuse: dict[str, Any], fused: list[tuple[int, int]]) -> None:

@@ -18,7 +18,7 @@ import httpx
 from cache_protocol.signing import Signer
 from tests.support.jax_jobs import TORCHAX_JOB, run_jax_job
 from tests.support.server import LiveServer
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 
 SHAPES = 32
 
@@ -65,7 +65,7 @@ def test_a_job_warmed_in_another_directory_hits_every_shape(live_server: LiveSer
             found = http.get("/admin/stats", params={"namespace": namespace}).json()["top_graphs"]
         return [g for g in found if g["entries"] == SHAPES]
 
-    (graph,) = wait_until(graphs, message="the JAX entries were not parsed")
+    (graph,) = wait_until(graphs, interval=QUIET_POLL, message="the JAX entries were not parsed")
     assert graph["module"] == "jit_step" and graph["variants"] == SHAPES
     examples = graph["examples"]
     assert isinstance(examples, list) and examples

@@ -21,7 +21,7 @@ import pytest
 from tests.support.jax_jobs import JOB, jax_env, run_jax_job
 from tests.support.run_reports import explained_run
 from tests.support.server import LiveServer
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 from xla_cache.cli import main
 
 SHAPES = 2  # job A: x of 1x4 and 2x4
@@ -179,6 +179,7 @@ def test_a_job_killed_mid_run_leaves_its_report_and_misses(
             wait_until(
                 lambda: all(m["shapes"] for m in explained_run(live_server.url, run_id)["misses"]),
                 timeout=60,
+                interval=QUIET_POLL,
                 message="the job's entries were not uploaded",
             )
         finally:

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.wait import wait_until
+from tests.support.wait import QUIET_POLL, wait_until
 
 __all__ = ["explained_run", "run_report"]
 
@@ -40,5 +40,7 @@ def explained_run(server_url: str, run_id: str) -> dict[str, Any]:
         found.update(answer.json())
         return all(miss["reason"] != "unknown" for miss in found["misses"])
 
-    wait_until(explained, timeout=30, interval=0.2, message="the run's compiles were not explained in time")
+    wait_until(
+        explained, timeout=30, interval=QUIET_POLL, message="the run's compiles were not explained in time"
+    )
     return found
