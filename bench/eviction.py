@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.scratch import scratch_arguments, scratch_services
 from cache_server.index.entries import EntryRecord, EntryRepository
-from cache_server.index.migrate import upgrade
 from cache_server.metrics import StoredCollector, render
-from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
-from cache_server.wiring import Services, build_services
+from cache_server.wiring import Services
 
 NAMESPACES = 8
 
@@ -55,49 +52,38 @@ def timed(label: str, work: object, repeat: int = 1) -> object:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--entries", type=int, default=100_000)
+    scratch_arguments(parser)
     parser.add_argument("--size", type=int, default=256, help="bytes per entry")
-    parser.add_argument("--database-url", default="", help="default: SQLite in a temporary directory")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), database_url=args.database_url)
-        upgrade(settings)
-        services = build_services(settings)
+    with scratch_services(args.database_url) as services:
         admin = services.admin
-        try:
-            where = settings.resolved_database_url.split("@")[-1]
-            print(f"index: {where}, store: local directory, CPUs: {os.cpu_count()}")
-            start = time.perf_counter()
-            populate(services, args.entries, args.size)
-            print(
-                f"setup: {args.entries} entries of {args.size} B in {NAMESPACES} namespaces "
-                f"({time.perf_counter() - start:.1f} s, not part of the figures)"
-            )
-            collector = StoredCollector(admin.stored_by_namespace)
-            timed(
-                "GET /metrics body (stored gauges read from the index)", lambda: render(collector), repeat=5
-            )
-            timed("GET /admin/stats report", lambda: admin.stats(), repeat=5)
-            dry = timed(
-                "evict dry run, everything (lists 1000)",
-                lambda: admin.evictor.evict(max_total_bytes=0, dry_run=True),
-            )
-            assert dry.evicted == args.entries  # type: ignore[attr-defined]
-            start = time.perf_counter()
-            result = admin.evictor.evict(max_total_bytes=0)
-            seconds = time.perf_counter() - start
-            assert result.evicted == args.entries, result.evicted
-            left_rows = sum(n for n, _ in admin.stored_by_namespace().values())
-            left_blobs = sum(1 for _ in services.store.list())
-            assert left_rows == 0 and left_blobs == 0, (left_rows, left_blobs)
-            label = f"evict {args.entries} entries (rows, then blobs)"
-            print(f"{label:<52} {seconds * 1000:10.1f} ms   = {args.entries / seconds:,.0f} entries/s")
-            print(
-                f"after: {left_rows} rows, {left_blobs} blobs left; evictions counted: "
-                f"{admin.stats().totals.counters.evictions}"
-            )
-        finally:
-            services.stop()
+        start = time.perf_counter()
+        populate(services, args.entries, args.size)
+        print(
+            f"setup: {args.entries} entries of {args.size} B in {NAMESPACES} namespaces "
+            f"({time.perf_counter() - start:.1f} s, not part of the figures)"
+        )
+        collector = StoredCollector(admin.stored_by_namespace)
+        timed("GET /metrics body (stored gauges read from the index)", lambda: render(collector), repeat=5)
+        timed("GET /admin/stats report", lambda: admin.stats(), repeat=5)
+        dry = timed(
+            "evict dry run, everything (lists 1000)",
+            lambda: admin.evictor.evict(max_total_bytes=0, dry_run=True),
+        )
+        assert dry.evicted == args.entries  # type: ignore[attr-defined]
+        start = time.perf_counter()
+        result = admin.evictor.evict(max_total_bytes=0)
+        seconds = time.perf_counter() - start
+        assert result.evicted == args.entries, result.evicted
+        left_rows = sum(n for n, _ in admin.stored_by_namespace().values())
+        left_blobs = sum(1 for _ in services.store.list())
+        assert left_rows == 0 and left_blobs == 0, (left_rows, left_blobs)
+        label = f"evict {args.entries} entries (rows, then blobs)"
+        print(f"{label:<52} {seconds * 1000:10.1f} ms   = {args.entries / seconds:,.0f} entries/s")
+        print(
+            f"after: {left_rows} rows, {left_blobs} blobs left; evictions counted: "
+            f"{admin.stats().totals.counters.evictions}"
+        )
 
 
 if __name__ == "__main__":

@@ -14,22 +14,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.scratch import scratch_arguments, scratch_services
 from cache_server.admin.eviction import EvictionResult
 from cache_server.auth.tokens import Role
 from cache_server.index.entries import EntryRecord, EntryRepository
-from cache_server.index.migrate import upgrade
-from cache_server.settings import Settings
 from cache_server.storage.base import blob_name
-from cache_server.wiring import Services, build_services
+from cache_server.wiring import Services
 
 SIGNER = "0123456789abcdef"
 ROUND = 10_000  # entries per call, as the CLI asks (xla_cache.cli.common.REMOVAL_ROUND)
@@ -84,40 +81,31 @@ def timed_rounds(call: Callable[[], EvictionResult], what: str) -> tuple[int, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--entries", type=int, default=100_000)
-    parser.add_argument("--database-url", default="", help="default: SQLite in a temporary directory")
+    scratch_arguments(parser)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), database_url=args.database_url)
-        upgrade(settings)
-        services = build_services(settings)
+    with scratch_services(args.database_url) as services:
         admin = services.admin
-        try:
-            where = settings.resolved_database_url.split("@")[-1].split("/")[0] or "SQLite"
-            print(f"index: {where}, store: local directory, CPUs: {os.cpu_count()}")
-            start = time.perf_counter()
-            populate(services, "leaked", args.entries, signer=SIGNER)
-            populate(services, "doomed", args.entries, signer=None)
-            _, leaked_token = services.tokens.create("leaked-ci", Role.WRITE)
-            populate(services, "poisoned", args.entries, signer=None, stored_by=leaked_token.id)
-            print(f"setup: 3 x {args.entries} entries of {SIZE} B ({time.perf_counter() - start:.1f} s)")
-            rounds, seconds, removed = timed_rounds(
-                lambda: admin.purge_signer(SIGNER, max_entries=ROUND), "leaked"
-            )
-            print(f"purge-signer of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
-            rounds, seconds, removed = timed_rounds(
-                lambda: admin.purge_token("leaked-ci", max_entries=ROUND).removed, "poisoned"
-            )
-            print(f"purge-token of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
-            rounds, seconds, removed = timed_rounds(
-                lambda: admin.delete_namespace("doomed", max_entries=ROUND), "doomed"
-            )
-            print(f"delete namespace of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
-            left = sum(1 for _ in services.store.list())
-            held = {ns: n for ns, (n, _) in admin.stored_by_namespace().items() if n}
-            assert left == 0 and not held, (left, held)
-        finally:
-            services.stop()
+        start = time.perf_counter()
+        populate(services, "leaked", args.entries, signer=SIGNER)
+        populate(services, "doomed", args.entries, signer=None)
+        _, leaked_token = services.tokens.create("leaked-ci", Role.WRITE)
+        populate(services, "poisoned", args.entries, signer=None, stored_by=leaked_token.id)
+        print(f"setup: 3 x {args.entries} entries of {SIZE} B ({time.perf_counter() - start:.1f} s)")
+        rounds, seconds, removed = timed_rounds(
+            lambda: admin.purge_signer(SIGNER, max_entries=ROUND), "leaked"
+        )
+        print(f"purge-signer of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
+        rounds, seconds, removed = timed_rounds(
+            lambda: admin.purge_token("leaked-ci", max_entries=ROUND).removed, "poisoned"
+        )
+        print(f"purge-token of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
+        rounds, seconds, removed = timed_rounds(
+            lambda: admin.delete_namespace("doomed", max_entries=ROUND), "doomed"
+        )
+        print(f"delete namespace of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
+        left = sum(1 for _ in services.store.list())
+        held = {ns: n for ns, (n, _) in admin.stored_by_namespace().items() if n}
+        assert left == 0 and not held, (left, held)
 
 
 if __name__ == "__main__":
