@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -132,17 +132,14 @@ class Evictor:
         then blobs, in batches; not counted as evictions. ``remaining``: how many they stored are left."""
         if not token_ids:
             return EvictionResult(dry_run=dry_run, remaining=0)
-        with closing(self._repository.iter_stored_by(token_ids)) as stream:
-            victims = ((ref, _PURGE) for ref in islice(stream, max_entries))
-            result = self._run(
-                victims,
-                dry_run=dry_run,
-                list_limit=list_limit,
-                progress=f"purge of token {', '.join(token_ids)}",
-            )
-        # on a dry run: what would be left after it
-        result.remaining = self._repository.count_stored_by(token_ids) - (result.evicted if dry_run else 0)
-        return result
+        return self._purge(
+            self._repository.iter_stored_by(token_ids),
+            lambda: self._repository.count_stored_by(token_ids),
+            f"token {', '.join(token_ids)}",
+            dry_run=dry_run,
+            list_limit=list_limit,
+            max_entries=max_entries,
+        )
 
     def remove_signed_by(
         self,
@@ -155,13 +152,14 @@ class Evictor:
         """Remove every entry this key id signed (None: every unsigned entry), or the ``max_entries`` least
         recently used of them; rows, then blobs, in batches; not counted as evictions. ``remaining``: how many
         it signed are left."""
-        who = "unsigned entries" if signer is None else f"entries signed by {signer}"
-        with closing(self._repository.iter_signed_by(signer)) as stream:
-            victims = ((ref, _PURGE) for ref in islice(stream, max_entries))
-            result = self._run(victims, dry_run=dry_run, list_limit=list_limit, progress=f"purge of {who}")
-        # on a dry run: what would be left after it
-        result.remaining = self._repository.count_signed_by(signer) - (result.evicted if dry_run else 0)
-        return result
+        return self._purge(
+            self._repository.iter_signed_by(signer),
+            lambda: self._repository.count_signed_by(signer),
+            "unsigned entries" if signer is None else f"entries signed by {signer}",
+            dry_run=dry_run,
+            list_limit=list_limit,
+            max_entries=max_entries,
+        )
 
     def delete_namespace(self, namespace: str, *, max_entries: int | None = None) -> EvictionResult:
         """Remove a namespace: its entries (rows, then blobs, in batches) and then its row; with
@@ -185,6 +183,24 @@ class Evictor:
         return result
 
     # -- internals --------------------------------------------------------------------------------------
+    def _purge(
+        self,
+        stream: Generator[EvictionCandidate, None, None],
+        count: Callable[[], int],
+        what: str,
+        *,
+        dry_run: bool,
+        list_limit: int,
+        max_entries: int | None,
+    ) -> EvictionResult:
+        """Remove what ``stream`` yields (at most ``max_entries``) as a purge, then say how many ``count``
+        finds left (on a dry run: how many would be left after it)."""
+        with closing(stream):
+            victims = ((ref, _PURGE) for ref in islice(stream, max_entries))
+            result = self._run(victims, dry_run=dry_run, list_limit=list_limit, progress=f"purge of {what}")
+        result.remaining = count() - (result.evicted if dry_run else 0)
+        return result
+
     def _evict(
         self,
         only: str | None,

@@ -13,7 +13,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Select, Table, bindparam, delete, func, select, tuple_, update
+from sqlalchemy import ColumnElement, Select, Table, bindparam, delete, func, select, tuple_, update
 
 from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo, RemovalPolicy
 from cache_server.index.counters import add_counts
@@ -37,6 +37,16 @@ __all__ = ["AdminRepository", "EvictionCandidate"]
 _LRU = select(Entry.namespace, Entry.key, Entry.size, Entry.last_access_at).order_by(
     Entry.last_access_at, Entry.namespace, Entry.key
 )
+
+
+def _signed_by(signer: str | None) -> ColumnElement[bool]:
+    """The entries this key id signed (None: the unsigned ones)."""
+    return Entry.signer.is_(None) if signer is None else Entry.signer == signer
+
+
+def _stored_by(token_ids: Sequence[str]) -> ColumnElement[bool]:
+    """The entries these tokens stored."""
+    return Entry.stored_by.in_(list(token_ids))
 
 
 @dataclass(frozen=True)
@@ -185,30 +195,28 @@ class AdminRepository(GraphRows):
     def iter_signed_by(self, signer: str | None) -> Generator[EvictionCandidate, None, None]:
         """The entries this key signed (None: the unsigned ones), least recently used first, streamed like
         :meth:`iter_lru`."""
-        condition = Entry.signer.is_(None) if signer is None else Entry.signer == signer
-        return self._stream(_LRU.where(condition))
+        return self._stream(_LRU.where(_signed_by(signer)))
 
     def count_signed_by(self, signer: str | None) -> int:
         """How many entries this key signed (None: unsigned), counted on ``ix_entries_signer``."""
-        condition = Entry.signer.is_(None) if signer is None else Entry.signer == signer
-        with self._db.reading() as connection:
-            return int(connection.execute(select(func.count()).where(condition)).scalar() or 0)
+        return self._count(_signed_by(signer))
 
     def count_in_namespace(self, namespace: str) -> int:
         """How many entries the namespace holds, counted on its rows (not the kept totals)."""
-        stmt = select(func.count()).where(Entry.namespace == namespace)
-        with self._db.reading() as connection:
-            return int(connection.execute(stmt).scalar() or 0)
+        return self._count(Entry.namespace == namespace)
 
     def iter_stored_by(self, token_ids: Sequence[str]) -> Generator[EvictionCandidate, None, None]:
         """The entries these tokens stored, least recently used first, streamed like :meth:`iter_lru`."""
-        return self._stream(_LRU.where(Entry.stored_by.in_(list(token_ids))))
+        return self._stream(_LRU.where(_stored_by(token_ids)))
 
     def count_stored_by(self, token_ids: Sequence[str]) -> int:
         """How many entries these tokens stored, counted on ``ix_entries_stored_by``."""
-        stmt = select(func.count()).where(Entry.stored_by.in_(list(token_ids)))
+        return self._count(_stored_by(token_ids))
+
+    def _count(self, condition: ColumnElement[bool]) -> int:
+        """How many entries rows meet ``condition``."""
         with self._db.reading() as connection:
-            return int(connection.execute(stmt).scalar() or 0)
+            return int(connection.execute(select(func.count()).where(condition)).scalar() or 0)
 
     def _stream(self, stmt: Select[str, str, int, dt.datetime]) -> Generator[EvictionCandidate, None, None]:
         # Core rows straight off the cursor: this may stream millions of them. The cursor is a server-side
