@@ -28,6 +28,7 @@ from xla_cache.cli.common import (
     admin_api,
     config_of,
     emit,
+    eviction_counts,
     namespace_name,
     namespace_of,
     no_namespace_help,
@@ -177,7 +178,7 @@ def cmd_purge_token(args: argparse.Namespace) -> int:
                 total = {name: total[name] + (part.get(name) or 0) for name in total}
             return {"removed": total}
 
-        removed = remove_in_rounds(call, lambda answer: _removal_counts(answer["removed"]))
+        removed = remove_in_rounds(call, lambda answer: eviction_counts(answer["removed"]))
         first = answers[0]
         result = {"tokens": first["tokens"], "revoked": first["revoked"], "removed": removed.as_eviction()}
     emit(args, result, purge_lines(result))
@@ -195,10 +196,6 @@ def cmd_token_metrics(args: argparse.Namespace) -> int:
     ]
     emit(args, result, lines)
     return 0
-
-
-def _removal_counts(part: dict[str, Any]) -> tuple[int, int, int | None]:
-    return part["evicted"], part["freed_bytes"], part.get("remaining")
 
 
 def cmd_delete_namespace(args: argparse.Namespace) -> int:
@@ -236,17 +233,16 @@ def cmd_delete_namespace(args: argparse.Namespace) -> int:
         "freed_bytes": removed.freed_bytes,
         "remaining": removed.remaining,
     }
-    lines = [
-        f"deleted namespace {args.namespace}: {removed.entries:,} entries, "
-        f"freed {format_bytes(removed.freed_bytes)}"
-    ]
+    freed = format_bytes(removed.freed_bytes)
     if removed.remaining:
-        lines = [
-            f"namespace {args.namespace}: removed {removed.entries:,} entries, freed "
-            f"{format_bytes(removed.freed_bytes)}; {removed.remaining:,} more arrived while it ran and "
-            "remain (and the namespace with them): run it again to remove them"
-        ]
-    emit(args, result, lines)
+        line = (
+            f"namespace {args.namespace}: removed {removed.entries:,} entries, freed {freed}; "
+            f"{removed.remaining:,} more arrived while it ran and remain (and the namespace with them): "
+            "run it again to remove them"
+        )
+    else:
+        line = f"deleted namespace {args.namespace}: {removed.entries:,} entries, freed {freed}"
+    emit(args, result, [line])
     return 1 if removed.remaining else 0
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "add_runtime",
     "config_of",
     "emit",
+    "eviction_counts",
     "namespace_name",
     "namespace_of",
     "no_namespace_help",
@@ -80,6 +81,12 @@ class Removed:
             "keys_truncated": False,
             "remaining": self.remaining,
         }
+
+
+def eviction_counts(answer: dict[str, Any]) -> tuple[int, int, int | None]:
+    """An eviction-shaped answer's entries removed, bytes freed and entries remaining (what
+    :func:`remove_in_rounds` reads of a purge's rounds)."""
+    return answer["evicted"], answer["freed_bytes"], answer.get("remaining")
 
 
 def remove_in_rounds(

@@ -21,7 +21,7 @@ from cache_protocol.signing import (
     read_key_texts,
 )
 from xla_cache.cli.admin_text import evict_lines, format_bytes
-from xla_cache.cli.common import add_common, admin_api, config_of, emit, remove_in_rounds
+from xla_cache.cli.common import add_common, admin_api, config_of, emit, eviction_counts, remove_in_rounds
 from xla_cache.config import SIGNING_KEY_ENV, ClientConfig
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError
@@ -101,7 +101,7 @@ def _purge(args: argparse.Namespace, signer: str) -> int:
         else:
             result = remove_in_rounds(
                 lambda most: api.admin_purge_signer(signer, {"max_entries": most}, Deadline(args.timeout)),
-                lambda part: (part["evicted"], part["freed_bytes"], part.get("remaining")),
+                eviction_counts,
             ).as_eviction()
     emit(args, result, evict_lines(result, verb="remove"))
     return 1 if result.get("remaining") else 0
