@@ -323,7 +323,7 @@ def _records(batch: list[tuple[str, str]], outcomes: list[ParseOutcome]) -> list
             log.warning("graph parsing of %s/%s skipped: %s", namespace, key, outcome.error)
         elif outcome.unparseable is not None:
             log.warning("graph of %s/%s recorded as unparseable: %s", namespace, key, outcome.unparseable)
-            records.append(GraphRecord(namespace, key, module=None, unparseable=_reason(outcome.unparseable)))
+            records.append(_record(namespace, key, None, outcome.unparseable))
         else:
             records.append(_record(namespace, key, outcome.info, outcome.why))
     return records
