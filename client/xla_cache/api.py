@@ -18,7 +18,7 @@ import httpx
 from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
 from cache_protocol.signing import SIGNATURE_HEADER, Signer
-from xla_cache.config import Compression, is_loopback
+from xla_cache.config import Compression, auto_compression
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerError
 from xla_cache.server_http import ServerHttp
@@ -99,8 +99,7 @@ class CacheApi(ServerHttp):
         self.signer = signer  # signs each entry uploaded (XLA_CACHE_SIGNING_KEY)
         # zstd for bulk uploads, and for bundles except from a server on loopback (ClientConfig.compression:
         # as XLA_CACHE_COMPRESSION says)
-        auto = Compression(uploads=True, bundles=not is_loopback(self.server))
-        self.compression = auto if compression is None else compression
+        self.compression = auto_compression(self.server) if compression is None else compression
 
     def signature(self, namespace: str, key: str, sha256: str) -> str | None:
         """This client's signature of an entry it uploads (None: it has no signing key)."""

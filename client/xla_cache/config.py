@@ -47,6 +47,7 @@ __all__ = [
     "Compression",
     "EnvironmentVariable",
     "RunReportSettings",
+    "auto_compression",
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
@@ -176,6 +177,12 @@ class Compression:
     bundles: bool
 
 
+def auto_compression(server_url: str) -> Compression:
+    """``XLA_CACHE_COMPRESSION=auto``: uploads compressed always, bundles unless the server is on loopback
+    (see :func:`wants_compression`)."""
+    return Compression(uploads=True, bundles=not is_loopback(server_url))
+
+
 def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> Compression:
     """``XLA_CACHE_COMPRESSION``: ``on`` or ``off`` for both; ``auto`` (the default) compresses uploads
     always and bundles unless the server is on loopback. Measured on loopback (BENCHMARKS.md): a compressed
@@ -191,7 +198,7 @@ def wants_compression(server_url: str, env: Mapping[str, str] | None = None) -> 
         return Compression(uploads=False, bundles=False)
     if value != "auto":
         logger.warning("xla-cache: %s=%r is not auto, on or off; using auto", COMPRESSION_ENV, value)
-    return Compression(uploads=True, bundles=not is_loopback(server_url))
+    return auto_compression(server_url)
 
 
 @dataclass(frozen=True)
