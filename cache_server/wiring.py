@@ -3,7 +3,8 @@
 :func:`build_services` is the one place that knows how the parts fit: one index :class:`Database`, one
 blob store, one access recorder, one token manager, one record of the requests in flight
 (:class:`~cache_server.background.activity.Activity`, which background parsing waits on), and the services
-over them. ``create_app`` serves them over HTTP; the command line uses them for reindex.
+over them: the cache, administration, parsing the stored entries (uploads notify it directly), runs.
+``create_app`` serves them over HTTP; the command line uses them for reindex.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from cache_server.auth.tokens import TokenManager
 from cache_server.background.access import AccessRecorder
 from cache_server.background.activity import Activity
 from cache_server.domain import Clock, utcnow
+from cache_server.graphs.indexing import GraphIndexer
 from cache_server.graphs.report import GraphReports
 from cache_server.graphs.worker import ParserProcess
-from cache_server.index import AdminRepository, Database, EntryRepository, TokenRepository
+from cache_server.index import AdminRepository, Database, EntryRepository, GraphRepository, TokenRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
@@ -48,6 +50,7 @@ class Services:
     access: AccessRecorder
     cache: CacheService
     admin: AdminService
+    parsing: GraphIndexer
     tokens: TokenManager
     reindexer: Reindexer
     activity: Activity
@@ -59,11 +62,13 @@ class Services:
     def start(self) -> None:
         """Start the background work: batched access counts, graph parsing, budget eviction."""
         self.access.start()
+        self.parsing.start()
         self.admin.start()
 
     def stop(self) -> None:
         """Stop the background work, write the last counts, and release the store and the database."""
         self.admin.stop()
+        self.parsing.stop()
         self.access.stop()
         self.store.close()
         self.database.dispose()
@@ -102,21 +107,22 @@ def build_services(
     tokens = TokenManager(TokenRepository(database), clock=clock)
     activity = Activity()
     hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds, clock=monotonic)
+    graphs = GraphRepository(database)
+    parsing = GraphIndexer(graphs, store, activity=activity, parser=graph_parser)
     admin = AdminService(
         settings,
         AdminRepository(database),
+        graphs,
         store,
         tokens,
         flush_access=access.flush,
-        activity=activity,
         clock=clock,
-        graph_parser=graph_parser,
         forget_entries=hot.forget,
         prune_history=lambda: prune_history(database, settings, clock()),
     )
     quotas = Quotas(QuotaRepository(database), settings.max_namespaces_per_token, clock=clock)
     cache = CacheService(
-        settings, entries, store, access, on_stored=admin.entry_stored, clock=clock, hot=hot, quotas=quotas
+        settings, entries, store, access, on_stored=parsing.notify, clock=clock, hot=hot, quotas=quotas
     )
     return Services(
         settings=settings,
@@ -125,6 +131,7 @@ def build_services(
         access=access,
         cache=cache,
         admin=admin,
+        parsing=parsing,
         tokens=tokens,
         reindexer=Reindexer(entries, store),
         activity=activity,

@@ -1,4 +1,5 @@
-"""The admin side as one service: stats, eviction (on request and in the background), gc, graph parsing."""
+"""The admin side as one service: stats, eviction (on request and in the background), gc, packing later,
+purges. Parsing the stored entries is a service of its own (:mod:`cache_server.graphs.indexing`)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,11 @@ from cache_server.admin.packing import LoosePacker, PackingResult
 from cache_server.admin.provenance import PurgeResult, TokenUsage, purge_token, token_usage
 from cache_server.admin.stats import StatsQuery, StatsReport, build_report
 from cache_server.auth.tokens import TokenManager
-from cache_server.background.activity import Activity
 from cache_server.background.periodic import Periodic
 from cache_server.domain import Clock, utcnow
 from cache_server.errors import NamespaceNotFound
-from cache_server.graphs.indexing import GraphIndexer
-from cache_server.graphs.worker import ParserProcess
 from cache_server.index.admin import AdminRepository
+from cache_server.index.graph_records import GraphRepository
 from cache_server.names import check_namespace
 from cache_server.service.packs import packing_store
 from cache_server.settings import Settings
@@ -36,7 +35,8 @@ PACK_SWEEP_SECONDS = 600.0
 
 
 class AdminService:
-    """Operations on the whole cache, over the index's :class:`AdminRepository` and the blob store.
+    """Operations on the whole cache, over the index's :class:`AdminRepository` and the blob store (and the
+    parsed graphs' :class:`GraphRepository`, for the stats' top graphs).
 
     ``flush_access`` writes the hits and access times counted so far, so that stats and eviction see them;
     ``forget_entries`` drops this process's memory copies of entries removed
@@ -48,24 +48,23 @@ class AdminService:
         self,
         settings: Settings,
         repository: AdminRepository,
+        graphs: GraphRepository,
         store: BlobStore,
         tokens: TokenManager,
         *,
         flush_access: Callable[[], None] = lambda: None,
-        activity: Activity | None = None,
         clock: Clock = utcnow,
-        graph_parser: ParserProcess | None = None,
         forget_entries: Callable[[Sequence[tuple[str, str]]], None] = lambda refs: None,
         prune_history: Callable[[], Pruned] = lambda: Pruned(runs=0, tombstones=0),
     ) -> None:
         self._settings = settings
         self._repository = repository
+        self._graphs = graphs
         self._store = store
         self._tokens = tokens
         self._flush_access = flush_access
         self._clock = clock
         self._packs_swept_at = -PACK_SWEEP_SECONDS
-        self._graphs = GraphIndexer(repository, store, activity=activity, parser=graph_parser)
         self._forget_entries = forget_entries
         self._prune_history = prune_history
         self.evictor = Evictor(
@@ -99,8 +98,7 @@ class AdminService:
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start parsing entries, and background eviction when a budget is configured."""
-        self._graphs.start()
+        """Start background eviction when a budget is configured, packing later and gc when configured."""
         if self._settings.max_total_bytes is not None or self._settings.max_namespace_bytes is not None:
             self._budgets.start()
         if self._packer is not None:
@@ -114,7 +112,6 @@ class AdminService:
             self._packer.stop()  # ends a round (or POST /admin/pack) after its current pack
         self._packing.stop()
         self._budgets.stop()
-        self._graphs.stop()
 
     def _enforce_budgets(self) -> None:
         result = self.evictor.enforce_budgets()
@@ -154,19 +151,6 @@ class AdminService:
         with self._packing_lock:
             return self._packer.run(max_entries, max_seconds)
 
-    # -- graphs -----------------------------------------------------------------------------------------
-    def entry_stored(self, namespace: str, key: str) -> None:
-        """The cache service's hook for a new entry: queue it for parsing (never blocks, never raises)."""
-        self._graphs.notify(namespace, key)
-
-    def parse_unparsed(self) -> int:
-        """Parse every stored entry that has not been parsed yet, now; returns how many were."""
-        return self._graphs.catch_up()
-
-    def wait_parsed(self, timeout: float) -> bool:
-        """Wait until every entry queued for parsing so far is parsed; False if ``timeout`` passed first."""
-        return self._graphs.wait_idle(timeout)
-
     # -- operations -------------------------------------------------------------------------------------
     def stats(self, query: StatsQuery | None = None) -> StatsReport:
         """Totals, per namespace (a page of them), per day and top graphs, as ``query`` asks (the defaults of
@@ -176,7 +160,7 @@ class AdminService:
         if query.namespace is not None:
             check_namespace(query.namespace)
         self._flush_access()
-        return build_report(self._repository, query, now=self._clock())
+        return build_report(self._repository, self._graphs, query, now=self._clock())
 
     def stored_by_namespace(self) -> dict[str, tuple[int, int]]:
         """Entries and bytes stored now, per namespace."""

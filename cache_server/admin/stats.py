@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from cache_server.domain import Counters, NamespaceInfo
 from cache_server.errors import BadRequest
 from cache_server.index.admin import AdminRepository
-from cache_server.index.graph_records import GraphGroup
+from cache_server.index.graph_records import GraphGroup, GraphRepository
 
 __all__ = [
     "DayCounters",
@@ -91,7 +91,9 @@ def parse_cursor(text: str) -> tuple[int, str]:
     return int(size), name
 
 
-def build_report(repository: AdminRepository, query: StatsQuery, *, now: dt.datetime) -> StatsReport:
+def build_report(
+    repository: AdminRepository, graphs: GraphRepository, query: StatsQuery, *, now: dt.datetime
+) -> StatsReport:
     """The report ``query`` asks for, made at ``now``. The day is read once: a report made across midnight
     has exactly ``query.days``.
 
@@ -118,7 +120,7 @@ def build_report(repository: AdminRepository, query: StatsQuery, *, now: dt.date
         totals=totals,
         namespaces=rows,
         daily=daily,
-        top_graphs=repository.top_graphs(top, namespace) if top > 0 else [],
+        top_graphs=graphs.top_graphs(top, namespace) if top > 0 else [],
         namespace_count=count,
         next_after=page_cursor(rows[-1]) if more and rows else None,
     )

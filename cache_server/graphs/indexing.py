@@ -43,8 +43,7 @@ from cache_server.graphs.worker import (
     ParserResting,
     parse_blob,
 )
-from cache_server.index.admin import AdminRepository
-from cache_server.index.graph_records import GraphRecord
+from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.storage.base import BlobStore
 
 __all__ = ["GraphIndexer"]
@@ -61,7 +60,7 @@ class GraphIndexer:
 
     def __init__(
         self,
-        repository: AdminRepository,
+        repository: GraphRepository,
         store: BlobStore,
         *,
         activity: Activity | None = None,

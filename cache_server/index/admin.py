@@ -1,5 +1,5 @@
 """The admin side's queries: stats, the daily rollup, eviction and reconciliation (the parsed graphs are
-:mod:`.graph_records`).
+:mod:`.graph_records`' own repository).
 
 Composed over the same :class:`~cache_server.index.database.Database` as the other repositories; each method
 runs in its own short transaction and returns domain objects, never ORM rows.
@@ -19,7 +19,6 @@ from cache_server.domain import COUNTERS, Counters, EntryInfo, NamespaceInfo, Re
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked
 from cache_server.index.entries import entry_info
-from cache_server.index.graph_records import GraphRows
 from cache_server.index.models import (
     NO_TOKEN,
     DailyStats,
@@ -60,9 +59,8 @@ class EvictionCandidate:
     last_access_at: dt.datetime
 
 
-class AdminRepository(GraphRows):
-    """Queries of the admin side: stats, eviction, gc and packing here; the parsed graphs through its base
-    (:mod:`.graph_records`)."""
+class AdminRepository:
+    """Queries of the admin side: stats, eviction, gc and packing."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -1,6 +1,6 @@
 """What parsing each stored entry found (``entry_graphs``): the entries still to parse, recording what was
-found, and the graphs with the most shape variants. :class:`GraphRows` is a base of
-:class:`~cache_server.index.admin.AdminRepository`."""
+found, and the graphs with the most shape variants: :class:`GraphRepository`, the repository of the parsing
+service (:mod:`cache_server.graphs.indexing`), which the stats read the top graphs from too."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from cache_server.index.database import Database
 from cache_server.index.models import Entry, EntryGraph, GraphCount
 
-__all__ = ["GraphGroup", "GraphRecord", "GraphRows"]
+__all__ = ["GraphGroup", "GraphRecord", "GraphRepository"]
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,11 @@ class GraphGroup:
     examples: list[str]
 
 
-class GraphRows:
-    """Queries of ``entry_graphs`` and ``graph_counts`` (``_db``: the shared :class:`Database`)."""
+class GraphRepository:
+    """Queries of ``entry_graphs`` and ``graph_counts``, over the shared :class:`Database`."""
 
-    _db: Database
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def unparsed_entries(self, limit: int) -> list[tuple[str, str]]:
         """Entries nobody has tried to parse yet, then graphs parsed before their bodies were read

@@ -18,8 +18,8 @@ from cache_server.domain import utcnow
 from cache_server.graphs import indexing, worker
 from cache_server.graphs.indexing import GraphIndexer
 from cache_server.graphs.worker import ParserProcess, ParserResting, parse_blob
-from cache_server.index import AdminRepository, EntryRepository
-from cache_server.index.graph_records import GraphRecord
+from cache_server.index import EntryRepository
+from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
@@ -37,13 +37,13 @@ def _store_real_entries(settings: Settings, services: Services, namespace: str) 
 
 
 def _unparsed(services: Services) -> int:
-    return len(AdminRepository(services.database).unparsed_entries(100))
+    return len(GraphRepository(services.database).unparsed_entries(100))
 
 
 def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services: Services) -> None:
     _store_real_entries(settings, services, "busy")
     activity = Activity()
-    indexer = GraphIndexer(AdminRepository(services.database), services.store, activity=activity)
+    indexer = GraphIndexer(GraphRepository(services.database), services.store, activity=activity)
     indexer.start()
     try:
         assert indexer.wait_idle(30)  # the catch-up at start parses what is already stored
@@ -68,7 +68,7 @@ def test_parsing_catches_up_when_overdue_however_busy(
     monkeypatch.setattr(indexing, "MAX_DELAY_SECONDS", 0.5)
     activity = Activity()
     activity.begin()  # busy for the whole test: a request that never ends
-    indexer = GraphIndexer(AdminRepository(services.database), services.store, activity=activity)
+    indexer = GraphIndexer(GraphRepository(services.database), services.store, activity=activity)
     indexer.start()
     try:
         assert indexer.wait_idle(30)
@@ -89,7 +89,7 @@ def test_parsing_catches_up_when_overdue_however_busy(
 def test_records_of_a_batch_skip_an_entry_evicted_meanwhile(settings: Settings, services: Services) -> None:
     keys = _store_real_entries(settings, services, "batch")
     EntryRepository(services.database).delete_entry("batch", keys[0], policy="admin", when=utcnow())
-    repository = AdminRepository(services.database)
+    repository = GraphRepository(services.database)
     records = [GraphRecord("batch", key, module=f"m{i}") for i, key in enumerate(keys)]
     assert repository.record_graphs(records) == len(keys) - 1
     assert repository.unparsed_entries(10) == []
@@ -139,13 +139,13 @@ def _graph_records(services: Services, namespace: str) -> dict[str, str | None]:
 
 def test_the_server_parses_in_a_child_process_off_its_gil(settings: Settings, services: Services) -> None:
     """The wiring gives the indexer a child process: what it records is what this process would find."""
-    parser = services.admin._graphs._parser
+    parser = services.parsing._parser
     assert isinstance(parser, ParserProcess)
     services.start()
     keys = _store_real_entries(settings, services, "child")
     for key in keys:
-        services.admin.entry_stored("child", key)
-    assert services.admin.wait_parsed(60)
+        services.parsing.notify("child", key)
+    assert services.parsing.wait_idle(60)
     pid = parser.child_pid()
     assert pid is not None and pid != os.getpid()
     found = _graph_records(services, "child")
@@ -233,7 +233,7 @@ def test_a_parser_process_that_cannot_start_parses_nothing_on_the_thread(
     """No batch is ever parsed in the server's process: the entries wait for a later catch-up scan."""
     keys = _store_real_entries(settings, services, "fallback")
     broken = ParserProcess("nowhere://at-all")  # the child's store cannot be opened: it never starts
-    indexer = GraphIndexer(AdminRepository(services.database), services.store, parser=broken)
+    indexer = GraphIndexer(GraphRepository(services.database), services.store, parser=broken)
     try:
         assert indexer.parse_many([("fallback", key) for key in keys]) == 0
     finally:
@@ -248,7 +248,7 @@ def test_graphs_parsed_before_bodies_were_read_are_parsed_again_and_keep_their_c
     """Rows from before migration 0014 have a module and no body: the catch-up scan parses them again and
     fills the body in, leaving the module, signature and graph_counts as they were."""
     keys = _store_real_entries(settings, services, "old")
-    repository = AdminRepository(services.database)
+    repository = GraphRepository(services.database)
     indexer = GraphIndexer(repository, services.store)
     assert indexer.catch_up() == len(keys)
     with services.database.transaction() as session:
@@ -272,7 +272,7 @@ def test_a_batch_the_child_cannot_finish_is_parsed_an_entry_at_a_time_in_fresh_c
 ) -> None:
     keys = _store_real_entries(settings, services, "split")
     parser = ParserProcess(settings.resolved_storage_url)
-    indexer = GraphIndexer(AdminRepository(services.database), services.store, parser=parser)
+    indexer = GraphIndexer(GraphRepository(services.database), services.store, parser=parser)
     monkeypatch.setattr(worker, "BATCH_SECONDS", 0.0)  # no child finishes a batch in no time
     monkeypatch.setattr(GraphIndexer, "_parsed", lambda *_: pytest.fail("parsed on the server's thread"))
     try:
@@ -288,7 +288,7 @@ def test_an_entry_that_stalls_its_child_is_recorded_as_unparseable(
 ) -> None:
     keys = _store_real_entries(settings, services, "stall")
     parser = ParserProcess(settings.resolved_storage_url)
-    indexer = GraphIndexer(AdminRepository(services.database), services.store, parser=parser)
+    indexer = GraphIndexer(GraphRepository(services.database), services.store, parser=parser)
     monkeypatch.setattr(worker, "BATCH_SECONDS", 0.0)
     monkeypatch.setattr(indexing, "ENTRY_SECONDS", 0.0)  # every entry alone stalls its child too
     try:

@@ -15,8 +15,7 @@ from cache_server.app import create_app
 from cache_server.auth.tokens import Role
 from cache_server.graphs.hlo import CUT_MARKER
 from cache_server.graphs.report import MAX_EXAMPLE_TEXT, MAX_GRAPH_SHAPES_TEXT
-from cache_server.index import AdminRepository
-from cache_server.index.graph_records import GraphRecord
+from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.index.migrate import upgrade
 from cache_server.settings import Settings
 from cache_server.wiring import Services
@@ -36,7 +35,7 @@ def store(services: Services, namespace: str, key: str, module: str | None, shap
     data = f"{namespace}/{key}".encode()
     services.cache.put_entry(namespace, key, [data], sha256=hashlib.sha256(data).hexdigest())
     signature = hashlib.sha256(shapes.encode()).hexdigest() if shapes else None
-    AdminRepository(services.database).record_graphs([GraphRecord(namespace, key, module, signature, shapes)])
+    GraphRepository(services.database).record_graphs([GraphRecord(namespace, key, module, signature, shapes)])
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -7,7 +7,7 @@ import datetime as dt
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
-from cache_server.index import AdminRepository, EntryRepository
+from cache_server.index import EntryRepository, GraphRepository
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
@@ -96,7 +96,7 @@ def test_graphs_with_most_shape_variants(client: TestClient) -> None:
         put_ok(client, "cpu-job", key, data)
     put_ok(client, "cpu-job", "not-an-executable", b"\x00" * 2048)  # stored, never listed
     put_ok(client, "other-job", "tpu-like", b"opaque executable bytes")
-    assert services_of(client).admin.wait_parsed(30)
+    assert services_of(client).parsing.wait_idle(30)
     graphs = client.get("/admin/stats").json()["top_graphs"]
     assert [(g["namespace"], g["module"], g["variants"], g["entries"]) for g in graphs] == [
         ("cpu-job", "SyncTensorsGraph.15", 3, 3),
@@ -127,8 +127,8 @@ def test_entries_stored_before_start_are_parsed_by_the_catch_up(
     with TestClient(create_app(settings, services)) as client:
         # The catch-up is counted as pending from start(), so waiting covers it even before the
         # graph thread has begun the scan.
-        assert services.admin.wait_parsed(30)
-        assert AdminRepository(services.database).unparsed_entries(1) == []
+        assert services.parsing.wait_idle(30)
+        assert GraphRepository(services.database).unparsed_entries(1) == []
         graphs = client.get("/admin/stats").json()["top_graphs"]
     assert sum(g["entries"] for g in graphs) == len(entries)
     assert graphs[0]["variants"] == 3

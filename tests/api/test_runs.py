@@ -43,7 +43,7 @@ def store_real(client: TestClient, services: Services, keys: list[str], namespac
     entries = real_entries()
     for key in keys:
         put_ok(client, namespace, key, entries[key], compile_ms=2000)
-    assert services.admin.wait_parsed(30)
+    assert services.parsing.wait_idle(30)
 
 
 def test_a_run_reported_twice_keeps_the_larger_numbers_and_adds_its_misses(client: TestClient) -> None:
@@ -120,7 +120,7 @@ def test_each_reason_from_entries_stored_through_uploads(client: TestClient, ser
     put_ok(client, NS, "gone-key", b"removed later")
     assert client.delete(entry_url(NS, "gone-key")).status_code == 204
     put_ok(client, NS, "opaque-key", b"a TPU executable: opaque bytes")
-    assert services.admin.wait_parsed(30)
+    assert services.parsing.wait_idle(30)
     run2 = [
         miss("same-graph-other-key"),
         miss("gone-key"),
@@ -147,7 +147,7 @@ def test_different_key_names_the_jax_components_that_differ(client: TestClient, 
         new = [miss(key, module=module, components=components)]
         assert post(client, report(run_id, framework="jax", new_misses=new)).status_code == 200
         put_ok(client, NS, key, entries[B2])
-    assert services.admin.wait_parsed(30)
+    assert services.parsing.wait_idle(30)
     detail = client.get("/admin/runs/run-jax-d-01").json()
     (only,) = detail["misses"]
     assert only["reason"] == "different_key"
@@ -181,7 +181,7 @@ def test_different_key_is_named_against_the_same_computation_not_the_runs_other_
         client, report("run-jax-d-02", framework="jax", new_misses=[miss("key-d2", module="m", components=d)])
     )
     put_ok(client, NS, "key-d2", entries[B2])
-    assert services.admin.wait_parsed(30)
+    assert services.parsing.wait_idle(30)
     misses = {m["key"]: m for m in client.get("/admin/runs/run-jax-d-02").json()["misses"]}
     assert misses["key-d2"]["reason"] == "different_key"
     assert misses["key-d2"]["differing_components"] == [
@@ -363,7 +363,7 @@ def test_tpu_entries_are_explained_as_cpu_entries_are(
     keys = [f"jit_entry-{i}-cache" for i, name in enumerate(names) if name is not None]
     for key, name in zip(keys, [n for n in names if n is not None], strict=True):
         put_ok(client, "jax-ns", key, (FIXTURES / folder / name).read_bytes())
-    assert services.admin.wait_parsed(30)
+    assert services.parsing.wait_idle(30)
     new = [miss(key, module=None) for key in keys]
     body = report("run-tpu-0001", namespace="jax-ns", framework="jax", misses=len(keys), new_misses=new)
     assert post(client, body).status_code == 200

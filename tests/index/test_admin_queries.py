@@ -46,7 +46,7 @@ def test_counters_rollup_and_graphs(services: Services) -> None:
     for _ in range(2):
         read(services, "cpu", first)
     services.access.miss("cpu", 3)
-    assert services.admin.parse_unparsed() == 5
+    assert services.parsing.catch_up() == 5
     report = services.admin.stats(StatsQuery(days=3, top=5))
     totals = report.totals.counters
     assert (report.totals.entries, totals.hits, totals.misses, totals.uploads) == (5, 2, 3, 5)

@@ -11,7 +11,7 @@ from sqlalchemy import func, insert, inspect, select, update
 
 from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
-from cache_server.index.graph_records import GraphRecord
+from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.migrate import downgrade, upgrade
 from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace
@@ -60,18 +60,19 @@ def graph(namespace: str, key: str, module: str | None, shape: int | None) -> Gr
 
 def test_every_write_keeps_the_counts(database: Database) -> None:
     entries, admin = EntryRepository(database), AdminRepository(database)
+    graphs = GraphRepository(database)
     now = utcnow()
     entries.record_new_entries([record("a", f"k{i}", 10, "t1" if i < 40 else None) for i in range(60)])
     entries.record_new_entries([record("b", f"k{i}", 10) for i in range(10)])
     # parsing: in a batch (statement per batch), one at a time, a repeated signature, an unparseable entry
-    assert admin.record_graphs([graph("a", f"k{i}", "m1", i % 25) for i in range(50)]) == 50
-    assert admin.record_graph(graph("a", "k50", "m2", 1))
-    assert admin.record_graph(graph("a", "k51", "m2", 1))  # same shapes, another key: not a new variant
-    assert admin.record_graph(graph("a", "k52", None, None))  # a TPU executable: no module, not counted
-    assert admin.record_graph(graph("a", "k53", "m2", None))  # a module without a signature: an entry only
-    assert admin.record_graphs([graph("b", f"k{i}", "m1", i) for i in range(10)]) == 10
-    admin.record_graphs([graph("a", "k0", "m1", 99)])  # parsed already: nothing changes
-    assert not admin.record_graph(graph("a", "gone", "m1", 7))  # evicted while parsed: nothing recorded
+    assert graphs.record_graphs([graph("a", f"k{i}", "m1", i % 25) for i in range(50)]) == 50
+    assert graphs.record_graph(graph("a", "k50", "m2", 1))
+    assert graphs.record_graph(graph("a", "k51", "m2", 1))  # same shapes, another key: not a new variant
+    assert graphs.record_graph(graph("a", "k52", None, None))  # a TPU executable: no module, not counted
+    assert graphs.record_graph(graph("a", "k53", "m2", None))  # a module without a signature: an entry only
+    assert graphs.record_graphs([graph("b", f"k{i}", "m1", i) for i in range(10)]) == 10
+    graphs.record_graphs([graph("a", "k0", "m1", 99)])  # parsed already: nothing changes
+    assert not graphs.record_graph(graph("a", "gone", "m1", 7))  # evicted while parsed: nothing recorded
     assert assert_consistent(database) == {("a", "m1"): (25, 50), ("a", "m2"): (1, 3), ("b", "m1"): (10, 10)}
 
     # rows from before migration 0014 (a module, no body) parsed again: the body is filled in, and only it
@@ -80,7 +81,7 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
     bodies = [
         GraphRecord("b", f"k{i}", "m9", f"sig{i + 100}", "()", structure=f"s{i}", ops="[]") for i in range(10)
     ]
-    assert admin.record_graphs(bodies) == 10
+    assert graphs.record_graphs(bodies) == 10
     assert assert_consistent(database)[("b", "m1")] == (10, 10)
     with database.transaction() as session:
         found = session.execute(
@@ -90,7 +91,7 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
         ).all()
     assert {(m, s, o) for m, s, _, o in found} == {("m1", s, "[]") for _, s, _, _ in found}
     assert sorted(structure for _, _, structure, _ in found) == sorted(f"s{i}" for i in range(10))
-    admin.record_graphs([GraphRecord("b", "k0", "m9", "x", "()", structure="other", ops="{}")])  # has one
+    graphs.record_graphs([GraphRecord("b", "k0", "m9", "x", "()", structure="other", ops="{}")])  # has one
     with database.transaction() as session:
         assert (
             session.scalar(
@@ -103,7 +104,7 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
     assert (
         entries.add_missing_entries([record("a", "k0", 1), record("c", "r1", 7), record("c", "r2", 8)]) == 2
     )
-    admin.record_graphs([graph("c", "r1", "m1", 1), graph("c", "r2", "m1", 2)])
+    graphs.record_graphs([graph("c", "r1", "m1", 1), graph("c", "r2", "m1", 2)])
     assert_consistent(database)
 
     # eviction of half of a variant's entries keeps the variant; of the rest, takes it off
@@ -149,6 +150,7 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
 def test_concurrent_parsing_and_evictions_lose_no_count(database: Database) -> None:
     """Writers that record the same new signatures under other keys, and evict, all at once."""
     entries, admin = EntryRepository(database), AdminRepository(database)
+    graphs = GraphRepository(database)
     entries.record_new_entries([record("shared", f"{w}-{i}", 3) for w in ("p", "q", "r") for i in range(120)])
     errors: list[BaseException] = []
     start = threading.Barrier(3)
@@ -162,12 +164,12 @@ def test_concurrent_parsing_and_evictions_lose_no_count(database: Database) -> N
 
     def parse(writer: str) -> None:  # both writers see every shape as new at the same moments
         for part in range(12):
-            admin.record_graphs(
+            graphs.record_graphs(
                 [graph("shared", f"{writer}-{i}", "m", i) for i in range(part * 10, part * 10 + 10)]
             )
 
     def evict() -> None:
-        admin.record_graphs([graph("shared", f"r-{i}", "m", i) for i in range(120)])
+        graphs.record_graphs([graph("shared", f"r-{i}", "m", i) for i in range(120)])
         for part in range(12):
             victims = [("shared", f"r-{i}") for i in range(part * 10, part * 10 + 10)]
             admin.delete_entries(victims, policy="lru", when=utcnow(), count_evictions=True)

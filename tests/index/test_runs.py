@@ -13,7 +13,7 @@ from cache_server.domain import utcnow
 from cache_server.domain.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded
 from cache_server.errors import RunConflict, RunOwned
 from cache_server.index import AdminRepository, Database, EntryRepository
-from cache_server.index.graph_records import GraphRecord
+from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.index.miss_facts import read_facts
 from cache_server.index.runs import RunRepository
 from cache_server.index.tombstones import prune_tombstones, tombstones_of
@@ -126,8 +126,9 @@ def test_a_thousand_tombstones_of_one_instant_are_pruned_to_the_bound_not_to_non
 
 def test_a_removal_renews_the_tombstone_and_facts_read_it(database: Database) -> None:
     entries, admin = EntryRepository(database), AdminRepository(database)
+    graphs = GraphRepository(database)
     entries.record_new_entries([record("ns", "k", 10), record("ns", "v1", 10), record("ns", "v2", 10)])
-    admin.record_graphs(
+    graphs.record_graphs(
         [
             GraphRecord("ns", "v1", "mod", "s1", "(f32[2]) -> (f32[2])"),
             GraphRecord("ns", "v2", "mod", "s2", "(f32[4]) -> (f32[4])"),
