@@ -1,10 +1,10 @@
 """``python -m bench.graph_bodies [--reps N]``: what reading a graph's body (issue 33: every instruction
-walked, the digests and sized ops of ``cache_server.graphs.instructions``) costs the parser per entry.
+walked, the digests and sized ops of ``cache_server.parsing.instructions``) costs the parser per entry.
 
 Makes real JAX CPU entries first (not timed): a small function (~2 KB), a chain of 12,000 ops (~0.5 MB,
 ~13,000 instructions: the instruction walk's worst case per byte), and a function with a random f32
 constant of 1 MB and of 50 MB (a module whose bytes are mostly one literal). For each, the CPU seconds and
-the peak of Python's allocations (tracemalloc) of :func:`~cache_server.graphs.hlo.parse_entry` as the
+the peak of Python's allocations (tracemalloc) of :func:`~cache_server.parsing.hlo.parse_entry` as the
 server runs it, and of the same parse with the body left out (what it cost before), medians of ``--reps``.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from cache_server.graphs import hlo
+from cache_server.parsing import hlo
 
 CASES = (
     ("small", 0, 0),

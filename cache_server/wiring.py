@@ -20,14 +20,14 @@ from cache_server.auth.tokens import TokenManager
 from cache_server.background.access import AccessRecorder
 from cache_server.background.activity import Activity
 from cache_server.domain import Clock, utcnow
-from cache_server.graphs.indexing import GraphIndexer
 from cache_server.graphs.report import GraphReports
-from cache_server.graphs.worker import ParserProcess
 from cache_server.index import AdminRepository, Database, EntryRepository, GraphRepository, TokenRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
+from cache_server.parsing.service import ParsingService
+from cache_server.parsing.worker import ParserProcess
 from cache_server.runs.budget import RunBudget
 from cache_server.runs.ingest import RunService
 from cache_server.service import CacheService
@@ -50,7 +50,7 @@ class Services:
     access: AccessRecorder
     cache: CacheService
     admin: AdminService
-    parsing: GraphIndexer
+    parsing: ParsingService
     tokens: TokenManager
     reindexer: Reindexer
     activity: Activity
@@ -108,7 +108,7 @@ def build_services(
     activity = Activity()
     hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds, clock=monotonic)
     graphs = GraphRepository(database)
-    parsing = GraphIndexer(graphs, store, activity=activity, parser=graph_parser)
+    parsing = ParsingService(graphs, store, activity=activity, parser=graph_parser)
     admin = AdminService(
         settings,
         AdminRepository(database),

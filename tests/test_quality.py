@@ -76,13 +76,13 @@ def test_the_run_collectors_vocabulary_imports_no_collector() -> None:
 
 def test_administration_imports_no_parsing() -> None:
     """Parsing the stored entries is a service of its own (cache_server/parsing/, built in wiring, notified by
-    uploads directly): no module of the admin room imports it, its child process or its indexing."""
+    uploads directly): no module of the admin room imports it."""
     offenders = [
         f"{path.relative_to(ROOT)}:{line} {name}"
         for path in sorted((ROOT / "cache_server" / "admin").rglob("*.py"))
         for line, name in _imports(path)
         if _within(name, "cache_server.parsing")
-        or _within(name, "cache_server.graphs.indexing")
-        or _within(name, "cache_server.graphs.worker")
+        or _within(name, "cache_server.parsing.service")
+        or _within(name, "cache_server.parsing.worker")
     ]
     assert offenders == []

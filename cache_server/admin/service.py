@@ -1,5 +1,5 @@
 """The admin side as one service: stats, eviction (on request and in the background), gc, packing later,
-purges. Parsing the stored entries is a service of its own (:mod:`cache_server.graphs.indexing`)."""
+purges. Parsing the stored entries is a service of its own (:mod:`cache_server.parsing.service`)."""
 
 from __future__ import annotations
 

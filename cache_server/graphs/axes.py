@@ -33,7 +33,7 @@ from cache_server.graphs.padding import (
     next_power_of_two,
     pad_to,
 )
-from cache_server.graphs.schema import ELEMENT_BYTES
+from cache_server.parsing.schema import ELEMENT_BYTES
 
 __all__ = [
     "BUCKET_COUNTS",

@@ -1,6 +1,6 @@
 """Sizes baked into a graph: what differs between entries of one module at the same input shapes.
 
-Entries whose bodies (:class:`~cache_server.graphs.instructions.Body`) have one ``structure`` are the same
+Entries whose bodies (:class:`~cache_server.parsing.instructions.Body`) have one ``structure`` are the same
 graph with other sizes inside it: a step that slices, pads or builds arrays by Python integers. Their sized
 ops line up position by position, so:
 
@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache_server.graphs.body import Body, SizedOp, body_from_text, short_source
-from cache_server.graphs.schema import ELEMENT_BYTES
+from cache_server.parsing.body import Body, SizedOp, body_from_text, short_source
+from cache_server.parsing.schema import ELEMENT_BYTES
 
 __all__ = [
     "MAX_AXES",

@@ -16,10 +16,10 @@ from cache_server.errors import NamespaceNotFound
 from cache_server.graphs.axes import AxesReport, Point, analyse_axes
 from cache_server.graphs.baked import BakedGroup, baked_group
 from cache_server.graphs.bucketing import BucketingReport, analyse
-from cache_server.graphs.hlo import CUT_MARKER
 from cache_server.graphs.shapes import parse_shape_signature
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.names import check_namespace
+from cache_server.parsing.hlo import CUT_MARKER
 
 __all__ = [
     "BAKED_COST",

@@ -1,4 +1,4 @@
-"""A graph's shapes as data: the text :mod:`~cache_server.graphs.hlo` records, read back into parameters
+"""A graph's shapes as data: the text :mod:`~cache_server.parsing.hlo` records, read back into parameters
 and dimensions, and compared.
 
 The text is ``(<param>, <param>, ...) -> <result>`` where a shape is ``f32[8,128]`` (``<=128`` for a

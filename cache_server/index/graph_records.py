@@ -1,6 +1,6 @@
 """What parsing each stored entry found (``entry_graphs``): the entries still to parse, recording what was
 found, and the graphs with the most shape variants: :class:`GraphRepository`, the repository of the parsing
-service (:mod:`cache_server.graphs.indexing`), which the stats read the top graphs from too."""
+service (:mod:`cache_server.parsing.service`), which the stats read the top graphs from too."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ __all__ = ["GraphGroup", "GraphRecord", "GraphRepository"]
 @dataclass(frozen=True)
 class GraphRecord:
     """What parsing one entry found; ``module`` None means "not parseable". ``structure``, ``program``,
-    ``whole`` and ``ops`` are its body (:class:`cache_server.graphs.instructions.Body`); ``structure`` is
+    ``whole`` and ``ops`` are its body (:class:`cache_server.parsing.instructions.Body`); ``structure`` is
     ``""`` where there is none (a module too large to walk); NULL only in rows parsed before migration
     0014, which are parsed again."""
 

@@ -261,7 +261,7 @@ class EntryGraph(Base):
     shapes: Mapped[str | None] = mapped_column(Text, nullable=True)
     source: Mapped[str | None] = mapped_column(String(512), nullable=True)
     parsed_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
-    # what the graph computes beyond its shapes (migration 0014; cache_server.graphs.instructions)
+    # what the graph computes beyond its shapes (migration 0014; cache_server.parsing.instructions)
     structure: Mapped[str | None] = mapped_column(String(32), nullable=True)
     program: Mapped[str | None] = mapped_column(String(32), nullable=True)
     whole: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -34,9 +34,9 @@ from functools import lru_cache
 
 from cache_server.domain.runs import MissRecord
 from cache_server.graphs.baked import SizeChange, describe_changes, size_changes
-from cache_server.graphs.body import Body, body_from_text
 from cache_server.graphs.shapes import Dimension, ShapeSignature, differing_dimensions, parse_shape_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
+from cache_server.parsing.body import Body, body_from_text
 from cache_server.runs.variants import ModuleVariants, Variant, VariantsCache
 
 __all__ = ["ComponentDifference", "ExplainedMiss", "explain"]

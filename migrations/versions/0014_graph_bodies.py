@@ -3,7 +3,7 @@ its whole module, and its sized ops (issue 33: sizes baked into graphs)
 
 A job that slices or pads by Python integers compiles one graph per size at the same input shapes. Entries
 of one structure are such a graph at other sizes; their sized ops (slice limits, pad widths, iota lengths,
-literals...) say which sizes differ (``cache_server.graphs.instructions``). Nullable columns, added in place
+literals...) say which sizes differ (``cache_server.parsing.instructions``). Nullable columns, added in place
 (no table rebuild: the triggers of 0013 stay): rows parsed before this revision have none, and the graph
 indexer parses them again in the background.
 

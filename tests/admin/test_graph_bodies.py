@@ -1,4 +1,4 @@
-"""What a graph computes beyond its shapes (``cache_server.graphs.instructions``) and the sizes baked into it
+"""What a graph computes beyond its shapes (``cache_server.parsing.instructions``) and the sizes baked into it
 (``cache_server.graphs.baked``), read from real JAX 0.10.2 and torch_xla 2.7 CPU entries, and from crafted
 modules that try to make the parser slow, large or deep."""
 
@@ -12,9 +12,9 @@ import pytest
 import zstandard
 
 from cache_server.graphs.baked import describe_changes, internal_axes, size_changes
-from cache_server.graphs.body import MAX_OPS_TEXT, Body, body_from_text
-from cache_server.graphs.hlo import GraphInfo, parse_entry
-from cache_server.graphs.instructions import MAX_OPS
+from cache_server.parsing.body import MAX_OPS_TEXT, Body, body_from_text
+from cache_server.parsing.hlo import GraphInfo, parse_entry
+from cache_server.parsing.instructions import MAX_OPS
 from tests.support.crafted_entries import field, varint, varint_field
 from tests.support.real_entries import real_entries
 

@@ -15,11 +15,12 @@ from sqlalchemy import text
 
 from cache_server.background.activity import Activity
 from cache_server.domain import utcnow
-from cache_server.graphs import indexing, worker
-from cache_server.graphs.indexing import GraphIndexer
-from cache_server.graphs.worker import ParserProcess, ParserResting, parse_blob
 from cache_server.index import EntryRepository
 from cache_server.index.graph_records import GraphRecord, GraphRepository
+from cache_server.parsing import service as parsing_service
+from cache_server.parsing import worker
+from cache_server.parsing.service import ParsingService
+from cache_server.parsing.worker import ParserProcess, ParserResting, parse_blob
 from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
@@ -43,7 +44,7 @@ def _unparsed(services: Services) -> int:
 def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services: Services) -> None:
     _store_real_entries(settings, services, "busy")
     activity = Activity()
-    indexer = GraphIndexer(GraphRepository(services.database), services.store, activity=activity)
+    indexer = ParsingService(GraphRepository(services.database), services.store, activity=activity)
     indexer.start()
     try:
         assert indexer.wait_idle(30)  # the catch-up at start parses what is already stored
@@ -53,7 +54,7 @@ def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services
         cache.put_entry("busy", "late", [data], sha256=sha(data))
         indexer.notify("busy", "late")
         # the time is what is tested: for four quiet periods with a request in flight nothing is parsed
-        time.sleep(indexing.QUIET_SECONDS * 4)
+        time.sleep(parsing_service.QUIET_SECONDS * 4)
         assert _unparsed(services) == 1, "parsed while a request was in flight"
         activity.end()
         assert indexer.wait_idle(5), "not parsed once the process was quiet"
@@ -65,10 +66,10 @@ def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services
 def test_parsing_catches_up_when_overdue_however_busy(
     settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(indexing, "MAX_DELAY_SECONDS", 0.5)
+    monkeypatch.setattr(parsing_service, "MAX_DELAY_SECONDS", 0.5)
     activity = Activity()
     activity.begin()  # busy for the whole test: a request that never ends
-    indexer = GraphIndexer(GraphRepository(services.database), services.store, activity=activity)
+    indexer = ParsingService(GraphRepository(services.database), services.store, activity=activity)
     indexer.start()
     try:
         assert indexer.wait_idle(30)
@@ -108,7 +109,7 @@ class _SlowRepository:
 
 
 def test_stop_returns_with_the_queue_full(services: Services) -> None:
-    indexer = GraphIndexer(_SlowRepository(), services.store, queue_size=2)  # type: ignore[arg-type]
+    indexer = ParsingService(_SlowRepository(), services.store, queue_size=2)  # type: ignore[arg-type]
     indexer.start()  # busy in its catch-up scan: nothing is taken off the queue meanwhile
     for key in ("1", "2", "3"):  # the third overflows (and asks for another scan)
         indexer.notify("full", key)
@@ -201,7 +202,7 @@ def test_a_child_that_cannot_be_spawned_rests_too(monkeypatch: pytest.MonkeyPatc
 def test_the_parser_child_exits_when_its_server_process_is_killed(tmp_path: Path) -> None:
     script = (
         "import os, sys\n"
-        "from cache_server.graphs.worker import ParserProcess\n"
+        "from cache_server.parsing.worker import ParserProcess\n"
         "parser = ParserProcess(sys.argv[1])\n"
         "parser.parse([])\n"
         "print(parser.child_pid(), flush=True)\n"
@@ -233,7 +234,7 @@ def test_a_parser_process_that_cannot_start_parses_nothing_on_the_thread(
     """No batch is ever parsed in the server's process: the entries wait for a later catch-up scan."""
     keys = _store_real_entries(settings, services, "fallback")
     broken = ParserProcess("nowhere://at-all")  # the child's store cannot be opened: it never starts
-    indexer = GraphIndexer(GraphRepository(services.database), services.store, parser=broken)
+    indexer = ParsingService(GraphRepository(services.database), services.store, parser=broken)
     try:
         assert indexer.parse_many([("fallback", key) for key in keys]) == 0
     finally:
@@ -249,7 +250,7 @@ def test_graphs_parsed_before_bodies_were_read_are_parsed_again_and_keep_their_c
     fills the body in, leaving the module, signature and graph_counts as they were."""
     keys = _store_real_entries(settings, services, "old")
     repository = GraphRepository(services.database)
-    indexer = GraphIndexer(repository, services.store)
+    indexer = ParsingService(repository, services.store)
     assert indexer.catch_up() == len(keys)
     with services.database.transaction() as session:
         before = session.execute(text("SELECT module, variants, entries FROM graph_counts ORDER BY 1")).all()
@@ -272,9 +273,9 @@ def test_a_batch_the_child_cannot_finish_is_parsed_an_entry_at_a_time_in_fresh_c
 ) -> None:
     keys = _store_real_entries(settings, services, "split")
     parser = ParserProcess(settings.resolved_storage_url)
-    indexer = GraphIndexer(GraphRepository(services.database), services.store, parser=parser)
+    indexer = ParsingService(GraphRepository(services.database), services.store, parser=parser)
     monkeypatch.setattr(worker, "BATCH_SECONDS", 0.0)  # no child finishes a batch in no time
-    monkeypatch.setattr(GraphIndexer, "_parsed", lambda *_: pytest.fail("parsed on the server's thread"))
+    monkeypatch.setattr(ParsingService, "_parsed", lambda *_: pytest.fail("parsed on the server's thread"))
     try:
         assert indexer.parse_many([("split", key) for key in keys]) == len(keys)
     finally:
@@ -288,9 +289,9 @@ def test_an_entry_that_stalls_its_child_is_recorded_as_unparseable(
 ) -> None:
     keys = _store_real_entries(settings, services, "stall")
     parser = ParserProcess(settings.resolved_storage_url)
-    indexer = GraphIndexer(GraphRepository(services.database), services.store, parser=parser)
+    indexer = ParsingService(GraphRepository(services.database), services.store, parser=parser)
     monkeypatch.setattr(worker, "BATCH_SECONDS", 0.0)
-    monkeypatch.setattr(indexing, "ENTRY_SECONDS", 0.0)  # every entry alone stalls its child too
+    monkeypatch.setattr(parsing_service, "ENTRY_SECONDS", 0.0)  # every entry alone stalls its child too
     try:
         assert indexer.parse_many([("stall", key) for key in keys[:2]]) == 2
         assert indexer.catch_up() == len(keys) - 2  # the unparseable ones are not tried again

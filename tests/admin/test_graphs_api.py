@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.auth.tokens import Role
-from cache_server.graphs.hlo import CUT_MARKER
 from cache_server.graphs.report import MAX_EXAMPLE_TEXT, MAX_GRAPH_SHAPES_TEXT
 from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.index.migrate import upgrade
+from cache_server.parsing.hlo import CUT_MARKER
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.support.apps import services_of

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import zstandard
 
-from cache_server.graphs import hlo
-from cache_server.graphs.hlo import GraphInfo, iter_fields, parse_entry
+from cache_server.parsing import hlo
+from cache_server.parsing.hlo import GraphInfo, iter_fields, parse_entry
 from tests.support.crafted_entries import executable, f32, field, varint_field
 from tests.support.real_entries import real_entries
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from cache_server.graphs.baked import internal_axes, size_changes
-from cache_server.graphs.body import Body
-from cache_server.graphs.hlo import GraphInfo, parse_entry
 from cache_server.graphs.shapes import differing_dimensions, parse_shape_signature
+from cache_server.parsing.body import Body
+from cache_server.parsing.hlo import GraphInfo, parse_entry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TPU = FIXTURES / "jax_0.10.2_tpu"

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from cache_server.graphs.indexing import QUIET_SECONDS
+from cache_server.parsing.service import QUIET_SECONDS
 
 __all__ = ["QUIET_POLL", "wait_until"]
 
@@ -15,7 +15,7 @@ T = TypeVar("T")
 QUIET_POLL = 2 * QUIET_SECONDS
 """The interval of a poll that waits for a live server's background parsing: the server parses once it has
 served no request for ``QUIET_SECONDS`` (or, under constant requests, ten seconds after the entry arrived),
-so a poll faster than this would itself keep the parsing waiting (cache_server.graphs.indexing)."""
+so a poll faster than this would itself keep the parsing waiting (cache_server.parsing.service)."""
 
 
 def wait_until(

@@ -1,7 +1,7 @@
 """The part of XLA's schema this package reads, written down by field number (no XLA source is used): the
 element types of ``xla_data.proto`` and the fields of the HLO module, computation, instruction, shape,
-metadata and literal messages that :mod:`~cache_server.graphs.hlo` and
-:mod:`~cache_server.graphs.instructions` read. A field not named here is skipped unread (or, for the
+metadata and literal messages that :mod:`~cache_server.parsing.hlo` and
+:mod:`~cache_server.parsing.instructions` read. A field not named here is skipped unread (or, for the
 digests, taken as raw bytes).
 """
 

@@ -30,8 +30,8 @@ import struct
 from collections import Counter
 from collections.abc import Iterator
 
-from cache_server.graphs.body import SIZED_OPCODES, Body, SizedOp
-from cache_server.graphs.schema import (
+from cache_server.parsing.body import SIZED_OPCODES, Body, SizedOp
+from cache_server.parsing.schema import (
     COMPUTATION,
     ELEMENT_TYPES,
     FRAME,
@@ -46,7 +46,7 @@ from cache_server.graphs.schema import (
     STACK_FRAMES,
     TUPLE,
 )
-from cache_server.graphs.wire import Buffer, ints, iter_fields, read, text
+from cache_server.parsing.wire import Buffer, ints, iter_fields, read, text
 
 __all__ = ["MAX_INSTRUCTIONS", "MAX_OPS", "read_body"]
 
@@ -253,7 +253,7 @@ def read_body(
 ) -> Body | None:
     """The body of a module whose computations are at these spans of ``buf`` (``frames``: its stack-frame
     index, if any). None past :data:`MAX_INSTRUCTIONS`. Raises
-    :class:`~cache_server.graphs.wire.WireError` on malformed bytes."""
+    :class:`~cache_server.parsing.wire.WireError` on malformed bytes."""
     view = memoryview(buf)
     structure = hashlib.blake2b(digest_size=16)
     program = hashlib.blake2b(digest_size=16)

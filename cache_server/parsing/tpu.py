@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from cache_server.graphs.wire import Prefix, WireError, iter_fields
+from cache_server.parsing.wire import Prefix, WireError, iter_fields
 
 __all__ = ["GLOBAL_MODULE_FIELD", "MAX_FIELDS", "MAX_MESSAGES", "tpu_module_spans"]
 

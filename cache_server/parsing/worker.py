@@ -1,17 +1,17 @@
 """Parsing stored entries' graphs in a child process, so that the parsing never holds the server's GIL.
 
 Parsing an HLO module is Python work: about a millisecond and a half per entry, holding the GIL throughout.
-On a thread of the server that made every request thread wait for the GIL after each system call: after a
-push of 14,000 entries, the next 20 s of single GETs ran at half their speed. So the server's
-:class:`~cache_server.graphs.indexing.GraphIndexer` hands the parsing to one child process (started when there
-is first something to parse, at nice +10 where the system allows it), which opens the blobs through its own
-handle on the same store (built from the same storage URL) and sends back only what it found; the indexer
+On a thread of the server that made every request thread wait for the GIL after each system call: after a push
+of 14,000 entries, the next 20 s of single GETs ran at half their speed. So the server's
+:class:`~cache_server.parsing.service.ParsingService` hands the parsing to one child process (started when
+there is first something to parse, at nice +10 where the system allows it), which opens the blobs through its
+own handle on the same store (built from the same storage URL) and sends back only what it found; the indexer
 records it. A batch the child cannot finish (it dies, or takes longer than :data:`BATCH_SECONDS`) is never
 parsed in the server's process: the indexer parses its entries again one at a time with :data:`ENTRY_SECONDS`
-each (a fresh child after each that fails), and the entry that kills or stalls one is recorded as
-unparseable. If a child cannot be started at all, nothing is parsed for :data:`RETRY_SECONDS` (no new
-interpreter per batch). The child exits when the server process that started it is gone; stopping the server
-kills it, mid-batch or not.
+each (a fresh child after each that fails), and the entry that kills or stalls one is recorded as unparseable.
+If a child cannot be started at all, nothing is parsed for :data:`RETRY_SECONDS` (no new interpreter per
+batch). The child exits when the server process that started it is gone; stopping the server kills it,
+mid-batch or not.
 
 The child imports only the parser and the storage backends (no web framework, no database).
 """
@@ -30,7 +30,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from cache_server.errors import CacheError
-from cache_server.graphs.hlo import GraphInfo, ParsedEntry, read_entry
+from cache_server.parsing.hlo import GraphInfo, ParsedEntry, read_entry
 from cache_server.storage import BlobStore, blob_name, open_store
 
 __all__ = [

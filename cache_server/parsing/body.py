@@ -1,6 +1,6 @@
 """A graph's body as the index keeps it: the digests of its structure, program and whole module, and its
 sized ops (the instructions that bring a size of their own), with the text form ``entry_graphs.ops`` holds.
-:mod:`~cache_server.graphs.instructions` reads it from a module; :mod:`~cache_server.graphs.baked` compares
+:mod:`~cache_server.parsing.instructions` reads it from a module; :mod:`~cache_server.graphs.baked` compares
 bodies.
 """
 

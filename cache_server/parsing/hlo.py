@@ -24,14 +24,14 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from cache_server.graphs.body import Body
-from cache_server.graphs.instructions import read_body
-from cache_server.graphs.schema import COMPUTATION, ELEMENT_TYPES, MODULE, SHAPE, TUPLE
-from cache_server.graphs.tpu import tpu_module_spans
-from cache_server.graphs.wire import Buffer, Prefix, WireError, iter_fields
-from cache_server.graphs.wire import ints as _ints
-from cache_server.graphs.wire import read as _read
-from cache_server.graphs.wire import text as _text
+from cache_server.parsing.body import Body
+from cache_server.parsing.instructions import read_body
+from cache_server.parsing.schema import COMPUTATION, ELEMENT_TYPES, MODULE, SHAPE, TUPLE
+from cache_server.parsing.tpu import tpu_module_spans
+from cache_server.parsing.wire import Buffer, Prefix, WireError, iter_fields
+from cache_server.parsing.wire import ints as _ints
+from cache_server.parsing.wire import read as _read
+from cache_server.parsing.wire import text as _text
 from cache_server.streams import NotZstd, zstd_decompressed
 
 __all__ = [
@@ -60,7 +60,7 @@ class GraphInfo:
     """One compiled graph: its module name, its shapes as text, a digest of them, and where it was traced.
 
     ``source`` (``file:line``) is only known when the job ran with ``XLA_HLO_DEBUG=1``. ``body`` is what the
-    module computes beyond its shapes (:mod:`~cache_server.graphs.instructions`); None when it has more
+    module computes beyond its shapes (:mod:`~cache_server.parsing.instructions`); None when it has more
     instructions than are walked.
     """
 

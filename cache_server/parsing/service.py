@@ -1,14 +1,16 @@
-"""Parsing stored entries in the background, so the stats can list graphs and their shape variants.
+"""Parsing stored entries in the background, so the stats, the bucketing report and the miss reasons can read
+each entry's graph: the parsing service.
 
-New entries are queued by the service right after they are stored; a background thread reads each one's
-first bytes, parses its HLO module (:mod:`cache_server.graphs.hlo`) and records what it found. Entries stored
-while no queue was listening (another process, a restart, an overflowing queue) are found by a catch-up
-scan at start. Nothing here runs on the download path.
+Built once in :mod:`cache_server.wiring` over the index's ``GraphRepository``, started and stopped with the
+other services. New entries are queued by the cache service right after they are stored (its ``on_stored``); a
+background thread reads each one's first bytes, parses its HLO module (:mod:`cache_server.parsing.hlo`) and
+records what it found. Entries stored while no queue was listening (another process, a restart, an overflowing
+queue) are found by a catch-up scan at start. Nothing here runs on the download path.
 
 The thread stays out of the requests' way: parsing is Python work that holds the GIL, and a thread that
 holds it makes every request thread wait for it after each system call (a bulk upload of 2,000 entries
 took four times as long with the parser running beside it). So the server parses in a child process
-(:class:`~cache_server.graphs.worker.ParserProcess`, at a lower CPU priority; this thread only reads its
+(:class:`~cache_server.parsing.worker.ParserProcess`, at a lower CPU priority; this thread only reads its
 answers and records them), and the thread still waits until the process has served no request for
 :data:`QUIET_SECONDS` (:class:`~cache_server.background.activity.Activity`; at most :data:`MAX_DELAY_SECONDS`
 after the oldest entry waiting was stored), then parses what came, :data:`RECORD_BATCH` entries at a time
@@ -32,8 +34,9 @@ from collections.abc import Callable
 from cache_protocol.text import shown
 from cache_server.background.activity import Activity
 from cache_server.errors import CacheError
-from cache_server.graphs.hlo import NO_MODULE, GraphInfo
-from cache_server.graphs.worker import (
+from cache_server.index.graph_records import GraphRecord, GraphRepository
+from cache_server.parsing.hlo import NO_MODULE, GraphInfo
+from cache_server.parsing.worker import (
     ENTRY_SECONDS,
     RETRY_SECONDS,
     ChildFailed,
@@ -43,10 +46,9 @@ from cache_server.graphs.worker import (
     ParserResting,
     parse_blob,
 )
-from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.storage.base import BlobStore
 
-__all__ = ["GraphIndexer"]
+__all__ = ["ParsingService"]
 
 log = logging.getLogger(__name__)
 CATCH_UP_BATCH = 200
@@ -55,8 +57,9 @@ MAX_DELAY_SECONDS = 10.0  # ... or once the oldest entry waiting was stored this
 RECORD_BATCH = 50  # entries parsed between looks at the queue; their records written in one transaction
 
 
-class GraphIndexer:
-    """Keeps ``entry_graphs`` filled in for every stored entry."""
+class ParsingService:
+    """Keeps ``entry_graphs`` filled in for every stored entry: ``notify`` queues a new one, ``catch_up``
+    parses every entry not parsed yet, ``wait_idle`` waits for what is queued."""
 
     def __init__(
         self,
@@ -121,7 +124,7 @@ class GraphIndexer:
 
     def _child_outcomes(self, batch: list[tuple[str, str]]) -> list[ParseOutcome]:
         """The batch's outcomes from the child; when it cannot finish the batch, each entry's from a fresh
-        child with :data:`~cache_server.graphs.worker.ENTRY_SECONDS` (the one that fails is unparseable).
+        child with :data:`~cache_server.parsing.worker.ENTRY_SECONDS` (the one that fails is unparseable).
         Entries not parsed (no child can be started, or a stop) are left for a catch-up scan."""
         assert self._parser is not None
         later = [ParseOutcome(error="not parsed: no parser process") for _ in batch]
