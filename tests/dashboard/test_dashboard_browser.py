@@ -6,8 +6,7 @@ no console error. Each view has its own address (``#/runs``, ``#/runs/<id>``, ``
 ``#/namespaces/<name>``) that opens it directly. The screenshots are kept in ``test-output/`` and
 ``/tmp/dash-*.png``. One browser serves the whole module.
 
-The browser is Debian's ``chromium`` (``scripts/test`` installs it), driven by Playwright for Python, which
-is told where it is: no browser of Playwright's own is downloaded or used.
+The browser is Debian's ``chromium``, driven by Playwright for Python (``tests/support/browser.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +21,14 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request
 
 from cache_protocol import SHA256_HEADER
 from cache_server.index import Database
 from cache_server.index.models import DailyStats
 from cache_server.settings import Settings
 from tests.support.api import sha
+from tests.support.browser import CHROMIUM, launch_browser, needs_chromium, new_tab
 from tests.support.clock import clear_of_utc_midnight
 from tests.support.real_entries import real_entries
 from tests.support.server import SERVER_BIN, LiveServer, run_server
@@ -50,21 +49,8 @@ VISION_FP = {
 TEXT_FP = {**VISION_FP, "xla_flags_digest": "f" * 64, "xla_flags": {"--xla_cpu_enable_fast_math": "true"}}
 RUNS_SCREENSHOT = SCREENSHOT.with_name("dashboard-runs.png")
 RUN_ID = "3f2c9a0e5b7d4c1e8a6f0b2d4e6c8a0f"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-]
-# Skipped on a workstation without it; on CI (scripts/test installs it) a missing browser fails the test.
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("CI"), reason="Debian's chromium is not installed"
-)
+# Skipped on a workstation without Debian's chromium; on CI (scripts/test installs it) a missing one fails.
+pytestmark = needs_chromium
 
 
 def make_token(data_dir: Path, name: str, role: str, *patterns: str) -> str:
@@ -163,23 +149,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServe
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """One headless Chromium for the module's tests (each opens its own tabs)."""
-    assert CHROMIUM is not None
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, timeout=60_000)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-def new_tab(browser: Browser, errors: list[str]) -> Page:
-    """A tab of its own (its own sessionStorage) that records console errors and uncaught exceptions; its
-    clock reads UTC, as the server's days do."""
-    tab = browser.new_page(viewport={"width": 1280, "height": 900}, timezone_id="UTC")
-    tab.set_default_timeout(30_000)
-    tab.on("console", lambda m: errors.append(m.text) if m.type in ("error", "assert") else None)
-    tab.on("pageerror", lambda exc: errors.append(f"exception: {exc}"))
-    return tab
+    with launch_browser() as launched:
+        yield launched
 
 
 def sign_in(tab: Page, url: str, token: str) -> None:
