@@ -15,6 +15,7 @@ from cache_server.api import (
     metrics,
     namespaces,
     nearest,
+    pages,
     quotas,
     runs,
     signed_urls,
@@ -39,3 +40,4 @@ router.include_router(graphs.router)
 router.include_router(quotas.router)
 router.include_router(runs.router)
 router.include_router(dashboard.router)
+router.include_router(pages.router)

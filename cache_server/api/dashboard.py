@@ -1,4 +1,5 @@
-"""The dashboard: one page at ``/`` with its script and stylesheet, served by the server itself.
+"""The dashboard: one page at ``/`` with its scripts and stylesheet, served by the server itself
+(:mod:`cache_server.api.pages`).
 
 No outside CDN (the machines have no internet): the charts are inline SVG drawn by ``dashboard.js``, which
 reads ``/dashboard/data`` (the same numbers as ``/admin/stats``, for the read role). With auth on, the page
@@ -14,10 +15,9 @@ graphs and pages; the server-wide views stay closed to it.
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from cache_server.admin.stats import StatsQuery
@@ -26,27 +26,12 @@ from cache_server.api.admin import PAGE_AFTER, PAGE_LIMIT
 from cache_server.api.admin_schemas import StatsOut
 from cache_server.api.auth import bearer_token, principal
 from cache_server.api.deps import AdminDep, RunsDep, SettingsDep, TokensDep
+from cache_server.api.pages import page
 from cache_server.api.run_schemas import RunDetailOut, RunOut, RunsOut
 from cache_server.auth.tokens import Role
 from cache_server.domain.runs import RunFilter
 
 __all__ = ["router"]
-
-_STATIC = resources.files("cache_server") / "static"
-_ASSETS = {
-    "dashboard.js": "text/javascript",
-    "dashboard_namespace.js": "text/javascript",
-    "dashboard.css": "text/css",
-}
-_SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
-        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
 
 router = APIRouter(tags=["dashboard"])
 
@@ -65,10 +50,7 @@ def dashboard(request: Request, settings: SettingsDep, tokens: TokensDep) -> Res
     valid token gets the JSON 401 every route gives."""
     if settings.auth and _wants_json(request):
         tokens.authenticate(bearer_token(request))  # Unauthorized: answered as everywhere else
-    html = (_STATIC / "dashboard.html").read_text(encoding="utf-8")
-    if settings.auth:  # the page asks for a token at once, without a request that would fail first
-        html = html.replace('<body data-auth="off">', '<body data-auth="on">', 1)
-    return Response(html, media_type="text/html; charset=utf-8", headers=_SECURITY_HEADERS)
+    return page("dashboard.html", auth=settings.auth)
 
 
 class MeOut(BaseModel):
@@ -145,14 +127,3 @@ def dashboard_run(
     """One run and why it compiled (the same as ``GET /admin/runs/{run_id}``; 404 for a run of a namespace
     a limited token does not reach)."""
     return RunDetailOut.of(runs.detail(run_id, patterns=_patterns(request), limit=limit))
-
-
-@router.get("/static/{name}", response_class=Response, include_in_schema=False)
-@declare(None)
-def static_file(name: str) -> Response:
-    """The dashboard's script and stylesheet (open: they hold no data)."""
-    media_type = _ASSETS.get(name)
-    if media_type is None:
-        raise HTTPException(404, f"There is no static file {name!r}.")
-    body = (_STATIC / name).read_bytes()
-    return Response(body, media_type=media_type, headers={"Cache-Control": "no-cache", **_SECURITY_HEADERS})

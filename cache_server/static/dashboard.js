@@ -2,26 +2,11 @@
 // Each view has its own address (a hash route): #/ (overview), #/runs, #/runs/<id>, #/graphs,
 // #/graphs/<namespace>, #/graphs/<namespace>/<module>, #/namespaces/<name> (dashboard_namespace.js).
 // With auth on, the token is asked for in a form, kept in this tab's sessionStorage and sent as
-// "Authorization: Bearer" by every fetch: it never travels in a URL.
+// "Authorization: Bearer" by every fetch: it never travels in a URL (page.js: the token, fetchJson, el).
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
 const REFRESH_MS = 30000;
-const TOKEN_KEY = "xla-cache-token";
-const session = { token: sessionStorage.getItem(TOKEN_KEY), me: null };
-
-// A 401: the token is missing, wrong or revoked (the form is shown again).
-class AuthError extends Error {}
-
-async function fetchJson(path) {
-  const headers = session.token ? { Authorization: `Bearer ${session.token}` } : {};
-  const response = await fetch(path, { headers, credentials: "omit", cache: "no-store" });
-  let body = {};
-  try { body = await response.json(); } catch (exc) { body = {}; }
-  if (response.status === 401) throw new AuthError(body.detail || "The token was not accepted.");
-  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
-  return body;
-}
 
 // "#/graphs/ns/module": each part encoded, so a name never breaks the route.
 function routeHash(...parts) { return "#/" + parts.map((p) => encodeURIComponent(p)).join("/"); }
@@ -30,21 +15,6 @@ function routeLink(href, text, attrs) {
   const link = el("a", { href, ...(attrs || {}) });
   link.appendChild(el("code", {}, text));
   return link;
-}
-
-// Control, format and separator characters (Unicode Cc, Cf, Zl, Zp: bidi overrides, zero-width ones) in
-// text a client sent are shown as \u202e, whatever the server stored (cache_protocol/text.py does the same
-// for the CLI): they can reorder or hide what an operator reads.
-const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
-function printable(text) {
-  return String(text).replace(UNPRINTABLE, (c) => "\\u" + c.codePointAt(0).toString(16).padStart(4, "0"));
-}
-
-function el(tag, attrs, text) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-  if (text !== undefined) node.textContent = printable(text);
-  return node;
 }
 
 function svgEl(tag, attrs, text) {
@@ -73,8 +43,6 @@ function fmtSeconds(s) {
 }
 
 function fmtWhen(iso) { return new Date(iso).toLocaleString(); }
-
-function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
 
 function empty(container, sentence) {
   clear(container);
