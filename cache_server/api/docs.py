@@ -1,8 +1,12 @@
-"""The OpenAPI document and its interactive page, behind the same role check as every other route.
+"""The OpenAPI document, behind the same role check as every other route, and the page that shows it.
 
 FastAPI serves them itself by default, outside the app's dependencies, so with ``XLA_CACHE_AUTH=on`` anyone
-could read them; here they are ordinary routes, declaring the read role (:mod:`cache_server.api.access`) (send
-the token as ``Authorization: Bearer``, as to every route).
+could read the document; here it is an ordinary route, declaring the read role
+(:mod:`cache_server.api.access`) (send the token as ``Authorization: Bearer``, as to every route). FastAPI's
+pages (Swagger UI, ReDoc) load their scripts from a CDN, which an air-gapped cluster cannot reach: ``/docs``
+is a page of our own (``static/docs.html`` and ``docs.js``, :mod:`cache_server.api.pages`), open as the
+dashboard is (it holds no data: with auth on it asks for a token and reads the document with it); ReDoc is
+not served.
 
 :func:`describe` makes the document say what the server does: invalid input is a 400 with the error body
 (FastAPI would declare 422), namespaces and keys have their patterns, routes take bearer tokens, and every
@@ -17,13 +21,14 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from starlette.routing import BaseRoute
 
 from cache_protocol import KEY_MAX_LENGTH, KEY_PATTERN, NAMESPACE_MAX_LENGTH, NAMESPACE_PATTERN
 from cache_server.api.access import CLOSED, Access, Scope, by_operation, declare
+from cache_server.api.deps import SettingsDep
+from cache_server.api.pages import page
 from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.auth.tokens import Role
 
@@ -156,8 +161,9 @@ def openapi(request: Request) -> JSONResponse:
     return JSONResponse(describe(copy.deepcopy(request.app.openapi()), request.app.routes))
 
 
-@router.get("/docs")
-@declare(Role.READ, Scope.NONE)
-def docs(request: Request) -> HTMLResponse:
-    """The interactive API page."""
-    return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{request.app.title} API")
+@router.get("/docs", response_class=Response)
+@declare(None)
+def docs(settings: SettingsDep) -> Response:
+    """The API page: every route, grouped by tag, with a filter (open: it holds no data; its script reads
+    ``/openapi.json`` with the token pasted into its form)."""
+    return page("docs.html", auth=settings.auth)
