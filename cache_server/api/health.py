@@ -14,8 +14,10 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz")
 @declare(None)
-def healthz() -> dict[str, str]:
-    """The process is up."""
+async def healthz() -> dict[str, str]:
+    """The process is up. Answered on the event loop itself, not in a worker thread: while request threads
+    hold the GIL (run details being explained), each hand-off between threads waits for it, and a liveness
+    probe that hands off twice per request answered in up to a second."""
     return {"status": "ok"}
 
 

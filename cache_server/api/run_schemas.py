@@ -246,6 +246,9 @@ class MissOut(BaseModel):
     removed_at: dt.datetime | None
     policy: str | None
     baked_sizes: list[BakedSizeOut]
+    more: int = Field(
+        description="Sizes (baked_sizes) or dimensions that differ beyond the 16 listed: counted, not listed."
+    )
     advice: str
 
     @classmethod
@@ -284,6 +287,7 @@ class MissOut(BaseModel):
                 )
                 for c in miss.baked
             ],
+            more=miss.more,
         )
 
 
@@ -291,8 +295,9 @@ class RunDetailOut(_RunFields):
     """A run's fields, with ``misses`` a page of its compiles (``offset`` to ``offset + limit``, in the order
     reported) each with its reason, ``misses_total`` how many it reported in all, ``misses_stored`` how many
     have a row (the rest past the run's bound are counted only), ``misses_explained`` how many listed have a
-    reason other than unknown, ``reasons`` the count of each reason over the first ``reasons_counted``
-    stored misses (all of them up to 1,000), and ``graphs`` the bucketing report's URL of each module
+    reason other than unknown, ``reasons`` the count of each reason over the ``reasons_counted`` misses a
+    detail has listed so far (each listed miss's reason is kept with it: counting explains nothing again),
+    and ``graphs`` the bucketing report's URL of each module
     listed."""
 
     misses: list[MissOut]

@@ -412,8 +412,9 @@ class RunMiss(Base):
     ``module`` is the graph's name where the client knew it (JAX's module name from the file name);
     ``components`` maps JAX's cache-key component names to their hashes (``None`` for torch_xla or when
     unknown); ``load_failed`` is True when an entry of this key was stored but failed to load. The reason
-    for the compile is worked out from these, the namespace's graphs and the tombstones when asked
-    (``cache_server.runs``). Goes away with its run."""
+    for the compile is worked out from these, the namespace's graphs and the tombstones when its page of
+    the run's detail is asked for (``cache_server.runs``), and kept in ``reason`` for the counts. Goes away
+    with its run."""
 
     __tablename__ = "run_misses"
     __table_args__ = (
@@ -431,6 +432,8 @@ class RunMiss(Base):
     compile_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     load_failed: Mapped[bool] = mapped_column(Boolean, default=False)
     reported_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # the reason the run's detail last gave it (migration 0018): counted per reason, never explained again
+    reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class Tombstone(Base):

@@ -10,7 +10,8 @@ miss's reason is worked out from are read by :mod:`cache_server.index.miss_facts
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -263,6 +264,31 @@ class RunRepository:
         )
         with self._db.reading() as connection:
             return [MissRecord(*row) for row in connection.execute(stmt)]
+
+    def keep_reasons(self, run_id: str, reasons: Mapping[str, str]) -> None:
+        """Keep the reason a run's detail gave each of these misses (key -> reason), one statement per
+        reason; misses gone meanwhile (their run pruned) are passed over."""
+        by_reason: dict[str, list[str]] = defaultdict(list)
+        for key, reason in reasons.items():
+            by_reason[reason].append(key)
+        with self._db.transaction() as session:
+            for reason, keys in sorted(by_reason.items()):
+                for part in chunked(sorted(keys)):
+                    session.execute(
+                        update(RunMiss)
+                        .where(RunMiss.run_id == run_id, RunMiss.key.in_(part))
+                        .values(reason=reason)
+                    )
+
+    def reason_counts(self, run_id: str) -> dict[str, int]:
+        """How many of a run's misses were given each reason (those its detail has listed so far)."""
+        stmt = (
+            select(RunMiss.reason, func.count())
+            .where(RunMiss.run_id == run_id, RunMiss.reason.is_not(None))
+            .group_by(RunMiss.reason)
+        )
+        with self._db.reading() as connection:
+            return {str(reason): int(count) for reason, count in connection.execute(stmt)}
 
     def prune(self, *, older_than: dt.datetime, keep: int) -> int:
         """Delete the runs last reported before ``older_than``, then the oldest beyond the newest ``keep``

@@ -32,11 +32,11 @@ from cache_server.runs.plausible import countable, lifetime_seconds
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache
 
-__all__ = ["MAX_COUNTED", "MIN_PREFIX", "RunDetail", "RunReport", "RunService", "record_run"]
+__all__ = ["ANSWER_CHARACTERS", "MIN_PREFIX", "RunDetail", "RunReport", "RunService", "record_run"]
 
-MAX_COUNTED = 1_000
-"""Misses a run's detail explains to count its reasons (each costs the explanation; the rest are counted as
-not explained: ``counted`` says how many were)."""
+ANSWER_CHARACTERS = 768 * 1024
+"""About how much text one page of a run's detail answers: the misses past it are left to the next page
+(``offset`` + the misses listed), so a page stays under 1 MB whatever its misses hold."""
 MIN_PREFIX = 4
 """The shortest run id prefix looked up (a shorter one must be a whole id)."""
 CANDIDATES_SHOWN = 10
@@ -72,8 +72,10 @@ class RunDetail:
     misses_explained: int
     offset: int = 0  # the listed misses are the run's from this one (in the order reported)
     misses_stored: int = 0  # misses with a row (a run past MAX_MISSES_PER_RUN counts the rest only)
-    reasons: dict[str, int] = field(default_factory=dict)  # reason -> misses, over the first `counted`
-    counted: int = 0
+    reasons: dict[str, int] = field(
+        default_factory=dict
+    )  # reason -> misses, over the `counted` listed so far
+    counted: int = 0  # misses whose reason a detail has worked out (and kept) so far
 
 
 class RunService:
@@ -126,51 +128,58 @@ class RunService:
     def detail(
         self, run_id: str, *, patterns: tuple[str, ...] | None, limit: int, offset: int = 0
     ) -> RunDetail:
-        """A run with its misses ``offset`` to ``offset + limit`` explained, and the count of each reason
-        over its first :data:`MAX_COUNTED` misses (and the page). ``run_id`` may be a unique prefix of at
+        """A run with its misses ``offset`` to ``offset + limit`` explained (fewer where their text passes
+        :data:`ANSWER_CHARACTERS`: the next page starts after the last listed), and the count of each reason
+        over the misses any detail has explained so far (their reasons are kept with their rows: counting
+        explains nothing again, and ``limit=0`` explains nothing). ``run_id`` may be a unique prefix of at
         least :data:`MIN_PREFIX` characters; :class:`RunAmbiguous` (listing them) if several runs start
         with it; :class:`RunNotFound` if there is no such run or it is in a namespace ``patterns`` (a
         scoped token's) do not cover; :class:`RunsBusy` if :data:`DETAILS_AT_ONCE` are being explained
         and none ends within ``detail_wait_seconds``."""
         run = self._resolve(run_id, patterns)
+        if limit <= 0:
+            return self._detail(run, [], offset=offset)
         if not self._explaining.acquire(timeout=self.detail_wait_seconds):
             raise RunsBusy(
                 f"{DETAILS_AT_ONCE} run details are being explained by this server process; retry soon."
             )
         try:
-            return self._explained(run, limit=limit, offset=offset)
+            return self._detail(run, self._explained(run, limit=limit, offset=offset), offset=offset)
         finally:
             self._explaining.release()
 
-    def _explained(self, run: RunInfo, *, limit: int, offset: int) -> RunDetail:
-        """The detail of ``run``: a page of its misses explained, and the count of each reason."""
-        keys = self._repository.miss_keys(run.run_id)  # every key (cheap); whole rows only of those explained
-        page = range(offset, min(offset + limit, len(keys)))
-        first = self._repository.misses_of(run.run_id, limit=min(MAX_COUNTED, len(keys)))
-        rows = dict(enumerate(first))
-        if page and page.stop > len(first):
-            start = max(page.start, len(first))
-            later = self._repository.misses_of(run.run_id, offset=start, limit=page.stop - start)
-            rows.update(zip(range(start, start + len(later)), later, strict=True))
-        wanted = sorted(i for i in {*range(len(first)), *page} if i in rows)
-        chosen = [rows[i] for i in wanted]
-        modules = sorted({m.module for m in chosen if m.module is not None})
-        facts = read_facts(self._database, run.namespace, [m.key for m in chosen], modules)
-        explained = dict(zip(wanted, explain(chosen, keys, facts, self._variants), strict=True))
-        listed = [explained[i] for i in page if i in explained]
-        counted = [explained[i] for i in wanted if i < MAX_COUNTED]
-        reasons: dict[str, int] = {}
-        for miss in counted:
-            reasons[miss.reason] = reasons.get(miss.reason, 0) + 1
+    def _explained(self, run: RunInfo, *, limit: int, offset: int) -> list[ExplainedMiss]:
+        """A page of ``run``'s misses explained (cut where their text passes :data:`ANSWER_CHARACTERS`),
+        their reasons kept with their rows."""
+        page = self._repository.misses_of(run.run_id, offset=offset, limit=limit)
+        if not page:
+            return []
+        keys = self._repository.miss_keys(run.run_id)  # the run's order (cheap: keys only)
+        modules = sorted({m.module for m in page if m.module is not None})
+        until = max((m.reported_at for m in page if m.reported_at is not None), default=None)
+        facts = read_facts(self._database, run.namespace, [m.key for m in page], modules, until=until)
+        explained = explain(page, keys, facts, self._variants)
+        listed: list[ExplainedMiss] = []
+        room = ANSWER_CHARACTERS
+        for miss in explained:
+            room -= _characters(miss)
+            if listed and room < 0:
+                break
+            listed.append(miss)
+        self._repository.keep_reasons(run.run_id, {miss.key: miss.reason for miss in listed})
+        return listed
+
+    def _detail(self, run: RunInfo, listed: list[ExplainedMiss], *, offset: int) -> RunDetail:
+        reasons = self._repository.reason_counts(run.run_id)
         return RunDetail(
             run=run,
             misses=listed,
-            misses_total=max(run.numbers.misses, len(keys)),
+            misses_total=max(run.numbers.misses, run.misses_stored),
             misses_explained=sum(1 for m in listed if m.reason != "unknown"),
             offset=offset,
-            misses_stored=len(keys),
+            misses_stored=run.misses_stored,
             reasons=reasons,
-            counted=len(counted),
+            counted=sum(reasons.values()),
         )
 
     def _resolve(self, run_id: str, patterns: tuple[str, ...] | None) -> RunInfo:
@@ -273,3 +282,19 @@ def _count(framework: str, recorded: RunRecorded, *, now: dt.datetime) -> None:
         metrics.RUN_COMPILE_SECONDS.labels(framework).inc(compile_ms / 1000.0)
     if (saved_ms := after.saved_ms - old.saved_ms) > 0:
         metrics.RUN_SAVED_SECONDS.labels(framework).inc(saved_ms / 1000.0)
+
+
+def _characters(miss: ExplainedMiss) -> int:
+    """About how much text ``miss`` adds to an answer (its strings, and a little for each field)."""
+    texts = [miss.key, miss.module, miss.detail, miss.shapes, miss.nearest_key, miss.policy]
+    size = 400 + sum(len(text) for text in texts if text)
+    size += sum(len(name) + len(value) + 8 for name, value in (miss.components or {}).items())
+    size += sum(
+        40 + len(d.component) + len(d.ours or "") + len(d.theirs or "") for d in miss.differing_components
+    )
+    size += sum(
+        120 + len(c.op.name) + len(c.op.opcode) + len(c.op.op or "") + len(c.op.source or "")
+        for c in miss.baked
+    )
+    size += 80 * len(miss.dimensions)
+    return size

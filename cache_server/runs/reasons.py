@@ -69,12 +69,20 @@ class ExplainedMiss:
     removed_at: dt.datetime | None = None
     policy: str | None = None
     baked: list[SizeChange] = field(default_factory=list)
+    more: int = 0  # sizes or dimensions that differ beyond those listed (at most LISTED each)
 
 
 COMPARED_MISSES = 200
 """Earlier misses with components a miss is compared with (the latest ones before it)."""
-COMPARED_BODIES = 32
-"""Stored entries of a miss's structure whose sizes it is compared with (the latest ones before it)."""
+COMPARED_BODIES = 4
+"""Stored entries of a miss's structure whose sizes it is compared with (the latest ones before it whose
+bodies were read: :data:`cache_server.index.miss_facts.NEAREST_BODIES` of each structure)."""
+COMPARED_OPS = 32_000
+"""Sized ops one explanation may compare in all (a comparison costs about 20 microseconds an op: a body of
+1,000 ops against another is 20 ms); past it, a miss of a known structure is still ``baked_sizes``, with
+the sizes not worked out."""
+LISTED = 16
+"""Sizes (``baked``) or dimensions one miss lists; the rest are counted in ``more``."""
 
 
 class _Context:
@@ -89,6 +97,7 @@ class _Context:
         self._firsts: dict[str, tuple[dt.datetime | None, int | None]] = {}
         self._recorded: dict[str, tuple[list[dt.datetime], list[ComponentMiss]]] = {}
         self._bodies: dict[str, Body | None] = {}
+        self.ops_left = COMPARED_OPS
 
     def body(self, graph: StoredGraph) -> Body | None:
         """A stored graph's body with its sized ops, when the index has them."""
@@ -314,32 +323,53 @@ def _same_shapes(
 def _baked(
     base: ExplainedMiss, module: str, own: StoredGraph, stored: list[StoredGraph], context: _Context
 ) -> ExplainedMiss | None:
-    """``baked_sizes``: the stored entry of the miss's structure (one of the latest
-    :data:`COMPARED_BODIES`) whose sizes differ from the miss's in the fewest places; None without one."""
-    ours = context.body(own)
-    if ours is None:
+    """``baked_sizes``: the miss's graph is stored with the same structure (the same ops, other sizes inside:
+    its program differs). Of the latest :data:`COMPARED_BODIES` such entries whose bodies were read, the one
+    whose sizes differ from the miss's in the fewest places is named with those sizes, as far as the
+    explanation's :data:`COMPARED_OPS` go; without one, the latest is named and the sizes are not. None
+    when no stored entry has the miss's structure."""
+    if not own.structure:
         return None
+    same = sorted(
+        (g for g in stored if g.structure == own.structure and g.program != own.program),
+        key=lambda g: g.created_at,
+        reverse=True,
+    )
+    if not same:
+        return None
+    ours = context.body(own)
     best: tuple[tuple[int, float], StoredGraph, list[SizeChange]] | None = None
-    for graph in sorted(stored, key=lambda g: g.created_at, reverse=True)[:COMPARED_BODIES]:
+    compared = [g for g in same if context.body(g) is not None][:COMPARED_BODIES] if ours is not None else []
+    for graph in compared:
         theirs = context.body(graph)
-        changes = None if theirs is None else size_changes(ours, theirs)
+        if ours is None or theirs is None or context.ops_left < len(ours.ops):
+            break
+        context.ops_left -= len(ours.ops)
+        changes = size_changes(ours, theirs)
         if changes is None:
             continue
         # the fewest sizes that differ, then the smallest difference (then the latest stored)
         distance = sum(abs(c.ours - c.theirs) for c in changes if c.ours is not None and c.theirs is not None)
         if best is None or (len(changes), distance) < best[0]:
             best = ((len(changes), distance), graph, changes)
+    at = f"module {module} is stored at the same input shapes with other sizes inside the graph"
     if best is None:
-        return None
+        return _with(
+            base,
+            "baked_sizes",
+            f"{at} (key {same[0].key}); which sizes differ was not worked out (the bodies compared per "
+            "request are bounded: a smaller page names them)",
+            nearest_key=same[0].key,
+        )
     _, graph, changes = best
     named = describe_changes(changes) or "the sizes of intermediate results differ"
     return _with(
         base,
         "baked_sizes",
-        f"module {module} is stored at the same input shapes with other sizes inside the graph (key "
-        f"{graph.key}): {named}",
+        f"{at} (key {graph.key}): {named}",
         nearest_key=graph.key,
-        baked=changes,
+        baked=changes[:LISTED],
+        more=max(0, len(changes) - LISTED),
     )
 
 
@@ -373,7 +403,8 @@ def _new_shapes(
         "new_shapes",
         f"new shapes of module {module}: {named}",
         nearest_key=found.graph.key,
-        dimensions=dims,
+        dimensions=dims[:LISTED],
+        more=max(0, len(dims) - LISTED),
     )
 
 

@@ -491,7 +491,7 @@ async function showRun(runId) {
     `${fmtCount(run.misses_total)} compiles (${fmtSeconds(run.compile_seconds)} paid), ` +
     `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained. By reason: ` +
     Object.entries(run.reasons || {}).map(([reason, count]) => `${reason} ${fmtCount(count)}`).join(", ") +
-    (run.reasons_counted < run.misses_stored ? ` (the first ${fmtCount(run.reasons_counted)})` : "") + ".";
+    (run.reasons_counted < run.misses_stored ? ` (over the ${fmtCount(run.reasons_counted)} listed so far)` : "") + ".";
   const moduleCell = (m) => {
     if (!m.module) return "–";
     if (!run.graphs[m.module] || !["new_shapes", "baked_sizes"].includes(m.reason)) return m.module;

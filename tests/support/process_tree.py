@@ -21,7 +21,7 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ["kill_tree", "peak_rss_mib", "rss_bytes", "tree"]
+__all__ = ["cpu_seconds", "kill_tree", "peak_rss_mib", "reset_peak_rss", "rss_bytes", "tree"]
 
 _PROC = Path("/proc")
 
@@ -103,3 +103,19 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM")
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset process ``pid``'s ``VmHWM`` to its present RSS (``clear_refs``); False where that is refused."""
+    try:
+        (_PROC / str(pid) / "clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU seconds process ``pid`` has used (its own, not its children's)."""
+    stat = (_PROC / str(pid) / "stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

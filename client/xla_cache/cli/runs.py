@@ -115,7 +115,7 @@ def run_lines(run: dict[str, Any]) -> list[str]:
     if reasons:
         counted = int(run.get("reasons_counted") or 0)
         stored = int(run.get("misses_stored") or counted)
-        of = f" (the first {counted:,} of {stored:,})" if counted < stored else ""
+        of = f" (over the {counted:,} of {stored:,} listed so far)" if counted < stored else ""
         order = {reason: place for place, reason in enumerate(MISS_REASONS)}
         by_reason = sorted(reasons.items(), key=lambda item: order.get(item[0], len(order)))
         lines.append(f"reasons      {', '.join(f'{reason} {count:,}' for reason, count in by_reason)}{of}")
