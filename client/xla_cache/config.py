@@ -3,7 +3,9 @@ then the config file (:mod:`xla_cache.config_file`), then the default. :meth:`Cl
 once per call and records where each value came from (``xla-cache config`` prints that).
 
 ``XLA_CACHE_SERVER`` (the server's URL; default :data:`DEFAULT_SERVER`, where ``./scripts/serve`` listens;
-``none`` for the local cache only), ``XLA_CACHE_TOKEN`` (a bearer token), ``XLA_CACHE_DIR`` (the base
+``none`` for the local cache only; its URL's rules are :mod:`xla_cache.server_url`), ``XLA_CACHE_TOKEN``
+(a bearer token; a token of the config file goes to its own server only, :func:`choose_token`),
+``XLA_CACHE_DIR`` (the base
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``),
 ``XLA_CACHE_SIGNING_KEY`` (the key this client signs its uploads with: the key itself or a file holding it),
 ``XLA_CACHE_TRUSTED_KEYS`` (public keys, or files of them, comma separated: with any, only entries they
@@ -20,18 +22,26 @@ fingerprint is collected from.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from cache_protocol.runs import REPORT_INTERVAL_SECONDS
 from cache_protocol.signing import BadKey, Signer, Verifier, parse_public_keys, read_key_texts
-from xla_cache.config_file import CONFIG_ENV, KEYS, read_config_file
+from xla_cache.config_file import CONFIG_ENV, KEYS, ConfigFile, FileToken, read_config_file
 from xla_cache.errors import ClientError
 from xla_cache.logs import logger
+from xla_cache.server_url import (
+    DEFAULT_SERVER,
+    LOCAL_ONLY,
+    is_local_only,
+    is_loopback,
+    normalize_server,
+    server_identity,
+    server_url_problem,
+    token_problem,
+)
 
 __all__ = [
     "COMPRESSION_ENV",
@@ -47,7 +57,9 @@ __all__ = [
     "Compression",
     "EnvironmentVariable",
     "RunReportSettings",
+    "TokenChoice",
     "auto_compression",
+    "choose_token",
     "default_cache_dir",
     "is_loopback",
     "namespace_dir",
@@ -55,11 +67,10 @@ __all__ = [
     "redacts_flag_values",
     "run_report_settings",
     "server_url_problem",
+    "tokens_for",
     "wants_compression",
 ]
 
-DEFAULT_SERVER = "http://127.0.0.1:8080"  # where ./scripts/serve and xla-cache-server serve listen
-LOCAL_ONLY = ("none", "off")  # a server setting that means: no server, the local cache only
 COMPRESSION_ENV = "XLA_CACHE_COMPRESSION"
 RUN_REPORTS_ENV = "XLA_CACHE_RUN_REPORTS"
 REPORT_INTERVAL_ENV = "XLA_CACHE_REPORT_INTERVAL"
@@ -85,7 +96,10 @@ ENVIRONMENT: tuple[EnvironmentVariable, ...] = (
         "over the config file's server.",
     ),
     EnvironmentVariable(
-        "XLA_CACHE_TOKEN", "(none)", "Bearer token sent to the server (with auth on); over the config file's."
+        "XLA_CACHE_TOKEN",
+        "(none)",
+        "Bearer token sent to the server named (with auth on); over the config file's, whose tokens go "
+        "only to their own servers.",
     ),
     EnvironmentVariable(
         "XLA_CACHE_DIR",
@@ -95,7 +109,8 @@ ENVIRONMENT: tuple[EnvironmentVariable, ...] = (
     EnvironmentVariable(
         CONFIG_ENV,
         "$XDG_CONFIG_HOME/xla-cache/config.toml, else ~/.config/xla-cache/config.toml",
-        "The config file (TOML: server, token, cache_dir, signing_key, trusted_keys); empty: none.",
+        'The config file (TOML: server, token, cache_dir, signing_key, trusted_keys, and [servers."URL"] '
+        "tables of a token per server); empty: none.",
     ),
     EnvironmentVariable(
         SIGNING_KEY_ENV,
@@ -123,50 +138,6 @@ ENVIRONMENT: tuple[EnvironmentVariable, ...] = (
         "Seconds between a running job's run reports.",
     ),
 )
-
-
-def normalize_server(server: str) -> str:
-    """``host:port`` or a URL -> a base URL without a trailing slash."""
-    server = server.strip()
-    if "://" not in server:
-        server = "http://" + server
-    return server.rstrip("/")
-
-
-# The first segments of the server's own paths: a server URL ending in one of them is a path of the API,
-# not the server's base URL (which may have a path of its own, behind a proxy).
-_API_SEGMENTS = ("v1", "admin", "dashboard", "metrics", "healthz", "readyz", "docs", "openapi.json")
-
-
-def server_url_problem(server: str) -> str | None:
-    """Why ``server`` is not a usable base URL (a scheme other than http or https, no host, or a path of
-    the API itself such as ``http://host:8080/v1``), or None."""
-    url = normalize_server(server)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        return f"{server!r} is not an http:// or https:// URL"
-    if not parts.hostname:
-        return f"{server!r} names no host"
-    segments = parts.path.strip("/").split("/")
-    if segments[-1] in _API_SEGMENTS:
-        base = url[: url.rindex("/" + segments[-1])] or f"{parts.scheme}://{parts.netloc}"
-        return (
-            f"{server!r} is a path of the server's API, not its base URL: use {base} (the client adds "
-            f"/{segments[-1]} and the other paths itself)"
-        )
-    return None
-
-
-def is_loopback(server_url: str) -> bool:
-    """Whether the server's host is this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``), by its
-    name alone: nothing is resolved."""
-    host = (urlsplit(server_url).hostname or "").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -262,7 +233,8 @@ class ClientConfig:
     key and the trusted keys as configured (texts or paths; read by :meth:`signer` and :meth:`verifier`);
     whether transfers travel compressed and how the job reports its run (the environment read once, here);
     and where each came from (``sources``: ``--server``, ``XLA_CACHE_SERVER``, ``config file PATH`` or
-    ``default``)."""
+    ``default``). ``token_server`` is the server a token from the config file belongs to (None for a token
+    given otherwise), ``file_tokens`` every token of the config file with its server."""
 
     server: str | None
     token: str | None
@@ -275,6 +247,8 @@ class ClientConfig:
     )
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     config_file: Path | None = field(default=None, compare=False)
+    token_server: str | None = field(default=None, compare=False)
+    file_tokens: tuple[FileToken, ...] = field(default=(), compare=False)
 
     def signer(self) -> Signer | None:
         """The key uploads are signed with (``XLA_CACHE_SIGNING_KEY``), or None. :class:`ClientError` when
@@ -319,14 +293,17 @@ class ClientConfig:
         flags: Mapping[str, str] | None = None,
     ) -> ClientConfig:
         """Each value from the given argument, else the environment, else the config file, else its
-        default. ``flags`` names the argument each given value came from (``--server``; default
+        default; the token last, as :func:`choose_token` says (a config file's token goes to its own server
+        only). ``flags`` names the argument each given value came from (``--server``; default
         ``argument``), for :attr:`sources`. A server of ``none`` or ``off`` means the local cache only."""
         env = os.environ if env is None else env
-        given = {"server": server, "token": token, "cache_dir": None if cache_dir is None else str(cache_dir)}
+        given = {"server": server, "cache_dir": None if cache_dir is None else str(cache_dir)}
         config_file = read_config_file(env)
         values: dict[str, str | None] = {}
         sources: dict[str, str] = {}
         for key, variable in KEYS.items():
+            if key == "token":
+                continue
             if given.get(key):
                 values[key], sources[key] = given[key], (flags or {}).get(key, "argument")
             elif env.get(variable):
@@ -338,20 +315,104 @@ class ClientConfig:
         chosen_server = values["server"]
         if chosen_server is None:
             chosen_server = DEFAULT_SERVER
-        elif chosen_server.strip().lower() in LOCAL_ONLY:
+        elif is_local_only(chosen_server):
             chosen_server = None
+        given_token = TokenChoice(token, (flags or {}).get("token", "argument"))
+        chosen_token = choose_token(given_token, env, config_file, chosen_server, sources["server"])
+        sources["token"] = chosen_token.source
         if values["cache_dir"]:
             chosen_dir = Path(values["cache_dir"]).expanduser()
         else:
             chosen_dir = Path(env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "xla-cache"
         return cls(
             server=chosen_server,
-            token=values["token"],
+            token=chosen_token.token,
             cache_dir=chosen_dir,
             signing_key=values["signing_key"],
             trusted_keys=values["trusted_keys"],
             compression=wants_compression(chosen_server or DEFAULT_SERVER, env),
             run_reports=run_report_settings(env),
-            sources=sources,
+            sources={key: sources[key] for key in KEYS},
             config_file=config_file.path,
+            token_server=chosen_token.server,
+            file_tokens=config_file.tokens,
         )
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """The token a call sends (None: none), where it came from, and the server a config file's token
+    belongs to (None when it was given otherwise)."""
+
+    token: str | None
+    source: str
+    server: str | None = None
+
+
+# (config file, server) pairs already warned about: one warning per process, however often it resolves.
+_WITHHELD_WARNED: set[tuple[str, str]] = set()
+
+
+def choose_token(
+    given: TokenChoice,
+    env: Mapping[str, str],
+    config_file: ConfigFile,
+    server: str | None,
+    server_source: str,
+) -> TokenChoice:
+    """The token of one call (``given``: the argument's, if any, and the flag it came from), by the first
+    of these rules that applies:
+
+    1. the argument (``--token``, ``warm(token=)``): the user chose it, it goes where it is told;
+    2. ``XLA_CACHE_TOKEN``: likewise;
+    3. no server (the local cache only): none is sent anywhere;
+    4. the config file's token for this server (:meth:`ConfigFile.token_for`);
+    5. none: a config file's token for another server is never sent here (to a test or hostile server
+       that ``--server`` or ``XLA_CACHE_SERVER`` names), with one warning naming both servers.
+
+    A token that cannot travel in an HTTP header is a :class:`ClientError` naming where it came from."""
+    if given.token:
+        choice = given
+    elif env.get(KEYS["token"]):
+        choice = TokenChoice(env[KEYS["token"]], KEYS["token"])
+    elif server is None:
+        return TokenChoice(None, "default")
+    else:
+        choice = _file_token(config_file, server) or _withheld(config_file, server, server_source)
+    problem = token_problem(choice.token or "")
+    if problem:
+        raise ClientError(f"the token ({choice.source}) {problem}")
+    return choice
+
+
+def tokens_for(tokens: tuple[FileToken, ...]) -> str:
+    """``a token for URL`` or ``tokens for URL, URL``: whose tokens a config file holds, for messages."""
+    servers = ", ".join(t.server for t in tokens)
+    return f"a token for {servers}" if len(tokens) == 1 else f"tokens for {servers}"
+
+
+def _file_token(config_file: ConfigFile, server: str) -> TokenChoice | None:
+    found = config_file.token_for(server)
+    if found is None:
+        return None
+    return TokenChoice(found.token, f"config file {config_file.path}", found.server)
+
+
+def _withheld(config_file: ConfigFile, server: str, server_source: str) -> TokenChoice:
+    """No token; when the config file holds tokens for other servers, one warning per process and server
+    naming them and this one."""
+    seen = (str(config_file.path), server_identity(server))
+    if not config_file.tokens or seen in _WITHHELD_WARNED:
+        return TokenChoice(None, "default")
+    _WITHHELD_WARNED.add(seen)
+    logger.warning(
+        "xla-cache: not sending the config file's token to %s (from %s): %s holds %s only; to send one, add "
+        '[servers."%s"] with its token to the file, or give it (--token, %s)',
+        normalize_server(server),
+        server_source,
+        config_file.path,
+        tokens_for(config_file.tokens),
+        normalize_server(server),
+        KEYS["token"],
+    )
+    return TokenChoice(None, "default")

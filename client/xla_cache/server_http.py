@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 import httpx
 
 from cache_protocol import UPLOADER_HEADER
-from xla_cache.config import normalize_server, server_url_problem
 from xla_cache.deadline import Deadline
-from xla_cache.errors import ServerError, ServerUnavailable
+from xla_cache.errors import ClientError, ServerError, ServerUnavailable
+from xla_cache.server_url import normalize_server, server_url_problem, token_problem
 
 __all__ = ["USER_AGENT", "ServerHttp"]
 
@@ -37,7 +37,8 @@ def _trust(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
 
 class ServerHttp:
     """Requests to one cache server (``server``: its base URL, normalised once here), with ``token`` as the
-    bearer. A context manager (closes its connections) or :meth:`close` it."""
+    bearer (a :class:`ClientError` if it cannot travel in a header). A context manager (closes its
+    connections) or :meth:`close` it."""
 
     def __init__(
         self,
@@ -49,6 +50,9 @@ class ServerHttp:
         self.server = normalize_server(server)
         headers = {"User-Agent": USER_AGENT, UPLOADER_HEADER: f"{socket.gethostname()}:{os.getpid()}"}
         if token:
+            problem = token_problem(token)
+            if problem:
+                raise ClientError(f"the token {problem}")
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             base_url=self.server,

@@ -173,6 +173,31 @@ def test_a_missing_or_refused_token_says_where_a_token_comes_from(
     assert code == 2 and "the token came from --token" in err
 
 
+def test_a_file_token_for_another_server_is_not_sent_and_the_refusal_says_so(
+    server: tuple[LiveServer, dict[str, str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The file holds a token for the team's server; this server (auth on), named by --server, is another:
+    it gets no token and answers 401 (not 403, as to that write token), and the hint says whose token the
+    file holds. A table for this server gives it its own (admin) token."""
+    srv, tokens = server
+    config = tmp_path / "config.toml"
+    config.write_text(f'server = "http://cache-vm:8080"\ntoken = "{tokens["write"]}"\n')
+    config.chmod(0o600)
+    monkeypatch.setenv("XLA_CACHE_CONFIG", str(config))
+    code, _, err = run_cli(["runs", "--server", srv.url], capsys)
+    assert code == 2 and "HTTP 401" in err
+    assert "holds a token for http://cache-vm:8080 only" in err and f'[servers."{srv.url}"]' in err
+    config.write_text(
+        f'server = "http://cache-vm:8080"\ntoken = "{tokens["write"]}"\n'
+        f'[servers."{srv.url}/"]\ntoken = "{tokens["admin"]}"\n'
+    )
+    code, _, err = run_cli(["runs", "--server", srv.url, "--json"], capsys)
+    assert code == 0, err
+
+
 def test_evict_dry_run_then_for_real(
     server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,7 +28,9 @@ from xla_cache.cli.graphs import add_graphs_command
 from xla_cache.cli.local import add_local_commands
 from xla_cache.cli.runs import add_runs_command
 from xla_cache.cli.signing import add_signing_commands
+from xla_cache.config import tokens_for
 from xla_cache.errors import ClientError, ServerError, ServerUnavailable
+from xla_cache.server_url import normalize_server
 
 __all__ = ["build_parser", "main"]
 
@@ -63,6 +65,13 @@ def _hint(args: argparse.Namespace, exc: ClientError) -> str | None:
     if isinstance(exc, ServerError) and exc.status == 401:
         config = config_of(args)
         source = config.sources.get("token", "default")
+        if source == "default" and config.file_tokens and config.server:
+            held = tokens_for(config.file_tokens)
+            table = f'[servers."{normalize_server(config.server)}"]'
+            return (
+                f"no token was sent: {config.config_file} holds {held} only; pass --token, set "
+                f"XLA_CACHE_TOKEN, or add {table} with its token to the file"
+            )
         where = "no token was given" if source == "default" else f"the token came from {source}"
         return f"{where}; pass --token, or set XLA_CACHE_TOKEN or token in {config.config_file}"
     return None

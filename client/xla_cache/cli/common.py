@@ -134,14 +134,20 @@ def progress_of(args: argparse.Namespace) -> Progress:
 
 def config_of(args: argparse.Namespace) -> ClientConfig:
     """Server, token and cache directory: the flags, else the environment, else the config file, else the
-    defaults (:meth:`ClientConfig.resolve`)."""
+    defaults (:meth:`ClientConfig.resolve`); resolved once per command line (kept on ``args``), so that a
+    message about it (a token withheld, a file others may read) is said once."""
+    resolved = getattr(args, "_config", None)
+    if isinstance(resolved, ClientConfig):
+        return resolved
     flags = {"server": "--server", "token": "--token", "cache_dir": "--cache-dir"}
-    return ClientConfig.resolve(
+    config = ClientConfig.resolve(
         getattr(args, "server", None),
         getattr(args, "token", None),
         getattr(args, "cache_dir", None),
         flags=flags,
     )
+    args._config = config
+    return config
 
 
 def server_of(config: ClientConfig) -> str:
