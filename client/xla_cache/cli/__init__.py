@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import stat
 import sys
 
 from xla_cache.cli.admin import add_admin_commands
@@ -32,7 +34,9 @@ from xla_cache.config import tokens_for
 from xla_cache.errors import ClientError, ServerError, ServerUnavailable
 from xla_cache.server_url import normalize_server
 
-__all__ = ["build_parser", "main"]
+__all__ = ["READER_GONE", "build_parser", "main"]
+
+READER_GONE = 141  # the exit status when stdout's reader went away: 128 + SIGPIPE, as a shell shows it
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +82,17 @@ def _hint(args: argparse.Namespace, exc: ClientError) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``xla-cache`` console script."""
+    """Entry point of the ``xla-cache`` console script. A reader of the output that stops early
+    (``xla-cache stats | head``) ends the command quietly, whichever command it is."""
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        if not _stdout_is_a_pipe():
+            raise  # not the reader of our output: a real failure, shown as one
+        return _reader_gone()
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -97,7 +111,28 @@ def main(argv: list[str] | None = None) -> int:
             if hint:
                 print(f"  ({hint})", file=sys.stderr)
         return 2
+    sys.stdout.flush()  # a closed pipe is found here, inside main, not in Python's flush at exit
     return code
+
+
+def _stdout_is_a_pipe() -> bool:
+    try:
+        mode = os.fstat(sys.stdout.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away: stop without a traceback, as a command that SIGPIPE ended would (Python's
+    docs, "Note on SIGPIPE"). stdout is pointed at /dev/null so that the flush at exit has nowhere to fail;
+    the exit status is 141 (128 + SIGPIPE), what a shell reports for ``yes | head``'s ``yes``."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return READER_GONE
 
 
 if __name__ == "__main__":
