@@ -12,7 +12,11 @@ pre-optimization global module; anything else that has none of these layouts par
 Only the bytes up to the end of the HLO module are read; the object code after it never is. Bounded
 everywhere: at most :data:`MAX_MODULE_BYTES` read or inflated, tuples nested :data:`MAX_TUPLE_DEPTH` deep,
 :data:`MAX_SHAPE_FIELDS` and :data:`MAX_COMPUTATIONS` occurrences counted before they are kept (more: the
-entry is unparseable), the shapes text cut at :data:`MAX_SHAPES_TEXT` characters with :data:`CUT_MARKER`.
+entry is unparseable), the shapes text cut at :data:`MAX_SHAPES_TEXT` characters with :data:`CUT_MARKER`,
+names cut at :data:`~cache_server.parsing.wire.MAX_TEXT` as they are read. The instructions of all the
+candidate modules of one entry (a TPU executable may hold many) share one
+:class:`~cache_server.parsing.instructions.Budget`: a crafted entry of many refused candidates costs about
+what one module at the bound does.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from cache_server.parsing.body import Body
-from cache_server.parsing.instructions import read_body
+from cache_server.parsing.instructions import Budget, read_body
 from cache_server.parsing.schema import COMPUTATION, ELEMENT_TYPES, MODULE, SHAPE, TUPLE
 from cache_server.parsing.tpu import tpu_module_spans
-from cache_server.parsing.wire import Buffer, Prefix, WireError, iter_fields
+from cache_server.parsing.wire import Buffer, Prefix, WireError, iter_fields, same_bytes
 from cache_server.parsing.wire import ints as _ints
 from cache_server.parsing.wire import read as _read
 from cache_server.parsing.wire import text as _text
@@ -121,7 +125,7 @@ def _program_shape(buf: Buffer, start: int, end: int) -> tuple[str, bool]:
     return f"({', '.join(params)}) -> {result}", False
 
 
-def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
+def _module_info(buf: Buffer, start: int, end: int, budget: Budget) -> GraphInfo | None:
     fields = _read(buf, start, end, _MODULE, MAX_COMPUTATIONS, strict=True)
     name = _text(buf, fields["name"])
     if not name:
@@ -132,10 +136,10 @@ def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
         _, s, e = fields["host_program_shape"][-1]
         shapes, span = _program_shape(buf, s, e), (s, e)
     else:  # older modules: the entry computation's own program shape
-        entry_name = _text(buf, fields["entry_computation_name"])
+        entry_name = fields["entry_computation_name"]
         for wire, c_start, c_end in fields["computations"]:
             comp = _read(buf, c_start, c_end, _COMPUTATION, 1) if wire == 2 else None  # (the last: singular)
-            if comp and _text(buf, comp["name"]) == entry_name and comp["program_shape"]:
+            if comp and same_bytes(buf, comp["name"], entry_name) and comp["program_shape"]:
                 _, s, e = comp["program_shape"][-1]
                 shapes, span = _program_shape(buf, s, e), (s, e)
     if shapes is None:
@@ -143,9 +147,9 @@ def _module_info(buf: Buffer, start: int, end: int) -> GraphInfo | None:
     text, cut = shapes
     # a cut text is told apart by the program shape's bytes, which it no longer shows all of
     signed = text + "\0" + hashlib.sha256(buf[span[0] : span[1]]).hexdigest() if cut else text
-    body = read_body(buf, fields["computations"], _span(fields["stack_frame_index"]))
+    body = read_body(buf, fields["computations"], _span(fields["stack_frame_index"]), budget)
     return GraphInfo(
-        module=name[:256],
+        module=name,
         shapes=text,
         signature=hashlib.sha256(signed.encode()).hexdigest(),
         source=body.source if body is not None else None,  # read in the same walk
@@ -295,18 +299,19 @@ def read_entry(chunks: Iterable[bytes], *, limit: int = MAX_MODULE_BYTES) -> Par
 def _parse_executable(chunks: Iterator[bytes], limit: int) -> ParsedEntry:
     prefix = Prefix(chunks, limit)
     why = NO_MODULE
+    budget = Budget()  # shared by every candidate module: refused ones cost at most about one walk
     try:
         try:
             span = _locate_module(prefix)
         except WireError:
             span = None  # not this layout: perhaps a TPU executable's
         if span is not None and prefix.ensure(span[1]):
-            info = _module_info(prefix.buf, *span)  # a WireError here: its module broke a bound
+            info = _module_info(prefix.buf, *span, budget)  # a WireError here: its module broke a bound
             if info is not None:
                 return ParsedEntry(info)
         for start, end in tpu_module_spans(prefix):  # not a CPU/GPU layout: a TPU executable's?
             try:
-                info = _module_info(prefix.buf, start, end)
+                info = _module_info(prefix.buf, start, end, budget)
             except WireError as exc:
                 why = str(exc)
                 continue  # not a module after all: the next candidate

@@ -17,9 +17,13 @@ and name what differs, :func:`read_body` walks every instruction of the module o
   of two entries of one structure position by position names the sizes that differ.
 - ``source``: the ``file:line`` most instructions were traced at, where the metadata names files.
 
-Bounded: at most :data:`MAX_INSTRUCTIONS` instructions are walked (past that, no body), at most
-:data:`MAX_OPS` ops and :data:`MAX_VALUES` numbers per attribute are kept, a literal's values only when it
-has at most :data:`MAX_LITERAL_VALUES`; nothing recurses.
+Bounded: the instructions are counted before any is walked (a scan of the computations' fields that reads
+none of them), and a module of more than :data:`MAX_INSTRUCTIONS` is not walked at all (no body); the counting
+and the walking of one entry's modules share a :class:`Budget` (a crafted TPU entry holds many candidate
+modules: past the budget the next one is refused unread). At most :data:`MAX_OPS` ops and :data:`MAX_VALUES`
+numbers per attribute are kept, a literal's values only when it has at most :data:`MAX_LITERAL_VALUES`;
+names, op names and source files are cut at :data:`MAX_LABEL` characters as they are read (the count of
+source lines keys on the cut text: a MiB-long file name is never held whole); nothing recurses.
 """
 
 from __future__ import annotations
@@ -46,16 +50,29 @@ from cache_server.parsing.schema import (
     STACK_FRAMES,
     TUPLE,
 )
-from cache_server.parsing.wire import Buffer, ints, iter_fields, read, text
+from cache_server.parsing.wire import Buffer, WireError, ints, iter_fields, read, text
 
-__all__ = ["MAX_INSTRUCTIONS", "MAX_OPS", "read_body"]
+__all__ = ["MAX_ENTRY_FIELDS", "MAX_INSTRUCTIONS", "MAX_OPS", "Budget", "read_body"]
 
-MAX_INSTRUCTIONS = 250_000  # a module with more has no body (~4 s of walking; its misses stay different_key)
+MAX_INSTRUCTIONS = 250_000  # a module with more has no body (counted, not walked; misses stay different_key)
 MAX_OPS = 1_000  # sized ops kept per module (the most telling kinds first)
 MAX_VALUES = 64  # numbers kept per attribute
 MAX_LITERAL_VALUES = 16  # a constant's values are kept when it has at most this many
 MAX_LABEL = 160  # characters of an op name or source kept
 MAX_FRAMES = 100_000  # stack frames, locations and file names read of a module's stack-frame index
+MAX_ENTRY_FIELDS = 2 * MAX_INSTRUCTIONS  # computation fields counted in all of one entry's modules
+MAX_SOURCE = 512  # characters of the file:line a module was traced at (as the index keeps it)
+
+
+class Budget:
+    """What one entry's modules may still cost: computation fields to count (:data:`MAX_ENTRY_FIELDS`) and
+    instructions to walk (:data:`MAX_INSTRUCTIONS`), shared by its candidate modules, each charged what it
+    took. A module past what is left is refused (:class:`~cache_server.parsing.wire.WireError`)."""
+
+    def __init__(self, fields: int = MAX_ENTRY_FIELDS, instructions: int = MAX_INSTRUCTIONS) -> None:
+        self.fields = fields
+        self.instructions = instructions
+
 
 _SHAPE_IS_ATTRIBUTE = {"iota", "rng", "rng-bit-generator", "broadcast", "dynamic-reshape", "reshape"}
 
@@ -142,7 +159,7 @@ class _Frames:
         if span is None:
             return
         found = read(buf, span[0], span[1], STACK_FRAMES, limit=MAX_FRAMES)
-        self._files = [text(buf, [(w, s, e)]) or "" for w, s, e in found["file_names"] if w == 2]
+        self._files = [text(buf, [(w, s, e)], MAX_LABEL) or "" for w, s, e in found["file_names"] if w == 2]
         for wire, s, e in found["file_locations"]:
             if wire == 2:
                 loc = read(buf, s, e, LOCATION, limit=1)
@@ -169,6 +186,7 @@ class _Frames:
 
 # Ops whose source line says where data came from, not where the graph was built.
 _NOT_A_SOURCE = {"xla__device_data", "parameter", "constant"}
+_LONGEST_NOT_A_SOURCE = max(map(len, _NOT_A_SOURCE)) + 1  # (one more: a longer op type is none of them)
 _OP_TYPE, _SOURCE_FILE, _SOURCE_LINE = METADATA["op_type"], METADATA["source_file"], METADATA["source_line"]
 
 
@@ -185,19 +203,16 @@ def _traced_at(buf: Buffer, start: int, end: int) -> str | None:
             line = value
     if source_file is None or source_file[0] == source_file[1]:
         return None
-    if (
-        op_type is not None
-        and bytes(buf[op_type[0] : op_type[1]]).decode("utf-8", "replace") in _NOT_A_SOURCE
-    ):
+    if op_type is not None and text(buf, [(2, *op_type)], _LONGEST_NOT_A_SOURCE) in _NOT_A_SOURCE:
         return None
-    name = bytes(buf[source_file[0] : source_file[1]]).decode("utf-8", "replace")
+    name = text(buf, [(2, *source_file)]) or ""  # cut (wire.MAX_TEXT) before it is kept and counted
     return f"{name}:{line}" if line is not None else name
 
 
 def _metadata(buf: Buffer, start: int, end: int, frames: _Frames) -> tuple[str | None, str | None]:
     meta = read(buf, start, end, METADATA, limit=1)
-    op = text(buf, meta["op_name"]) or text(buf, meta["op_type"])
-    source_file = text(buf, meta["source_file"])
+    op = text(buf, meta["op_name"], MAX_LABEL) or text(buf, meta["op_type"], MAX_LABEL)
+    source_file = text(buf, meta["source_file"], MAX_LABEL)
     if source_file:
         lines = ints(buf, meta["source_line"], 1)
         source: str | None = f"{source_file}:{lines[-1]}" if lines else source_file
@@ -248,13 +263,42 @@ def _sizes(buf: Buffer, opcode: str, fields: dict[int, list[tuple[int, int, int]
     return sizes
 
 
+def _count(view: memoryview, computations: list[tuple[int, int, int]], budget: Budget) -> int | None:
+    """How many instructions the computations hold, from a scan of their fields that reads no instruction
+    (charged to ``budget``); None past :data:`MAX_INSTRUCTIONS`. Raises
+    :class:`~cache_server.parsing.wire.WireError` at the first malformed field, or once the entry's budget is
+    spent."""
+    count = scanned = 0
+    try:
+        for c_wire, c_start, c_end in computations:
+            if c_wire != 2:
+                continue
+            for number, wire, _, _ in iter_fields(view, c_start, c_end):
+                scanned += 1
+                if scanned > budget.fields:
+                    raise WireError(f"more than {MAX_ENTRY_FIELDS} computation fields in the entry's modules")
+                if number == _INSTRUCTIONS and wire == 2:
+                    count += 1
+                    if count > budget.instructions:
+                        if budget.instructions < MAX_INSTRUCTIONS:  # other modules of the entry were walked
+                            raise WireError(f"more than {MAX_INSTRUCTIONS} instructions in the modules")
+                        return None  # too large to walk: no body
+    finally:
+        budget.fields -= min(scanned, budget.fields)
+    budget.instructions -= count
+    return count
+
+
 def read_body(
-    buf: Buffer, computations: list[tuple[int, int, int]], frames: tuple[int, int] | None
+    buf: Buffer, computations: list[tuple[int, int, int]], frames: tuple[int, int] | None, budget: Budget
 ) -> Body | None:
     """The body of a module whose computations are at these spans of ``buf`` (``frames``: its stack-frame
-    index, if any). None past :data:`MAX_INSTRUCTIONS`. Raises
-    :class:`~cache_server.parsing.wire.WireError` on malformed bytes."""
+    index, if any), its counting and walking charged to ``budget``. None past :data:`MAX_INSTRUCTIONS`
+    (counted first: nothing is walked then). Raises :class:`~cache_server.parsing.wire.WireError` on
+    malformed bytes, or past the entry's budget."""
     view = memoryview(buf)
+    if _count(view, computations, budget) is None:
+        return None
     structure = hashlib.blake2b(digest_size=16)
     program = hashlib.blake2b(digest_size=16)
     whole = hashlib.blake2b(digest_size=16)
@@ -268,11 +312,9 @@ def read_body(
             continue
         whole.update(view[c_start:c_end])
         for number, wire, value, f_start, f_end in _fields(view, c_start, c_end):
-            if number != COMPUTATION["instructions"] or wire != 2:
+            if number != _INSTRUCTIONS or wire != 2:
                 program.update(view[f_start:f_end])  # the computation's name, shape, ids
                 continue
-            if position >= MAX_INSTRUCTIONS:
-                return None
             op = _instruction(view, value, f_end, position, (structure, program), frame_index, places)
             if op is not None:
                 ops.append(op)
@@ -292,7 +334,7 @@ def read_body(
         position,
         tuple(kept),
         dropped or len(ops) > MAX_OPS,
-        places.most_common(1)[0][0][:512] if places else None,
+        places.most_common(1)[0][0][:MAX_SOURCE] if places else None,
     )
 
 
@@ -330,7 +372,7 @@ def _instruction(
         place = _traced_at(view, meta[-1][1], meta[-1][2])
         if place is not None:
             places[place] += 1
-    opcode = text(view, wanted.get(_F["opcode"], [])) or ""
+    opcode = text(view, wanted.get(_F["opcode"], []), MAX_LABEL) or ""
     if opcode not in SIZED_OPCODES:
         return None
     sizes = _sizes(view, opcode, wanted)
@@ -339,8 +381,9 @@ def _instruction(
     op, source = (
         _metadata(view, meta[-1][1], meta[-1][2], frames) if meta and meta[-1][0] == 2 else (None, None)
     )
-    name = text(view, wanted.get(_F["name"], [])) or f"{opcode}.{position}"
-    return SizedOp(position, opcode, name[:MAX_LABEL], sizes, _shape_text(element, dims, parts), op, source)
+    name = text(view, wanted.get(_F["name"], []), MAX_LABEL) or f"{opcode}.{position}"
+    return SizedOp(position, opcode, name, sizes, _shape_text(element, dims, parts), op, source)
 
 
+_INSTRUCTIONS = COMPUTATION["instructions"]
 _WANTED = _SIZE_FIELDS | {_F[name] for name in ("name", "opcode", "shape", "metadata")}

@@ -7,7 +7,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-__all__ = ["Buffer", "Prefix", "WireError", "ints", "iter_fields", "read", "text", "varint"]
+__all__ = [
+    "MAX_TEXT",
+    "Buffer",
+    "Prefix",
+    "WireError",
+    "ints",
+    "iter_fields",
+    "read",
+    "same_bytes",
+    "text",
+    "varint",
+]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -102,11 +113,24 @@ def read(
     return found
 
 
-def text(buf: Buffer, field: list[tuple[int, int, int]]) -> str | None:
+MAX_TEXT = 256  # characters of a string field :func:`text` returns (a module, op or file name)
+
+
+def text(buf: Buffer, field: list[tuple[int, int, int]], limit: int = MAX_TEXT) -> str | None:
+    """A string field (its last occurrence), at most ``limit`` characters: the bytes past ``4 * limit`` are
+    never copied nor decoded, so a name of a MiB costs what one of a line does."""
     if not field or field[-1][0] != 2:
         return None
     _, start, end = field[-1]
-    return bytes(buf[start:end]).decode("utf-8", errors="replace")
+    return bytes(buf[start : min(end, start + 4 * limit)]).decode("utf-8", errors="replace")[:limit]
+
+
+def same_bytes(buf: Buffer, one: list[tuple[int, int, int]], other: list[tuple[int, int, int]]) -> bool:
+    """Whether two string fields (their last occurrences) hold the same bytes, compared in place."""
+    if not one or not other or one[-1][0] != 2 or other[-1][0] != 2:
+        return False
+    view = memoryview(buf)
+    return view[one[-1][1] : one[-1][2]] == view[other[-1][1] : other[-1][2]]
 
 
 def ints(

@@ -17,7 +17,9 @@ import pytest
 from cache_server.graphs.baked import internal_axes, size_changes
 from cache_server.graphs.shapes import differing_dimensions, parse_shape_signature
 from cache_server.parsing.body import Body
-from cache_server.parsing.hlo import GraphInfo, parse_entry
+from cache_server.parsing.hlo import GraphInfo, ParsedEntry, parse_entry, read_entry
+from cache_server.parsing.instructions import MAX_INSTRUCTIONS
+from tests.support.crafted_entries import tpu_candidates
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TPU = FIXTURES / "jax_0.10.2_tpu"
@@ -119,3 +121,40 @@ def test_damaged_tpu_entries_parse_quickly_to_something_or_nothing(name: str) ->
         info = parse_entry([damaged])
         assert info is None or isinstance(info, GraphInfo)
     assert time.process_time() - started < 10
+
+
+def _cpu_seconds(data: bytes) -> tuple[float, ParsedEntry]:
+    started = time.process_time()
+    parsed = read_entry([data])
+    return time.process_time() - started, parsed
+
+
+def test_many_candidate_modules_at_the_bound_are_refused_in_well_under_a_second() -> None:
+    """The fourth probe (issue 42): 8 KiB entries whose 16 candidate modules of 250,000 instructions each
+    were every one walked and refused (17 s an entry); the instructions are counted first, and one entry's
+    candidates share one budget."""
+    for salt in range(2):
+        data = tpu_candidates(salt)
+        assert len(data) < 9_000
+        seconds, parsed = _cpu_seconds(data)
+        assert parsed.info is None and parsed.why, parsed
+        assert seconds < 0.5, seconds
+
+
+def test_candidates_refused_deep_inside_their_last_instruction_cost_about_one_walk() -> None:
+    """Candidates whose flaw only the walk finds (in their last instruction): the first is walked, the
+    others are refused by the entry's budget, so sixteen cost about what one does."""
+    one, parsed = _cpu_seconds(tpu_candidates(0, candidates=1, flaw="instruction"))
+    assert parsed.info is None
+    sixteen, parsed = _cpu_seconds(tpu_candidates(0, flaw="instruction"))
+    assert sixteen < 2 * one + 0.2, (one, sixteen)
+    assert parsed.info is None and parsed.why is not None and "instructions" in parsed.why
+
+
+def test_a_candidate_past_the_instruction_bound_is_recorded_without_walking_it() -> None:
+    """More than MAX_INSTRUCTIONS: the module and its shapes, no body, and none of it walked."""
+    data = tpu_candidates(0, candidates=1, instructions=MAX_INSTRUCTIONS + 1, flaw="none")
+    seconds, parsed = _cpu_seconds(data)
+    assert parsed.info is not None and parsed.info.module == "jit_probe0" and parsed.info.body is None
+    walked, _ = _cpu_seconds(tpu_candidates(0, candidates=1, instructions=MAX_INSTRUCTIONS, flaw="none"))
+    assert seconds < walked / 3, (seconds, walked)

@@ -8,7 +8,24 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = ["bomb", "cut", "executable", "f32", "field", "nested", "sliced", "varint", "varint_field"]
+__all__ = [
+    "bomb",
+    "cut",
+    "executable",
+    "executable_of",
+    "f32",
+    "field",
+    "inflating",
+    "jax_zlib",
+    "long_sources",
+    "module",
+    "nested",
+    "sliced",
+    "tpu_candidates",
+    "varint",
+    "varint_field",
+    "wide",
+]
 
 
 def varint(value: int) -> bytes:
@@ -79,3 +96,64 @@ def sliced(salt: int, ops: int = 1000) -> bytes:
     params = field(1, _sized_shape(11, 4)) + field(2, _sized_shape(11, 4))
     module = field(1, b"crafted") + field(3, field(1, b"main") + instructions) + field(4, params)
     return field(1, field(1, field(1, module)))
+
+
+# -- the fourth probe's entries (issue 42, item 3) -------------------------------------------------------
+def jax_zlib(payload: bytes, *, salt: int = 0) -> bytes:
+    """``payload`` as JAX stores an executable: zlib over a 4-byte compile time and an IFRT header."""
+    header = b"\x0a\x04ifrt"
+    return zlib.compress(salt.to_bytes(4, "big") + bytes([len(header)]) + header + payload, 9)
+
+
+def module(name: bytes, computations: list[bytes], *, extra: bytes = b"") -> bytes:
+    """An HloModuleProto: a name, a one-parameter program shape, these computations' bodies."""
+    shape = field(1, f32(3)) + field(2, f32(3))
+    return field(1, name) + field(4, shape) + b"".join(field(3, c) for c in computations) + extra
+
+
+def tpu_candidates(
+    salt: int, *, candidates: int = 16, instructions: int = 250_000, flaw: str = "tail"
+) -> bytes:
+    """A TPU entry (libtpu's sequence of messages) whose description holds ``candidates`` field-38 modules,
+    each of ``instructions`` empty instructions and a ``flaw``: a field cut short after them (``tail``: the
+    probe's, 16 of 250,000 in about 8 KiB, every one walked and refused), inside the last instruction
+    (``instruction``: only walking it finds it), or ``none``."""
+    body = b"\x12\x00" * instructions
+    if flaw == "tail":
+        body += b"\x12\x7f"  # a field of 127 bytes with none after it
+    elif flaw == "instruction":
+        body = body[:-2] + field(2, b"\x1a\x7f")  # the last instruction's shape: 127 bytes, none there
+    computation = field(1, b"main") + body
+    candidate = module(b"jit_probe%d" % salt, [computation])
+    description = b"".join(field(38, candidate) for _ in range(candidates))
+    machine_code = b"\x07" * 64  # no message: skipped by its length
+    messages = b"".join(varint(len(m)) + m for m in (machine_code, description))
+    return jax_zlib(messages, salt=salt)
+
+
+def long_sources(salt: int, *, strings: int = 120, size: int = 1024 * 1024) -> bytes:
+    """A CPU-layout JAX entry whose instructions' metadata name a different ``size``-byte source file each
+    (the probe's: 120 of 1 MiB in 124 KiB)."""
+    instructions = b"".join(
+        field(2, field(1, b"add.%d" % n) + field(2, b"add") + field(7, field(3, b"%d/" % n + b"a" * size)))
+        for n in range(strings)
+    )
+    return jax_zlib(executable_of(module(b"jit_sources%d" % salt, [field(1, b"main") + instructions])))
+
+
+def executable_of(module_bytes: bytes) -> bytes:
+    """The torch_xla (and JAX CPU) layout around a module: field 1, three levels down."""
+    return field(1, field(1, field(1, module_bytes)))
+
+
+def inflating(salt: int, *, mib: int) -> bytes:
+    """A JAX entry whose module holds ``mib`` MiB of one skipped field: the parser must hold it all."""
+    big = field(99, b"\0" * (mib * 1024 * 1024))
+    return jax_zlib(executable_of(module(b"jit_big%d" % salt, [field(1, b"main")], extra=big)))
+
+
+def wide(salt: int, *, instructions: int) -> bytes:
+    """A valid JAX entry of ``instructions`` small instructions: slow to walk, parsed to a body."""
+    one = field(1, b"add") + field(2, b"add") + field(3, f32(4, 4)) + b"\x20\x01"
+    computation = field(1, b"main") + field(2, one) * instructions
+    return jax_zlib(executable_of(module(b"jit_wide%d" % salt, [computation])), salt=salt)
