@@ -209,6 +209,14 @@ class Settings(BaseSettings):
             "when an admin asks, POST /admin/gc)."
         ),
     )
+    parser_memory_mb: int = Field(
+        default=512,
+        ge=64,
+        description=(
+            "Memory cap of each server process's graph parser child (its data, MiB): an entry that needs "
+            "more is recorded as unparseable ('the parser ran out of its memory cap'), never parsed again."
+        ),
+    )
 
     # -- Tokens and trust ------------------------------------------------------------------------------------
     auth: bool = Field(default=False, description="Require bearer tokens.")
@@ -404,6 +412,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "eviction_interval_seconds",
             "access_flush_seconds",
             "gc_interval_seconds",
+            "parser_memory_mb",
         ),
     ),
     (

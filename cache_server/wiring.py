@@ -95,7 +95,10 @@ def build_services(
         )
         # the same store, opened again in a child process that parses entries' graphs off the GIL
         graph_parser = ParserProcess(
-            settings.resolved_storage_url, timeout=settings.storage_timeout, retries=settings.storage_retries
+            settings.resolved_storage_url,
+            timeout=settings.storage_timeout,
+            retries=settings.storage_retries,
+            memory_mb=settings.parser_memory_mb,
         )
     entries = EntryRepository(database)
     labels = NamespaceLabels(

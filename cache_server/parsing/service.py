@@ -15,7 +15,10 @@ answers and records them), and the thread still waits until the process has serv
 :data:`QUIET_SECONDS` (:class:`~cache_server.background.activity.Activity`; at most :data:`MAX_DELAY_SECONDS`
 after the oldest entry waiting was stored), then parses what came, :data:`RECORD_BATCH` entries at a time
 (their records in one transaction), going back to waiting as soon as a request comes in, unless what waits is
-overdue. A catch-up scan runs as soon as it is asked for, also :data:`RECORD_BATCH` entries to a
+overdue. What waits is served a namespace at a time in turn (``_Backlog``), and the child answers a batch with
+what it parsed in its slice (:data:`~cache_server.parsing.worker.SLICE_SECONDS`), so one namespace's backlog
+delays another's new entry by about an entry or two, not by the whole backlog. A catch-up scan runs as
+soon as it is asked for, also :data:`RECORD_BATCH` entries to a
 transaction. Only without a child process (one configured as none) does the thread parse itself: a batch the
 child cannot finish is parsed again an entry at a time in fresh children, and the entry that kills or stalls
 one is recorded as unparseable; while no child can be started, nothing is parsed (a catch-up scan follows).
@@ -28,7 +31,7 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from cache_protocol.text import shown
@@ -105,11 +108,14 @@ class ParsingService:
         parsed = parse_blob(self._store, namespace, key)
         return _record(namespace, key, parsed.info, parsed.why)
 
-    def _parse_batch(self, batch: list[tuple[str, str]]) -> list[GraphRecord]:
-        """The records of a batch: from the child process when there is one (never parsed on this thread
-        then); an entry that could not be read now is logged and left out."""
+    def _parse_batch(self, batch: list[tuple[str, str]]) -> tuple[list[GraphRecord], int]:
+        """The records of a batch's first entries, and how many entries they are: from the child process
+        when there is one (never parsed on this thread then; it may answer for only the first entries, see
+        :data:`~cache_server.parsing.worker.SLICE_SECONDS`); an entry that could not be read now is logged
+        and left out."""
         if self._parser is not None:
-            return _records(batch, self._child_outcomes(batch))
+            outcomes = self._child_outcomes(batch)
+            return _records(batch[: len(outcomes)], outcomes), len(outcomes)
         records: list[GraphRecord] = []
         for namespace, key in batch:
             if self._stopping.is_set():
@@ -120,7 +126,7 @@ class ParsingService:
                 log.warning("graph parsing skipped: %s", exc.detail)
             except Exception:
                 log.exception("graph parsing failed")
-        return records
+        return records, len(batch)
 
     def _child_outcomes(self, batch: list[tuple[str, str]]) -> list[ParseOutcome]:
         """The batch's outcomes from the child; when it cannot finish the batch, each entry's from a fresh
@@ -162,23 +168,30 @@ class ParsingService:
                 self._retry_due = True
 
     def parse_many(self, items: list[tuple[str, str]]) -> int:
-        """Parse these entries and record the results, :data:`RECORD_BATCH` to a transaction; a failure
-        to parse or record one entry is logged and does not stop the others. Returns how many were
+        """Parse these entries and record the results, at most :data:`RECORD_BATCH` to a transaction; a
+        failure to parse or record one entry is logged and does not stop the others. Returns how many were
         recorded."""
         done = 0
-        for start in range(0, len(items), RECORD_BATCH):
-            if self._stopping.is_set():
-                return done
-            records = self._parse_batch(items[start : start + RECORD_BATCH])
-            if self._stopping.is_set():  # the database is closed next: record nothing more
-                return done
-            try:
-                done += self._repository.record_graphs(records)
-            except CacheError as exc:
-                log.warning("graph records not written: %s", exc.detail)
-            except Exception:
-                log.exception("graph records not written")
+        while items and not self._stopping.is_set():
+            handled, recorded = self._parse_slice(items[:RECORD_BATCH])
+            done += recorded
+            items = items[handled:]
         return done
+
+    def _parse_slice(self, batch: list[tuple[str, str]]) -> tuple[int, int]:
+        """Parse the batch's first entries (all, or what the child parsed in its slice) and record them in
+        one transaction: how many were dealt with (at least one) and how many recorded."""
+        records, handled = self._parse_batch(batch)
+        if self._stopping.is_set():  # the database is closed next: record nothing more
+            return len(batch), 0
+        recorded = 0
+        try:
+            recorded = self._repository.record_graphs(records)
+        except CacheError as exc:
+            log.warning("graph records not written: %s", exc.detail)
+        except Exception:
+            log.exception("graph records not written")
+        return max(handled, 1), recorded
 
     def catch_up(self) -> int:
         """Parse every entry that has no record yet, :data:`RECORD_BATCH` to a transaction; returns how
@@ -228,7 +241,7 @@ class ParsingService:
             self._changed.notify_all()
 
     def _run(self) -> None:
-        waiting: deque[tuple[float, str, str]] = deque()  # (when stored, namespace, key), oldest first
+        waiting = _Backlog()
         while True:
             with self._changed:
                 if self._retry_due:  # entries left unparsed: scan for them once the parser may start
@@ -243,21 +256,33 @@ class ParsingService:
             if self._gather(waiting):
                 return
             while waiting and not self._stopping.is_set():
-                overdue = time.monotonic() - waiting[0][0] >= MAX_DELAY_SECONDS
+                overdue = time.monotonic() - waiting.oldest() >= MAX_DELAY_SECONDS
                 if not overdue and not self._activity.quiet_for(QUIET_SECONDS):
                     break  # requests are being served: wait for a quiet moment
-                batch = [waiting.popleft()[1:] for _ in range(min(RECORD_BATCH, len(waiting)))]
-                self.parse_many(batch)  # logs what fails, raises nothing
-                self._done(len(batch))
+                batch = waiting.take(RECORD_BATCH)
+                handled, _ = self._parse_slice([(ns, key) for _, ns, key in batch])  # logs what fails
+                self._drain(waiting)  # entries stored meanwhile: their namespaces join the turns
+                waiting.put_back(batch[:handled], batch[handled:])
+                self._done(handled)
 
-    def _gather(self, waiting: deque[tuple[float, str, str]]) -> bool:
+    def _drain(self, waiting: _Backlog) -> None:
+        """Move what is queued now into ``waiting`` (up to the queue's size), without waiting."""
+        while len(waiting) < self._queue.maxsize:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:  # (a stop: seen by the loop through _stopping)
+                waiting.add(*item)
+
+    def _gather(self, waiting: _Backlog) -> bool:
         """Move queued entries into ``waiting`` until, with something waiting, the process is quiet (no
         request for :data:`QUIET_SECONDS`) or the oldest entry is overdue; with nothing waiting, return after
         a second at most, for a catch-up scan asked for meanwhile. True on a stop. At most the queue's size
         wait in ``waiting``: beyond that entries stay queued, and a full queue asks for a catch-up scan."""
         while not self._stopping.is_set():
             if waiting:
-                overdue_in = waiting[0][0] + MAX_DELAY_SECONDS - time.monotonic()
+                overdue_in = waiting.oldest() + MAX_DELAY_SECONDS - time.monotonic()
                 if overdue_in <= 0 or self._activity.quiet_for(QUIET_SECONDS):
                     return False
                 wait = min(QUIET_SECONDS / 5, overdue_in)
@@ -275,7 +300,7 @@ class ParsingService:
                 continue
             if item is None:
                 return True
-            waiting.append(item)
+            waiting.add(*item)
         return True
 
     @staticmethod
@@ -286,6 +311,54 @@ class ParsingService:
             log.warning("graph parsing skipped: %s", exc.detail)
         except Exception:
             log.exception("graph parsing failed")
+
+
+class _Backlog:
+    """The entries waiting to be parsed, a queue per namespace, served in turn: a batch takes one entry of
+    each namespace waiting, then the next of each, and so on; what the child did not get to goes back to the
+    front, and the namespaces it served go behind the others. So one namespace's backlog, however long or
+    slow, delays another namespace's new entry by about one slice of the child's work (one entry, if each
+    takes longer), not by the whole backlog."""
+
+    def __init__(self) -> None:
+        self._lanes: OrderedDict[str, deque[tuple[float, str]]] = OrderedDict()  # namespace -> (stored, key)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, stored: float, namespace: str, key: str) -> None:
+        self._lanes.setdefault(namespace, deque()).append((stored, key))
+        self._size += 1
+
+    def oldest(self) -> float:
+        """When the longest-waiting entry was stored (each namespace's first is its oldest)."""
+        return min(lane[0][0] for lane in self._lanes.values())
+
+    def take(self, count: int) -> list[tuple[float, str, str]]:
+        """Up to ``count`` entries, ``(stored, namespace, key)``, one namespace after another."""
+        taken: list[tuple[float, str, str]] = []
+        while len(taken) < count and self._lanes:
+            namespace, lane = next(iter(self._lanes.items()))
+            stored, key = lane.popleft()
+            taken.append((stored, namespace, key))
+            if lane:
+                self._lanes.move_to_end(namespace)
+            else:
+                del self._lanes[namespace]
+        self._size -= len(taken)
+        return taken
+
+    def put_back(self, served: list[tuple[float, str, str]], left: list[tuple[float, str, str]]) -> None:
+        """After a batch: the entries not parsed (``left``) back at the front, in the order they were taken,
+        then the namespaces just ``served`` behind every other (those that joined meanwhile too)."""
+        for stored, namespace, key in reversed(left):
+            self._lanes.setdefault(namespace, deque()).appendleft((stored, key))
+            self._lanes.move_to_end(namespace, last=False)
+        self._size += len(left)
+        for _, namespace, _ in served:
+            if namespace in self._lanes:
+                self._lanes.move_to_end(namespace)
 
 
 def _reason(why: str | None) -> str:

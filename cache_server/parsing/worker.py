@@ -13,15 +13,25 @@ If a child cannot be started at all, nothing is parsed for :data:`RETRY_SECONDS`
 batch). The child exits when the server process that started it is gone; stopping the server kills it,
 mid-batch or not.
 
+One writer's entries cannot take the child over: it caps its own memory (``RLIMIT_DATA``, the setting
+``XLA_CACHE_PARSER_MEMORY_MB``; an entry that needs more is recorded as unparseable with
+:func:`memory_reason`, and the child goes on with the next), stops an entry after :data:`ENTRY_CPU_SECONDS`
+of CPU (unparseable too, :func:`slow_reason`), and answers a batch with what it parsed once it has worked
+on it for :data:`SLICE_SECONDS`: the service hands the rest back to its backlog, where other namespaces'
+entries take their turn first.
+
 The child imports only the parser and the storage backends (no web framework, no database).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import multiprocessing
 import os
+import resource
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -35,14 +45,18 @@ from cache_server.storage import BlobStore, blob_name, open_store
 
 __all__ = [
     "CHILD_NICENESS",
+    "ENTRY_CPU_SECONDS",
     "ENTRY_SECONDS",
     "RETRY_SECONDS",
+    "SLICE_SECONDS",
     "ChildFailed",
     "ChildNotStarted",
     "ParseOutcome",
     "ParserProcess",
     "ParserResting",
+    "memory_reason",
     "parse_blob",
+    "slow_reason",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,6 +66,23 @@ ENTRY_SECONDS = 20.0  # ... each in a fresh child, in this long at most (or it i
 START_SECONDS = 120.0  # a child not ready in this long is not started
 RETRY_SECONDS = 60.0  # after a child could not be started, no new one is tried for this long
 PARENT_CHECK_SECONDS = 2.0  # how often the child looks whether the process that started it is still there
+MEMORY_MB = 512  # the child's memory cap by default (XLA_CACHE_PARSER_MEMORY_MB)
+SLICE_SECONDS = 1.0  # a batch is answered with what is parsed once the child has worked on it this long
+ENTRY_CPU_SECONDS = 10.0  # CPU seconds of the child one entry may take (a module at every bound: ~2 s)
+
+
+def memory_reason(cap_mb: int) -> str:
+    """Why an entry that needed more than the child's memory cap is unparseable."""
+    return f"the parser ran out of its memory cap ({cap_mb} MiB)"
+
+
+def slow_reason(seconds: float = ENTRY_CPU_SECONDS) -> str:
+    """Why an entry that took more than ``seconds`` of the child's CPU is unparseable."""
+    return f"the parser took more than {seconds:g} s of CPU on it"
+
+
+class _TooSlow(Exception):
+    """The entry being parsed took its :data:`ENTRY_CPU_SECONDS` (raised by the child's CPU timer)."""
 
 
 class ParserResting(RuntimeError):
@@ -87,9 +118,21 @@ class ChildNotStarted(ChildFailed):
     """No child could be started (or it could not open the store): nothing is parsed for a while."""
 
 
-def _child_main(connection: Connection, storage_url: str, timeout: float, retries: int) -> None:
-    """The child: lower its priority, open the store, then parse each batch it is sent until the pipe
-    closes. It answers ``("ready", None)`` or ``("failed", why)`` once, then a list of outcomes per batch."""
+@dataclass(frozen=True)
+class _Limits:
+    """What the child holds itself to (see the module docstring)."""
+
+    memory_mb: int
+    entry_cpu_seconds: float
+    slice_seconds: float
+
+
+def _child_main(
+    connection: Connection, storage_url: str, timeout: float, retries: int, limits: _Limits
+) -> None:
+    """The child: lower its priority, open the store, cap its memory, then parse each batch it is sent until
+    the pipe closes. It answers ``("ready", None)`` or ``("failed", why)`` once, then a list of outcomes per
+    batch (of its first entries only, when the batch took longer than its slice)."""
     with contextlib.suppress(OSError, AttributeError):  # not allowed, or no os.nice on this system
         os.nice(CHILD_NICENESS)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
@@ -98,13 +141,30 @@ def _child_main(connection: Connection, storage_url: str, timeout: float, retrie
     except Exception as exc:
         connection.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
+    _cap_memory(limits.memory_mb)
+    signal.signal(signal.SIGVTALRM, _too_slow)
     connection.send(("ready", None))
     while True:
         try:
             items: list[tuple[str, str]] = connection.recv()
-            connection.send(_parse_all(store, items))
+            connection.send(_parse_all(store, items, limits))
         except (EOFError, OSError):  # the server closed its end, or is gone: nothing more to parse
             return
+
+
+def _cap_memory(megabytes: int) -> None:
+    """Cap the child's data (heap and private mappings, where Python's objects live): past it an allocation
+    raises MemoryError, which :func:`_parse_all` records as the entry's reason. Never above a hard limit
+    already set; a system without the limit runs uncapped."""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        cap = megabytes * 1024 * 1024
+        soft = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _too_slow(signum: int, frame: object) -> None:
+    raise _TooSlow
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -114,17 +174,38 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _parse_all(store: BlobStore, items: list[tuple[str, str]]) -> list[ParseOutcome]:
+def _parse_all(store: BlobStore, items: list[tuple[str, str]], limits: _Limits) -> list[ParseOutcome]:
+    """The outcomes of the first entries of ``items``: all of them, or as many as were parsed once the batch
+    has taken :attr:`_Limits.slice_seconds` (at least one)."""
     outcomes: list[ParseOutcome] = []
+    started = time.monotonic()
     for namespace, key in items:
+        if outcomes and time.monotonic() - started >= limits.slice_seconds:
+            break  # the rest go back to the service's backlog, behind other namespaces' entries
+        outcomes.append(_parse_one(store, namespace, key, limits))
+    return outcomes
+
+
+def _parse_one(store: BlobStore, namespace: str, key: str, limits: _Limits) -> ParseOutcome:
+    """One entry's outcome, within the child's memory cap and :attr:`_Limits.entry_cpu_seconds` of CPU
+    (counted by the kernel: a wait on the store or for the CPU is not counted)."""
+    try:
+        signal.setitimer(signal.ITIMER_VIRTUAL, limits.entry_cpu_seconds)
         try:
             parsed = parse_blob(store, namespace, key)
-            outcomes.append(ParseOutcome(info=parsed.info, why=parsed.why))
-        except CacheError as exc:  # the store failed: the indexer leaves the entry for a later catch-up
-            outcomes.append(ParseOutcome(error=f"{type(exc).__name__}: {exc}"))
-        except Exception as exc:  # the parser's own failure (a bound it missed): never parsed again
-            outcomes.append(ParseOutcome(unparseable=f"{type(exc).__name__}: {exc}"[:500]))
-    return outcomes
+        finally:
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        return ParseOutcome(info=parsed.info, why=parsed.why)
+    except CacheError as exc:  # the store failed: the indexer leaves the entry for a later catch-up
+        return ParseOutcome(error=f"{type(exc).__name__}: {exc}")
+    except MemoryError:
+        outcome = ParseOutcome(unparseable=memory_reason(limits.memory_mb))
+    except _TooSlow:
+        return ParseOutcome(unparseable=slow_reason(limits.entry_cpu_seconds))
+    except Exception as exc:  # the parser's own failure (a bound it missed): never parsed again
+        return ParseOutcome(unparseable=f"{type(exc).__name__}: {exc}"[:500])
+    gc.collect()  # what the entry's parse held is gone with its frames: hand it back before the next
+    return outcome
 
 
 @dataclass
@@ -136,8 +217,12 @@ class _Child:
 class ParserProcess:
     """One child process that parses entries of the store at ``storage_url`` (see the module docstring)."""
 
-    def __init__(self, storage_url: str, *, timeout: float = 30.0, retries: int = 5) -> None:
-        self._args = (storage_url, timeout, retries)
+    def __init__(
+        self, storage_url: str, *, timeout: float = 30.0, retries: int = 5, memory_mb: int = MEMORY_MB
+    ) -> None:
+        """``memory_mb``: the child's memory cap (``XLA_CACHE_PARSER_MEMORY_MB``)."""
+        limits = _Limits(memory_mb, ENTRY_CPU_SECONDS, SLICE_SECONDS)
+        self._args = (storage_url, timeout, retries, limits)
         self._lock = threading.Lock()  # guards the fields below
         self._calls = threading.Lock()  # one batch in the pipe at a time
         self._child: _Child | None = None
@@ -145,7 +230,8 @@ class ParserProcess:
         self._failed_at: float | None = None
 
     def parse(self, items: list[tuple[str, str]], *, seconds: float | None = None) -> list[ParseOutcome]:
-        """Each entry's outcome, in order, within ``seconds`` (:data:`BATCH_SECONDS`). Raises
+        """The outcomes of the first entries, in order, within ``seconds`` (:data:`BATCH_SECONDS`): all of
+        them, or fewer (at least one) when the batch took the child more than :data:`SLICE_SECONDS`. Raises
         :class:`ChildFailed` when the child died or was too slow (it is killed; the next call starts a
         fresh one), :class:`ChildNotStarted` or :class:`ParserResting` when none runs. Never parses here."""
         with self._calls:
