@@ -163,7 +163,11 @@ class Evictor:
 
     def delete_namespace(self, namespace: str, *, max_entries: int | None = None) -> EvictionResult:
         """Remove a namespace: its entries (rows, then blobs, in batches) and then its row; with
-        ``max_entries``, at most that many entries, and its row only once none remain (``remaining``)."""
+        ``max_entries``, at most that many entries, and its row only once none remain (``remaining``).
+
+        Uploads may go on meanwhile: the row goes only if no entry is under it at that instant
+        (:meth:`AdminRepository.drop_namespace_row`), so an entry committed after the count keeps the
+        namespace and is counted in ``remaining``; one committed after the row went makes it anew."""
         check_namespace(namespace)
         result = EvictionResult()
         with _BlobDeleter(self._store) as blobs:
@@ -178,8 +182,9 @@ class Evictor:
                 result.freed_bytes += sum(size for _, _, size in removed)
                 log.info("delete of namespace %s: %d entries removed so far", namespace, result.evicted)
         result.remaining = self._repository.count_in_namespace(namespace)
-        if not result.remaining:
-            self._repository.drop_namespace_row(namespace)
+        if not result.remaining and not self._repository.drop_namespace_row(namespace):
+            # an upload stored an entry since (or another delete dropped the row): count again
+            result.remaining = self._repository.count_in_namespace(namespace)
         return result
 
     # -- internals --------------------------------------------------------------------------------------

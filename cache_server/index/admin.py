@@ -274,14 +274,28 @@ class AdminRepository:
             return list(session.scalars(select(Namespace.name).order_by(Namespace.name)))
 
     def drop_namespace_row(self, namespace: str) -> bool:
-        """Remove a namespace's row (its entries' rows must be gone already). True if it was there."""
+        """Remove a namespace's row if it holds no entry; True if this call removed it.
+
+        Uploads keep committing while a namespace is deleted, and the foreign key from ``entries`` cascades:
+        a row dropped under an entry just committed would take that acknowledged entry with it, with no
+        tombstone. So the row goes only in a statement that finds no entry under it, taken after the row is
+        locked: on PostgreSQL ``FOR UPDATE`` waits for every upload whose entry's foreign key check holds the
+        row (``FOR KEY SHARE``) and makes the next ones wait, and the ``DELETE`` (a new snapshot) then sees
+        the entries of those that committed; an upload that waited finds the row gone and makes it anew
+        (:meth:`EntryRepository.record_new_entries
+        <cache_server.index.entries.EntryRepository.record_new_entries>`). SQLite runs one writer at a time.
+        """
         with self._db.transaction() as session:
+            session.execute(select(Namespace.name).where(Namespace.name == namespace).with_for_update())
+            holds_none = ~select(Entry.key).where(Entry.namespace == namespace).exists()
             result = session.execute(
-                delete(Namespace).where(Namespace.name == namespace).returning(Namespace.name)
+                delete(Namespace).where(Namespace.name == namespace, holds_none).returning(Namespace.name)
             )
+            if result.first() is None:
+                return False
             session.execute(delete(EntryTotals).where(EntryTotals.namespace == namespace))
             session.execute(delete(GraphCount).where(GraphCount.namespace == namespace))
-            return result.first() is not None
+            return True
 
     def referenced_packs(self, pack_ids: Sequence[str]) -> set[str]:
         """Which of these packs some row still points into."""

@@ -26,26 +26,37 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from cache_server.errors import IndexUnavailable
 from cache_server.settings import Settings
 
-__all__ = ["IN_CHUNK", "Database", "chunked", "make_engine"]
+__all__ = ["IN_CHUNK", "Database", "chunked", "foreign_key_violated", "make_engine"]
 
 IN_CHUNK = 500
 """Bound on the items of one ``IN (...)`` list or multi-row ``INSERT`` (well under SQLite's limit)."""
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+_SQLITE_CONSTRAINT_FOREIGNKEY = 787  # named in Python's sqlite3 from 3.11 on
+_FOREIGN_KEY_VIOLATION = "23503"  # PostgreSQL's SQLSTATE
 
 
 def chunked(items: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
     """``items`` in consecutive slices of at most ``size``: one query each."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def foreign_key_violated(exc: IntegrityError) -> bool:
+    """Whether the statement that raised ``exc`` broke a foreign key (on PostgreSQL or SQLite)."""
+    orig = exc.orig
+    return (
+        getattr(orig, "sqlstate", None) == _FOREIGN_KEY_VIOLATION
+        or getattr(orig, "sqlite_errorcode", None) == _SQLITE_CONSTRAINT_FOREIGNKEY
+    )
 
 
 def make_engine(settings: Settings) -> Engine:

@@ -8,27 +8,39 @@ writes from its caller (the services own the clock), and returns domain objects,
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, cast
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, RemovalPolicy
+from cache_server.errors import IndexUnavailable
 from cache_server.index.counters import add_counts
-from cache_server.index.database import Database, chunked
+from cache_server.index.database import Database, chunked, foreign_key_violated
 from cache_server.index.feed import FeedRows
 from cache_server.index.models import Entry, EntryFeed
 from cache_server.index.namespaces import NamespaceRows, add_namespaces
 from cache_server.index.tombstones import Removed, bury
 
 __all__ = [
+    "NAMESPACE_RACES",
     "AccessDelta",
     "EntryRecord",
     "EntryRepository",
     "entry_info",
 ]
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+NAMESPACE_RACES = 3
+"""How many times one transaction of entries' rows is tried when a namespace's delete drops the row of their
+namespace each time in between (``EntryRepository._under_namespaces``), before the upload is answered 503."""
 
 
 @dataclass
@@ -152,7 +164,8 @@ class EntryRepository(NamespaceRows, FeedRows):
         that found the blob already there) an existing row wins and nothing is counted.
         """
         values = record.row()
-        with self._db.transaction() as session:
+
+        def write(session: Session) -> bool:
             add_namespaces(self._db, session, {record.namespace: record.created_at}, record.stored_by)
             stmt = self._db.insert(Entry).values(**values)
             if replace:
@@ -174,61 +187,85 @@ class EntryRepository(NamespaceRows, FeedRows):
                 )
             return written
 
+        return self._under_namespaces(write)
+
     def record_new_entries(self, records: Sequence[EntryRecord]) -> None:
         """The rows of blobs a batch just created, in one transaction per chunk, counted as uploads (a
         stale row left behind for a blob that vanished is overwritten, as :meth:`record_entry` does)."""
         for part in chunked(records):
-            if not part:
-                continue
-            namespace = part[0].namespace
-            assert all(record.namespace == namespace for record in part), "one namespace per call"
-            with self._db.transaction() as session:
-                add_namespaces(
-                    self._db, session, {namespace: min(r.created_at for r in part)}, part[0].stored_by
-                )
-                # One statement, executed for many rows: compiled once and cached (a multi-row VALUES
-                # of 500 rows is compiled anew every time, a third of a bulk upload's index work). On
-                # the tables, not the ORM classes: the ORM's bulk path cost as much again as the rows.
-                stmt = self._db.insert(_ENTRIES)
-                changing = {
-                    column: stmt.excluded[column]
-                    for column in part[0].row()
-                    if column not in ("namespace", "key")
-                }
-                upsert = stmt.on_conflict_do_update(index_elements=["namespace", "key"], set_=changing)
-                session.execute(upsert, [record.row() for record in part])
-                session.execute(insert(_FEED), [{"namespace": r.namespace, "key": r.key} for r in part])
-                add_counts(
-                    self._db,
-                    session,
-                    namespace,
-                    part[-1].created_at.date(),
-                    last_used=part[-1].created_at,
-                    uploads=len(part),
-                    bytes_uploaded=sum(record.size for record in part),
-                )
+            if part:
+                self._under_namespaces(partial(self._write_new, part))
+
+    def _write_new(self, part: Sequence[EntryRecord], session: Session) -> None:
+        """One chunk of :meth:`record_new_entries`, in ``session``."""
+        namespace = part[0].namespace
+        assert all(record.namespace == namespace for record in part), "one namespace per call"
+        add_namespaces(self._db, session, {namespace: min(r.created_at for r in part)}, part[0].stored_by)
+        # One statement, executed for many rows: compiled once and cached (a multi-row VALUES of 500 rows
+        # is compiled anew every time, a third of a bulk upload's index work). On the tables, not the ORM
+        # classes: the ORM's bulk path cost as much again as the rows.
+        stmt = self._db.insert(_ENTRIES)
+        changing = {
+            column: stmt.excluded[column] for column in part[0].row() if column not in ("namespace", "key")
+        }
+        upsert = stmt.on_conflict_do_update(index_elements=["namespace", "key"], set_=changing)
+        session.execute(upsert, [record.row() for record in part])
+        session.execute(insert(_FEED), [{"namespace": r.namespace, "key": r.key} for r in part])
+        add_counts(
+            self._db,
+            session,
+            namespace,
+            part[-1].created_at.date(),
+            last_used=part[-1].created_at,
+            uploads=len(part),
+            bytes_uploaded=sum(record.size for record in part),
+        )
 
     def add_missing_entries(self, records: Sequence[EntryRecord]) -> int:
         """Insert the rows among ``records`` that the index lacks, with their namespaces; existing rows win.
 
         Returns how many rows were added. Hits and uploads are not counted: these are old entries found again.
         """
-        added = 0
-        for part in chunked(records):
-            first_seen: dict[str, dt.datetime] = {}
-            for record in part:
-                seen = first_seen.get(record.namespace)
-                first_seen[record.namespace] = min(seen, record.created_at) if seen else record.created_at
-            with self._db.transaction() as session:
-                add_namespaces(self._db, session, first_seen)
-                stmt = (
-                    self._db.insert(Entry)
-                    .values([record.row() for record in part])
-                    .on_conflict_do_nothing(index_elements=["namespace", "key"])
-                    .returning(Entry.key)
-                )
-                added += len(session.execute(stmt).all())
-        return added
+        return sum(self._under_namespaces(partial(self._write_missing, part)) for part in chunked(records))
+
+    def _write_missing(self, part: Sequence[EntryRecord], session: Session) -> int:
+        """One chunk of :meth:`add_missing_entries`, in ``session``: how many rows it added."""
+        first_seen: dict[str, dt.datetime] = {}
+        for record in part:
+            seen = first_seen.get(record.namespace)
+            first_seen[record.namespace] = min(seen, record.created_at) if seen else record.created_at
+        add_namespaces(self._db, session, first_seen)
+        stmt = (
+            self._db.insert(Entry)
+            .values([record.row() for record in part])
+            .on_conflict_do_nothing(index_elements=["namespace", "key"])
+            .returning(Entry.key)
+        )
+        return len(session.execute(stmt).all())
+
+    def _under_namespaces(self, write: Callable[[Session], T]) -> T:
+        """``write`` (which adds the rows of its namespaces with :func:`add_namespaces`, then entries under
+        them) in one transaction; run again if a namespace's row went in between.
+
+        A namespace's delete (:meth:`AdminRepository.drop_namespace_row
+        <cache_server.index.admin.AdminRepository.drop_namespace_row>`) may drop a row this transaction found
+        there, before its entries' foreign key check (PostgreSQL; SQLite runs one writer at a time): that
+        check fails, and the transaction run again makes the row anew, so the entries are stored as the
+        first of a new namespace would be. A delete that wins :data:`NAMESPACE_RACES` times in a row is
+        :class:`IndexUnavailable` (503: retry), never a 500.
+        """
+        for _ in range(NAMESPACE_RACES):
+            try:
+                with self._db.transaction() as session:
+                    return write(session)
+            except IntegrityError as exc:
+                if not foreign_key_violated(exc):
+                    raise
+                log.info("a namespace's row was deleted while entries were written under it; writing again")
+        raise IndexUnavailable(
+            "The namespace was being deleted while this upload stored its entries; nothing of them was "
+            "recorded: please retry."
+        )
 
     def delete_entry(
         self,
