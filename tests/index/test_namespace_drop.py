@@ -38,9 +38,9 @@ def test_the_row_of_a_namespace_holding_entries_stays(database: Database) -> Non
     assert not admin.drop_namespace_row("ns")  # gone already
 
 
+# PostgreSQL only: SQLite runs one writer at a time, so the row cannot go between an upload's statements
+@pytest.mark.parametrize("migrated_settings", ["postgresql"], indirect=True)
 def test_an_entry_written_while_its_namespace_row_is_dropped_is_kept(database: Database) -> None:
-    if database.engine.dialect.name != "postgresql":
-        pytest.skip("SQLite runs one writer at a time: the row cannot go between an upload's statements")
     entries = EntryRepository(database)
     entries.record_new_entries([record("ns", "old", 1)])
     AdminRepository(database).delete_entries([("ns", "old")], policy="namespace_deleted", when=utcnow())
