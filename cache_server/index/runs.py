@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from cache_server.domain.runs import NUMBER_FIELDS, MissRecord, RunFilter, RunInfo, RunNumbers, RunTotals
 from cache_server.index.database import Database, chunked
 from cache_server.index.models import Namespace, Run, RunMiss, run_number
-from cache_server.index.patterns import scope_matches
+from cache_server.index.patterns import scope_matches, starts_with
 
 __all__ = ["HeldRun", "RunRepository"]
 
@@ -213,16 +213,17 @@ class RunRepository:
             ).scalar_one()
         return _run_info(tuple(row), int(count))
 
-    def run_ids_starting(self, prefix: str, *, limit: int) -> list[tuple[str, str]]:
-        """``(run id, namespace)`` of up to ``limit`` runs whose id starts with ``prefix``, by id (off the
-        primary key: ``LIKE`` with the prefix's own ``_`` escaped)."""
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        stmt = (
-            select(Run.run_id, Run.namespace)
-            .where(Run.run_id.like(f"{escaped}%", escape="\\"), Run.run_id >= prefix)
-            .order_by(Run.run_id)
-            .limit(limit)
-        )
+    def run_ids_starting(
+        self, prefix: str, *, patterns: Sequence[str] | None, limit: int
+    ) -> list[tuple[str, str]]:
+        """``(run id, namespace)`` of up to ``limit`` runs whose id starts with ``prefix`` (exactly:
+        :func:`~cache_server.index.patterns.starts_with`) in a namespace ``patterns`` cover (any with None),
+        by id: the limit counts only runs the token may see, so another namespace's runs neither hide nor
+        show through the answer."""
+        conditions = [starts_with(self._db, Run.run_id, prefix)]
+        if patterns is not None:
+            conditions.append(scope_matches(self._db, Run.namespace, patterns))
+        stmt = select(Run.run_id, Run.namespace).where(*conditions).order_by(Run.run_id).limit(limit)
         with self._db.reading() as connection:
             return [(run_id, namespace) for run_id, namespace in connection.execute(stmt)]
 

@@ -183,17 +183,17 @@ class RunService:
         )
 
     def _resolve(self, run_id: str, patterns: tuple[str, ...] | None) -> RunInfo:
-        """The run of this id, or of the one visible run whose id starts with it."""
+        """The run of this id, or of the one run whose id starts with it; only runs in a namespace
+        ``patterns`` cover count (any with None), so a run the token may not see is as one never reported."""
         run = self._repository.get_run(run_id)
         if run is not None and (patterns is None or _covered(run.namespace, patterns)):
             return run
-        if run is None and _PREFIX.fullmatch(run_id):
+        if _PREFIX.fullmatch(run_id):
             found = [
                 found_id
-                for found_id, namespace in self._repository.run_ids_starting(
-                    run_id, limit=CANDIDATES_SHOWN + 1
+                for found_id, _ in self._repository.run_ids_starting(
+                    run_id, patterns=patterns, limit=CANDIDATES_SHOWN + 1
                 )
-                if patterns is None or _covered(namespace, patterns)
             ]
             if len(found) > 1:
                 shown = ", ".join(found[:CANDIDATES_SHOWN]) + (

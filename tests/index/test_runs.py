@@ -88,6 +88,25 @@ def test_listing_filters_and_patterns(database: Database) -> None:
     assert ids(since=first, until=last) == ["r3", "r2", "r1"]
 
 
+def test_a_prefix_matches_exactly_among_the_runs_the_patterns_cover(database: Database) -> None:
+    runs = Runs(database)
+    ids = ["abcd-0001", "ABCD-0002", "ab_d-0003", "abXd-0004", "ab%d-0005", "ab*d-0006", "ab[d-0007"]
+    for run_id in ids:
+        runs.record(run(run_id, "team-b" if run_id.endswith("1") else "team-a"), [], now=T0)
+
+    def starting(prefix: str, patterns: tuple[str, ...] | None = None, limit: int = 11) -> list[str]:
+        return [i for i, _ in runs.run_ids_starting(prefix, patterns=patterns, limit=limit)]
+
+    assert starting("abcd") == ["abcd-0001"]  # not ABCD-0002 (SQLite's LIKE ignored case)
+    assert starting("ABCD") == ["ABCD-0002"]
+    for special in ("ab_", "ab%", "ab*", "ab["):  # each character is itself, no wildcard
+        assert starting(special) == [i for i in ids if i.startswith(special)], special
+    lower = {i for i in ids if i.startswith("ab")}
+    assert len(starting("ab", limit=3)) == 3 and set(starting("ab", limit=6)) == lower
+    assert set(starting("ab", patterns=("team-a",), limit=6)) == lower - {"abcd-0001"}  # the limit: visible
+    assert starting("abcd", patterns=("team-a",)) == []
+
+
 def test_runs_and_tombstones_pruned_by_age_and_count(database: Database, db_settings: Settings) -> None:
     runs = Runs(database)
     for day in range(5):

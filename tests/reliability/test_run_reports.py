@@ -52,8 +52,8 @@ class Live:
 
 @contextmanager
 def _live(kind: str, tmp_path: Path, env: dict[str, str]) -> Iterator[Live]:
-    """A server with auth on over a fresh index of ``kind``; tokens: admin, and two write tokens limited to
-    ``team-*`` (scoped, other)."""
+    """A server with auth on over a fresh index of ``kind``; tokens: admin, two write tokens limited to
+    ``team-*`` (scoped, other), and one limited to each of ``team-a`` and ``team-b`` (team-a, team-b)."""
     with fresh_database_url(kind, tmp_path, at_head=True) as url:
         settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
         database = Database.from_settings(settings)
@@ -62,6 +62,8 @@ def _live(kind: str, tmp_path: Path, env: dict[str, str]) -> Iterator[Live]:
             "admin": manager.create("ops", Role.ADMIN)[0],
             "scoped": manager.create("scoped", Role.WRITE, ["team-*"])[0],
             "other": manager.create("other", Role.WRITE, ["team-*"])[0],
+            "team-a": manager.create("team-a", Role.WRITE, ["team-a"])[0],
+            "team-b": manager.create("team-b", Role.WRITE, ["team-b"])[0],
         }
         database.dispose()
         full = {
@@ -229,6 +231,50 @@ def test_a_run_of_10000_misses_pages_and_a_page_is_bounded(live: Live) -> None:
             last["misses"]
         ) == 100
     print(f"\nfirst page of a run of 10,000 misses: {took:.3f} s")
+
+
+def test_a_run_id_prefix_is_looked_up_among_the_runs_the_token_sees_and_exactly(live: Live) -> None:
+    """Issue 42, item 6: the candidates of a prefix were taken (11) before the token's namespaces filtered
+    them, so another team's runs hid a unique prefix (404) and showed through the 409's ``, ...``; and
+    SQLite's LIKE matched ``ABCD`` to ``abcd...``."""
+    with live.client("team-a") as team_a, live.client("team-b") as team_b:
+
+        def post(api: httpx.Client, run_id: str) -> None:
+            namespace = "team-a" if api is team_a else "team-b"
+            answer = api.post("/v1/runs", json=run_report(run_id, namespace=namespace))
+            assert answer.status_code == 200, answer.text
+
+        for n in range(11):
+            post(team_b, f"feed-b-{n:04d}")  # sort ahead of team-a's own feedz-...
+        post(team_a, "feedz-a-0001")
+        unique = team_a.get("/admin/runs/feed")
+        assert unique.status_code == 200, unique.text  # was 404
+        assert unique.json()["run_id"] == "feedz-a-0001"
+
+        for n in range(11):
+            post(team_a, f"leak-a-{n:02d}")
+        post(team_b, "leak-a-00-team-b")  # sorts among team-a's: its presence took a place in the 11
+        ambiguous = team_a.get("/admin/runs/leak-a")
+        assert ambiguous.status_code == 409, ambiguous.text
+        detail = ambiguous.json()["detail"]
+        assert "team-b" not in detail and detail.count("leak-a-") == 10  # 10 shown
+        assert detail.endswith(", .... Give more of the id.")  # 11 visible: was no "...", a hidden run
+        post(team_a, "leak-a-xx")
+        assert team_a.get("/admin/runs/leak-a-x").json()["run_id"] == "leak-a-xx"
+        assert team_b.get("/admin/runs/leak-a").json()["run_id"] == "leak-a-00-team-b"  # its one run
+
+        post(team_b, "mine0001")  # a whole id of team-b is a prefix of team-a's run
+        post(team_a, "mine0001-a")
+        assert team_a.get("/admin/runs/mine0001").json()["run_id"] == "mine0001-a"
+        assert team_b.get("/admin/runs/mine0001").json()["run_id"] == "mine0001"
+
+        post(team_a, "abcd-case-0001")
+        for other_case in ("ABCD", "Abcd-case", "ABCD-CASE-0001"):
+            assert team_a.get(f"/admin/runs/{other_case}").status_code == 404, other_case  # SQLite: 200
+        assert team_a.get("/admin/runs/abcd").json()["run_id"] == "abcd-case-0001"
+    with live.client("admin") as admin:  # an unscoped token sees every run the prefix starts
+        assert admin.get("/admin/runs/feed").status_code == 409
+        assert admin.get("/admin/runs/feedz").json()["run_id"] == "feedz-a-0001"
 
 
 def test_details_past_the_ones_explained_at_once_wait_then_answer_busy(tmp_path: Path) -> None:
