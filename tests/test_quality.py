@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,58 @@ def test_administration_imports_no_parsing() -> None:
         or _within(name, "cache_server.parsing.worker")
     ]
     assert offenders == []
+
+
+# What writes text into a page, or parses it as HTML.
+_WRITES_TEXT = re.compile(
+    r"\.textContent\s*=(?!=)|createTextNode\(|\.(?:inner|outer)HTML\b|insertAdjacent(?:HTML|Text)|document\.write"
+    r"|\.(?:title|ariaLabel|nodeValue|data|innerText|outerText)\s*=(?!=)|\.setAttribute\("
+)
+# page.js's doors, through printable: the only functions that write text themselves, defined there only
+_DOORS = ("setText", "textNode", "setLines", "setAttributes")
+_DOORS_HOME = "page.js"
+# what stands behind the doors, defined once, in page.js, for every page (dashboard.js, docs.js) to share
+_DOORS_SHARED = ("printable", "el", *_DOORS, "UNPRINTABLE", "SHOWN_ATTRIBUTES")
+_SHOWN_ATTRIBUTES = ("title", "aria-label", "alt", "placeholder")
+
+
+def _text_writes_outside_the_doors(path: Path) -> list[str]:
+    """Each line of ``path`` writing text or a shown attribute outside a door's body (in page.js)."""
+    found_lines = []
+    door = False  # within one of the doors' bodies
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        opened = re.match(r"function (\w+)\(", line)
+        if opened:
+            is_door = path.name == _DOORS_HOME and opened.group(1) in _DOORS
+            door = is_door and not line.rstrip().endswith("}")
+            if is_door:
+                continue
+        elif door:
+            door = not line.startswith("}")
+            continue
+        for found in _WRITES_TEXT.finditer(line):
+            literal = re.match(r"\.setAttribute\(\"([\w-]+)\"", line[found.start() :])
+            if literal and literal.group(1) not in _SHOWN_ATTRIBUTES:
+                continue
+            found_lines.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+            break
+    return found_lines
+
+
+def test_the_dashboard_writes_text_only_through_its_escaping_function() -> None:
+    """Issue 42, item 8: every text the server's pages show (the dashboard, the API page: every
+    static/*.js) goes through one function (``printable`` in page.js, by the doors named above), so a bidi
+    override or a control character a client sent is shown escaped wherever it is drawn; nothing is parsed
+    as HTML. A ``setAttribute`` outside them names an attribute nobody reads (an href, a coordinate). The
+    doors are page.js's alone: a second copy elsewhere could drift from the first."""
+    scripts = sorted((ROOT / "cache_server" / "static").glob("*.js"))
+    assert _DOORS_HOME in {path.name for path in scripts}
+    offenders = [line for path in scripts for line in _text_writes_outside_the_doors(path)]
+    defined = [
+        f"{path.name} {name}"
+        for path in scripts
+        for name in re.findall(r"^(?:function|const|let|var) (\w+)\b", path.read_text(), flags=re.M)
+        if name in _DOORS_SHARED
+    ]
+    assert offenders == []
+    assert sorted(defined) == sorted(f"{_DOORS_HOME} {name}" for name in _DOORS_SHARED)

@@ -2,7 +2,8 @@
 // Each view has its own address (a hash route): #/ (overview), #/runs, #/runs/<id>, #/graphs,
 // #/graphs/<namespace>, #/graphs/<namespace>/<module>, #/namespaces/<name> (dashboard_namespace.js).
 // With auth on, the token is asked for in a form, kept in this tab's sessionStorage and sent as
-// "Authorization: Bearer" by every fetch: it never travels in a URL (page.js: the token, fetchJson, el).
+// "Authorization: Bearer" by every fetch: it never travels in a URL (page.js: the token, fetchJson, and
+// the doors every text goes through: printable, el, setText, textNode, setLines, setAttributes).
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -19,8 +20,8 @@ function routeLink(href, text, attrs) {
 
 function svgEl(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
-  if (text !== undefined) node.textContent = printable(text);
+  setAttributes(node, attrs);
+  if (text !== undefined) setText(node, text);
   return node;
 }
 
@@ -184,7 +185,7 @@ function renderBars(figId, items, barClass, label, value, shown, ariaLabel) {
     while (labelWidth(text) > MAXL - 2 * PAD && full.length - cut > 8) {
       cut += 2;
       const keep = full.length - cut, head = Math.ceil(keep / 2);
-      text.textContent = full.slice(0, head) + "…" + full.slice(full.length - (keep - head));
+      setText(text, full.slice(0, head) + "…" + full.slice(full.length - (keep - head)));
     }
     if (cut) text.appendChild(svgEl("title", {}, full));
     return text;
@@ -212,7 +213,7 @@ function renderTable(id, headers, rows) {
     const tr = el("tr");
     row.forEach((cell, i) => {
       const td = el("td", headers[i][1] ? { class: headers[i][1] } : {});
-      if (cell instanceof Node) td.appendChild(cell); else td.textContent = printable(cell);
+      if (cell instanceof Node) td.appendChild(cell); else setText(td, cell);
       tr.appendChild(td);
     });
     body.appendChild(tr);
@@ -252,7 +253,7 @@ function renderGraphs(graphs) {
     graphs.map((g) => [routeLink(routeHash("graphs", g.namespace, g.module), g.module, { "data-graph": g.module }),
       namespaceLink(g.namespace), fmtCount(g.variants),
       fmtCount(g.entries), fmtBytes(g.bytes), fmtCount(g.hits), g.source || "–",
-      el("code", {}, g.examples.join("\n"))]));
+      setLines(el("code"), g.examples)]));
 }
 
 // The graph view: one namespace's graphs, their varying dimensions and what each padding scheme leaves.
@@ -269,7 +270,7 @@ function renderBuckets(report) {
     const part = el("div", { class: "bucket-graph", "data-module": g.module });
     const title = el("h3");
     title.appendChild(el("code", {}, g.module));
-    title.appendChild(document.createTextNode(
+    title.appendChild(textNode(
       ` ${fmtCount(g.variants)} variant${g.variants === 1 ? "" : "s"}, ` +
       `${fmtCount(g.entries)} entr${g.entries === 1 ? "y" : "ies"}`));
     part.appendChild(title);
@@ -279,16 +280,16 @@ function renderBuckets(report) {
     }
     const varying = el("p", { class: "varying" });
     if (g.varying.length === 0) {
-      varying.textContent = g.unchanged ? `No input dimension varies: ${g.unchanged.replace(/^no input dimension varies: /, "")}.`
-        : "No dimension varies.";
+      setText(varying, g.unchanged ? `No input dimension varies: ${g.unchanged.replace(/^no input dimension varies: /, "")}.`
+        : "No dimension varies.");
     } else {
-      varying.appendChild(document.createTextNode("Varying: "));
+      varying.appendChild(textNode("Varying: "));
       g.varying.forEach((d, i) => {
-        if (i) varying.appendChild(document.createTextNode("; "));
+        if (i) varying.appendChild(textNode("; "));
         const shown = d.values.join(", ") + (d.count > d.values.length ? ", …" : "");
         const item = el("span", { class: "dimension", title: `sizes: ${shown}` });
         item.appendChild(el("code", {}, d.label));
-        item.appendChild(document.createTextNode(` ${d.min}..${d.max} (${fmtCount(d.count)} sizes)`));
+        item.appendChild(textNode(` ${d.min}..${d.max} (${fmtCount(d.count)} sizes)`));
         varying.appendChild(item);
       });
     }
@@ -359,7 +360,7 @@ async function loadGraphs(namespace, module) {
   one.hidden = !module;
   if (module) {
     clear(one);
-    one.appendChild(document.createTextNode(`The graph ${module} only. `));
+    one.appendChild(textNode(`The graph ${module} only. `));
     one.appendChild(el("a", { href: routeHash("graphs", chosen) }, `All graphs of ${chosen}`));
   }
   if (!chosen) {
@@ -383,8 +384,8 @@ async function fetchData(params) {
 function renderNamespacePages() {
   renderNamespaces(nsPages.shown);
   const note = document.getElementById("ns-count");
-  note.textContent = nsPages.count > nsPages.shown.length
-    ? `${fmtCount(nsPages.shown.length)} of ${fmtCount(nsPages.count)} namespaces shown.` : "";
+  setText(note, nsPages.count > nsPages.shown.length
+    ? `${fmtCount(nsPages.shown.length)} of ${fmtCount(nsPages.count)} namespaces shown.` : "");
   document.getElementById("ns-more").hidden = nsPages.next === null;
 }
 
@@ -397,7 +398,7 @@ async function loadMoreNamespaces() {
     nsPages.count = body.namespace_count;
     renderNamespacePages();
   } catch (exc) {
-    error.textContent = `Could not load more namespaces: ${exc.message}`;
+    setText(error, `Could not load more namespaces: ${exc.message}`);
     error.hidden = false;
   }
 }
@@ -485,13 +486,13 @@ function renderRuns(runs) {
 
 async function showRun(runId) {
   const run = await fetchJson(`/dashboard/runs/${encodeURIComponent(runId)}`);
-  document.getElementById("run-detail-title").textContent = `Run ${run.run_id}`;
-  document.getElementById("run-detail-summary").textContent =
+  setText(document.getElementById("run-detail-title"), `Run ${run.run_id}`);
+  setText(document.getElementById("run-detail-summary"),
     `${run.framework} on ${run.host} in ${run.namespace}: ${fmtCount(run.hits)} hits, ` +
     `${fmtCount(run.misses_total)} compiles (${fmtSeconds(run.compile_seconds)} paid), ` +
     `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained. By reason: ` +
     Object.entries(run.reasons || {}).map(([reason, count]) => `${reason} ${fmtCount(count)}`).join(", ") +
-    (run.reasons_counted < run.misses_stored ? ` (over the ${fmtCount(run.reasons_counted)} listed so far)` : "") + ".";
+    (run.reasons_counted < run.misses_stored ? ` (over the ${fmtCount(run.reasons_counted)} listed so far)` : "") + ".");
   const moduleCell = (m) => {
     if (!m.module) return "–";
     if (!run.graphs[m.module] || !["new_shapes", "baked_sizes"].includes(m.reason)) return m.module;
@@ -530,9 +531,9 @@ async function loadOverview() {
 // A token limited to namespace patterns: its overview is the list of its namespaces.
 function renderMine() {
   const me = session.me;
-  document.getElementById("mine-explain").textContent =
+  setText(document.getElementById("mine-explain"),
     `The token ${me.name} is limited to namespaces matching ${me.patterns.join(", ")}: it sees these ` +
-    "namespaces, their graphs and their runs. The server-wide numbers need a token without that limit.";
+    "namespaces, their graphs and their runs. The server-wide numbers need a token without that limit.");
   if (me.namespaces.length === 0) {
     empty(document.getElementById("mine-explain"),
       `No namespace matching ${me.patterns.join(", ")} holds entries yet.`);
@@ -596,8 +597,7 @@ async function refresh() {
     if (mine !== generation) return;
     shownRoute = window.location.hash || "#/";
     error.hidden = true;
-    document.getElementById("updated").textContent =
-      `Updated ${new Date().toLocaleTimeString()}; refreshes every 30 s.`;
+    setText(document.getElementById("updated"), `Updated ${new Date().toLocaleTimeString()}; refreshes every 30 s.`);
     document.body.dataset.view = view;
     document.body.dataset.route = window.location.hash || "#/";
     document.body.dataset.loaded = "true";
@@ -607,7 +607,7 @@ async function refresh() {
       showSignIn(`The token is no longer accepted: ${exc.message}`);
       return;
     }
-    error.textContent = `Could not load ${what[view] || "this view"}: ${exc.message}`;
+    setText(error, `Could not load ${what[view] || "this view"}: ${exc.message}`);
     error.hidden = false;
     // another view's data must not stand under this address (a failed refresh keeps what it showed)
     if (shownRoute !== (window.location.hash || "#/")) showView(null);
@@ -628,12 +628,12 @@ function showSignIn(problem, note) {
   document.getElementById("nav").hidden = true;
   document.getElementById("sign-in").hidden = false;
   const message = document.getElementById("token-error");
-  message.textContent = problem || "";
+  setText(message, problem || "");
   message.hidden = !problem;
   const noted = document.getElementById("token-note");
-  noted.textContent = note || "";
+  setText(noted, note || "");
   noted.hidden = !note;
-  document.getElementById("updated").textContent = "Sign in to see the numbers.";
+  setText(document.getElementById("updated"), "Sign in to see the numbers.");
   document.body.dataset.signedIn = "false";
   delete document.body.dataset.loaded;
   delete document.body.dataset.view;
@@ -645,7 +645,7 @@ function signedIn(me) {
   document.getElementById("sign-in").hidden = true;
   document.getElementById("nav").hidden = false;
   const limited = me.patterns ? `, namespaces ${me.patterns.join(", ")}` : "";
-  document.getElementById("who").textContent = me.auth ? `Signed in as ${me.name} (${me.role}${limited})` : "";
+  setText(document.getElementById("who"), me.auth ? `Signed in as ${me.name} (${me.role}${limited})` : "");
   document.getElementById("sign-out").hidden = !me.auth;
   document.body.dataset.signedIn = "true";
   refresh();
@@ -662,7 +662,7 @@ async function start() {
     if (exc instanceof AuthError) showSignIn(session.token ? `The token is no longer accepted: ${exc.message}` : null);
     else {
       const error = document.getElementById("error");
-      error.textContent = `Could not reach the server: ${exc.message}`;
+      setText(error, `Could not reach the server: ${exc.message}`);
       error.hidden = false;
     }
   }

@@ -7,29 +7,30 @@ function namespaceLink(name) {
   return routeLink(routeHash("namespaces", name), name, { "data-namespace": name });
 }
 
-function shownValue(value) {
-  if (value === null || value === undefined) return "unset";
+// A fingerprint's value as the lines of its cell.
+function shownLines(value) {
+  if (value === null || value === undefined) return ["unset"];
   if (typeof value === "object") {
     const names = Object.keys(value);
-    if (names.length === 0) return "none";
+    if (names.length === 0) return ["none"];
     // a flag map: one flag per line, as on a command line
     if (names.every((n) => n.startsWith("--"))) {
-      return names.map((n) => (value[n] === null ? n : `${n}=${value[n]}`)).join("\n");
+      return names.map((n) => (value[n] === null ? n : `${n}=${value[n]}`));
     }
-    return JSON.stringify(value);
+    return [JSON.stringify(value)];
   }
-  return String(value);
+  return [String(value)];
 }
 
 function renderNamespacePage(body) {
   const ns = body.namespace;
-  document.getElementById("nsp-title").textContent = ns.namespace;
-  document.getElementById("nsp-summary").textContent =
+  setText(document.getElementById("nsp-title"), ns.namespace);
+  setText(document.getElementById("nsp-summary"),
     `${ns.fingerprint.framework || "unknown framework"}: ${fmtCount(ns.entries)} entries, ${fmtBytes(ns.bytes)}, ` +
-    `${fmtCount(ns.hits)} hits, last used ${fmtWhen(ns.last_used_at)}.`;
+    `${fmtCount(ns.hits)} hits, last used ${fmtWhen(ns.last_used_at)}.`);
   const fields = Object.keys(ns.fingerprint).sort();
   renderTable("nsp-fingerprint", [["field", "text"], ["value", "text"]],
-    fields.map((f) => [el("code", {}, f), el("code", {}, shownValue(ns.fingerprint[f]))]));
+    fields.map((f) => [el("code", {}, f), setLines(el("code"), shownLines(ns.fingerprint[f]))]));
   if (fields.length === 0) empty(document.getElementById("nsp-fingerprint-note"),
     "No fingerprint: the namespace was created by an upload, not registered by a warm.");
   else clear(document.getElementById("nsp-fingerprint-note"));

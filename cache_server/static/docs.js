@@ -1,8 +1,8 @@
 // The API page (/docs): reads this server's OpenAPI document (/openapi.json, with the token page.js keeps)
 // and shows every route, grouped by tag: method, path, summary and description, parameters, request body
 // and responses, their schemas opened on demand, with a filter box. Everything comes from this server (no
-// CDN: the clusters it runs on have no internet), and server text reaches the page through el() or
-// textContent, never as HTML.
+// CDN: the clusters it runs on have no internet), and all text reaches the page through page.js's doors
+// (el, setText, textNode: printable), never as HTML.
 "use strict";
 
 const METHODS = ["get", "put", "post", "patch", "delete", "head", "options"];
@@ -16,7 +16,7 @@ function prose(text, cls) {
   for (const block of String(text).split(/\n\s*\n/)) {
     const para = el("p");
     String(block).replace(/\s*\n\s*/g, " ").trim().split(/``(.+?)``/).forEach((part, i) => {
-      if (part) para.appendChild(i % 2 ? el("code", {}, part) : document.createTextNode(printable(part)));
+      if (part) para.appendChild(i % 2 ? el("code", {}, part) : textNode(part));
     });
     if (para.firstChild) box.appendChild(para);
   }
@@ -151,7 +151,7 @@ function table(cls, headers, rows) {
     const tr = body.appendChild(el("tr"));
     row.forEach((cell, i) => {
       const td = tr.appendChild(el(i === 0 ? "th" : "td", { class: "text" }));
-      if (cell instanceof Node) td.appendChild(cell); else td.textContent = printable(cell);
+      if (cell instanceof Node) td.appendChild(cell); else setText(td, cell);
     });
   }
   return node;
@@ -226,8 +226,8 @@ function render(doc) {
   api.components = (doc.components && doc.components.schemas) || {};
   api.operations = [];
   const info = doc.info || {};
-  document.getElementById("api-title").textContent = printable(`${info.title || "API"}: API`);
-  if (info.description) document.getElementById("api-description").textContent = printable(info.description);
+  setText(document.getElementById("api-title"), `${info.title || "API"}: API`);
+  if (info.description) setText(document.getElementById("api-description"), info.description);
   const root = document.getElementById("api");
   clear(root);
   for (const [tag, group] of byTag(doc)) {
@@ -241,8 +241,7 @@ function render(doc) {
       api.operations.push({ node, text });
     }
   }
-  document.getElementById("updated").textContent =
-    `${api.operations.length} routes, version ${printable(info.version || "?")}.`;
+  setText(document.getElementById("updated"), `${api.operations.length} routes, version ${info.version || "?"}.`);
   document.getElementById("filter-bar").hidden = false;
   applyFilter();
   if (window.location.hash.length > 1) {
@@ -263,7 +262,7 @@ function applyFilter() {
   for (const section of document.querySelectorAll("#api section.tag")) {
     section.hidden = !section.querySelector("article.op:not([hidden])");
   }
-  document.getElementById("count").textContent = `${shown} of ${api.operations.length} routes`;
+  setText(document.getElementById("count"), `${shown} of ${api.operations.length} routes`);
 }
 
 function showSignIn(problem, note) {
@@ -277,10 +276,10 @@ function showSignIn(problem, note) {
   document.getElementById("sign-in").hidden = false;
   for (const [id, text] of [["token-error", problem], ["token-note", note]]) {
     const node = document.getElementById(id);
-    node.textContent = text || "";
+    setText(node, text || "");
     node.hidden = !text;
   }
-  document.getElementById("updated").textContent = "Sign in to see the API.";
+  setText(document.getElementById("updated"), "Sign in to see the API.");
   delete document.body.dataset.loaded;
   document.getElementById("token-input").focus();
 }
@@ -291,7 +290,7 @@ async function load() {
   session.me = me;
   document.getElementById("sign-in").hidden = true;
   document.getElementById("nav").hidden = false;
-  document.getElementById("who").textContent = me.auth ? printable(`Signed in as ${me.name} (${me.role})`) : "";
+  setText(document.getElementById("who"), me.auth ? `Signed in as ${me.name} (${me.role})` : "");
   document.getElementById("sign-out").hidden = !me.auth;
   render(doc);
 }
@@ -302,7 +301,7 @@ function failed(exc, during) {
     return;
   }
   const error = document.getElementById("error");
-  error.textContent = `Could not read the API document: ${exc.message}`;
+  setText(error, `Could not read the API document: ${exc.message}`);
   error.hidden = false;
 }
 

@@ -21,6 +21,7 @@ pytestmark = needs_chromium
 SCREENSHOT = Path(__file__).resolve().parents[2] / "test-output" / "api-page.png"
 RUNS = "POST /v1/runs"
 ENTRY = "GET /v1/namespaces/{namespace}/entries/{key}"
+TOKEN_KEY = "xla-cache-token"  # page.js keeps the token under it in sessionStorage
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +158,38 @@ def test_the_api_page_shows_the_document_as_text_never_as_html(
     assert found == {"img": 0, "owned": True, "title": f"{HOSTILE}: API", "summary": HOSTILE}
     assert shown.count(HOSTILE) >= 7  # tag, summary, description twice, parameter, status and its text, field
     assert errors == []
+
+
+def test_the_api_page_escapes_what_a_refusal_or_an_error_says(
+    server: tuple[LiveServer, str], browser: Browser
+) -> None:
+    """Issue 42, item 8: the API page shows text only through page.js's doors, as the dashboard does: a
+    server's detail holding a bidi override (U+202E) and a zero-width space, in a 401 (the sign-in line) and
+    in a 500 (the error line), is shown escaped, never raw."""
+    srv, token = server
+    detail = "revoked\u202egnp.exe\u200b"
+    shown_as = "revoked\\u202egnp.exe\\u200b"
+    answer = {"status": 401}
+    errors: list[str] = []
+    tab = new_tab(browser, errors)
+    try:
+        tab.route(
+            f"{srv.url}/openapi.json",
+            lambda route: route.fulfill(status=answer["status"], json={"detail": detail}),
+        )
+        tab.goto(f"{srv.url}/docs")
+        tab.fill("#token-input", token)
+        tab.click("#token-form button[type=submit]")
+        tab.wait_for_selector("#token-error:not([hidden])")
+        refused = tab.text_content("#token-error") or ""
+        answer["status"] = 500
+        tab.evaluate(f"sessionStorage.setItem({TOKEN_KEY!r}, {token!r})")
+        tab.reload()
+        tab.wait_for_selector("#error:not([hidden])")
+        failed = tab.text_content("#error") or ""
+    finally:
+        tab.close()
+    assert refused == f"That token was not accepted: {shown_as} Check that you pasted all of it."
+    assert failed == f"Could not read the API document: {shown_as}"
+    unexpected = [e for e in errors if not e.startswith("Failed to load resource")]
+    assert unexpected == []

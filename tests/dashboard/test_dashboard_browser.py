@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -430,6 +431,54 @@ def test_runs_view_lists_runs_and_says_why_a_run_compiled(
     assert written == ["x\\u009b2J\\u202egnp.exe\\u200b", "host\\u2028two"]
     assert errors == []
     assert RUNS_SCREENSHOT.stat().st_size > 20_000
+
+
+# Any character a page would not show as itself: Unicode's Cc (but the tab and line breaks of the markup),
+# Cf, Zl and Zp, as cache_protocol/text.py counts them.
+RAW_INVISIBLE = r"/[\p{Cf}\p{Zl}\p{Zp}\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f]/u"
+
+
+def test_every_text_the_page_shows_has_its_invisible_characters_escaped(
+    server: tuple[LiveServer, dict[str, str]], browser: Browser
+) -> None:
+    """Issue 42, item 8: a bidi override (U+202E) in a graph's name showed raw in the graph view's "The
+    graph ... only" line; every text the page shows (and its tooltips) goes through one escaping function,
+    and lines the page itself puts one under another keep their line breaks."""
+    srv, tokens = server
+    module = "SyncTensorsGraph.15\u202egnp.exe\u200b"
+    address = "#/graphs/vision-tpu-v5e/" + quote(module, safe="")
+    errors: list[str] = []
+    tab = new_tab(browser, errors)
+    try:
+        sign_in(tab, f"{srv.url}/{address}", tokens["read"])
+        tab.wait_for_selector(f"body[data-route='{address}']", state="attached")
+        shown = tab.evaluate(
+            f"""(() => {{
+              const raw = {RAW_INVISIBLE};
+              const texts = [];
+              const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+              while (walker.nextNode()) texts.push(walker.currentNode.nodeValue);
+              const titles = [...document.querySelectorAll("[title], [aria-label]")].map(
+                (e) => (e.getAttribute("title") || "") + (e.getAttribute("aria-label") || ""));
+              return {{
+                one: document.getElementById("buckets-one").textContent,
+                raw: texts.concat(titles).filter((t) => raw.test(t)),
+              }};
+            }})()"""
+        )
+        tab.goto(f"{srv.url}/#/")
+        tab.wait_for_selector("body[data-route='#/']", state="attached")
+        examples = tab.evaluate(
+            """[...document.querySelectorAll("#graphs-table tbody tr")].map(
+                 (tr) => tr.lastElementChild.textContent)"""
+        )
+    finally:
+        tab.close()
+    assert shown["one"].startswith("The graph SyncTensorsGraph.15\\u202egnp.exe\\u200b only."), shown["one"]
+    assert shown["raw"] == []
+    # a graph's example shapes, one a line (were shown joined by a literal "\u000a")
+    assert any("\n" in cell for cell in examples) and not any("\\u000a" in cell for cell in examples)
+    assert errors == []
 
 
 def test_runs_view_says_when_and_by_which_policy_a_recompiled_entry_was_evicted(
