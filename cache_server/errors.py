@@ -23,6 +23,7 @@ __all__ = [
     "InvalidName",
     "NamespaceNotFound",
     "QuotaExceeded",
+    "ResponseBrokenOff",
     "RunAmbiguous",
     "RunConflict",
     "RunNotFound",
@@ -39,6 +40,13 @@ __all__ = [
     "UploadTooLarge",
     "UploadsBusy",
 ]
+
+
+class ResponseBrokenOff(RuntimeError):
+    """A response broken off part way on purpose (bytes found wrong as they streamed, after the status and
+    headers went out): the connection closes short of its Content-Length, so no client takes the bytes as
+    whole. Not a failure of the server: whoever raises it has logged why, in one line, and nothing above
+    logs it again (:mod:`cache_server.api.errors`, and :mod:`cache_server.cli.serve` for uvicorn)."""
 
 
 class CacheError(Exception):

@@ -133,7 +133,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        if not isinstance(
+            exc, errors.ResponseBrokenOff
+        ):  # one broken off on purpose was logged where it was found
+            log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(
             500, "internal_error", "The server failed unexpectedly; the error has been logged."
         )

@@ -54,7 +54,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         from cache_server.index.migrate import upgrade
 
         upgrade(settings)
-    from cache_server.cli.serve import protocol_factory, serve
+    from cache_server.cli.serve import log_config, protocol_factory, serve
     from cache_server.metrics import multiprocess_directory
 
     workers = settings.workers if args.workers is None else args.workers
@@ -69,6 +69,7 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         port=args.port,
         workers=workers,
         log_level=settings.log_level,
+        log_config=log_config(),  # uvicorn's, less the traceback of a response broken off on purpose
         proxy_headers=True,
         timeout_graceful_shutdown=30,
         access_log=False,  # the app logs each request as JSON, without query strings (tokens)

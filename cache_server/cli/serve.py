@@ -13,22 +13,34 @@ bounds (``XLA_CACHE_BODY_TIMEOUT_SECONDS``), and a long poll may wait as long as
 process gets the same timeout), and runs it with :func:`serve`: once the server listens, that logs one line,
 ``dashboard: http://<host>:<port>/``, where a person opens the dashboard (uvicorn's "running on" line names
 no page). With several workers the process that binds their shared socket logs it, once, before they start.
+uvicorn logs with :func:`log_config`: its own configuration, less the traceback of a response broken off
+on purpose (:class:`BrokenOffFilter`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import logging
 import socket
 from typing import Any, cast
 
-from uvicorn.config import Config
+from uvicorn.config import LOGGING_CONFIG, Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import Server, ServerState
 from uvicorn.supervisors import Multiprocess
 
-__all__ = ["HeaderTimeoutProtocol", "dashboard_line", "protocol_factory", "serve"]
+from cache_server.errors import ResponseBrokenOff
+
+__all__ = [
+    "BrokenOffFilter",
+    "HeaderTimeoutProtocol",
+    "dashboard_line",
+    "log_config",
+    "protocol_factory",
+    "serve",
+]
 
 log = logging.getLogger("cache_server.cli")
 EVERY_INTERFACE = frozenset({"0.0.0.0", "::", ""})
@@ -91,6 +103,24 @@ def protocol_factory(header_timeout: float) -> type[asyncio.Protocol]:
     return cast(
         "type[asyncio.Protocol]", functools.partial(HeaderTimeoutProtocol, header_timeout=header_timeout)
     )
+
+
+class BrokenOffFilter(logging.Filter):
+    """Leaves out uvicorn's "Exception in ASGI application" and its traceback for a response broken off on
+    purpose (:class:`~cache_server.errors.ResponseBrokenOff`, such as a damaged blob found mid-stream):
+    uvicorn still closes the connection, and the one line saying why was logged where it was found."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info is not None and isinstance(record.exc_info[1], ResponseBrokenOff))
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration with :class:`BrokenOffFilter` on its error logger (each worker
+    process applies it as it starts)."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["broken_off"] = {"()": f"{__name__}.BrokenOffFilter"}
+    config["loggers"]["uvicorn.error"]["filters"] = ["broken_off"]
+    return config
 
 
 def dashboard_line(host: str, port: int) -> str:

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 
 from cache_server.domain import EntryInfo, EntryRef, utcnow
+from cache_server.errors import ResponseBrokenOff
 from cache_server.index.entries import EntryRepository
 from cache_server.service.hot import HotEntries
 from cache_server.storage.base import BlobReader, BlobStore, blob_name
@@ -29,8 +30,9 @@ REVERIFY_SECONDS = 600.0
 """How long a blob's file, once hashed whole and found right, is trusted without hashing again."""
 
 
-class CorruptBlob(RuntimeError):
-    """A stored blob's bytes do not match the index; raised mid-stream so the response breaks."""
+class CorruptBlob(ResponseBrokenOff):
+    """A stored blob's bytes do not match the index; raised mid-stream so the response breaks (logged once,
+    where it is found: :meth:`ReadChecker._corrupt`)."""
 
 
 class VerifiedFiles:
@@ -80,8 +82,9 @@ class ReadChecker:
         self._hot = hot
         self._files = VerifiedFiles()
 
-    def drop_corrupt(self, entry: EntryInfo | EntryRef) -> None:
-        """Remove an entry whose stored bytes no longer match its digest (row first, then blob).
+    def drop_corrupt(self, entry: EntryInfo | EntryRef) -> bool:
+        """Remove an entry whose stored bytes no longer match its digest (row first, then blob); whether it
+        was removed here.
 
         Only the entry that was read: a key evicted and stored again with other bytes since the read (its
         row and blob carry the new digest) is left alone.
@@ -92,16 +95,15 @@ class ReadChecker:
                 entry.namespace, entry.key, policy="damaged", when=utcnow(), sha256=entry.sha256
             )
             if removed is None:
-                return
+                return False
             self._hot.forget([(entry.namespace, entry.key)])
             info = self._store.stat(name)
             if info is not None and info.metadata.get("sha256") == entry.sha256:
                 self._store.delete(name)
-            log.error(
-                "dropped corrupt entry %s/%s; its next upload stores it again", entry.namespace, entry.key
-            )
+            return True
         except Exception:  # the read already failed; a failed clean-up must not hide that
             log.exception("could not drop corrupt entry %s/%s", entry.namespace, entry.key)
+            return False
 
     def verified(self, entry: EntryInfo | EntryRef, reader: BlobReader) -> Iterator[bytes]:
         """Stream the blob, holding back its last chunk until the whole digest has been checked.
@@ -154,6 +156,14 @@ class ReadChecker:
             self._corrupt(entry)
 
     def _corrupt(self, entry: EntryInfo | EntryRef) -> None:
-        log.error("corrupt blob %s/%s: stored bytes do not match the index", entry.namespace, entry.key)
-        self.drop_corrupt(entry)
+        """Drop the entry and break the read off, with the one line that says so."""
+        dropped = self.drop_corrupt(entry)
+        log.error(
+            "corrupt blob %s/%s: stored bytes do not match the index; %s",
+            entry.namespace,
+            entry.key,
+            "the entry is dropped, its next upload stores it again"
+            if dropped
+            else "the entry was left as it is",
+        )
         raise CorruptBlob(f"stored bytes of {entry.namespace}/{entry.key} do not match the index")

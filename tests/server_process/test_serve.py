@@ -137,6 +137,31 @@ def test_corrupt_blob_breaks_the_download(server: LiveServer) -> None:
     assert "corrupt blob corrupt/5" in server.log()
 
 
+def test_a_damaged_large_blob_breaks_its_download_with_one_log_line(tmp_path: Path) -> None:
+    """Issue 42, item 9 (part): one GET of a large entry whose blob was damaged after its upload broke off
+    (right) and logged two lines and two tracebacks of the same error (the app's "unhandled error" and
+    uvicorn's "Exception in ASGI application"). One line now names the entry; the entry is dropped."""
+    with run_server(tmp_path / "data", {}) as server:
+        data = os.urandom(8 * MIB)
+        url = f"{server.url}/v1/namespaces/damaged/entries/big"
+        assert httpx.put(url, content=data, headers={SHA256_HEADER: sha(data)}).status_code == 201
+        blob = server.log_path.parent / "blobs" / "damaged" / "big"
+        raw = bytearray(blob.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF  # a byte in the middle: the first half streams before it is found
+        blob.write_bytes(bytes(raw))
+        with httpx.Client(timeout=60) as client:
+            with pytest.raises(httpx.RemoteProtocolError), client.stream("GET", url) as response:
+                assert response.status_code == 200
+                for _ in response.iter_bytes():
+                    pass
+            assert client.get(url).status_code == 404  # dropped: its next upload stores it again
+        log = server.log()
+    named = [line for line in log.splitlines() if "damaged/big" in line and not line.startswith("{")]
+    assert len(named) == 1, log
+    assert "ERROR" in named[0] and "do not match the index" in named[0], named
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+
+
 @pytest.mark.slow
 def test_2_gib_entry_streams_both_ways_with_memory_flat(server: LiveServer) -> None:
     size = 2 * 1024 * MIB
