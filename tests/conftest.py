@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +17,46 @@ from cache_server.domain import Clock, utcnow
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 from tests.support.migrated import migrated
+
+TESTS = Path(__file__).resolve().parent
+# What starts another process: a server, a framework job, a browser, an emulator, a CLI, a child
+_STARTS_PROCESSES = frozenset({"subprocess", "multiprocessing", "playwright", "concurrent.futures.process"})
+
+
+@functools.cache
+def _imports(path: Path) -> frozenset[str]:
+    """The modules a file imports (absolute names; ``from a import b`` counts as ``a`` and ``a.b``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return frozenset(names)
+
+
+@functools.cache
+def starts_processes(path: Path) -> bool:
+    """Whether a test module (or a module of ``tests/support`` it imports, at any depth) starts processes."""
+    names = _imports(path)
+    if any(name in _STARTS_PROCESSES or name.split(".")[0] in _STARTS_PROCESSES for name in names):
+        return True
+    support = {name for name in names if name.startswith("tests.support.")}
+    for name in support:
+        module = TESTS.parent / (name.replace(".", "/") + ".py")
+        if module.is_file() and module != path and starts_processes(module):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of a module that starts processes (a server, a torch_xla or JAX job, a browser, an
+    emulator, the CLI: found from its imports) is marked ``e2e``: the fast lane, ``./scripts/test --fast``
+    (``-m "not e2e and not slow"``), runs the rest."""
+    for item in items:
+        if starts_processes(Path(item.path)):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session", autouse=True)

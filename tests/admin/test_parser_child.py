@@ -25,6 +25,8 @@ from tests.support.migrated import migrated
 from tests.support.real_entries import real_entries
 from tests.support.wait import wait_until
 
+pytestmark = pytest.mark.e2e  # each test starts the server's parser child process
+
 MIB = 1024 * 1024
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from cache_server.domain import utcnow
 from cache_server.index.database import IN_CHUNK
 from cache_server.index.entries import AccessDelta, EntryRecord, EntryRepository
@@ -34,6 +36,7 @@ def test_record_entry_then_missing_and_manifest(repo: EntryRepository) -> None:
     assert [e.key for e in repo.manifest("ns", max_bytes=None, max_entries=None)] == ["b", "a"]
 
 
+@pytest.mark.slow
 def test_missing_over_many_keys(repo: EntryRepository) -> None:
     for i in range(0, 1200, 3):
         record(repo, f"k{i}")
