@@ -1,6 +1,7 @@
-"""Load: 200 concurrent clients for 60 s against a real ``serve --workers 2`` on PostgreSQL, each with its
-own connection, in a mix of what training jobs do (download, check, upload, ask what is missing, read the
-manifest, miss). No request may fail, the server's memory must stay flat, and the latencies are reported.
+"""Load: 200 concurrent clients for 15 s (``XLA_CACHE_TEST_LOAD_SECONDS``: 60 for the recorded run) against a
+real ``serve --workers 2`` on PostgreSQL, each with its own connection, in a mix of what training jobs do
+(download, check, upload, ask what is missing, read the manifest, miss). No request may fail, the server's
+memory must stay flat, and the latencies are reported.
 
 The clients are asyncio tasks in this process, each on a connection of its own, speaking HTTP/1.1 through
 tests/support/http1.py (httpx would spend as much CPU per request as the server does). The report says how
@@ -34,8 +35,8 @@ from tests.support.server import LiveServer, run_server
 from tests.support.wait import wait_until
 
 CLIENTS = 200
-SECONDS = float(os.environ.get("XLA_CACHE_TEST_LOAD_SECONDS", "60"))
-WARMUP = 10.0  # seconds of load before the memory samples count
+SECONDS = float(os.environ.get("XLA_CACHE_TEST_LOAD_SECONDS", "15"))
+WARMUP = min(10.0, SECONDS / 3)  # seconds of load before the memory samples count
 SEEDED = 200
 NS, UPLOADS = "load", "load-uploads"
 # What a client does next, and how often (weights): jobs mostly read; about 20 uploads in flight at a time.
@@ -146,9 +147,7 @@ def percentile(values: list[float], q: float) -> float:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("deployment", ["postgresql-local"], indirect=True)
-def test_200_clients_for_60_seconds(
-    deployment: Deployment, tmp_path: Path, server_env: dict[str, str]
-) -> None:
+def test_200_clients_under_load(deployment: Deployment, tmp_path: Path, server_env: dict[str, str]) -> None:
     upgrade(deployment.settings(tmp_path / "migrate"))
     # Saturated, a PUT waits for one of its worker's upload slots (docs/reference/settings.md); on this kind
     # of machine its p99 was 9.2 s, and 14.6 s on one 1.7x slower, past the default 10 s after which the
