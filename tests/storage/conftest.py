@@ -65,6 +65,30 @@ def _abandon_local_upload(root: Path, age_seconds: float) -> None:
     os.utime(path, (then, then))
 
 
+ABILITIES_OF = {
+    "local": frozenset({SweepsTempFiles, PutsInBatches, StoresPacks, ReadsWhole}),
+    "gcs": frozenset({SignsUrls, PutsInBatches, StoresPacks, ReadsWhole, ReadsAhead}),
+}
+"""The optional abilities each backend declares (``test_backend_declares_the_optional_abilities_it_has``)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The check of an optional ability (``checks`` in test_contract.py) is collected for the backends that
+    have it only: nothing is skipped."""
+    kept, dropped = [], []
+    for item in items:
+        ability = getattr(getattr(item, "function", None), "checks_ability", None)
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("backend") if callspec is not None else None
+        if ability is not None and kind in ABILITIES_OF and ability not in ABILITIES_OF[kind]:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.fixture(params=["local", "gcs"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "local":
@@ -73,7 +97,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield Backend(
             "local",
             local,
-            frozenset({SweepsTempFiles, PutsInBatches, StoresPacks, ReadsWhole}),
+            ABILITIES_OF["local"],
             lambda: _local_files(root),
             lambda rel, data: _plant_file(root, rel, data),
             lambda age: _abandon_local_upload(root, age),
@@ -103,7 +127,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield Backend(
             "gcs",
             store,
-            frozenset({SignsUrls, PutsInBatches, StoresPacks, ReadsWhole, ReadsAhead}),
+            ABILITIES_OF["gcs"],
             lambda: object_names(endpoint, bucket),
             plant,
             damage=lambda name: _damage_gcs_object(endpoint, bucket, name),

@@ -121,17 +121,18 @@ _CHECKS: dict[type, list[str]] = {}
 
 def checks(ability: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Make a test the check of one optional ability: it runs on every backend that has the ability and is
-    skipped on the others. Each ability of :data:`~cache_server.storage.abilities.ABILITIES` needs one."""
+    not collected for the others (conftest.py). Each ability of
+    :data:`~cache_server.storage.abilities.ABILITIES` needs one."""
 
     def register(test: Callable[..., None]) -> Callable[..., None]:
         _CHECKS.setdefault(ability, []).append(test.__name__)
 
         @functools.wraps(test)
         def run(backend: Backend, **fixtures: object) -> None:
-            if ability not in backend.abilities:
-                pytest.skip(f"the {backend.kind} store lacks {ability.__name__}")
+            assert ability in backend.abilities, f"the {backend.kind} store lacks {ability.__name__}"
             test(backend, **fixtures)
 
+        run.checks_ability = ability  # type: ignore[attr-defined]
         return run
 
     return register
