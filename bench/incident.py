@@ -25,6 +25,7 @@ from bench.scratch import scratch_arguments, scratch_services
 from cache_server.admin.eviction import EvictionResult
 from cache_server.auth.tokens import Role
 from cache_server.index.entries import EntryRecord, EntryRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.storage.base import blob_name
 from cache_server.wiring import Services
 
@@ -59,7 +60,7 @@ def populate(
                 )
             )
     repository = EntryRepository(services.database)
-    repository.upsert_namespace(namespace, {}, {}, now=start)
+    NamespaceRepository(services.database).upsert_namespace(namespace, {}, {}, now=start)
     for start_at in range(0, len(records), 5000):  # with their change feed rows, as uploads write them
         repository.record_new_entries(records[start_at : start_at + 5000])
 

@@ -22,7 +22,9 @@ from cache_server.background.activity import Activity
 from cache_server.domain import Clock, utcnow
 from cache_server.graphs.report import GraphReports
 from cache_server.index import AdminRepository, Database, EntryRepository, GraphRepository, TokenRepository
+from cache_server.index.feed import FeedRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.index.quotas import QuotaRepository
 from cache_server.metrics import NamespaceLabels
@@ -124,8 +126,18 @@ def build_services(
         prune_history=lambda: prune_history(database, settings, clock()),
     )
     quotas = Quotas(QuotaRepository(database), settings.max_namespaces_per_token, clock=clock)
+    namespaces = NamespaceRepository(database)
     cache = CacheService(
-        settings, entries, store, access, on_stored=parsing.notify, clock=clock, hot=hot, quotas=quotas
+        settings,
+        entries,
+        store,
+        access,
+        namespaces=namespaces,
+        feed=FeedRepository(database),
+        on_stored=parsing.notify,
+        clock=clock,
+        hot=hot,
+        quotas=quotas,
     )
     return Services(
         settings=settings,
@@ -141,7 +153,7 @@ def build_services(
         quotas=quotas,
         runs=RunService(database, clock=clock, budget=RunBudget.of_settings(settings)),
         nearest=NearestNamespaces(
-            entries, NearestRepository(database), candidates=settings.nearest_candidates
+            namespaces, NearestRepository(database), candidates=settings.nearest_candidates
         ),
         graphs=GraphReports(GraphVariantsRepository(database)),
     )

@@ -142,3 +142,25 @@ def test_the_dashboard_writes_text_only_through_its_escaping_function() -> None:
     ]
     assert offenders == []
     assert sorted(defined) == sorted(f"{_DOORS_HOME} {name}" for name in _DOORS_SHARED)
+
+
+def test_no_repository_inherits_another() -> None:
+    """Repositories compose: a class of the index derives from no class of the index (the tables' declarative
+    base in models.py aside); shared queries are functions or small collaborators."""
+    index = ROOT / "cache_server" / "index"
+    defined = {
+        node.name
+        for path in index.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+    offenders = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({ast.unparse(base)})"
+        for path in sorted(index.rglob("*.py"))
+        if path.name != "models.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+        if ast.unparse(base) in defined
+    ]
+    assert offenders == []

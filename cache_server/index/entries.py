@@ -1,5 +1,6 @@
-"""Entries: the queries of the cache service (and of reindex); with the namespace rows (:mod:`.namespaces`)
-and the change feed (:mod:`.feed`) through :class:`EntryRepository`'s bases.
+"""Entries: the queries of the cache service (and of reindex). The namespace rows (:mod:`.namespaces`) and the
+change feed (:mod:`.feed`) have repositories of their own over the same database; an entry's writes add the
+namespace rows and feed rows they need in their own transaction.
 
 Each public method runs in its own short transaction of the shared :class:`Database`, takes the times it
 writes from its caller (the services own the clock), and returns domain objects, never ORM rows.
@@ -22,9 +23,8 @@ from cache_server.domain import COUNTERS, Counters, EntryInfo, EntryRef, Removal
 from cache_server.errors import IndexUnavailable
 from cache_server.index.counters import add_counts
 from cache_server.index.database import Database, chunked, foreign_key_violated
-from cache_server.index.feed import FeedRows
 from cache_server.index.models import Entry, EntryFeed
-from cache_server.index.namespaces import NamespaceRows, add_namespaces
+from cache_server.index.namespaces import add_namespaces
 from cache_server.index.tombstones import Removed, bury
 
 __all__ = [
@@ -103,9 +103,9 @@ _ADD_HITS = update(_ENTRIES).where(_ONE_ROW).values(hits=_ENTRIES.c.hits + bindp
 _ADD_HITS_AND_ACCESS = _ADD_HITS.values(last_access_at=bindparam("b_last", type_=Entry.last_access_at.type))
 
 
-class EntryRepository(NamespaceRows, FeedRows):
-    """The ``entries`` table, and through its bases the ``namespaces`` rows (:mod:`.namespaces`) and the
-    change feed (:mod:`.feed`): one door for the cache service, one module per concept."""
+class EntryRepository:
+    """The ``entries`` table: the cache service's queries of its entries (the namespaces' and the feed's
+    are :class:`~.namespaces.NamespaceRepository` and :class:`~.feed.FeedRepository`)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

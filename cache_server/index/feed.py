@@ -1,6 +1,6 @@
 """The change feed: its newest position, the namespaces with news after a position, and a namespace's
-entries stored after one. :class:`FeedRows` is a base of
-:class:`~cache_server.index.entries.EntryRepository`."""
+entries stored after one (:class:`FeedRepository`; the rows are written with the entries, by
+:mod:`.entries`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from cache_server.index.database import Database
 from cache_server.index.models import Entry, EntryFeed
 
-__all__ = ["FeedEntry", "FeedRows"]
+__all__ = ["FeedEntry", "FeedRepository"]
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,11 @@ class FeedEntry:
     signature: str | None = None
 
 
-class FeedRows:
-    """Queries of the ``entry_feed`` table (``_db``: the shared :class:`Database`)."""
+class FeedRepository:
+    """Queries of the ``entry_feed`` table, over the shared :class:`Database`."""
 
-    _db: Database
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def feed_head(self) -> int:
         """The newest position of the change feed (0 when it is empty)."""

@@ -1,6 +1,6 @@
 """The ``namespaces`` rows: creating and updating one, reading one with what it stores now, and the empty
-rows an upload adds for namespaces it is the first to store into. :class:`NamespaceRows` is a base of
-:class:`~cache_server.index.entries.EntryRepository`."""
+rows an upload adds for namespaces it is the first to store into (:func:`add_namespaces`, in the upload's
+own transaction). :class:`NamespaceRepository` is the namespaces' repository."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cache_server.domain import COUNTERS, Counters, NamespaceInfo
 from cache_server.index.database import Database
 from cache_server.index.models import EntryTotals, Namespace
 
-__all__ = ["NamespaceRows", "add_namespaces", "namespace_info", "stored_per_namespace"]
+__all__ = ["NamespaceRepository", "add_namespaces", "namespace_info", "stored_per_namespace"]
 
 
 def stored_per_namespace() -> Select[str, int, int]:
@@ -62,10 +62,11 @@ def add_namespaces(
     session.execute(db.insert(Namespace).values(rows).on_conflict_do_nothing(index_elements=["name"]))
 
 
-class NamespaceRows:
-    """Queries of the ``namespaces`` table (``_db``: the shared :class:`Database`)."""
+class NamespaceRepository:
+    """Queries of the ``namespaces`` table, over the shared :class:`Database`."""
 
-    _db: Database
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def upsert_namespace(
         self,

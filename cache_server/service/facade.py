@@ -24,6 +24,8 @@ from __future__ import annotations
 from cache_server.background.access import AccessRecorder
 from cache_server.domain import Clock, utcnow
 from cache_server.index.entries import EntryRepository
+from cache_server.index.feed import FeedRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.service.bulk import BulkUploads
 from cache_server.service.bundles import Bundles
 from cache_server.service.feed import Feed
@@ -43,7 +45,8 @@ __all__ = ["CacheService"]
 
 
 class CacheService:
-    """Entries and namespaces over the index's :class:`EntryRepository` and one blob store.
+    """Entries and namespaces over the index's repositories (:class:`EntryRepository`, and
+    :class:`NamespaceRepository` and :class:`FeedRepository` beside it) and one blob store.
 
     ``access`` counts hits and misses; ``on_stored`` hears of each new entry; ``clock`` gives the times
     written to the index; ``hot`` keeps what single reads found for the next ones
@@ -59,6 +62,8 @@ class CacheService:
         store: BlobStore,
         access: AccessRecorder,
         *,
+        namespaces: NamespaceRepository,
+        feed: FeedRepository,
         on_stored: StoredHook | None = None,
         clock: Clock = utcnow,
         hot: HotEntries | None = None,
@@ -73,7 +78,7 @@ class CacheService:
         )
         self._verifier = ReadChecker(entries, store, self.hot)
         signing = Signing(settings, entries, store, access)
-        namespaces = Namespaces(entries, quotas=quotas, clock=clock)
+        named = Namespaces(namespaces, quotas=quotas, clock=clock)
         writer = EntryWriter(
             settings,
             entries,
@@ -89,10 +94,10 @@ class CacheService:
         bundles = Bundles(
             entries, store, settings=settings, access=access, verifier=self._verifier, packs=packs
         )
-        feed = Feed(entries)
+        changes = Feed(feed)
 
-        self.register_namespace = namespaces.register
-        self.get_namespace = namespaces.get
+        self.register_namespace = named.register
+        self.get_namespace = named.get
         self.put_entry = writer.put_entry
         self.put_entries = bulk.put_entries
         self.head_hot = reads.head_hot
@@ -104,9 +109,9 @@ class CacheService:
         self.manifest = bundles.manifest
         self.bundle = bundles.bundle
         self.sign_entries = signing.sign_entries
-        self.feed_head = feed.head
-        self.feed_heads = feed.heads
-        self.feed = feed.rows
+        self.feed_head = changes.head
+        self.feed_heads = changes.heads
+        self.feed = changes.rows
 
     def check_ready(self) -> None:
         """Raise IndexUnavailable or StorageUnavailable unless both are reachable."""

@@ -24,8 +24,7 @@ from collections.abc import Callable
 import anyio
 import anyio.to_thread
 
-from cache_server.index.entries import EntryRepository
-from cache_server.index.feed import FeedEntry
+from cache_server.index.feed import FeedEntry, FeedRepository
 from cache_server.names import check_namespace
 
 __all__ = ["LOOKBACK", "POLL_SECONDS", "Feed", "FeedWatcher"]
@@ -38,22 +37,23 @@ QUERY_THREADS = 4  # the feed's reads run on threads of their own, apart from th
 
 
 class Feed:
-    """The feed's rows in the index's :class:`EntryRepository` (the writer appends them)."""
+    """The feed's rows, read through the index's :class:`FeedRepository` (the writer appends them with the
+    entries)."""
 
-    def __init__(self, entries: EntryRepository) -> None:
-        self._entries = entries
+    def __init__(self, rows: FeedRepository) -> None:
+        self._rows = rows
 
     def head(self) -> int:
         """The feed's newest position: where a new follower starts."""
-        return self._entries.feed_head()
+        return self._rows.feed_head()
 
     def heads(self, after: int) -> dict[str, int]:
         """The namespaces whose feed grew after ``after``, with their newest position."""
-        return self._entries.feed_heads(after)
+        return self._rows.feed_heads(after)
 
     def rows(self, namespace: str, after: int, limit: int) -> list[FeedEntry]:
         """The namespace's entries stored after position ``after``, oldest first."""
-        return self._entries.feed(check_namespace(namespace), after, limit)
+        return self._rows.feed(check_namespace(namespace), after, limit)
 
 
 class FeedWatcher:

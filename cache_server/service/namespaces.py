@@ -7,7 +7,7 @@ from typing import Any
 
 from cache_server.domain import Clock, NamespaceInfo, utcnow
 from cache_server.errors import NamespaceNotFound
-from cache_server.index.entries import EntryRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.names import check_namespace
 from cache_server.service.quotas import Quotas
 
@@ -15,11 +15,11 @@ __all__ = ["Namespaces"]
 
 
 class Namespaces:
-    """The namespaces of the index's :class:`EntryRepository`; ``quotas`` caps how many one token creates
-    (None: no cap), ``clock`` dates them."""
+    """The namespaces of the index's :class:`NamespaceRepository`; ``quotas`` caps how many one token
+    creates (None: no cap), ``clock`` dates them."""
 
-    def __init__(self, entries: EntryRepository, *, quotas: Quotas | None, clock: Clock = utcnow) -> None:
-        self._entries = entries
+    def __init__(self, rows: NamespaceRepository, *, quotas: Quotas | None, clock: Clock = utcnow) -> None:
+        self._rows = rows
         self._quotas = quotas
         self._clock = clock
 
@@ -37,7 +37,7 @@ class Namespaces:
         namespace many times over; its last use moves with its hits anyway). ``created_by``: the id of the
         token registering it, counted against ``XLA_CACHE_MAX_NAMESPACES_PER_TOKEN`` when it is new.
         """
-        existing = self._entries.get_namespace(check_namespace(namespace))
+        existing = self._rows.get_namespace(check_namespace(namespace))
         if (
             existing is not None
             and existing.fingerprint == dict(fingerprint)
@@ -46,13 +46,13 @@ class Namespaces:
             return existing, False
         if existing is None and self._quotas is not None:
             self._quotas.check_new_namespace(namespace, created_by)
-        return self._entries.upsert_namespace(
+        return self._rows.upsert_namespace(
             namespace, fingerprint, labels, now=self._clock(), created_by=created_by
         )
 
     def get(self, namespace: str) -> NamespaceInfo:
         """The namespace; :class:`NamespaceNotFound` if it was never registered."""
-        info = self._entries.get_namespace(check_namespace(namespace))
+        info = self._rows.get_namespace(check_namespace(namespace))
         if info is None:
             raise NamespaceNotFound(f"The namespace {namespace!r} has never been registered.")
         return info

@@ -17,7 +17,7 @@ from typing import Any
 from cache_protocol.fingerprint import Difference, differences
 from cache_server.auth.tokens import Principal
 from cache_server.errors import NamespaceNotFound
-from cache_server.index.entries import EntryRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.index.nearest import NearestRepository
 from cache_server.names import check_namespace
 
@@ -47,8 +47,8 @@ class NearestAnswer:
 class NearestNamespaces:
     """Compares a namespace's fingerprint with those of the populated namespaces of its framework."""
 
-    def __init__(self, entries: EntryRepository, index: NearestRepository, *, candidates: int) -> None:
-        self._entries = entries
+    def __init__(self, namespaces: NamespaceRepository, index: NearestRepository, *, candidates: int) -> None:
+        self._namespaces = namespaces
         self._index = index
         self._candidates = candidates
 
@@ -63,7 +63,7 @@ class NearestNamespaces:
         """The ``limit`` nearest populated namespaces to ``namespace``, compared by ``fingerprint`` (None:
         the one it was registered with; :class:`NamespaceNotFound` if it never was). A token limited to
         namespace patterns (``principal``) learns only of namespaces it may read."""
-        info = self._entries.get_namespace(check_namespace(namespace))
+        info = self._namespaces.get_namespace(check_namespace(namespace))
         if fingerprint is None:
             if info is None:
                 raise NamespaceNotFound(f"The namespace {namespace!r} has never been registered.")

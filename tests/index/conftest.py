@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cache_server.index import Database, EntryRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.settings import Settings
 from tests.support.databases import fresh_database_url
 
@@ -26,16 +27,20 @@ def migrated_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
 
 
 @pytest.fixture
-def repo(migrated_settings: Settings) -> Iterator[EntryRepository]:
-    """The entries repository over a migrated, empty database of each kind."""
-    database = Database.from_settings(migrated_settings)
-    yield EntryRepository(database)
-    database.dispose()
-
-
-@pytest.fixture
 def database(migrated_settings: Settings) -> Iterator[Database]:
     """The index's Database over a migrated, empty database of each kind."""
     db = Database.from_settings(migrated_settings)
     yield db
     db.dispose()
+
+
+@pytest.fixture
+def repo(database: Database) -> EntryRepository:
+    """The entries repository over a migrated, empty database of each kind."""
+    return EntryRepository(database)
+
+
+@pytest.fixture
+def namespaces(database: Database) -> NamespaceRepository:
+    """The namespaces' repository over the same database as ``repo``."""
+    return NamespaceRepository(database)

@@ -10,6 +10,7 @@ import pytest
 from cache_server.domain import utcnow
 from cache_server.index.database import IN_CHUNK, Database
 from cache_server.index.entries import AccessDelta, EntryRecord, EntryRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.settings import Settings
 
 
@@ -43,18 +44,20 @@ def test_manifest_orders_by_hits_then_recency_within_bounds(repo: EntryRepositor
     assert keys(max_bytes=1000, max_entries=0) == []
 
 
-def test_key_lists_longer_than_one_in_query(repo: EntryRepository) -> None:
+def test_key_lists_longer_than_one_in_query(repo: EntryRepository, namespaces: NamespaceRepository) -> None:
     now = utcnow()
     stored = [f"k{i}" for i in range(0, 3 * IN_CHUNK, 2)]
     repo.add_missing_entries([EntryRecord("ns", key, 1, "c" * 64, now) for key in stored])
     asked = [f"k{i}" for i in range(3 * IN_CHUNK)]
     assert sorted(repo.get_entries("ns", asked)) == sorted(stored)
     assert repo.missing_keys("ns", asked) == [k for k in asked if k not in set(stored)]
-    summary = repo.get_namespace("ns")
+    summary = namespaces.get_namespace("ns")
     assert summary is not None and (summary.entries, summary.bytes) == (len(stored), len(stored))
 
 
-def test_the_creator_replaces_a_stale_row_and_counts_one_upload(repo: EntryRepository) -> None:
+def test_the_creator_replaces_a_stale_row_and_counts_one_upload(
+    repo: EntryRepository, namespaces: NamespaceRepository
+) -> None:
     now = utcnow()
     assert put(repo, "k", 10, at=now)
     # The blob vanished and was uploaded again: its creator overwrites the stale row.
@@ -62,21 +65,21 @@ def test_the_creator_replaces_a_stale_row_and_counts_one_upload(repo: EntryRepos
     assert not put(repo, "k", 30, at=now, sha="c", replace=False)  # a non-creator never does
     entry = repo.get_entry("ns", "k")
     assert entry is not None and (entry.size, entry.sha256) == (20, "b" * 64)
-    summary = repo.get_namespace("ns")
+    summary = namespaces.get_namespace("ns")
     assert summary is not None and (summary.entries, summary.counters.uploads) == (1, 2)
 
 
-def test_namespaces_appear_on_first_use(repo: EntryRepository) -> None:
+def test_namespaces_appear_on_first_use(repo: EntryRepository, namespaces: NamespaceRepository) -> None:
     now = utcnow()
     repo.add_missing_entries(
         [EntryRecord(ns, key, 3, "d" * 64, now) for ns in ("x", "y") for key in ("2", "1")]
     )
     for name in ("x", "y"):
-        found = repo.get_namespace(name)
+        found = namespaces.get_namespace(name)
         assert found is not None and (found.entries, found.bytes, found.fingerprint) == (2, 6, {})
         assert found.created_at == now
     assert sorted(e.key for e in repo.manifest("y", max_bytes=None, max_entries=None)) == ["1", "2"]
-    assert repo.get_namespace("nothing") is None
+    assert namespaces.get_namespace("nothing") is None
 
 
 def test_timestamps_come_back_as_the_same_instant_in_utc(repo: EntryRepository) -> None:

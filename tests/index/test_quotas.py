@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cache_server.domain import utcnow
 from cache_server.index import AdminRepository, Database, EntryRepository
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.index.quotas import NAMESPACE, TOKEN, QuotaRepository, QuotaRow
 from tests.support.entry_records import record
 
@@ -43,8 +44,9 @@ def test_quotas_are_set_listed_removed_and_compared_with_usage(database: Databas
 def test_namespaces_created_by_a_token_are_counted(database: Database) -> None:
     entries, quotas = EntryRepository(database), QuotaRepository(database)
     now = utcnow()
-    entries.upsert_namespace("r1", {}, {}, now=now, created_by="t1")
-    entries.upsert_namespace("r1", {"x": 1}, {}, now=now, created_by="t2")  # an update: not the creator
+    namespaces = NamespaceRepository(database)
+    namespaces.upsert_namespace("r1", {}, {}, now=now, created_by="t1")
+    namespaces.upsert_namespace("r1", {"x": 1}, {}, now=now, created_by="t2")  # an update: not the creator
     entries.record_entry(record("s1", "k", 1, "t1"), replace=True)  # created by storing its first entry
     entries.record_new_entries([record("s2", "k", 1, "t1")])
     entries.record_entry(record("s3", "k", 1), replace=True)  # auth off
@@ -59,7 +61,7 @@ def test_stats_pages_hold_every_namespace_once_largest_first(database: Database)
     entries, admin = EntryRepository(database), AdminRepository(database)
     now = utcnow()
     for i in range(120):
-        entries.upsert_namespace(f"ns{i:03d}", {}, {}, now=now)
+        NamespaceRepository(database).upsert_namespace(f"ns{i:03d}", {}, {}, now=now)
     entries.record_entry(record("ns005", "k", 50), replace=True)
     entries.record_new_entries([record("ns100", f"k{i}", 30) for i in range(2)])
     entries.record_entry(record("ns050", "k", 60), replace=True)  # as large as ns100: by name between them

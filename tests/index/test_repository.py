@@ -9,6 +9,7 @@ import pytest
 from cache_server.domain import utcnow
 from cache_server.index.database import IN_CHUNK
 from cache_server.index.entries import AccessDelta, EntryRecord, EntryRepository
+from cache_server.index.namespaces import NamespaceRepository
 
 
 def record(repo: EntryRepository, key: str, size: int = 10, *, replace: bool = True, ns: str = "ns") -> bool:
@@ -16,11 +17,11 @@ def record(repo: EntryRepository, key: str, size: int = 10, *, replace: bool = T
     return repo.record_entry(entry, replace=replace)
 
 
-def test_namespace_round_trip_keeps_json(repo: EntryRepository) -> None:
+def test_namespace_round_trip_keeps_json(repo: EntryRepository, namespaces: NamespaceRepository) -> None:
     fingerprint = {"torch_xla": "2.7.0", "nested": {"devices": [0, 1]}, "spmd": True}
-    summary, created = repo.upsert_namespace("ns", fingerprint, {"team": "x"}, now=utcnow())
+    summary, created = namespaces.upsert_namespace("ns", fingerprint, {"team": "x"}, now=utcnow())
     assert created and summary.fingerprint == fingerprint
-    summary, created = repo.upsert_namespace("ns", {"other": 1}, {}, now=utcnow())
+    summary, created = namespaces.upsert_namespace("ns", {"other": 1}, {}, now=utcnow())
     assert not created and summary.fingerprint == {"other": 1}
     assert summary.created_at.tzinfo is not None
 
@@ -44,7 +45,7 @@ def test_missing_over_many_keys(repo: EntryRepository) -> None:
     assert repo.missing_keys("ns", keys) == [k for i, k in enumerate(keys) if i % 3]
 
 
-def test_access_batches_add_up(repo: EntryRepository) -> None:
+def test_access_batches_add_up(repo: EntryRepository, namespaces: NamespaceRepository) -> None:
     record(repo, "a")
     now = utcnow()
     repo.apply_access(
@@ -54,17 +55,17 @@ def test_access_batches_add_up(repo: EntryRepository) -> None:
         {("ns", "a"): AccessDelta(hits=1, bytes_served=10, last_access=now)}, {}, day=now.date()
     )
     entry = repo.get_entry("ns", "a")
-    summary = repo.get_namespace("ns")
+    summary = namespaces.get_namespace("ns")
     assert entry is not None and entry.hits == 4
     assert summary is not None
     assert (summary.counters.hits, summary.counters.misses, summary.counters.bytes_served) == (4, 2, 40)
 
 
-def test_concurrent_record_of_one_key(repo: EntryRepository) -> None:
+def test_concurrent_record_of_one_key(repo: EntryRepository, namespaces: NamespaceRepository) -> None:
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda _: record(repo, "same", replace=False), range(16)))
     assert results.count(True) == 1
-    summary = repo.get_namespace("ns")
+    summary = namespaces.get_namespace("ns")
     assert summary is not None and summary.entries == 1
 
 
@@ -76,7 +77,9 @@ def test_delete_entry(repo: EntryRepository) -> None:
     assert repo.get_entry("ns", "a") is None
 
 
-def test_add_missing_entries_keeps_existing_rows(repo: EntryRepository) -> None:
+def test_add_missing_entries_keeps_existing_rows(
+    repo: EntryRepository, namespaces: NamespaceRepository
+) -> None:
     record(repo, "k0", 10)  # already indexed, with its hits: it must win
     repo.apply_access(
         {("ns", "k0"): AccessDelta(hits=5, bytes_served=50, last_access=utcnow())}, {}, day=utcnow().date()
@@ -92,7 +95,7 @@ def test_add_missing_entries_keeps_existing_rows(repo: EntryRepository) -> None:
     assert repo.add_missing_entries(found) == 0
     kept = repo.get_entry("ns", "k0")
     assert kept is not None and (kept.size, kept.sha256, kept.hits) == (10, "a" * 64, 5)
-    ns, other = repo.get_namespace("ns"), repo.get_namespace("other")
+    ns, other = namespaces.get_namespace("ns"), namespaces.get_namespace("other")
     assert ns is not None and ns.entries == (count + 1) // 2
     assert other is not None and other.entries == count // 2
     assert other.fingerprint == {} and other.counters.uploads == 0

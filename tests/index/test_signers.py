@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from cache_server.index import AdminRepository, Database, EntryRepository
+from cache_server.index.feed import FeedRepository
 from tests.support.entry_records import record
 
 SIGNATURE = "0123456789abcdef:" + "A" * 86 + "=="
@@ -26,7 +27,7 @@ def test_signatures_are_kept_counted_per_signer_and_found_for_a_purge(database: 
         "s2": SIGNATURE,
         "plain": None,
     }
-    assert {f.key: f.signature for f in entries.feed("ns", 0, 10)}["s1"] == SIGNATURE
+    assert {f.key: f.signature for f in FeedRepository(database).feed("ns", 0, 10)}["s1"] == SIGNATURE
     assert admin.stored_by_signer() == {SIGNATURE[:16]: (3, 300), None: (1, 7)}
     assert sorted(c.key for c in admin.iter_signed_by(SIGNATURE[:16])) == ["s0", "s1", "s2"]
     assert [c.key for c in admin.iter_signed_by(None)] == ["plain"]

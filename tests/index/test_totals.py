@@ -13,6 +13,7 @@ from cache_server.index import AdminRepository, Database, EntryRepository
 from cache_server.index.entries import AccessDelta
 from cache_server.index.migrate import downgrade, upgrade
 from cache_server.index.models import Entry, EntryTotals, Namespace
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.settings import Settings
 from tests.support.entry_records import record
 
@@ -64,7 +65,7 @@ def test_every_write_keeps_the_totals(database: Database) -> None:
         assert session.scalars(select(EntryTotals).where(EntryTotals.namespace == "c")).all() == []
 
     # the namespace's own summary reads the same totals
-    info = entries.get_namespace("a")
+    info = NamespaceRepository(database).get_namespace("a")
     assert info is not None and (info.entries, info.bytes) == admin.stored_by_namespace()["a"]
     # a namespace row deleted with its entries (the foreign key's cascade) takes them off too
     assert admin.drop_namespace_row("b")

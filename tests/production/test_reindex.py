@@ -15,6 +15,7 @@ from cache_server.app import create_app
 from cache_server.domain import utcnow
 from cache_server.index import Database, EntryRepository
 from cache_server.index.migrate import downgrade
+from cache_server.index.namespaces import NamespaceRepository
 from cache_server.settings import Settings
 from cache_server.storage.local import LocalBlobStore
 from cache_server.wiring import build_services
@@ -85,11 +86,11 @@ def test_lost_index_is_rebuilt_from_storage(deployment: Deployment, tmp_path: Pa
 
 
 @pytest.fixture
-def local(tmp_path: Path) -> Iterator[tuple[EntryRepository, LocalBlobStore]]:
+def local(tmp_path: Path) -> Iterator[tuple[Database, LocalBlobStore]]:
     settings = Settings(data_dir=tmp_path / "data")
     migrated(settings)
     database = Database.from_settings(settings)
-    yield EntryRepository(database), LocalBlobStore(tmp_path / "blobs")
+    yield database, LocalBlobStore(tmp_path / "blobs")
     database.dispose()
 
 
@@ -101,9 +102,10 @@ def meta(ns: str, key: str, digest: str | None) -> dict[str, str]:
 
 
 def test_untrustworthy_blobs_are_left_out_and_verify_decides(
-    local: tuple[EntryRepository, LocalBlobStore],
+    local: tuple[Database, LocalBlobStore],
 ) -> None:
-    repo, store = local
+    database, store = local
+    repo = EntryRepository(database)
     reindexer = Reindexer(repo, store)
     store.put("ns/good", [b"good"], meta("ns", "good", sha(b"good")))
     store.put("ns/nodigest", [b"old"], meta("ns", "nodigest", None))
@@ -112,7 +114,7 @@ def test_untrustworthy_blobs_are_left_out_and_verify_decides(
 
     dry = reindexer.run(dry_run=True)
     assert (dry.blobs, dry.added) == (4, 2)
-    assert repo.get_namespace("ns") is None  # a dry run writes nothing
+    assert NamespaceRepository(database).get_namespace("ns") is None  # a dry run writes nothing
 
     plain = reindexer.run()
     assert plain.added == 2  # good, and rotten (its metadata is trusted without --verify)
