@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from cache_server.service import facade
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -163,4 +166,27 @@ def test_no_repository_inherits_another() -> None:
         for base in node.bases
         if ast.unparse(base) in defined
     ]
+
+
+def test_the_cache_service_writes_out_each_method_it_offers() -> None:
+    """Every method the facade's table names (cache_server/service/facade.py) is a method written out on
+    CacheService, typed, with a docstring (not a concept's method bound as an attribute when the service is
+    built): a reader, or a tool that follows calls, goes from a route through it into the concept's module."""
+    table = next(part for part in (facade.__doc__ or "").split("\n\n") if part.startswith("===="))
+    named = re.findall(r"``(\w+)``", table)
+    assert len(named) >= 16, named
+    offenders = []
+    for name in named:
+        method = facade.CacheService.__dict__.get(name)
+        if not inspect.isfunction(method):
+            offenders.append(f"{name}: not a method of the class")
+            continue
+        signature = inspect.signature(method)
+        untyped = [
+            p
+            for p in list(signature.parameters)[1:]
+            if signature.parameters[p].annotation is inspect.Parameter.empty
+        ]
+        if not method.__doc__ or untyped or signature.return_annotation is inspect.Signature.empty:
+            offenders.append(f"{name}: docstring {bool(method.__doc__)}, untyped {untyped}")
     assert offenders == []

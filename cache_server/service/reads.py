@@ -24,7 +24,7 @@ from cache_server.storage.abilities import ReadsWhole
 from cache_server.storage.base import BlobStore, blob_name
 from cache_server.storage.reading import open_sized
 
-__all__ = ["WHOLE_READ_BYTES", "EntryRead", "NotModified", "OpenedEntry", "ReadWish", "Reads"]
+__all__ = ["PLAIN", "WHOLE_READ_BYTES", "EntryRead", "NotModified", "OpenedEntry", "ReadWish", "Reads"]
 
 log = logging.getLogger(__name__)
 # the children of the memory-answer counter, looked up once (answering from memory is the fastest path)
@@ -74,7 +74,8 @@ class ReadWish:
         return self.if_none_match is not None and self.if_none_match.strip() in (f'"{entry.sha256}"', "*")
 
 
-_PLAIN = ReadWish()
+PLAIN = ReadWish()
+"""A plain read: the entry's bytes (no ``If-None-Match``, no redirect, not a follower)."""
 
 
 def _not_found(namespace: str, key: str) -> EntryNotFound:
@@ -124,7 +125,7 @@ class Reads:
         _MEMORY_HEAD.inc()
         return item.entry
 
-    def read_hot(self, namespace: str, key: str, wish: ReadWish = _PLAIN) -> EntryRead | None:
+    def read_hot(self, namespace: str, key: str, wish: ReadWish = PLAIN) -> EntryRead | None:
         """:meth:`read_entry` from memory, or ``None`` when only it can answer (an entry not read a moment
         ago, one too large to keep, a wish for a signed URL on a server that hands them out).
 
@@ -145,7 +146,7 @@ class Reads:
         _MEMORY_GET.inc()
         return OpenedEntry(entry=entry, body=iter((item.content,)), content=item.content)
 
-    def read_entry(self, namespace: str, key: str, wish: ReadWish = _PLAIN) -> EntryRead:
+    def read_entry(self, namespace: str, key: str, wish: ReadWish = PLAIN) -> EntryRead:
         """Read an entry, looking its row up once.
 
         :class:`NotModified` when the reader has it (not counted); for a ``redirect`` on a server that
