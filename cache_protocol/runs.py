@@ -47,7 +47,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 __all__ = [
     "COMPONENT_NAMES",
@@ -65,6 +65,7 @@ __all__ = [
     "REPORT_INTERVAL_SECONDS",
     "RUN_ID_PATTERN",
     "RUN_NUMBERS",
+    "MissReason",
     "RunNumber",
     "milliseconds",
     "report_numbers",
@@ -100,7 +101,7 @@ at DEBUG level (``get_cache_key hash of serialized <name>: <hex>``; the cumulati
 last component is the hex part of the key itself, which ties the components to their key). A miss's
 ``components`` map uses these names; other names a later JAX adds are kept as they come."""
 
-MISS_REASONS: Final = (
+MissReason = Literal[
     "new_graph",  # (a) no entry of this module was ever stored in the namespace
     "new_shapes",  # (b) the module is known, at other parameter shapes
     "baked_sizes",  # (c) same module and input shapes, other sizes inside the graph (slice/pad by ints)
@@ -108,10 +109,14 @@ MISS_REASONS: Final = (
     "load_failed",  # (d) the entry was stored but failed to load
     "evicted",  # (e) the entry was stored once and removed (a tombstone says when and why)
     "unknown",  # the bytes could not be read and the client knew too little
-)
-"""Why a run compiled a key, as the server explains each reported miss."""
+]
+"""Why a run compiled a key, as the server explains each reported miss (the order the reasons are shown in;
+the server asks them in its own: cache_server/runs/reasons.py)."""
 
-MISS_ADVICE: Final = {
+MISS_REASONS: Final[tuple[MissReason, ...]] = get_args(MissReason)
+"""The reasons of :data:`MissReason`, in its order."""
+
+MISS_ADVICE: Final[dict[MissReason, str]] = {
     "new_graph": "nothing to fix: the first compile of a graph; the next job finds it stored",
     "new_shapes": "pad or bucket the varying input dimensions (xla-cache graphs NAMESPACE lists them, with "
     "what each padding choice leaves)",

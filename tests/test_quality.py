@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cache_protocol.runs import MISS_REASONS
+from cache_server.runs import reasons
 from cache_server.service import facade
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,3 +192,14 @@ def test_the_cache_service_writes_out_each_method_it_offers() -> None:
         if not method.__doc__ or untyped or signature.return_annotation is inspect.Signature.empty:
             offenders.append(f"{name}: docstring {bool(method.__doc__)}, untyped {untyped}")
     assert offenders == []
+
+
+def test_the_miss_reasons_are_asked_in_the_documented_order_one_rule_each() -> None:
+    """cache_server/runs/reasons.py: RULES holds one rule per declared reason (MissReason, in
+    cache_protocol/runs.py), named for it, in the order its docstring lists them (the first that applies
+    gives a miss's reason), and ``unknown``, which applies to every miss, last."""
+    documented = re.findall(r"^- ``(\w+)``:", reasons.__doc__ or "", flags=re.MULTILINE)
+    asked = [rule.__name__.removeprefix("_") for rule in reasons.RULES]
+    assert asked == documented
+    assert sorted(asked) == sorted(MISS_REASONS)
+    assert asked[-1] == "unknown"

@@ -1,6 +1,7 @@
 """Why a run compiled each key it reported: worked out when asked, from what the index knows then.
 
-In this order, the first that applies (:data:`cache_protocol.runs.MISS_REASONS`):
+Each reason of :data:`cache_protocol.runs.MissReason` is a small rule of :data:`RULES`, asked in this order
+over the miss's facts (:class:`_Miss`, worked out once); the first that applies gives the reason:
 
 - ``load_failed``: the client found an entry of the key and could not load it;
 - ``evicted``: the key was stored once and removed before the miss (its tombstone: when, which policy);
@@ -21,25 +22,31 @@ In this order, the first that applies (:data:`cache_protocol.runs.MISS_REASONS`)
   the detail says what the client knew (its module name).
 
 The module and shapes of a miss are those parsed from its own stored entry; where that is not stored or not
-parseable, the module the client reported.
+parseable, the module the client reported. A rule applies only where none before it does, and leaves to a
+later one what that one says better: a miss whose bytes do not parse is compared by its JAX cache-key
+components alone (``different_key``, or else ``unknown``); where an earlier miss's components, or a stored
+graph of the same computation at the miss's shapes, say ``different_key``, it is not ``baked_sizes``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Final
 
+from cache_protocol.runs import MissReason
 from cache_server.domain.runs import MissRecord
 from cache_server.graphs.baked import SizeChange, describe_changes, size_changes
 from cache_server.graphs.shapes import Dimension, ShapeSignature, differing_dimensions, parse_shape_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
+from cache_server.index.tombstones import TombstoneInfo
 from cache_server.parsing.body import Body, body_from_text
 from cache_server.runs.variants import ModuleVariants, Variant, VariantsCache
 
-__all__ = ["ComponentDifference", "ExplainedMiss", "explain"]
+__all__ = ["RULES", "ComponentDifference", "ExplainedMiss", "Rule", "explain"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class ExplainedMiss:
 
     key: str
     module: str | None
-    reason: str
+    reason: MissReason
     detail: str
     compile_ms: int | None
     load_failed: bool
@@ -163,129 +170,236 @@ def explain(
 
 
 def _explain(miss: MissRecord, context: _Context) -> ExplainedMiss:
-    facts = context.facts
-    own = facts.own.get(miss.key)
-    module = own.module if own is not None and own.module is not None else miss.module
-    shapes = own.shapes if own is not None else None
-    base = ExplainedMiss(
-        key=miss.key,
-        module=module,
-        reason="unknown",
-        detail="",
-        compile_ms=miss.compile_ms,
-        load_failed=miss.load_failed,
-        components=miss.components,
-        shapes=shapes,
-    )
-    if miss.load_failed:
-        return _with(base, "load_failed", "an entry of this key was stored, but it failed to load")
-    tombstone = facts.tombstones.get(miss.key)
-    if tombstone is not None and (miss.reported_at is None or tombstone.removed_at <= miss.reported_at):
-        when = tombstone.removed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        return _with(
-            base,
-            "evicted",
-            f"stored once, removed {when} by policy {tombstone.policy}",
-            removed_at=tombstone.removed_at,
-            policy=tombstone.policy,
+    """The answer of the first rule of :data:`RULES` that applies (the last, ``unknown``, always does)."""
+    facts = _Miss.of(miss, context)
+    return next(found for found in (rule(facts) for rule in RULES) if found is not None)
+
+
+@dataclass(frozen=True)
+class _OtherShapes:
+    """A miss whose module was stored before it, but not at its shapes."""
+
+    ours: ShapeSignature
+    nearest: Variant | None  # the nearest stored variant with comparable parameters
+    baked: ExplainedMiss | None  # baked_sizes, where only the result's shape differs from the nearest's
+
+
+@dataclass(frozen=True)
+class _Miss:
+    """What the rules know of one miss. Its own facts are read when it is built; what is worked out from its
+    module's stored entries and earlier misses, when a rule first asks, and kept for the rules after it (so a
+    comparison of bodies spends the explanation's :data:`COMPARED_OPS` once)."""
+
+    record: MissRecord
+    context: _Context
+    own: StoredGraph | None  # its own entry's graph, where that is stored and parsed
+    module: str | None  # parsed from its own entry; otherwise the client's
+    shapes: str | None  # parsed from its own entry
+    tombstone: TombstoneInfo | None  # its key was removed (before the miss, or after it)
+    position: int  # in its run's order: a later miss of the run is not "before" it
+
+    @classmethod
+    def of(cls, miss: MissRecord, context: _Context) -> _Miss:
+        own = context.facts.own.get(miss.key)
+        return cls(
+            record=miss,
+            context=context,
+            own=own,
+            module=own.module if own is not None and own.module is not None else miss.module,
+            shapes=own.shapes if own is not None else None,
+            tombstone=context.facts.tombstones.get(miss.key),
+            position=context.order.get(miss.key, len(context.order)),
         )
-    opaque = own is not None and own.module is None  # stored, and its bytes do not parse
-    if module is None and tombstone is not None:  # removed after the miss: its graph went with it
-        when = tombstone.removed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        return _with(
-            base,
+
+    def explained(self, reason: MissReason, detail: str, *, nearest_key: str | None = None) -> ExplainedMiss:
+        """The miss with its reason, its detail and the stored key it names (what else supports them is added
+        with :func:`dataclasses.replace`)."""
+        return ExplainedMiss(
+            key=self.record.key,
+            module=self.module,
+            reason=reason,
+            detail=detail,
+            compile_ms=self.record.compile_ms,
+            load_failed=self.record.load_failed,
+            components=self.record.components,
+            shapes=self.shapes,
+            nearest_key=nearest_key,
+        )
+
+    @property
+    def opaque(self) -> bool:
+        """Its own entry is stored and its bytes do not parse: there is no graph of it to compare."""
+        return self.own is not None and self.own.module is None
+
+    def before(self, graph: StoredGraph) -> bool:
+        """Whether a stored entry (of another key) counts as there before the miss."""
+        return graph.key != self.record.key and _before(
+            graph, self.position, self.context.order, self.record.reported_at
+        )
+
+    @cached_property
+    def ours(self) -> ShapeSignature | None:
+        """Its shapes, parsed."""
+        return _signature(self.shapes) if self.shapes else None
+
+    @cached_property
+    def earlier(self) -> list[ComponentMiss]:
+        """The latest misses before it of its module (by the client's name too) that recorded components."""
+        if self.module is None:
+            return []
+        names = (
+            [self.module] if self.record.module in (None, self.module) else [self.module, self.record.module]
+        )
+        return self.context.earlier_misses(names, self.record.key, self.record.reported_at)
+
+    @cached_property
+    def any_prior(self) -> bool:
+        """Whether an entry of its module was stored before it."""
+        return self.module is not None and self.context.any_before(
+            self.module, self.position, self.record.reported_at
+        )
+
+    @cached_property
+    def same_shapes(self) -> list[StoredGraph]:
+        """The entries of its module stored before it at its very shapes (none where it is opaque)."""
+        if self.module is None or self.opaque:
+            return []
+        stored = self.context.variants(self.module).by_shapes.get(self.shapes or "", [])
+        return [g for g in stored if self.before(g)]
+
+    @cached_property
+    def same_computation(self) -> ExplainedMiss | None:
+        """``different_key`` by the JAX cache-key components (:func:`_by_components`)."""
+        return _by_components(self)
+
+    @cached_property
+    def at_other_shapes(self) -> _OtherShapes | None:
+        """Where its module was stored before it, but not at its shapes: the nearest stored variant, and
+        ``baked_sizes`` where only the result's shape differs from that one's (:func:`_result_only`)."""
+        if self.module is None or self.opaque or self.ours is None or not self.any_prior or self.same_shapes:
+            return None
+        variants = self.context.variants(self.module)
+        nearest = variants.nearest(self.shapes or "", self.before)
+        return _OtherShapes(self.ours, nearest, _result_only(self, self.module, self.ours, variants, nearest))
+
+
+Rule = Callable[[_Miss], ExplainedMiss | None]
+"""One reason's rule: the miss explained by that reason, or None where the reason does not apply."""
+
+
+def _load_failed(m: _Miss) -> ExplainedMiss | None:
+    """The client found an entry of the key and could not load it."""
+    if not m.record.load_failed:
+        return None
+    return m.explained("load_failed", "an entry of this key was stored, but it failed to load")
+
+
+def _evicted(m: _Miss) -> ExplainedMiss | None:
+    """The key was stored once and removed before the miss: its tombstone says when, by which policy."""
+    gone, at = m.tombstone, m.record.reported_at
+    if gone is None or (at is not None and gone.removed_at > at):
+        return None
+    return replace(
+        m.explained("evicted", f"stored once, removed {_when(gone)} by policy {gone.policy}"),
+        removed_at=gone.removed_at,
+        policy=gone.policy,
+    )
+
+
+def _new_graph(m: _Miss) -> ExplainedMiss | None:
+    """No entry of the miss's module was stored before it, and no earlier miss of it recorded components."""
+    if m.module is None or m.opaque or m.any_prior or m.earlier:
+        return None
+    return m.explained("new_graph", f"no entry of module {m.module} was stored in this namespace before")
+
+
+def _new_shapes(m: _Miss) -> ExplainedMiss | None:
+    """The module was stored before the miss, at other shapes: the parameter dimensions that differ from the
+    nearest stored variant are named (unless only the result's shape differs and it is ``baked_sizes``)."""
+    other = m.at_other_shapes
+    if m.module is None or other is None or other.baked is not None:
+        return None
+    return _shapes_named(m, m.module, other.ours, other.nearest)
+
+
+def _baked_sizes(m: _Miss) -> ExplainedMiss | None:
+    """A stored graph of the miss's structure, at its input shapes, differs only in sizes inside: at its very
+    shapes (where no earlier miss's components and no stored graph of the same computation say
+    ``different_key``), or at its parameters with only the result's shape differing."""
+    other = m.at_other_shapes
+    if other is not None:
+        return other.baked
+    own, stored = m.own, m.same_shapes
+    if m.module is None or own is None or not own.structure or not stored or m.same_computation is not None:
+        return None
+    if any(g.whole == own.whole or g.program == own.program for g in stored):
+        return None  # the same module, or the same computation: different_key says which
+    return _sizes_inside(m, m.module, own, [g for g in stored if g.structure == own.structure])
+
+
+def _different_key(m: _Miss) -> ExplainedMiss | None:
+    """The module is known at the miss's shapes under another key: the JAX cache-key components that differ
+    from an earlier miss of the same computation, or else what the stored graphs at those shapes say. A
+    miss whose bytes do not parse, or whose shapes are not known, is compared by its components alone."""
+    if m.module is None:
+        return None
+    by_components = m.opaque or bool(m.same_shapes) or (m.ours is None and bool(m.earlier))
+    if by_components and m.same_computation is not None:
+        return m.same_computation
+    return _stored_alike(m, m.module, m.same_shapes) if m.same_shapes else None
+
+
+def _unknown(m: _Miss) -> ExplainedMiss:
+    """Nothing else applies: the detail says what the client knew."""
+    gone = m.tombstone
+    if m.module is None and gone is not None:  # removed after the miss: its graph went with it
+        return m.explained(
             "unknown",
-            f"the entry was stored, then removed {when} by policy {tombstone.policy}: its graph is no "
+            f"the entry was stored, then removed {_when(gone)} by policy {gone.policy}: its graph is no "
             "longer known",
         )
-    if module is None:
-        return _with(base, "unknown", _opaque(miss))
-    position = context.order.get(miss.key, len(context.order))
-
-    def before(graph: StoredGraph) -> bool:
-        return graph.key != miss.key and _before(graph, position, context.order, miss.reported_at)
-
-    names = [module] if miss.module in (None, module) else [module, miss.module]  # the client's name too
-    earlier_misses = context.earlier_misses(names, miss.key, miss.reported_at)
-    if opaque:
-        return _opaque_reason(base, miss, earlier_misses)
-    any_prior = context.any_before(module, position, miss.reported_at)
-    if not any_prior and not earlier_misses:
-        return _with(base, "new_graph", f"no entry of module {module} was stored in this namespace before")
-    variants = context.variants(module)
-    ours = _signature(shapes) if shapes else None
-    same_shapes = [g for g in variants.by_shapes.get(shapes or "", []) if before(g)]
-    if ours is not None and any_prior and not same_shapes:
-        found = variants.nearest(shapes or "", before)
-        if own is not None and found is not None and found.graph.shapes is not None:
-            theirs = _signature(found.graph.shapes)
-            if theirs is not None and differing_dimensions(ours, theirs) == []:  # only the result differs
-                params = _params(shapes or "")
-                same_params = [
-                    g
-                    for g in variants.same_structure(own.structure)
-                    if before(g) and _params(g.shapes or "") == params
-                ]
-                baked = _baked(base, module, own, same_params, context)
-                if baked is not None:
-                    return baked
-        return _new_shapes(base, module, ours, found)
-    if same_shapes or (ours is None and earlier_misses):
-        by_components = _same_computation(base, miss, earlier_misses)
-        if by_components is not None:
-            return by_components
-        if same_shapes:
-            return _same_shapes(base, module, own, same_shapes, context, recorded=bool(miss.components))
-    if not any_prior:
-        return _with(base, "unknown", _opaque(miss))
-    return _with(base, "unknown", _opaque(miss) + f"; module {module} has stored entries")
+    if m.module is None or m.opaque or not m.any_prior:
+        return m.explained("unknown", _opaque(m.record))
+    return m.explained("unknown", _opaque(m.record) + f"; module {m.module} has stored entries")
 
 
-def _same_computation(
-    base: ExplainedMiss, miss: MissRecord, earlier: list[ComponentMiss]
-) -> ExplainedMiss | None:
+RULES: Final[tuple[Rule, ...]] = (
+    _load_failed,
+    _evicted,
+    _new_graph,
+    _new_shapes,
+    _baked_sizes,
+    _different_key,
+    _unknown,
+)
+"""One rule per reason, in the order they are asked (the module docstring's): the first that applies gives
+the miss's reason; the last, ``unknown``, applies to every miss."""
+
+
+def _by_components(m: _Miss) -> ExplainedMiss | None:
     """``different_key`` naming the JAX cache-key components that differ from the nearest earlier miss
     of the same computation; None when no earlier miss has the same computation hash."""
-    found = _component_difference(miss, earlier)
+    found = _component_difference(m.record, m.earlier)
     if found is None:
         return None
     other, diffs = found
     if not diffs or any(d.component == "computation" for d in diffs):
         return None
     names = ", ".join(d.component for d in diffs)
-    return _with(
-        base,
-        "different_key",
-        f"same computation as key {other.key}; JAX's cache key differs in {names}",
-        nearest_key=other.key,
-        differing_components=diffs,
-    )
+    detail = f"same computation as key {other.key}; JAX's cache key differs in {names}"
+    return replace(m.explained("different_key", detail, nearest_key=other.key), differing_components=diffs)
 
 
-def _opaque_reason(base: ExplainedMiss, miss: MissRecord, earlier: list[ComponentMiss]) -> ExplainedMiss:
-    """A miss whose stored bytes do not parse: its components may still say which part of the key
-    differs; otherwise unknown, with what the client knew."""
-    return _same_computation(base, miss, earlier) or _with(base, "unknown", _opaque(miss))
-
-
-def _same_shapes(
-    base: ExplainedMiss,
-    module: str,
-    own: StoredGraph | None,
-    stored: list[StoredGraph],
-    context: _Context,
-    *,
-    recorded: bool,
-) -> ExplainedMiss:
-    """A miss of a module stored at these very shapes under another key: the same module to the byte, the
-    same computation but for metadata, the same graph at other sizes (``baked_sizes``), or other
-    instructions."""
+def _stored_alike(m: _Miss, module: str, stored: list[StoredGraph]) -> ExplainedMiss:
+    """``different_key`` for a miss of a module stored at these very shapes under another key: the same
+    module to the byte, the same computation but for metadata, or other instructions (``baked_sizes``, the
+    same graph at other sizes, is asked before)."""
     at = f"module {module} is stored at these shapes under key {stored[0].key}"
+    own = m.own
     if own is not None and own.structure:
         for graph in stored:
             if graph.whole == own.whole:
-                return _with(
-                    base,
+                return m.explained(
                     "different_key",
                     f"module {module} is stored under key {graph.key} and is the same module to the byte: "
                     "the key differs by what is outside the module (compile options, flags, versions)",
@@ -293,36 +407,42 @@ def _same_shapes(
                 )
         for graph in stored:
             if graph.program == own.program:
-                return _with(
-                    base,
+                return m.explained(
                     "different_key",
                     f"module {module} is stored under key {graph.key} with the same computation; only its "
                     "metadata differs (op names or source lines, as XLA_HLO_DEBUG and XLA_IR_DEBUG add)",
                     nearest_key=graph.key,
                 )
-        baked = _baked(base, module, own, [g for g in stored if g.structure == own.structure], context)
-        if baked is not None:
-            return baked
         if any(g.structure for g in stored):
-            return _with(
-                base,
+            return m.explained(
                 "different_key",
                 f"{at}, but its instructions differ (another computation under the same name, or the same "
                 "step at a size that adds or drops an op, such as an empty or whole slice)",
                 nearest_key=stored[0].key,
             )
-    return _with(
-        base,
-        "different_key",
-        f"{at}; the key differs"
-        + ("" if recorded else " (no cache-key components recorded to say which part)"),
-        nearest_key=stored[0].key,
-    )
+    recorded = "" if m.record.components else " (no cache-key components recorded to say which part)"
+    return m.explained("different_key", f"{at}; the key differs{recorded}", nearest_key=stored[0].key)
 
 
-def _baked(
-    base: ExplainedMiss, module: str, own: StoredGraph, stored: list[StoredGraph], context: _Context
+def _result_only(
+    m: _Miss, module: str, ours: ShapeSignature, variants: ModuleVariants, nearest: Variant | None
 ) -> ExplainedMiss | None:
+    """``baked_sizes`` for a miss whose parameters are stored at the nearest variant's shapes, only the
+    result's differing: a graph of its structure stored at its parameters differs only in sizes inside."""
+    own = m.own
+    if own is None or nearest is None or nearest.graph.shapes is None:
+        return None
+    theirs = _signature(nearest.graph.shapes)
+    if theirs is None or differing_dimensions(ours, theirs) != []:
+        return None
+    params = _params(m.shapes or "")
+    same_params = [
+        g for g in variants.same_structure(own.structure) if m.before(g) and _params(g.shapes or "") == params
+    ]
+    return _sizes_inside(m, module, own, same_params)
+
+
+def _sizes_inside(m: _Miss, module: str, own: StoredGraph, stored: list[StoredGraph]) -> ExplainedMiss | None:
     """``baked_sizes``: the miss's graph is stored with the same structure (the same ops, other sizes inside:
     its program differs). Of the latest :data:`COMPARED_BODIES` such entries whose bodies were read, the one
     whose sizes differ from the miss's in the fewest places is named with those sizes, as far as the
@@ -337,6 +457,7 @@ def _baked(
     )
     if not same:
         return None
+    context = m.context
     ours = context.body(own)
     best: tuple[tuple[int, float], StoredGraph, list[SizeChange]] | None = None
     compared = [g for g in same if context.body(g) is not None][:COMPARED_BODIES] if ours is not None else []
@@ -354,8 +475,7 @@ def _baked(
             best = ((len(changes), distance), graph, changes)
     at = f"module {module} is stored at the same input shapes with other sizes inside the graph"
     if best is None:
-        return _with(
-            base,
+        return m.explained(
             "baked_sizes",
             f"{at} (key {same[0].key}); which sizes differ was not worked out (the bodies compared per "
             "request are bounded: a smaller page names them)",
@@ -363,11 +483,8 @@ def _baked(
         )
     _, graph, changes = best
     named = describe_changes(changes) or "the sizes of intermediate results differ"
-    return _with(
-        base,
-        "baked_sizes",
-        f"{at} (key {graph.key}): {named}",
-        nearest_key=graph.key,
+    return replace(
+        m.explained("baked_sizes", f"{at} (key {graph.key}): {named}", nearest_key=graph.key),
         baked=changes[:LISTED],
         more=max(0, len(changes) - LISTED),
     )
@@ -386,23 +503,17 @@ def _before(graph: StoredGraph, position: int, order: dict[str, int], at: dt.dat
     return at is None or graph.created_at <= at
 
 
-def _new_shapes(
-    base: ExplainedMiss, module: str, ours: ShapeSignature, found: Variant | None
-) -> ExplainedMiss:
+def _shapes_named(m: _Miss, module: str, ours: ShapeSignature, found: Variant | None) -> ExplainedMiss:
+    """``new_shapes`` naming the parameter dimensions that differ from the nearest stored variant."""
     theirs = None if found is None or found.graph.shapes is None else _signature(found.graph.shapes)
     if found is None or theirs is None:
-        return _with(
-            base,
-            "new_shapes",
-            f"module {module} is stored only with parameters of another number, type or rank",
+        return m.explained(
+            "new_shapes", f"module {module} is stored only with parameters of another number, type or rank"
         )
     dims = differing_dimensions(ours, theirs) or []
     named = "; ".join(d.describe() for d in dims) or "the result's shape differs"
-    return _with(
-        base,
-        "new_shapes",
-        f"new shapes of module {module}: {named}",
-        nearest_key=found.graph.key,
+    return replace(
+        m.explained("new_shapes", f"new shapes of module {module}: {named}", nearest_key=found.graph.key),
         dimensions=dims[:LISTED],
         more=max(0, len(dims) - LISTED),
     )
@@ -438,5 +549,5 @@ def _opaque(miss: MissRecord) -> str:
     return f"the entry's bytes were not parsed (opaque, or not stored); the client knew {known}"
 
 
-def _with(base: ExplainedMiss, reason: str, detail: str, **more: object) -> ExplainedMiss:
-    return replace(base, reason=reason, detail=detail, **more)  # type: ignore[arg-type]
+def _when(tombstone: TombstoneInfo) -> str:
+    return tombstone.removed_at.strftime("%Y-%m-%d %H:%M:%S UTC")
