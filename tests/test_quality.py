@@ -168,6 +168,7 @@ def test_no_repository_inherits_another() -> None:
         for base in node.bases
         if ast.unparse(base) in defined
     ]
+    assert offenders == []
 
 
 def test_the_cache_service_writes_out_each_method_it_offers() -> None:
