@@ -15,7 +15,7 @@ import importlib.util
 import pkgutil
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from cache_protocol import is_key
 from xla_cache.cachedir import TEMP_SUFFIX, LocalFile
 from xla_cache.errors import ClientError
 
-__all__ = ["AUTO", "Framework", "all_frameworks", "choose", "framework_named"]
+__all__ = ["AUTO", "Framework", "all_frameworks", "call_first", "choose", "framework_named"]
 
 AUTO = "auto"
 
@@ -98,6 +98,17 @@ class Framework(ABC):
         """What a rising :meth:`load_failures` most likely means."""
         return "the framework could not load entries of its own cache"
 
+    # -- auto-activation (XLA_CACHE_AUTO=1, :mod:`xla_cache.auto`) ------------------------------------------
+    def watch_first_compile(self, callback: Callable[[], None]) -> bool:
+        """Arrange for ``callback`` to run once the runtime is known and before the framework's first
+        compilation (called right after the framework's import); False when this adapter cannot."""
+        return False
+
+    def own_cache(self) -> str | None:
+        """The job's own setting of the framework's persistent cache, if it made one (auto-activation then
+        leaves the cache alone and says so), else None."""
+        return None
+
 
 @cache
 def all_frameworks() -> dict[str, Framework]:
@@ -134,3 +145,25 @@ def choose(name: str = AUTO) -> Framework:
             return framework
     known = ", ".join(f.module for f in ranked)
     raise ClientError(f"no supported framework is installed (looked for {known})")
+
+
+def call_first(owner: Any, name: str, callback: Callable[[], None], *, after: bool = False) -> None:
+    """Replace the function ``owner.name`` (a module's) by one that calls ``callback()`` before it (or,
+    ``after``, once it returned), for :meth:`Framework.watch_first_compile`. The callers that look the
+    function up on ``owner`` when they call it, as the frameworks' own modules do, get the wrapper."""
+    original = getattr(owner, name)
+    if getattr(original, "__xla_cache_wrapped__", None) is not None:
+        return  # wrapped already (a second watch in this process)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not after:
+            callback()
+        result = original(*args, **kwargs)
+        if after:
+            callback()
+        return result
+
+    wrapper.__xla_cache_wrapped__ = original  # type: ignore[attr-defined]
+    wrapper.__name__ = getattr(original, "__name__", name)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    setattr(owner, name, wrapper)

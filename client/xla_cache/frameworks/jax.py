@@ -48,7 +48,7 @@ import re
 import sys
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ from cache_protocol import is_key
 from xla_cache.cachedir import LocalFile
 from xla_cache.errors import CacheAlreadyInitialized, FrameworkUnavailable
 from xla_cache.fingerprint import FINGERPRINT_SCHEMA, distribution_version, runtime_environment, safe_label
-from xla_cache.frameworks import Framework
+from xla_cache.frameworks import Framework, call_first
 
 __all__ = [
     "ENTRY_SUFFIX",
@@ -313,6 +313,22 @@ class Jax(Framework):
             if milliseconds:  # 0: under a second, which JAX does not tell more precisely
                 times[item.key] = milliseconds
         return times
+
+    def watch_first_compile(self, callback: Callable[[], None]) -> bool:
+        """JAX asks ``compilation_cache.is_cache_used`` at each compilation, and binds its cache at the
+        first: by then ``jax.distributed`` is initialized and the job's own settings are made."""
+        self.require()
+        call_first(_compilation_cache(), "is_cache_used", callback)
+        return True
+
+    def own_cache(self) -> str | None:
+        jax = sys.modules.get("jax")
+        if jax is None:
+            return None
+        if not jax.config.jax_enable_compilation_cache:
+            return "jax_enable_compilation_cache=False"
+        directory = jax.config.jax_compilation_cache_dir
+        return f"jax_compilation_cache_dir={directory}" if directory else None
 
     def uploads_here(self) -> bool:
         # JAX writes the cache from process 0 only (jax._src.compiler._cache_write).

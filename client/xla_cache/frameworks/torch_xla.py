@@ -45,7 +45,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from typing import Any
 from xla_cache.cachedir import LocalFile
 from xla_cache.errors import CacheAlreadyInitialized, TorchXlaUnavailable
 from xla_cache.fingerprint import FINGERPRINT_SCHEMA, distribution_version, runtime_environment, safe_label
-from xla_cache.frameworks import Framework
+from xla_cache.frameworks import Framework, call_first
 
 __all__ = [
     "COUNTERS",
@@ -76,6 +76,7 @@ COUNTERS = (
     "PersistentCacheDeserializeFailure",
 )
 DESERIALIZE_FAILURE = "PersistentCacheDeserializeFailure"
+PERSISTENT_CACHE_ENV = "XLA_PERSISTENT_CACHE_PATH"  # torch_xla reads it at its first compilation
 
 # PJRT plugins whose version changes the compiled code but not torch_xla's own key.
 PLUGIN_DISTRIBUTIONS = ("libtpu", "libtpu-nightly", "torch_xla_cuda_plugin", "jax-cuda12-pjrt")
@@ -400,6 +401,23 @@ class TorchXla(Framework):
 
     def load_failures(self) -> int:
         return counter(DESERIALIZE_FAILURE)
+
+    def watch_first_compile(self, callback: Callable[[], None]) -> bool:
+        """The runtime is known once the job asks for its device (``torch_xla.device()``,
+        ``xm.xla_device()``, ``xr.xla_device()``: by then it has called ``use_spmd()`` if it does, and
+        nothing has compiled); a job that never asks is caught at its first ``mark_step``/``sync``."""
+        torch_xla = self.require()
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        call_first(xm, "xla_device", callback, after=True)
+        call_first(xr, "xla_device", callback, after=True)
+        call_first(torch_xla._XLAC, "_xla_step_marker", callback)
+        return True
+
+    def own_cache(self) -> str | None:
+        path = os.environ.get(PERSISTENT_CACHE_ENV)
+        return f"{PERSISTENT_CACHE_ENV}={path}" if path else None
 
     def load_failure_cause(self) -> str:
         return f"({DESERIALIZE_FAILURE}): {deserialize_failure_cause(self.loaded_version())}"
