@@ -29,6 +29,7 @@ __all__ = [
     "LAST_WARM_FILE",
     "LOCK_NAME",
     "TEMP_SUFFIX",
+    "UPLOAD_LOCK_NAME",
     "EntryCheck",
     "LastWarm",
     "LocalFile",
@@ -47,6 +48,7 @@ __all__ = [
 
 CHUNK = 1024 * 1024
 LOCK_NAME = ".xla-cache.lock"
+UPLOAD_LOCK_NAME = ".xla-cache-upload.lock"  # one process of a host uploads at a time: dirlock.py
 TEMP_SUFFIX = ".part"
 LAST_WARM_FILE = "last-warm.json"  # in the base cache directory: see LastWarm
 

@@ -2,7 +2,9 @@
 
 ``fcntl.flock`` on a lock file inside the directory: the kernel drops it when the holder exits or crashes,
 so a killed job never leaves the directory locked. Two ``DirLock`` objects conflict even in one process
-(each opens its own file description).
+(each opens its own file description). The warm's lock is ``LOCK_NAME``; the uploaders of the processes
+sharing one directory (ranks of one host) take ``UPLOAD_LOCK_NAME`` around each pass, so that the second
+asks the server only after the first's uploads are stored, and no entry goes up twice from one host.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ _POLL_SECONDS = 0.05
 class DirLock:
     """Exclusive, process-crash-safe lock on one cache directory."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / LOCK_NAME
+    def __init__(self, directory: Path, name: str = LOCK_NAME) -> None:
+        self.path = directory / name
         self._fd: int | None = None
 
     @property

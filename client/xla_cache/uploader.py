@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from xla_cache.api import CacheApi
-from xla_cache.cachedir import LocalFile, files_open_for_writing, scan
+from xla_cache.cachedir import UPLOAD_LOCK_NAME, LocalFile, files_open_for_writing, scan
 from xla_cache.deadline import Deadline
+from xla_cache.dirlock import DirLock
 from xla_cache.errors import ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
 from xla_cache.logs import logger
@@ -244,8 +245,11 @@ class Uploader:
                 return
             times = self.framework.compile_times(ready)
             try:
-                # One at a time: the job's own threads matter more, and at exit no pool may start.
-                result = upload_entries(self.api, self.namespace, ready, deadline, compile_times=times)
+                with DirLock(self.directory, UPLOAD_LOCK_NAME) as lock:
+                    if not lock.acquire(deadline.remaining()):
+                        return  # another process of this host is uploading: the next pass asks again
+                    # One at a time: the job's own threads matter more, and at exit no pool may start.
+                    result = upload_entries(self.api, self.namespace, ready, deadline, compile_times=times)
             except ServerProblem as exc:
                 self._failed(exc)
                 return

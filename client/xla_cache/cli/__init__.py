@@ -8,6 +8,7 @@ per subcommand, ``--json`` for scripts.
 - :mod:`.graphs`: graphs (a namespace's bucketing report)
 - :mod:`.signing`: keys, signers, purge-signer, unsigned
 - :mod:`.config`: config (each setting and where it came from)
+- :mod:`.launch`: run (a command with auto-activation, where the start-up hook does not run)
 - :mod:`.common`: what every subcommand shares (arguments, server and token, the namespace meant, printing)
 
 This module is the entry point (:func:`main`, :func:`build_parser`). Adding a subcommand: write its
@@ -27,6 +28,7 @@ from xla_cache.cli.admin import add_admin_commands
 from xla_cache.cli.common import config_of
 from xla_cache.cli.config import add_config_command
 from xla_cache.cli.graphs import add_graphs_command
+from xla_cache.cli.launch import add_launch_commands
 from xla_cache.cli.local import add_local_commands
 from xla_cache.cli.runs import add_runs_command
 from xla_cache.cli.signing import add_signing_commands
@@ -57,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_graphs_command(sub)
     add_signing_commands(sub)
     add_config_command(sub)
+    add_launch_commands(sub)
 
     return parser
 

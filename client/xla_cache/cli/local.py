@@ -274,9 +274,15 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Two-process self-test: does this torch_xla load its own persistent-cache entries?"""
+    """Two-process self-test: does this torch_xla load its own persistent-cache entries? With ``--auto``
+    only whether auto-activation (XLA_CACHE_AUTO) is on for this interpreter, and why not."""
+    from xla_cache.cli.launch import auto_lines
     from xla_cache.doctor import run_doctor
 
+    auto, auto_text = auto_lines()
+    if args.auto:
+        emit(args, auto, auto_text)
+        return 0
     config = config_of(args)
     print(
         "xla-cache doctor: starting torch_xla in two processes, one after the other (the second must load "
@@ -297,7 +303,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         lines.append(f"server             {report.server}: {state}")
     if report.nearest:
         lines.append(f"namespace entries  {nearest_line(report.namespace_entries or 0, report.nearest)}")
-    emit(args, report.as_dict(), lines)
+    emit(args, {**report.as_dict(), "auto": auto}, [*lines, *auto_text])
     if report.loads_own_entries is None:
         return 2
     return 0 if report.loads_own_entries and report.server_ready is not False else 1
@@ -355,4 +361,10 @@ def add_local_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)
+    doctor.add_argument(
+        "--auto",
+        action="store_true",
+        help="only say whether XLA_CACHE_AUTO auto-activation is on for this interpreter, and why not "
+        "(starts no framework)",
+    )
     doctor.set_defaults(func=cmd_doctor)
