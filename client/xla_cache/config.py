@@ -133,6 +133,12 @@ ENVIRONMENT: tuple[EnvironmentVariable, ...] = (
     ),
     EnvironmentVariable(RUN_REPORTS_ENV, "1", "0 (or off, false, no) turns run reports off."),
     EnvironmentVariable(
+        "XLA_CACHE_AUTO",
+        "0",
+        "1: every Python job that imports torch_xla or jax warms and uploads as warm() does, through the "
+        "start-up hook the package installs (xla_cache_hook.py); xla-cache run sets it for one command.",
+    ),
+    EnvironmentVariable(
         REPORT_INTERVAL_ENV,
         str(REPORT_INTERVAL_SECONDS),
         "Seconds between a running job's run reports.",
