@@ -19,14 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from cache_server.auth.tokens import Role, TokenManager
-from cache_server.index import Database, TokenRepository
-from cache_server.settings import Settings
+from cache_server.auth.tokens import Role
 from tests.support.api import bearer, put_ok
+from tests.support.authed_server import authed_server
 from tests.support.crafted_entries import sliced
-from tests.support.databases import fresh_database_url
 from tests.support.process_tree import cpu_seconds, peak_rss_mib, reset_peak_rss, rss_bytes
-from tests.support.server import LiveServer, run_server
+from tests.support.server import LiveServer
 from tests.support.wait import QUIET_POLL, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -41,24 +39,13 @@ def live(
     request: pytest.FixtureRequest, tmp_path: Path, server_env: dict[str, str]
 ) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     """A server with auth on; tokens: admin, a write token and a read token, both limited to ``team-a``."""
-    with fresh_database_url(request.param, tmp_path, at_head=True) as url:
-        settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
-        database = Database.from_settings(settings)
-        manager = TokenManager(TokenRepository(database))
-        tokens = {
-            "admin": manager.create("ops", Role.ADMIN)[0],
-            "writer": manager.create("writer", Role.WRITE, ["team-a"])[0],
-            "reader": manager.create("reader", Role.READ, ["team-a"])[0],
-        }
-        database.dispose()
-        env = {
-            **server_env,
-            "XLA_CACHE_AUTH": "on",
-            "XLA_CACHE_DATABASE_URL": url,
-            "XLA_CACHE_DATA_DIR": str(tmp_path / "data"),
-        }
-        with run_server(tmp_path / "data", env) as server:
-            yield server, tokens
+    tokens = {
+        "admin": (Role.ADMIN, None),
+        "writer": (Role.WRITE, ["team-a"]),
+        "reader": (Role.READ, ["team-a"]),
+    }
+    with authed_server(request.param, tmp_path, server_env, tokens) as (server, _, secrets):
+        yield server, secrets
 
 
 def _costly_run(server: LiveServer, tokens: dict[str, str]) -> list[str]:

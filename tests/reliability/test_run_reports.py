@@ -17,17 +17,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cache_protocol.runs import MAX_COUNT, MAX_SECONDS
-from cache_server.auth.tokens import Role, TokenManager
+from cache_server.auth.tokens import Role
 from cache_server.errors import RunsBusy
-from cache_server.index import Database, TokenRepository
+from cache_server.index import Database
 from cache_server.runs.ingest import DETAILS_AT_ONCE, RunReport, RunService
 from cache_server.runs.plausible import GRACE_SECONDS, MAX_COMPILE_THREADS, MAX_LOOKUPS_PER_SECOND
 from cache_server.settings import Settings
 from tests.support.api import bearer
-from tests.support.databases import fresh_database_url
+from tests.support.authed_server import authed_server
 from tests.support.migrated import migrated
 from tests.support.run_reports import run_report
-from tests.support.server import LiveServer, run_cli, run_server
+from tests.support.server import LiveServer, run_cli
 
 
 @dataclass
@@ -54,26 +54,15 @@ class Live:
 def _live(kind: str, tmp_path: Path, env: dict[str, str]) -> Iterator[Live]:
     """A server with auth on over a fresh index of ``kind``; tokens: admin, two write tokens limited to
     ``team-*`` (scoped, other), and one limited to each of ``team-a`` and ``team-b`` (team-a, team-b)."""
-    with fresh_database_url(kind, tmp_path, at_head=True) as url:
-        settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
-        database = Database.from_settings(settings)
-        manager = TokenManager(TokenRepository(database))
-        tokens = {
-            "admin": manager.create("ops", Role.ADMIN)[0],
-            "scoped": manager.create("scoped", Role.WRITE, ["team-*"])[0],
-            "other": manager.create("other", Role.WRITE, ["team-*"])[0],
-            "team-a": manager.create("team-a", Role.WRITE, ["team-a"])[0],
-            "team-b": manager.create("team-b", Role.WRITE, ["team-b"])[0],
-        }
-        database.dispose()
-        full = {
-            **env,
-            "XLA_CACHE_AUTH": "on",
-            "XLA_CACHE_DATABASE_URL": url,
-            "XLA_CACHE_DATA_DIR": str(tmp_path / "data"),
-        }
-        with run_server(tmp_path / "data", full) as server:
-            yield Live(server, full, tokens)
+    tokens = {
+        "admin": (Role.ADMIN, None),
+        "scoped": (Role.WRITE, ["team-*"]),
+        "other": (Role.WRITE, ["team-*"]),
+        "team-a": (Role.WRITE, ["team-a"]),
+        "team-b": (Role.WRITE, ["team-b"]),
+    }
+    with authed_server(kind, tmp_path, env, tokens) as (server, full, secrets):
+        yield Live(server, full, secrets)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -1,0 +1,45 @@
+"""A real ``xla-cache-server serve`` with auth on over a fresh index of either kind, and the tokens a test
+names, made in the index before the server starts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from cache_server.auth.tokens import Role, TokenManager
+from cache_server.index import Database, TokenRepository
+from cache_server.settings import Settings
+from tests.support.databases import fresh_database_url
+from tests.support.server import LiveServer, run_server
+
+__all__ = ["authed_server"]
+
+
+@contextmanager
+def authed_server(
+    kind: str,
+    tmp_path: Path,
+    env: Mapping[str, str],
+    tokens: Mapping[str, tuple[Role, Sequence[str] | None]],
+) -> Iterator[tuple[LiveServer, dict[str, str], dict[str, str]]]:
+    """A server over a fresh ``kind`` index (``sqlite`` or ``postgresql``) with auth on; ``tokens`` maps a
+    name to its role and namespace patterns (None: every namespace). Yields the server, the environment it
+    was started with, and each token's secret by name."""
+    with fresh_database_url(kind, tmp_path, at_head=True) as url:
+        settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
+        database = Database.from_settings(settings)
+        manager = TokenManager(TokenRepository(database))
+        secrets = {
+            name: manager.create(name, role, None if patterns is None else list(patterns))[0]
+            for name, (role, patterns) in tokens.items()
+        }
+        database.dispose()
+        full = {
+            **env,
+            "XLA_CACHE_AUTH": "on",
+            "XLA_CACHE_DATABASE_URL": url,
+            "XLA_CACHE_DATA_DIR": str(tmp_path / "data"),
+        }
+        with run_server(tmp_path / "data", full) as server:
+            yield server, full, secrets
