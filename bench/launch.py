@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.support.process_tree import cpu_seconds
 from tests.support.server import LiveServer
 from tests.support.server import run_server as run_test_server
 
@@ -94,10 +95,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def process_cpu(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (its own, not its children's); 0 once it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds(pid)
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def own_cpu() -> float:

@@ -31,7 +31,7 @@ def _fill(url: str, entries: int, ops: int) -> None:
     keys = [f"sliced-{salt:05d}" for salt in range(entries)]
     with httpx.Client(base_url=url, timeout=120) as api:
         for salt, key in enumerate(keys):
-            put_ok(api, "probe", key, sliced(salt, ops))
+            put_ok(api, "probe", key, sliced(salt, ops=ops))
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             graphs = api.get("/admin/stats", params={"top": 5}).json()["top_graphs"]

@@ -15,7 +15,7 @@ from cache_server.graphs.baked import describe_changes, internal_axes, size_chan
 from cache_server.parsing.body import MAX_OPS_TEXT, Body, body_from_text
 from cache_server.parsing.hlo import GraphInfo, parse_entry
 from cache_server.parsing.instructions import MAX_OPS
-from tests.support.crafted_entries import field, varint, varint_field
+from tests.support.crafted_entries import field, instruction, module_entry, shape, varint, varint_field
 from tests.support.real_entries import real_entries
 
 BAKED = Path(__file__).parent / "fixtures" / "jax_0.10.2_cpu_baked"
@@ -102,21 +102,6 @@ def test_metadata_alone_leaves_the_program_digest_as_it_is() -> None:
 
 
 # -- crafted modules -------------------------------------------------------------------------------------
-def _shape(element: int, *dims: int) -> bytes:
-    return varint_field(2, element) + field(3, b"".join(varint(d) for d in dims))
-
-
-def _entry(instructions: bytes, host_shape: bytes | None = None) -> bytes:
-    """A torch_xla-style entry: ExecutableAndOptionsProto, executable, module with config, module."""
-    params = host_shape if host_shape is not None else field(1, _shape(11, 4)) + field(2, _shape(11, 4))
-    module = field(1, b"crafted") + field(3, field(1, b"main") + instructions) + field(4, params)
-    return field(1, field(1, field(1, module)))
-
-
-def _instruction(opcode: bytes, *more: bytes) -> bytes:
-    return field(2, field(1, b"op") + field(2, opcode) + field(3, _shape(11, 4)) + b"".join(more))
-
-
 def _bounded(data: bytes, seconds: float, mebibytes: float) -> GraphInfo | None:
     tracemalloc.start()
     started = time.process_time()
@@ -136,17 +121,17 @@ def test_a_huge_repeated_field_is_read_only_up_to_its_bound() -> None:
         3, varint_field(2, 11) + b"".join(varint_field(3, 7) for _ in range(150_000))
     )  # 150,000 unpacked dims
     slices = b"".join(field(17, varint_field(2, 5)) for _ in range(100_000))
-    info = _bounded(_entry(_instruction(b"slice", dims, slices)), seconds=10, mebibytes=64)
+    info = _bounded(module_entry(instruction(b"slice", dims, slices)), seconds=10, mebibytes=64)
     assert info is not None and info.body is not None
     (op,) = info.body.ops
     assert len(op.sizes["limit"]) <= 64 and len(op.result) < 1000
 
 
 def test_many_sized_ops_keep_the_most_telling_up_to_the_bound() -> None:
-    ops = [_instruction(b"reshape") for _ in range(MAX_OPS)] + [
-        _instruction(b"slice", field(17, varint_field(2, 3)))
+    ops = [instruction(b"reshape") for _ in range(MAX_OPS)] + [
+        instruction(b"slice", field(17, varint_field(2, 3)))
     ]
-    info = _bounded(_entry(b"".join(ops)), seconds=20, mebibytes=256)
+    info = _bounded(module_entry(b"".join(ops)), seconds=20, mebibytes=256)
     assert info is not None and info.body is not None
     assert info.body.truncated and len(info.body.ops) == MAX_OPS
     assert any(op.opcode == "slice" for op in info.body.ops)  # kept before the reshapes
@@ -160,9 +145,9 @@ def test_many_sized_ops_keep_the_most_telling_up_to_the_bound() -> None:
     "crafted",
     [
         # a length near 2**63 inside an instruction
-        _entry(field(2, varint(2 << 3 | 2) + varint(2**63 - 5) + b"x")),
+        module_entry(field(2, varint(2 << 3 | 2) + varint(2**63 - 5) + b"x")),
         # a varint longer than ten bytes
-        _entry(field(2, varint(35 << 3) + b"\xff" * 20)),
+        module_entry(field(2, varint(35 << 3) + b"\xff" * 20)),
     ],
 )
 def test_crafted_modules_parse_quickly_to_something_or_nothing(crafted: bytes) -> None:
@@ -170,10 +155,10 @@ def test_crafted_modules_parse_quickly_to_something_or_nothing(crafted: bytes) -
 
 
 def test_deeply_nested_tuple_shapes_are_refused_without_recursing() -> None:
-    nested = _shape(11, 4)
+    nested = shape(11, 4)
     for _ in range(5_000):
         nested = varint_field(2, 13) + field(4, nested)
     info = _bounded(
-        _entry(_instruction(b"add"), field(1, nested) + field(2, _shape(11))), seconds=2, mebibytes=64
+        module_entry(instruction(b"add"), field(1, nested) + field(2, shape(11))), seconds=2, mebibytes=64
     )
     assert info is None

@@ -54,7 +54,7 @@ def _costly_run(server: LiveServer, tokens: dict[str, str]) -> list[str]:
     keys = [f"sliced-{salt:04d}" for salt in range(ENTRIES)]
     with httpx.Client(base_url=server.url, headers=bearer(tokens["writer"]), timeout=60) as api:
         for salt, key in enumerate(keys):
-            put_ok(api, "team-a", key, sliced(salt, OPS), created=True)
+            put_ok(api, "team-a", key, sliced(salt, ops=OPS), created=True)
 
         def parsed() -> bool:
             stats = httpx.get(

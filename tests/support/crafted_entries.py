@@ -1,8 +1,9 @@
 """Entry bytes made by hand, protobuf field by field: the shapes of an HLO module's program as torch_xla's
 executable layout nests it, and the third probe's entries (issue 36) that break the graph parser's bounds:
 tuple shapes nested 700 deep, a zlib "bomb" of empty repeated fields, a shapes text of millions of
-characters; and the fourth probe's (issue 42): one graph at many baked sizes, whose ops texts are as large
-as the index keeps."""
+characters; modules of crafted instructions (:func:`module_entry`, :func:`instruction`), such as the
+fourth probe's (issue 42) graphs of a thousand slices whose limits differ per entry (:func:`sliced`), and
+its entries that cost the parser (TPU candidates, long source strings, inflating and wide modules)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ __all__ = [
     "f32",
     "field",
     "inflating",
+    "instruction",
     "jax_zlib",
     "long_sources",
     "module",
+    "module_entry",
     "nested",
+    "shape",
     "sliced",
     "tpu_candidates",
     "varint",
@@ -75,27 +79,38 @@ def cut(salt: int) -> bytes:
     return executable(b"".join(field(1, f32(2**62, 2**62, salt)) for _ in range(1_000)))
 
 
-def _sized_shape(element: int, *dims: int) -> bytes:
+def shape(element: int, *dims: int) -> bytes:
+    """A ShapeProto: element type (11: f32, 13: tuple) and dimensions."""
     return varint_field(2, element) + field(3, b"".join(varint(d) for d in dims))
 
 
-def sliced(salt: int, ops: int = 1000) -> bytes:
-    """A torch_xla-style entry of one module, ``crafted``, of ``ops`` slices of an ``f32[4]`` parameter whose
-    limits depend on ``salt``: entries of other salts are one graph (one structure, the same input shapes)
-    at other sizes inside it, each op a size that differs (1,000 ops: an ops text of about 64 KiB)."""
-    instructions = b"".join(
-        field(
-            2,
-            field(1, b"op")
-            + field(2, b"slice")
-            + field(3, _sized_shape(11, 4))
-            + field(17, varint_field(2, (index * 7 + salt) % 1000 + 1)),
-        )
-        for index in range(ops)
-    )
-    params = field(1, _sized_shape(11, 4)) + field(2, _sized_shape(11, 4))
-    module = field(1, b"crafted") + field(3, field(1, b"main") + instructions) + field(4, params)
+def module_entry(instructions: bytes, host_shape: bytes | None = None, *, name: bytes = b"crafted") -> bytes:
+    """A torch_xla-style entry: ExecutableAndOptionsProto, executable, module with config, module (one
+    computation, ``main``, of ``instructions``)."""
+    params = host_shape if host_shape is not None else field(1, shape(11, 4)) + field(2, shape(11, 4))
+    module = field(1, name) + field(3, field(1, b"main") + instructions) + field(4, params)
     return field(1, field(1, field(1, module)))
+
+
+def instruction(opcode: bytes, *more: bytes) -> bytes:
+    """One instruction named ``op`` with an f32[4] result and the fields ``more``."""
+    return field(2, field(1, b"op") + field(2, opcode) + field(3, shape(11, 4)) + b"".join(more))
+
+
+def sliced(salt: int, *, module: bytes = b"crafted", ops: int = 1_000) -> bytes:
+    """The fourth probe's entry (issue 42): ``ops`` slices whose limits differ with ``salt``, in JAX's
+    zlib-compressed layout: ~500 bytes uploaded, a body of one structure (whatever ``salt``) at one input
+    shape, whose sized ops fill the index's 64 KiB of ops text."""
+    slices = b"".join(
+        instruction(
+            b"slice",
+            field(17, varint_field(1, 0) + varint_field(2, (salt * 7 + i) % 97 + 1) + varint_field(3, 1)),
+        )
+        for i in range(ops)
+    )
+    header = b"\x0a\x04ifrt"
+    jax_layout = salt.to_bytes(4, "big") + bytes([len(header)]) + header + module_entry(slices, name=module)
+    return zlib.compress(jax_layout, 9)
 
 
 # -- the fourth probe's entries (issue 42, item 3) -------------------------------------------------------

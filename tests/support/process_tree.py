@@ -10,6 +10,8 @@ and a memory test weighs the whole tree:
 
     rss_bytes(tree(server.pid))      # the sum of VmRSS over the supervisor and its workers
 
+and a cost test weighs one request by the CPU its serving process spent (``cpu_seconds`` before and after).
+
 The processes need not be in a process group of their own (``run_server`` starts the server in the test's),
 so the tree is found by parent ids, not by ``killpg``.
 """
@@ -115,7 +117,9 @@ def reset_peak_rss(pid: int) -> bool:
 
 
 def cpu_seconds(pid: int) -> float:
-    """The user and system CPU seconds process ``pid`` has used (its own, not its children's)."""
+    """The CPU seconds process ``pid`` has spent so far, in user and system mode (``utime + stime`` of
+    ``/proc/PID/stat``; not its children's)."""
     stat = (_PROC / str(pid) / "stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = stat[stat.rindex(")") + 2 :].split()  # fields[0] is the state, the stat's third field
+    ticks = int(fields[11]) + int(fields[12])  # the 14th and 15th fields
+    return ticks / os.sysconf("SC_CLK_TCK")
