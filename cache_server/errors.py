@@ -262,6 +262,13 @@ class RunsBusy(CacheError):
     code = "runs_busy"
 
 
+class GraphsBusy(CacheError):
+    """Every slot for building a bucketing report stayed taken (``graph_reports_at_once`` per server, all
+    its processes together); retrying later may work."""
+
+    code = "graphs_busy"
+
+
 class RunNotFound(CacheError):
     """No run report has this id (or the token may not see it)."""
 

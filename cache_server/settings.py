@@ -45,6 +45,13 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="Seconds one database call may take before it is abandoned (503)."
     )
     db_pool_pre_ping: bool = Field(default=True, description="Test each pooled connection before use.")
+    slots_dir: str = Field(
+        default="",
+        description=(
+            "Where the processes of one server share their slots for heavy work (lock files; a local file "
+            "system that every worker sees). Empty: <data_dir>/slots."
+        ),
+    )
     storage_timeout: float = Field(default=30.0, gt=0, description="Seconds for one storage call.")
     storage_retries: int = Field(default=5, ge=0, description="Retries of a storage call on 429/5xx.")
 
@@ -268,6 +275,21 @@ class Settings(BaseSettings):
         le=3600,
         description="At most one read of the registered namespaces per this many seconds, to label metrics.",
     )
+    graph_reports_at_once: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description=(
+            "Bucketing reports (GET /admin/graphs, the dashboard's graph view) built at once by the whole "
+            "server, all its worker processes together; each may take a second or two of CPU."
+        ),
+    )
+    graph_report_wait_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="How long a report waits for one of those slots before 503 (with Retry-After).",
+    )
 
     # -- History ---------------------------------------------------------------------------------------------
     run_retention_days: float = Field(
@@ -343,6 +365,12 @@ class Settings(BaseSettings):
         return (self.data_dir / "blobs").resolve().as_uri()
 
     @property
+    def slots_directory(self) -> Path:
+        """Where the server's slots live (:class:`~cache_server.background.slots.ServerSlots`): ``slots_dir``,
+        or ``<data_dir>/slots``."""
+        return (Path(self.slots_dir) if self.slots_dir else self.data_dir / "slots").resolve()
+
+    @property
     def uses_embedded_sqlite(self) -> bool:
         """True when the index is a SQLite file (``serve`` then migrates it itself)."""
         return self.resolved_database_url.startswith("sqlite")
@@ -363,6 +391,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "db_connect_timeout",
             "db_statement_timeout",
             "db_pool_pre_ping",
+            "slots_dir",
             "storage_timeout",
             "storage_retries",
         ),
@@ -430,6 +459,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stats_page_namespaces",
             "nearest_candidates",
             "metrics_label_refresh_seconds",
+            "graph_reports_at_once",
+            "graph_report_wait_seconds",
         ),
     ),
     (

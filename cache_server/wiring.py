@@ -19,8 +19,9 @@ from cache_server.admin.service import AdminService
 from cache_server.auth.tokens import TokenManager
 from cache_server.background.access import AccessRecorder
 from cache_server.background.activity import Activity
+from cache_server.background.slots import ServerSlots
 from cache_server.domain import Clock, utcnow
-from cache_server.graphs.report import GraphReports
+from cache_server.graphs.report import GRAPH_REPORT_SLOTS, GraphReports
 from cache_server.index import AdminRepository, Database, EntryRepository, GraphRepository, TokenRepository
 from cache_server.index.feed import FeedRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
@@ -155,5 +156,9 @@ def build_services(
         nearest=NearestNamespaces(
             namespaces, NearestRepository(database), candidates=settings.nearest_candidates
         ),
-        graphs=GraphReports(GraphVariantsRepository(database)),
+        graphs=GraphReports(
+            GraphVariantsRepository(database),
+            ServerSlots(GRAPH_REPORT_SLOTS, settings.graph_reports_at_once, settings.slots_directory),
+            wait_seconds=settings.graph_report_wait_seconds,
+        ),
     )

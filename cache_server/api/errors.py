@@ -55,6 +55,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.RunAmbiguous: 409,
     errors.RunNotFound: 404,
     errors.RunsBusy: 503,
+    errors.GraphsBusy: 503,
 }
 
 HTTP_CODES = {

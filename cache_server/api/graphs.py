@@ -18,6 +18,9 @@ from cache_server.api.deps import GraphsDep
 from cache_server.auth.tokens import Role
 from cache_server.graphs.axes import VALUES_SHOWN, AxisChoice, Combination
 from cache_server.graphs.report import (
+    BODIES_READ_PER_GRAPH,
+    BODY_TEXT_PER_GRAPH,
+    BODY_TEXT_PER_REPORT,
     DEFAULT_VARIANTS_READ,
     MAX_TOP,
     MAX_VARIANTS_READ,
@@ -30,6 +33,8 @@ from cache_server.graphs.report import (
 __all__ = ["GraphsOut", "router"]
 
 router = APIRouter(tags=["admin"])
+
+GRAPHS_BUSY = "graphs_busy: the server builds XLA_CACHE_GRAPH_REPORTS_AT_ONCE reports already (Retry-After)"
 
 NAMESPACE = Query(min_length=1, max_length=128, description="The namespace whose graphs are reported.")
 TOP = Query(ge=1, le=MAX_TOP, description="How many graphs: those with the most shape variants.")
@@ -138,7 +143,10 @@ class BakedSizesOut(BaseModel):
     """Sizes baked into the graph: entries at one input shape that differ only in sizes inside it."""
 
     params: str = Field(description="The parameters of the entries compared.")
-    entries: int = Field(description="Entries compared (the latest, at most a few hundred).")
+    entries: int = Field(
+        description="Entries compared: those of the graph's bodies read (see bodies_read) with these "
+        "parameters and the commonest structure."
+    )
     cost: str = Field(description="What the overheads measure.")
     sizes: list[InternalSizeOut]
     frontier: list[CombinationOut] = Field(
@@ -226,6 +234,18 @@ class GraphReportOut(BaseModel):
         description="Where entries repeat an input shape with other sizes inside the graph (a step that "
         "slices or pads by Python integers): those sizes, their values and what padding them leaves.",
     )
+    bodies_read: int = Field(
+        default=0,
+        description=f"Bodies (sized ops) read and compared for baked_sizes, the latest first: at most "
+        f"{BODIES_READ_PER_GRAPH} of a graph and {BODY_TEXT_PER_GRAPH // 2**20} MiB of their text, "
+        f"{BODY_TEXT_PER_REPORT // 2**20} MiB in all of a report's graphs (so the last graphs of a large "
+        "report may read none).",
+    )
+    bodies_stored: int | None = Field(
+        default=None,
+        description="The graph's entries with a body; null when its entries repeat no input shape (no body "
+        "is read). More than bodies_read: baked_sizes describes the latest of them.",
+    )
 
     @classmethod
     def of(cls, report: GraphReport) -> GraphReportOut:
@@ -256,6 +276,8 @@ class GraphReportOut(BaseModel):
             frontier=[CombinationOut.of(c, labels) for c in (axes.frontier if axes else ())],
             schemes=[SchemeOut(**vars(s)) for s in bucketing.schemes],
             baked_sizes=BakedSizesOut.of(report.baked) if report.baked is not None else None,
+            bodies_read=report.bodies_read,
+            bodies_stored=report.bodies_stored,
         )
 
 
@@ -283,7 +305,7 @@ def _graphs_out(reports: GraphReports, namespace: str, found: list[GraphReport])
 
 
 @router.get("/admin/graphs", response_model=GraphsOut)
-@declare(Role.READ, Scope.QUERY_NAMESPACE, answers={"404": NO_NAMESPACE})
+@declare(Role.READ, Scope.QUERY_NAMESPACE, answers={"404": NO_NAMESPACE, "503": GRAPHS_BUSY})
 def graphs(
     reports: GraphsDep,
     namespace: Annotated[str, NAMESPACE],
@@ -300,14 +322,17 @@ def graphs(
     padded parameters (and of the results, where their sizes follow the varying dimensions). When no
     dimension varies, ``unchanged`` says why no padding is offered. At most ``variants`` variants of each
     graph are read, and :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or
-    ``variants``, if more), shared among the graphs (``read`` says how many were). 404 for an unknown
-    namespace."""
+    ``variants``, if more), shared among the graphs (``read`` says how many were); where a graph's entries
+    repeat input shapes, its latest bodies are compared for the sizes baked into it, within a bound per
+    graph and per report (``bodies_read`` of ``bodies_stored``). 404 for an unknown namespace; 503 (with
+    Retry-After) when the server builds ``XLA_CACHE_GRAPH_REPORTS_AT_ONCE`` reports already and none ends
+    within ``XLA_CACHE_GRAPH_REPORT_WAIT_SECONDS``."""
     found = reports.report(namespace, top=top, per_graph=variants, module=module)
     return _graphs_out(reports, namespace, found)
 
 
 @router.get("/dashboard/graphs", response_model=GraphsOut, include_in_schema=False)
-@declare(Role.READ, Scope.QUERY_NAMESPACE)
+@declare(Role.READ, Scope.QUERY_NAMESPACE, answers={"503": GRAPHS_BUSY})
 def dashboard_graphs(
     reports: GraphsDep,
     namespace: Annotated[str, NAMESPACE],

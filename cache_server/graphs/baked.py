@@ -31,6 +31,7 @@ __all__ = [
     "InternalAxis",
     "SizeChange",
     "baked_group",
+    "baked_group_of",
     "describe_changes",
     "internal_axes",
     "size_changes",
@@ -203,16 +204,20 @@ class BakedGroup:
 def baked_group(rows: Sequence[tuple[str, str, str]]) -> BakedGroup | None:
     """The largest group of ``rows`` (shapes text, structure digest, sized ops text: entries of one
     module) with the same parameters and structure, if it has at least two entries whose sizes vary."""
+    parsed = [(shapes, body_from_text(structure, "", "", ops)) for shapes, structure, ops in rows]
+    return baked_group_of([(shapes, body) for shapes, body in parsed if body is not None])
+
+
+def baked_group_of(bodies: Sequence[tuple[str, Body]]) -> BakedGroup | None:
+    """:func:`baked_group` of bodies already parsed, each with its entry's shapes text."""
     groups: dict[tuple[str, str], list[Body]] = {}
-    for shapes, structure, ops in rows:
-        body = body_from_text(structure, "", "", ops)
-        if body is not None:
-            groups.setdefault((shapes.rpartition(") -> ")[0], structure), []).append(body)
+    for shapes, body in bodies:
+        groups.setdefault((shapes.rpartition(") -> ")[0], body.structure), []).append(body)
     best = max(groups.items(), key=lambda item: len(item[1]), default=None)
     if best is None or len(best[1]) < 2:
         return None
-    (params, _), bodies = best
-    axes, points = internal_axes(bodies)
+    (params, _), members = best
+    axes, points = internal_axes(members)
     if not axes:
         return None
-    return BakedGroup(params + ")", len(bodies), tuple(axes), tuple(points))
+    return BakedGroup(params + ")", len(members), tuple(axes), tuple(points))

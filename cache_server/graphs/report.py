@@ -6,27 +6,43 @@ analysed the same way (:func:`~cache_server.graphs.bucketing.analyse_axes`).
 
 :class:`GraphReports` is the one door to it: ``GET /admin/graphs`` and the dashboard's graph view ask it,
 and it reads the index through :class:`~cache_server.index.graph_variants.GraphVariantsRepository`.
+
+A report costs what it answers, whatever was uploaded (issue 42): a read token may ask for ``top=100`` graphs
+of 250 entries whose bodies each hold 64 KiB of sized ops, and parsing one such body costs 5 to 15 ms of CPU
+and 0.5 MiB. So the bodies compared are bounded per graph (the latest :data:`BODIES_READ_PER_GRAPH`, at most
+:data:`BODY_TEXT_PER_GRAPH` characters of ops text and :data:`OPS_COMPARED_PER_GRAPH` ops) and per report
+(:data:`BODY_TEXT_PER_REPORT`, :data:`OPS_COMPARED_PER_REPORT`), each graph saying how many it compared of
+how many are stored; and the reports built at once are bounded per server, all its processes together
+(:data:`GRAPH_REPORT_SLOTS`, ``graph_reports_at_once``): past them a report waits a moment, then
+:class:`~cache_server.errors.GraphsBusy`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cache_server.errors import NamespaceNotFound
+from cache_server.background.slots import ServerSlots, SlotsBusy
+from cache_server.errors import GraphsBusy, NamespaceNotFound
 from cache_server.graphs.axes import AxesReport, Point, analyse_axes
-from cache_server.graphs.baked import BakedGroup, baked_group
+from cache_server.graphs.baked import BakedGroup, baked_group_of
 from cache_server.graphs.bucketing import BucketingReport, analyse
 from cache_server.graphs.shapes import parse_shape_signature
-from cache_server.index.graph_variants import GraphVariantsRepository
+from cache_server.index.graph_variants import GraphBody, GraphVariantsRepository
 from cache_server.names import check_namespace
+from cache_server.parsing.body import Body, body_from_text
 from cache_server.parsing.hlo import CUT_MARKER
 
 __all__ = [
     "BAKED_COST",
-    "BAKED_ENTRIES_READ",
+    "BODIES_READ_PER_GRAPH",
+    "BODY_TEXT_PER_GRAPH",
+    "BODY_TEXT_PER_REPORT",
     "DEFAULT_VARIANTS_READ",
+    "GRAPH_REPORT_SLOTS",
     "MAX_TOP",
     "MAX_VARIANTS_READ",
+    "OPS_COMPARED_PER_GRAPH",
+    "OPS_COMPARED_PER_REPORT",
     "VARIANTS_READ_PER_REPORT",
     "BakedReport",
     "GraphReport",
@@ -40,8 +56,16 @@ DEFAULT_VARIANTS_READ = 2_500  # the seed workload's fuse graph (2,112 shapes at
 # Variants one report reads in all (or ``per_graph``, if more): parsing and analysing cost ~12 us of CPU per
 # variant, so ten graphs of 10,000 variants read 2,000 each took most of a second. Shared by :func:`shares`.
 VARIANTS_READ_PER_REPORT = 4_000
-# Entries of one graph whose bodies are read for its baked sizes (only where entries repeat input shapes).
-BAKED_ENTRIES_READ = 500
+# Bodies read for a graph's baked sizes (only where its entries repeat input shapes), the latest first: at
+# most this many, of at most this many characters of ops text in all (32 bodies of the 64 KiB an entry's may
+# hold; 64 of a real module's few KB), and parsed only until this many sized ops are compared (~0.2 s of CPU).
+BODIES_READ_PER_GRAPH = 64
+BODY_TEXT_PER_GRAPH = 2 * 1024 * 1024
+OPS_COMPARED_PER_GRAPH = 32_000
+# The same for one report in all, however many graphs it lists: two graphs' worth (under a second of CPU).
+BODY_TEXT_PER_REPORT = 4 * 1024 * 1024
+OPS_COMPARED_PER_REPORT = 64_000
+GRAPH_REPORT_SLOTS = "graph-reports"  # the server's slots for reports (ServerSlots' name)
 BAKED_COST = "bytes of the results of the ops whose sizes pad"
 # Characters of shapes text one graph's report analyses (an entry's is at most hlo.MAX_SHAPES_TEXT): variants
 # past it are not read, so a namespace of crafted entries costs no more than this per graph.
@@ -83,7 +107,8 @@ def shares(variants: list[int], *, per_graph: int, total: int) -> list[int]:
 class GraphReport:
     """One graph's bucketing report: its variants and entries in the namespace, how many of its variants
     were read and analysed (``read``; fewer than ``variants`` when capped, then ``bucketing`` describes
-    that sample), an example shape, and the analysis."""
+    that sample), an example shape, and the analysis; where its entries repeat input shapes, the sizes baked
+    into it, from ``bodies_read`` of its ``bodies_stored`` bodies (None: not looked for)."""
 
     module: str
     variants: int
@@ -92,6 +117,8 @@ class GraphReport:
     example: str | None
     bucketing: BucketingReport
     baked: BakedReport | None = None
+    bodies_read: int = 0
+    bodies_stored: int | None = None
 
 
 @dataclass(frozen=True)
@@ -121,11 +148,39 @@ def baked_report(group: BakedGroup) -> BakedReport:
     return BakedReport(group, analysis)
 
 
-class GraphReports:
-    """Builds bucketing reports from the parsed graphs of the index."""
+@dataclass
+class _BodyBudget:
+    """What one report may still read (characters of ops text) and compare (sized ops) of bodies."""
 
-    def __init__(self, repository: GraphVariantsRepository) -> None:
+    text: int = BODY_TEXT_PER_REPORT
+    ops: int = OPS_COMPARED_PER_REPORT
+
+
+def _parsed(rows: list[GraphBody], max_ops: int) -> tuple[list[tuple[str, Body]], int]:
+    """``rows``' bodies with their shapes, parsed in order until ``max_ops`` sized ops are in hand (one
+    body may pass it), and how many ops they hold."""
+    parsed: list[tuple[str, Body]] = []
+    ops = 0
+    for row in rows:
+        if ops >= max_ops:
+            break
+        body = body_from_text(row.structure, "", "", row.ops)
+        if body is not None:
+            parsed.append((row.shapes, body))
+            ops += len(body.ops)
+    return parsed, ops
+
+
+class GraphReports:
+    """Builds bucketing reports from the parsed graphs of the index, at most ``slots.count`` at once in the
+    whole server (each waits up to ``wait_seconds`` for a slot)."""
+
+    def __init__(
+        self, repository: GraphVariantsRepository, slots: ServerSlots, *, wait_seconds: float
+    ) -> None:
         self._repository = repository
+        self._slots = slots
+        self._wait_seconds = wait_seconds
 
     def report(
         self,
@@ -137,12 +192,26 @@ class GraphReports:
         module: str | None = None,
     ) -> list[GraphReport]:
         """The ``top`` graphs of ``namespace`` with the most variants, each with its report (at most
-        ``per_graph`` variants read of one, ``max(total, per_graph)`` in all: :func:`shares`).
-        :class:`NamespaceNotFound` for a namespace never registered."""
+        ``per_graph`` variants read of one, ``max(total, per_graph)`` in all: :func:`shares`; bodies as the
+        module says). :class:`NamespaceNotFound` for a namespace never registered; :class:`GraphsBusy` when
+        every slot of the server stayed taken for ``wait_seconds``."""
         check_namespace(namespace)
         if not self._repository.namespace_exists(namespace):
             raise NamespaceNotFound(f"There is no namespace {namespace!r}.")
+        try:
+            with self._slots.hold(self._wait_seconds):
+                return self._report(namespace, top=top, per_graph=per_graph, total=total, module=module)
+        except SlotsBusy:
+            raise GraphsBusy(
+                f"{self._slots.count} bucketing reports are being built by this server (all its processes); "
+                "retry soon."
+            ) from None
+
+    def _report(
+        self, namespace: str, *, top: int, per_graph: int, total: int, module: str | None
+    ) -> list[GraphReport]:
         reports: list[GraphReport] = []
+        budget = _BodyBudget()
         per_graph = min(per_graph, MAX_VARIANTS_READ)
         ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP), module=module)
         reads = shares([graph.variants for graph in ranked], per_graph=per_graph, total=total)
@@ -154,11 +223,9 @@ class GraphReports:
                 if s is not None
             ]
             bucketing = analyse([s for s, _ in parsed], weights=[w for _, w in parsed])
-            baked = None
+            baked, bodies_read, bodies_stored = None, 0, None
             if graph.entries > graph.variants or (bucketing.unchanged and graph.variants > 1):
-                bodies = self._repository.read_bodies(namespace, graph.module, limit=BAKED_ENTRIES_READ)
-                group = baked_group([(b.shapes, b.structure, b.ops) for b in bodies])
-                baked = baked_report(group) if group is not None else None
+                baked, bodies_read, bodies_stored = self._baked(namespace, graph.module, budget)
             reports.append(
                 GraphReport(
                     module=graph.module,
@@ -168,9 +235,26 @@ class GraphReports:
                     example=_example(shapes),
                     bucketing=bucketing,
                     baked=baked,
+                    bodies_read=bodies_read,
+                    bodies_stored=bodies_stored,
                 )
             )
         return reports
+
+    def _baked(self, namespace: str, module: str, budget: _BodyBudget) -> tuple[BakedReport | None, int, int]:
+        """``module``'s baked sizes from its latest bodies, within its share and what is left of ``budget``
+        (spent here); with how many bodies were compared and how many are stored."""
+        found = self._repository.read_bodies(
+            namespace,
+            module,
+            limit=BODIES_READ_PER_GRAPH,
+            max_text=max(0, min(BODY_TEXT_PER_GRAPH, budget.text)) if budget.ops > 0 else 0,
+        )
+        budget.text -= sum(len(row.ops) for row in found.bodies)
+        parsed, ops = _parsed(found.bodies, min(OPS_COMPARED_PER_GRAPH, budget.ops))
+        budget.ops -= ops
+        group = baked_group_of(parsed)
+        return (baked_report(group) if group is not None else None), len(parsed), found.stored
 
     def unparseable(self, namespace: str, *, top: int = 5) -> list[tuple[str, int]]:
         """How many of ``namespace``'s entries hold no graph this parser reads, by reason (the commonest

@@ -6,7 +6,8 @@ on ``entry_graphs``, migration 0013), and of each only ``per_graph`` variants' s
 per signature, off ``ix_entry_graphs_module_signature``): the first in signature order, which is the order
 of a digest of the shapes, so a capped read is a sample with no bias toward small or large shapes. With
 each variant its entries' hits (``entries.hits``, as last flushed from the access counters; a primary-key
-lookup per entry read), which weigh it in the report.
+lookup per entry read), which weigh it in the report. A graph's bodies (sized ops texts, up to 64 KiB each)
+are read the latest first, as many as the caller's count and characters allow, chosen before any is loaded.
 """
 
 from __future__ import annotations
@@ -15,11 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from cache_server.index.database import Database
 from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace
 
-__all__ = ["GraphBody", "GraphCounted", "GraphVariants", "GraphVariantsRepository"]
+__all__ = [
+    "BODIES_COUNTED",
+    "GraphBodies",
+    "GraphBody",
+    "GraphCounted",
+    "GraphVariants",
+    "GraphVariantsRepository",
+]
+
+BODIES_COUNTED = 10_000  # a graph's entries with a body counted at most (the count reads their rows)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,15 @@ class GraphBody:
     shapes: str
     structure: str
     ops: str
+
+
+@dataclass(frozen=True)
+class GraphBodies:
+    """The bodies read of one graph (the latest first) and how many of its entries have one (``stored``,
+    counted up to :data:`BODIES_COUNTED`)."""
+
+    bodies: list[GraphBody]
+    stored: int
 
 
 class GraphVariantsRepository:
@@ -121,25 +141,63 @@ class GraphVariantsRepository:
                 )
         return found
 
-    def read_bodies(self, namespace: str, module: str, *, limit: int) -> list[GraphBody]:
-        """Up to ``limit`` entries of ``module`` with a body, the latest stored first (off
-        ``ix_entry_graphs_module_signature``, then the entries' primary key)."""
-        stmt = (
-            select(EntryGraph.key, EntryGraph.shapes, EntryGraph.structure, EntryGraph.ops)
-            .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
-            .where(
-                EntryGraph.namespace == namespace,
-                EntryGraph.module == module,
-                EntryGraph.structure.is_not(None),
-                EntryGraph.structure != "",
-                EntryGraph.ops.is_not(None),
-            )
-            .order_by(Entry.created_at.desc())
-            .limit(limit)
+    def read_bodies(self, namespace: str, module: str, *, limit: int, max_text: int) -> GraphBodies:
+        """The latest stored entries of ``module`` with a body: at most ``limit`` of them, and of those only
+        the first whose ops texts fit ``max_text`` characters in all (the bounds are kept by the queries:
+        the latest ``limit`` keys are chosen first, off ``ix_entry_graphs_module_signature`` and the
+        entries' primary key, with the length of each ops text; only the texts that fit are read; none at
+        all when ``max_text`` is 0). With how many entries of ``module`` have a body (counted up to
+        :data:`BODIES_COUNTED`)."""
+        has_body = (
+            EntryGraph.namespace == namespace,
+            EntryGraph.module == module,
+            EntryGraph.structure.is_not(None),
+            EntryGraph.structure != "",
+            EntryGraph.ops.is_not(None),
         )
+        latest = (
+            select(EntryGraph.key.label("key"), Entry.created_at.label("created_at"))
+            .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
+            .where(*has_body)
+            .order_by(Entry.created_at.desc(), EntryGraph.key)
+            .limit(limit)
+            .subquery()
+        )
+        sized = (
+            select(EntryGraph.key, EntryGraph.shapes, EntryGraph.structure, func.length(EntryGraph.ops))
+            .join(latest, (EntryGraph.namespace == namespace) & (EntryGraph.key == latest.c.key))
+            .order_by(latest.c.created_at.desc(), EntryGraph.key)
+        )
+        counted = select(EntryGraph.key).where(*has_body).limit(BODIES_COUNTED).subquery()
+        count = select(func.count()).select_from(counted)
+        if limit <= 0 or max_text <= 0:
+            with self._db.transaction() as session:
+                return GraphBodies([], int(session.execute(count).scalar_one()))
         with self._db.transaction() as session:
-            return [
-                GraphBody(key, shapes, structure, ops)
-                for key, shapes, structure, ops in session.execute(stmt)
-                if shapes is not None and structure is not None and ops is not None
-            ]
+            rows = session.execute(sized).all()
+            chosen: list[tuple[str, str, str]] = []
+            left = max_text
+            for key, shapes, structure, length in rows:
+                left -= int(length or 0)
+                if left < 0:
+                    break
+                if shapes is not None and structure is not None:
+                    chosen.append((key, shapes, structure))
+            stored = len(rows)
+            if stored >= limit:
+                stored = int(session.execute(count).scalar_one())
+            texts = self._ops_texts(session, namespace, [key for key, _, _ in chosen])
+        bodies = [
+            GraphBody(key, shapes, structure, texts[key]) for key, shapes, structure in chosen if key in texts
+        ]
+        return GraphBodies(bodies, stored)
+
+    @staticmethod
+    def _ops_texts(session: Session, namespace: str, keys: list[str]) -> dict[str, str]:
+        """The ops texts of ``keys`` (entries of ``namespace``), by key."""
+        if not keys:
+            return {}
+        stmt = select(EntryGraph.key, EntryGraph.ops).where(
+            EntryGraph.namespace == namespace, EntryGraph.key.in_(keys)
+        )
+        return {key: ops for key, ops in session.execute(stmt) if ops is not None}

@@ -308,7 +308,9 @@ function renderBuckets(report) {
       // entries at one input shape that differ only in sizes inside the graph (sliced by Python integers)
       part.appendChild(el("p", { class: "explain baked" },
         `Sizes baked into the graph: ${fmtCount(baked.entries)} entries at the same input shapes ${baked.params} ` +
-        "differ only in these. Pass them as data (masks, index tensors), pad them, or run the section eagerly."));
+        "differ only in these. Pass them as data (masks, index tensors), pad them, or run the section eagerly." +
+        (g.bodies_stored > g.bodies_read
+          ? ` (The latest ${fmtCount(g.bodies_read)} of ${fmtCount(g.bodies_stored)} entries compared.)` : "")));
       addTable("baked-sizes", `Each size padded alone (overhead: extra ${baked.cost}).`,
         [["size", "text"], ["values", "text"], ["padding", "text"], ["compilations left"]].concat(overheads),
         baked.sizes.flatMap((s) => (s.choices || []).map((c) => [s.label,
