@@ -72,7 +72,9 @@ def test_one_namespaces_backlog_does_not_hold_another_namespaces_new_entry(
     served: tuple[Settings, Services],
 ) -> None:
     """40 entries of one namespace, each about a second of the child's work, then one of another: on a FIFO
-    it waited for the whole backlog (40 s here; 34 s in the probe); served in turn it waits a slice."""
+    it waited for the whole backlog (40 s here; 34 s in the probe); served in turn it waits a slice (5.5 s
+    here, quiet). Asserted by order, not by time, so a loaded machine does not fail it: when the other
+    namespace's entry is recorded, most of the backlog still waits."""
     _, services = served
     services.start()
     assert services.parsing.wait_idle(30)
@@ -86,7 +88,7 @@ def test_one_namespaces_backlog_does_not_hold_another_namespaces_new_entry(
     _store(services, "other", "good", good)
     wait_until(
         lambda: "good" in _records(services, "other"),
-        timeout=10,
+        timeout=120,
         interval=0.05,
         message=lambda: f"still waiting; {len(_records(services, 'busy'))} of the backlog parsed",
     )
@@ -95,7 +97,7 @@ def test_one_namespaces_backlog_does_not_hold_another_namespaces_new_entry(
     assert module and why is None
     backlog_left = 40 - len(_records(services, "busy"))
     print(f"the other namespace's entry waited {waited:.2f} s, {backlog_left} of the backlog still waiting")
-    assert backlog_left > 0  # it did not wait for the backlog
+    assert backlog_left >= 30  # it waited for the entry being parsed and a slice, not for the backlog
 
 
 def test_megabyte_source_files_are_cut_before_the_child_keeps_them(served: tuple[Settings, Services]) -> None:
