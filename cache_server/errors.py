@@ -256,8 +256,8 @@ class RunAmbiguous(CacheError):
 
 
 class RunsBusy(CacheError):
-    """Every slot for explaining a run's detail stayed taken (``DETAILS_AT_ONCE`` per server process);
-    retrying later may work."""
+    """Every slot for explaining a run's detail stayed taken (``run_details_at_once`` per server, all its
+    processes together); retrying later may work."""
 
     code = "runs_busy"
 

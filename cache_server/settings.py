@@ -290,6 +290,21 @@ class Settings(BaseSettings):
         le=60,
         description="How long a report waits for one of those slots before 503 (with Retry-After).",
     )
+    run_details_at_once: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description=(
+            "Run details (GET /admin/runs/{id}, the dashboard's run page) explained at once by the whole "
+            "server, all its worker processes together; each page may take up to a second or two of CPU."
+        ),
+    )
+    run_detail_wait_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=60,
+        description="How long a run detail waits for one of those slots before 503 (with Retry-After).",
+    )
 
     # -- History ---------------------------------------------------------------------------------------------
     run_retention_days: float = Field(
@@ -461,6 +476,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "metrics_label_refresh_seconds",
             "graph_reports_at_once",
             "graph_report_wait_seconds",
+            "run_details_at_once",
+            "run_detail_wait_seconds",
         ),
     ),
     (

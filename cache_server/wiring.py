@@ -32,7 +32,7 @@ from cache_server.metrics import NamespaceLabels
 from cache_server.parsing.service import ParsingService
 from cache_server.parsing.worker import ParserProcess
 from cache_server.runs.budget import RunBudget
-from cache_server.runs.ingest import RunService
+from cache_server.runs.ingest import RUN_DETAIL_SLOTS, RunService
 from cache_server.service import CacheService
 from cache_server.service.hot import HotEntries
 from cache_server.service.nearest import NearestNamespaces
@@ -152,7 +152,13 @@ def build_services(
         reindexer=Reindexer(entries, store),
         activity=activity,
         quotas=quotas,
-        runs=RunService(database, clock=clock, budget=RunBudget.of_settings(settings)),
+        runs=RunService(
+            database,
+            ServerSlots(RUN_DETAIL_SLOTS, settings.run_details_at_once, settings.slots_directory),
+            wait_seconds=settings.run_detail_wait_seconds,
+            clock=clock,
+            budget=RunBudget.of_settings(settings),
+        ),
         nearest=NearestNamespaces(
             namespaces, NearestRepository(database), candidates=settings.nearest_candidates
         ),

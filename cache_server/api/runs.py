@@ -104,7 +104,7 @@ def list_runs(
     responses={
         404: {"description": "No such run"},
         409: {"description": "run_ambiguous: several runs start with this prefix (listed)"},
-        503: {"description": "runs_busy: this process explains DETAILS_AT_ONCE run details already"},
+        503: {"description": "runs_busy: the server explains run_details_at_once run details already"},
     },
 )
 @declare(Role.WRITE, Scope.ROUTE)
@@ -121,8 +121,9 @@ def run_detail(
     what supports it (the differing dimensions, the differing JAX cache-key components, the baked sizes,
     the tombstone, the advice), the count of each reason, and each listed module's bucketing report.
     ``run_id`` may be a unique prefix of the id (at least 4 characters); 409 ``run_ambiguous`` lists the
-    runs that start with it. At most 2 details are explained at once per server process; one more waits up
-    to 10 s, then 503 ``runs_busy`` (Retry-After)."""
+    runs that start with it. At most ``XLA_CACHE_RUN_DETAILS_AT_ONCE`` (2) details are explained at once by
+    the whole server; one more waits up to ``XLA_CACHE_RUN_DETAIL_WAIT_SECONDS`` (10 s), then 503
+    ``runs_busy`` (Retry-After)."""
     detail = runs.detail(run_id, patterns=_visible(request), limit=limit, offset=offset)
     return RunDetailOut.of(detail)
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server import metrics
+from cache_server.background.slots import ServerSlots, SlotsBusy
 from cache_server.domain import Clock, utcnow
 from cache_server.domain.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
 from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned, RunsBusy
@@ -32,7 +32,15 @@ from cache_server.runs.plausible import countable, lifetime_seconds
 from cache_server.runs.reasons import ExplainedMiss, explain
 from cache_server.runs.variants import VariantsCache
 
-__all__ = ["ANSWER_CHARACTERS", "MIN_PREFIX", "RunDetail", "RunReport", "RunService", "record_run"]
+__all__ = [
+    "ANSWER_CHARACTERS",
+    "MIN_PREFIX",
+    "RUN_DETAIL_SLOTS",
+    "RunDetail",
+    "RunReport",
+    "RunService",
+    "record_run",
+]
 
 ANSWER_CHARACTERS = 768 * 1024
 """About how much text one page of a run's detail answers: the misses past it are left to the next page
@@ -40,10 +48,11 @@ ANSWER_CHARACTERS = 768 * 1024
 MIN_PREFIX = 4
 """The shortest run id prefix looked up (a shorter one must be a whole id)."""
 CANDIDATES_SHOWN = 10
-DETAILS_AT_ONCE = 2
-"""Run details one server process explains at once (each is CPU: up to ~0.5 s for a run of 10,000 misses);
-one more waits up to ``DETAIL_WAIT_SECONDS``, then is answered 503 ``runs_busy`` with Retry-After."""
-DETAIL_WAIT_SECONDS = 10.0
+RUN_DETAIL_SLOTS = "run-details"
+"""The server's slots for explaining run details (:class:`~cache_server.background.slots.ServerSlots`'
+name): ``run_details_at_once`` pages are explained at once by all the server's processes together (each is
+CPU: up to a second or so); one more waits up to ``run_detail_wait_seconds``, then is answered 503
+``runs_busy`` with Retry-After."""
 _PREFIX = re.compile(rf"[A-Za-z0-9._-]{{{MIN_PREFIX},64}}")
 
 
@@ -81,11 +90,19 @@ class RunDetail:
 class RunService:
     """Stores run reports and explains them."""
 
-    def __init__(self, database: Database, *, clock: Clock = utcnow, budget: RunBudget | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        slots: ServerSlots,
+        *,
+        wait_seconds: float = 10.0,
+        clock: Clock = utcnow,
+        budget: RunBudget | None = None,
+    ) -> None:
         self._repository = RunRepository(database)
         self._budget = budget or RunBudget()
-        self._explaining = threading.BoundedSemaphore(DETAILS_AT_ONCE)
-        self.detail_wait_seconds = DETAIL_WAIT_SECONDS
+        self._slots = slots  # the server's, for explaining details (RUN_DETAIL_SLOTS)
+        self.detail_wait_seconds = wait_seconds
         self._database = database
         self._clock = clock
         self._variants = VariantsCache()
@@ -134,19 +151,19 @@ class RunService:
         explains nothing again, and ``limit=0`` explains nothing). ``run_id`` may be a unique prefix of at
         least :data:`MIN_PREFIX` characters; :class:`RunAmbiguous` (listing them) if several runs start
         with it; :class:`RunNotFound` if there is no such run or it is in a namespace ``patterns`` (a
-        scoped token's) do not cover; :class:`RunsBusy` if :data:`DETAILS_AT_ONCE` are being explained
-        and none ends within ``detail_wait_seconds``."""
+        scoped token's) do not cover; :class:`RunsBusy` if every slot of the server
+        (:data:`RUN_DETAIL_SLOTS`) stays taken for ``detail_wait_seconds``."""
         run = self._resolve(run_id, patterns)
         if limit <= 0:
             return self._detail(run, [], offset=offset)
-        if not self._explaining.acquire(timeout=self.detail_wait_seconds):
-            raise RunsBusy(
-                f"{DETAILS_AT_ONCE} run details are being explained by this server process; retry soon."
-            )
         try:
-            return self._detail(run, self._explained(run, limit=limit, offset=offset), offset=offset)
-        finally:
-            self._explaining.release()
+            with self._slots.hold(self.detail_wait_seconds):
+                return self._detail(run, self._explained(run, limit=limit, offset=offset), offset=offset)
+        except SlotsBusy:
+            raise RunsBusy(
+                f"{self._slots.count} run details are being explained by this server (all its processes); "
+                "retry soon."
+            ) from None
 
     def _explained(self, run: RunInfo, *, limit: int, offset: int) -> list[ExplainedMiss]:
         """A page of ``run``'s misses explained (cut where their text passes :data:`ANSWER_CHARACTERS`),

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from cache_protocol import SHA256_HEADER
-from cache_server.auth.tokens import Role, TokenManager
+from cache_server.auth.tokens import Role
 from cache_server.background.slots import ServerSlots
 from cache_server.graphs.report import (
     BODIES_READ_PER_GRAPH,
@@ -25,13 +25,12 @@ from cache_server.graphs.report import (
     BODY_TEXT_PER_REPORT,
     GRAPH_REPORT_SLOTS,
 )
-from cache_server.index import Database, TokenRepository
 from cache_server.settings import Settings
 from tests.support.api import bearer, sha
+from tests.support.authed_server import authed_server
 from tests.support.crafted_entries import sliced
-from tests.support.databases import fresh_database_url
 from tests.support.process_tree import cpu_seconds, peak_rss_mib, rss_bytes
-from tests.support.server import LiveServer, run_server
+from tests.support.server import LiveServer
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -54,19 +53,13 @@ class Live:
 def _live(kind: str, tmp_path: Path, env: dict[str, str], *, workers: int = 1) -> Iterator[Live]:
     """A server with auth on over a fresh index of ``kind``; tokens: admin, a writer of ``team-*`` and a
     reader of ``team-a`` alone."""
-    with fresh_database_url(kind, tmp_path, at_head=True) as url:
-        settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
-        database = Database.from_settings(settings)
-        manager = TokenManager(TokenRepository(database))
-        tokens = {
-            "admin": manager.create("ops", Role.ADMIN)[0],
-            "writer": manager.create("writer", Role.WRITE, ["team-*"])[0],
-            "reader": manager.create("reader", Role.READ, ["team-a"])[0],
-        }
-        database.dispose()
-        full = {**env, "XLA_CACHE_AUTH": "on", "XLA_CACHE_DATABASE_URL": url}
-        with run_server(tmp_path / "data", full, workers=workers) as server:
-            yield Live(server, tokens, settings)
+    tokens = {
+        "admin": (Role.ADMIN, None),
+        "writer": (Role.WRITE, ["team-*"]),
+        "reader": (Role.READ, ["team-a"]),
+    }
+    with authed_server(kind, tmp_path, env, tokens, workers=workers) as authed:
+        yield Live(authed.server, authed.tokens, authed.settings)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

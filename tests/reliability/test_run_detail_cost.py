@@ -44,8 +44,8 @@ def live(
         "writer": (Role.WRITE, ["team-a"]),
         "reader": (Role.READ, ["team-a"]),
     }
-    with authed_server(request.param, tmp_path, server_env, tokens) as (server, _, secrets):
-        yield server, secrets
+    with authed_server(request.param, tmp_path, server_env, tokens) as authed:
+        yield authed.server, authed.tokens
 
 
 def _costly_run(server: LiveServer, tokens: dict[str, str]) -> list[str]:

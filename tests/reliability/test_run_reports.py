@@ -5,7 +5,6 @@ while its runs are still stored and listed."""
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,14 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cache_protocol.runs import MAX_COUNT, MAX_SECONDS
 from cache_server.auth.tokens import Role
-from cache_server.errors import RunsBusy
-from cache_server.index import Database
-from cache_server.runs.ingest import DETAILS_AT_ONCE, RunReport, RunService
+from cache_server.background.slots import ServerSlots
+from cache_server.runs.ingest import RUN_DETAIL_SLOTS
 from cache_server.runs.plausible import GRACE_SECONDS, MAX_COMPILE_THREADS, MAX_LOOKUPS_PER_SECOND
-from cache_server.settings import Settings
 from tests.support.api import bearer
 from tests.support.authed_server import authed_server
-from tests.support.migrated import migrated
 from tests.support.run_reports import run_report
 from tests.support.server import LiveServer, run_cli
 
@@ -61,8 +57,8 @@ def _live(kind: str, tmp_path: Path, env: dict[str, str]) -> Iterator[Live]:
         "team-a": (Role.WRITE, ["team-a"]),
         "team-b": (Role.WRITE, ["team-b"]),
     }
-    with authed_server(kind, tmp_path, env, tokens) as (server, full, secrets):
-        yield Live(server, full, secrets)
+    with authed_server(kind, tmp_path, env, tokens) as authed:
+        yield Live(authed.server, authed.env, authed.tokens)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -266,20 +262,25 @@ def test_a_run_id_prefix_is_looked_up_among_the_runs_the_token_sees_and_exactly(
         assert admin.get("/admin/runs/feedz").json()["run_id"] == "feedz-a-0001"
 
 
-def test_details_past_the_ones_explained_at_once_wait_then_answer_busy(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path)
-    migrated(settings)
-    database = Database.from_settings(settings)
-    try:
-        service = RunService(database)
-        now = dt.datetime.now(dt.timezone.utc)
-        report = RunReport("run-busy-0001", "team-a", "jax", "h", 0, now, None, {"misses": 1}, ())
-        service.report(report, reported_by=None)
-        service.detail_wait_seconds = 0.2
-        assert all(service._explaining.acquire(timeout=1) for _ in range(DETAILS_AT_ONCE))
-        with pytest.raises(RunsBusy):
-            service.detail("run-busy-0001", patterns=None, limit=10)
-        service._explaining.release()
-        assert service.detail("run-busy-0001", patterns=None, limit=10).run.run_id == "run-busy-0001"
-    finally:
-        database.dispose()
+def test_details_past_the_servers_slots_wait_then_answer_busy(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    """Issue 42 item 1: the bound on details explained at once is the server's, not each process's. Two
+    worker processes, one slot, held by this test's own process: every detail waits its moment, then gets
+    503 ``runs_busy`` with Retry-After, whichever worker serves it; ``limit=0`` explains nothing and is
+    answered; the slot free, the detail is served."""
+    env = {**server_env, "XLA_CACHE_RUN_DETAILS_AT_ONCE": "1", "XLA_CACHE_RUN_DETAIL_WAIT_SECONDS": "0.3"}
+    tokens = {"admin": (Role.ADMIN, None)}
+    with authed_server("sqlite", tmp_path, env, tokens, workers=2) as authed:
+        url, headers = authed.server.url, bearer(authed.tokens["admin"])
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+            assert api.post("/v1/runs", json=_misses("run-busy-0001", 0, 5)).status_code == 200
+            slots = ServerSlots(RUN_DETAIL_SLOTS, 1, authed.settings.slots_directory)
+            with slots.hold(timeout=1):
+                for _ in range(4):  # the two workers take turns at the socket
+                    busy = api.get("/admin/runs/run-busy-0001")
+                    assert busy.status_code == 503, busy.text
+                    assert busy.json()["error"] == "runs_busy" and busy.headers["Retry-After"]
+                assert api.get("/admin/runs/run-busy-0001", params={"limit": 0}).status_code == 200
+            served = api.get("/admin/runs/run-busy-0001")
+            assert served.status_code == 200 and len(served.json()["misses"]) == 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from cache_server.auth.tokens import Role, TokenManager
@@ -13,7 +14,18 @@ from cache_server.settings import Settings
 from tests.support.databases import fresh_database_url
 from tests.support.server import LiveServer, run_server
 
-__all__ = ["authed_server"]
+__all__ = ["Authed", "authed_server"]
+
+
+@dataclass(frozen=True)
+class Authed:
+    """A running server, the environment it was started with, each token's secret by name, and the settings
+    its processes read (where its data and slots are)."""
+
+    server: LiveServer
+    env: dict[str, str]
+    tokens: dict[str, str]
+    settings: Settings
 
 
 @contextmanager
@@ -22,10 +34,11 @@ def authed_server(
     tmp_path: Path,
     env: Mapping[str, str],
     tokens: Mapping[str, tuple[Role, Sequence[str] | None]],
-) -> Iterator[tuple[LiveServer, dict[str, str], dict[str, str]]]:
-    """A server over a fresh ``kind`` index (``sqlite`` or ``postgresql``) with auth on; ``tokens`` maps a
-    name to its role and namespace patterns (None: every namespace). Yields the server, the environment it
-    was started with, and each token's secret by name."""
+    *,
+    workers: int = 1,
+) -> Iterator[Authed]:
+    """A server of ``workers`` processes over a fresh ``kind`` index (``sqlite`` or ``postgresql``) with
+    auth on; ``tokens`` maps a name to its role and namespace patterns (None: every namespace)."""
     with fresh_database_url(kind, tmp_path, at_head=True) as url:
         settings = Settings(data_dir=tmp_path / "data", database_url=url, auth=True)
         database = Database.from_settings(settings)
@@ -41,5 +54,5 @@ def authed_server(
             "XLA_CACHE_DATABASE_URL": url,
             "XLA_CACHE_DATA_DIR": str(tmp_path / "data"),
         }
-        with run_server(tmp_path / "data", full) as server:
-            yield server, full, secrets
+        with run_server(tmp_path / "data", full, workers=workers) as server:
+            yield Authed(server, full, secrets, settings)
