@@ -32,10 +32,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+if TYPE_CHECKING:  # cryptography is imported where a key is used: a command that signs nothing never pays it
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = [
     "KEY_ID_PATTERN",
@@ -189,6 +189,8 @@ def _decode(text: str, prefix: str, what: str) -> bytes:
 
 
 def _raw_public(key: Ed25519PublicKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -203,6 +205,8 @@ class Signer:
     @classmethod
     def generate(cls) -> Signer:
         """A new random key."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return cls(Ed25519PrivateKey.generate())
 
     @classmethod
@@ -211,10 +215,14 @@ class Signer:
         lines = list(_key_lines(text))
         if len(lines) != 1:
             raise BadKey(f"a signing key is one line {PRIVATE_PREFIX}<base64>; found {len(lines)} key lines")
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return cls(Ed25519PrivateKey.from_private_bytes(_decode(lines[0], PRIVATE_PREFIX, "a signing key")))
 
     def private_text(self) -> str:
         """The key as a one-line text (secret)."""
+        from cryptography.hazmat.primitives import serialization
+
         seed = self._private.private_bytes(
             serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
         )
@@ -287,6 +295,8 @@ class Verifier:
     """Checks signatures against a set of trusted public keys (by key id), each key object built once."""
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         self._keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in keys.items()}
         # The nodes of batch trees whose root's signature was verified, as (key id, signature, depth, hash):
         # a later entry of the batch stops at the first of them on its path (most at the first or second).
@@ -327,6 +337,8 @@ class Verifier:
         ``untrusted signer``, ``bad signature``."""
         if not signature:
             return "unsigned"
+        from cryptography.exceptions import InvalidSignature
+
         try:
             parsed = parse_signature(signature)  # first: the key id is read from the validated text
         except ValueError:

@@ -19,7 +19,9 @@ Each warmed process reports its run to the server (hits, compiles, compile secon
 
 from __future__ import annotations
 
-from xla_cache.config import ClientConfig, default_cache_dir, namespace_dir
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from xla_cache.errors import (
     CacheAlreadyInitialized,
     ClientError,
@@ -30,11 +32,41 @@ from xla_cache.errors import (
     ServerUnavailable,
     TorchXlaUnavailable,
 )
-from xla_cache.namespace import collect_fingerprint, namespace_id
-from xla_cache.process import flush, run_report, stop
-from xla_cache.uploader import UploadReport
-from xla_cache.warm_report import WarmReport
-from xla_cache.warming import warm
+
+if TYPE_CHECKING:
+    from xla_cache.config import ClientConfig, default_cache_dir, namespace_dir
+    from xla_cache.namespace import collect_fingerprint, namespace_id
+    from xla_cache.process import flush, run_report, stop
+    from xla_cache.uploader import UploadReport
+    from xla_cache.warm_report import WarmReport
+    from xla_cache.warming import warm
+
+# Imported when first used (PEP 562): ``xla-cache``'s command line imports this package, and most of its
+# subcommands need neither the warm nor the HTTP client behind it (issue 46: the import under 0.3 s).
+_LAZY = {
+    "ClientConfig": "xla_cache.config",
+    "default_cache_dir": "xla_cache.config",
+    "namespace_dir": "xla_cache.config",
+    "collect_fingerprint": "xla_cache.namespace",
+    "namespace_id": "xla_cache.namespace",
+    "flush": "xla_cache.process",
+    "run_report": "xla_cache.process",
+    "stop": "xla_cache.process",
+    "UploadReport": "xla_cache.uploader",
+    "WarmReport": "xla_cache.warm_report",
+    "warm": "xla_cache.warming",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public names not imported yet: each imported from its module on first use, then kept."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xla_cache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CacheAlreadyInitialized",

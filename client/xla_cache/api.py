@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
 from cache_protocol.signing import SIGNATURE_HEADER, Signer
 from xla_cache.config import Compression, auto_compression
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerError
+from xla_cache.lean_httpx import httpx
 from xla_cache.server_http import ServerHttp
 
 __all__ = [

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 from cache_protocol.fingerprint import FLAG_VARIABLES, flags_digest, parse_flags, redact
@@ -43,6 +42,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 def distribution_version(name: str) -> str | None:
     """The installed version of a distribution, or None (read from its metadata: nothing is imported)."""
+    from importlib import metadata  # costly to import (email, zipfile): only where a version is read
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -15,11 +15,10 @@ import ssl
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-import httpx
-
 from cache_protocol import UPLOADER_HEADER
 from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerError, ServerUnavailable
+from xla_cache.lean_httpx import httpx
 from xla_cache.server_url import normalize_server, server_url_problem, token_problem
 
 __all__ = ["USER_AGENT", "ServerHttp"]

@@ -129,12 +129,11 @@ def test_cli_warm_prints_why(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from xla_cache import cli
-    from xla_cache.cli import common
+    from xla_cache import api, cli
 
     _seed(real_server, build_fingerprint(FACTS, env={}), 12)
     ours = _seed(real_server, build_fingerprint(FACTS, env={"XLA_FLAGS": FAST}), 0)
-    monkeypatch.setattr(common, "CacheApi", real_server.api)
+    monkeypatch.setattr(api, "CacheApi", real_server.api)  # what the command builds when it runs
     args = ["warm", "--namespace", ours, "--server", real_server.url, "--cache-dir", str(tmp_path)]
     assert cli.main(args) == 0
     why = [line for line in capsys.readouterr().out.splitlines() if line.startswith("why ")]

@@ -13,18 +13,20 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cache_protocol import FINGERPRINT_FILE, name_problem
 from cache_protocol.signing import Signer
 from cache_protocol.text import shown
-from xla_cache.admin_api import AdminApi
-from xla_cache.api import CacheApi
 from xla_cache.cachedir import read_last_warm
 from xla_cache.config import DEFAULT_SERVER, ClientConfig, server_url_problem
 from xla_cache.errors import ClientError
 from xla_cache.frameworks import AUTO, all_frameworks, choose
 from xla_cache.progress import NullProgress, Progress, TqdmProgress
+
+if TYPE_CHECKING:  # the HTTP client (httpx) is imported by the subcommands that talk to a server
+    from xla_cache.admin_api import AdminApi
+    from xla_cache.api import CacheApi
 
 __all__ = [
     "REMOVAL_ROUND",
@@ -165,11 +167,15 @@ def server_of(config: ClientConfig) -> str:
 
 def cache_api(config: ClientConfig, *, signer: Signer | None = None) -> CacheApi:
     """A job's API at the configured server (:func:`server_of`), with the configured token and compression."""
+    from xla_cache.api import CacheApi
+
     return CacheApi(server_of(config), config.token, compression=config.compression, signer=signer)
 
 
 def admin_api(config: ClientConfig) -> AdminApi:
     """The admin API at the configured server, with the configured token and compression."""
+    from xla_cache.admin_api import AdminApi
+
     return AdminApi(server_of(config), config.token, compression=config.compression)
 
 
