@@ -22,6 +22,9 @@ counts the rest. The body (JSON)::
       "uploaded_entries": 10, "live_entries": 0, "load_failures": 0,
       "unverified_entries": 0,        # entries skipped because no trusted key signed them (issue 28:
                                       # XLA_CACHE_TRUSTED_KEYS), by the warm and the follower
+      "hit_keys": ["…"],              # the entries the run loaded, not in an earlier report of this run
+                                      # (at most MAX_HITS_PER_REPORT): the server prices each hit at the
+                                      # compile time recorded with its entry (saved_seconds)
       "new_misses": [                 # the compiles not in an earlier report of this run
         {"key": "…",                  # the cache key (file name) the compile wrote
          "module": "jit_step",        # the graph's name where the client knows it, else null
@@ -34,6 +37,14 @@ counts the rest. The body (JSON)::
 
 Every count is an integer in ``0 .. MAX_COUNT``, every duration a number in ``0 .. MAX_SECONDS``; anything
 else, an unknown field, or a run id another token owns is refused with 4xx and nothing is stored.
+
+**Saved**, defined once: a hit saves what its entry cost to compile, the compile time recorded with the
+entry by the run that compiled and uploaded it (torch_xla's ``CompileTime`` of that compile; a JAX entry
+carries its own). A run's ``saved_seconds`` is that time summed over the entries it reported in ``hit_keys``
+(an entry with no recorded time, or gone from the index, adds 0); a namespace's and the server's are the
+sums of their runs'. The server's own lookups (a manifest or GET that found its key) never count as saved
+nor in a hit rate: a download may go unused. A hit the client could not tie to its entry (a file system
+that keeps no access times) is counted in ``hits`` but saves nothing.
 
 The numbers (``warm_seconds`` to ``unverified_entries``, and the server's ``saved_seconds``) are declared
 once, in :data:`RUN_NUMBERS`: the client's report body, the server's schemas, its stored numbers (durations
@@ -54,6 +65,7 @@ __all__ = [
     "FRAMEWORKS",
     "HOST_MAX_LENGTH",
     "MAX_COUNT",
+    "MAX_HITS_PER_REPORT",
     "MAX_MISSES_PER_REPORT",
     "MAX_MISSES_PER_RUN",
     "MAX_PROCESS_INDEX",
@@ -83,6 +95,8 @@ MAX_SECONDS: Final = 10.0**9
 """The largest duration a report may carry, in seconds (about 31 years)."""
 MAX_MISSES_PER_REPORT: Final = 1_000
 MAX_MISSES_PER_RUN: Final = 10_000
+MAX_HITS_PER_REPORT: Final = 1_000
+"""The most ``hit_keys`` one report carries (the client sends the rest in its next reports)."""
 REPORT_INTERVAL_SECONDS: Final = 300.0
 """How often a running job reports (the client's default; ``XLA_CACHE_REPORT_INTERVAL`` overrides it)."""
 
@@ -174,7 +188,12 @@ RUN_NUMBERS: Final = (
     RunNumber("hits", "count", "persistent-cache loads"),
     RunNumber("misses", "count", "compiles"),
     RunNumber("compile_seconds", "seconds", "compile time paid"),
-    RunNumber("saved_seconds", "seconds", "compile time the hits saved (estimated)", reported=False),
+    RunNumber(
+        "saved_seconds",
+        "seconds",
+        "compile time the hits saved: what each entry the run loaded cost to compile, as recorded with it",
+        reported=False,
+    ),
     RunNumber("uploaded_entries", "count", "entries uploaded"),
     RunNumber("live_entries", "count", "entries the follower placed"),
     RunNumber("load_failures", "count", "entries the framework failed to load"),

@@ -63,7 +63,9 @@ def stats(
     before, null on the last page); totals and ``namespace_count`` cover all."""
     limit = limit or settings.stats_page_namespaces
     report = admin.stats(StatsQuery(days=days, top=top, namespace=namespace, limit=limit, after=after))
-    return StatsOut.of(report, admin.token_usage(), runs.totals(days=days, namespace=namespace))
+    names = [ns.name for ns in report.namespaces]
+    jobs = runs.scopes(days=days, namespace=namespace, namespaces=names)
+    return StatsOut.of(report, admin.token_usage(), jobs)
 
 
 @router.post("/evict", response_model=EvictOut)

@@ -14,7 +14,7 @@ from cache_server.admin.provenance import PurgeResult, TokenUsage
 from cache_server.admin.stats import StatsReport
 from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.domain import COUNTERS, Counters, NamespaceInfo, TokenInfo, counter_description
-from cache_server.domain.runs import RunTotals
+from cache_server.domain.runs import NO_RUNS, RunScopes, RunTotals
 
 __all__ = [
     "CountersOut",
@@ -40,7 +40,11 @@ __all__ = [
 
 
 _MS, _SAVED = "_ms_saved", "_saved"
-_HIT_RATE = (float | None, Field(description="hits / (hits + misses); null before the first lookup."))
+_HIT_RATE = (
+    float | None,
+    Field(description="The server's lookups: hits / (hits + misses); null before the first lookup."),
+)
+_JOBS_SCOPE = "What the runs of this scope (started in the period) reported: their hit rate and saved time."
 
 
 def _counter_fields() -> dict[str, Any]:
@@ -68,6 +72,35 @@ def counter_values(counters: Counters) -> dict[str, Any]:
     return values
 
 
+class JobsOut(BaseModel):
+    """What jobs reported of the same period (their run reports): what they loaded from the cache and what
+    they compiled, and the compile time the loads saved (each hit: what its entry cost to compile). The hit
+    rate and the saved time a team cares about, the only ones; the counters beside it (``hits``,
+    ``misses``, ``compile_seconds_saved``) are the server's own lookups (a manifest or GET that found its
+    key), which count downloads never used and miss the compiles of a job that did not ask."""
+
+    runs: int = Field(description="Runs started in the period that reported.")
+    hits: int = Field(description="Compiles the jobs' caches answered (entries loaded).")
+    compiles: int = Field(description="Compiles the jobs paid (their misses).")
+    hit_rate: float | None = Field(description="hits / (hits + compiles); null without reports.")
+    compile_seconds: float = Field(description="Compile time the jobs paid.")
+    saved_seconds: float = Field(
+        description="Compile time the hits saved: what each entry the jobs loaded cost to compile."
+    )
+
+    @classmethod
+    def of(cls, totals: RunTotals) -> JobsOut:
+        looked = totals.hits + totals.misses
+        return cls(
+            runs=totals.runs,
+            hits=totals.hits,
+            compiles=totals.misses,
+            hit_rate=totals.hits / looked if looked else None,
+            compile_seconds=totals.compile_ms / 1000,
+            saved_seconds=totals.saved_ms / 1000,
+        )
+
+
 # The counter fields come from the list of counters, so a new counter reaches every response by itself.
 if TYPE_CHECKING:
     CountersOut = BaseModel
@@ -93,12 +126,20 @@ else:
         ),
         labels=(dict[str, str], ...),
         last_used_at=(dt.datetime, ...),
+        jobs=(JobsOut, Field(default_factory=lambda: JobsOut.of(NO_RUNS), description=_JOBS_SCOPE)),
     )
-    DayOut = create_model("DayOut", day=(dt.date, ...), hit_rate=_HIT_RATE, **_counter_fields())
+    DayOut = create_model(
+        "DayOut",
+        day=(dt.date, ...),
+        hit_rate=_HIT_RATE,
+        jobs=(JobsOut, Field(default_factory=lambda: JobsOut.of(NO_RUNS), description=_JOBS_SCOPE)),
+        **_counter_fields(),
+    )
 
 
-def namespace_stats_out(ns: NamespaceInfo) -> NamespaceStatsOut:
+def namespace_stats_out(ns: NamespaceInfo, jobs: RunTotals = NO_RUNS) -> NamespaceStatsOut:
     return NamespaceStatsOut(
+        jobs=JobsOut.of(jobs),
         namespace=ns.name,
         framework=ns.framework,
         labels=ns.labels,
@@ -120,37 +161,13 @@ class GraphOut(BaseModel):
     examples: list[str] = Field(description="A few of its shape signatures.")
 
 
-class JobsOut(BaseModel):
-    """What jobs reported of the same period (their run reports): what they loaded from the cache and what
-    they compiled. The hit rate a team cares about; ``totals`` counts the server's own lookups (a manifest
-    or GET that found its key), which a job that compiled without asking never makes."""
-
-    runs: int = Field(description="Runs started in the period that reported.")
-    hits: int = Field(description="Compiles the jobs' caches answered (entries loaded).")
-    compiles: int = Field(description="Compiles the jobs paid (their misses).")
-    hit_rate: float | None = Field(description="hits / (hits + compiles); null without reports.")
-    compile_seconds: float = Field(description="Compile time the jobs paid.")
-    saved_seconds: float = Field(description="Compile time the hits saved (estimated).")
-
-    @classmethod
-    def of(cls, totals: RunTotals) -> JobsOut:
-        looked = totals.hits + totals.misses
-        return cls(
-            runs=totals.runs,
-            hits=totals.hits,
-            compiles=totals.misses,
-            hit_rate=totals.hits / looked if looked else None,
-            compile_seconds=totals.compile_ms / 1000,
-            saved_seconds=totals.saved_ms / 1000,
-        )
-
-
 class StatsOut(BaseModel):
     generated_at: dt.datetime
     jobs: JobsOut | None = Field(
         default=None,
-        description="What the jobs' run reports say for the same days (and namespace): the hit rate and "
-        "compiles of the jobs themselves. ``totals`` are the server's lookups.",
+        description="What the jobs' run reports say for the same days (and namespace): the hit rate, "
+        "compiles and saved time of the jobs themselves (each namespace row and each day has its own "
+        "``jobs``). ``totals`` are the server's lookups.",
     )
     totals: CountersOut
     namespaces: list[NamespaceStatsOut]
@@ -169,17 +186,24 @@ class StatsOut(BaseModel):
 
     @classmethod
     def of(
-        cls, report: StatsReport, usage: list[TokenUsage] | None = None, jobs: RunTotals | None = None
+        cls, report: StatsReport, usage: list[TokenUsage] | None = None, jobs: RunScopes | None = None
     ) -> StatsOut:
         totals = report.totals
+        by_namespace = jobs.by_namespace if jobs is not None else {}
+        daily = jobs.daily if jobs is not None else {}
         return cls(
-            jobs=JobsOut.of(jobs) if jobs is not None else None,
+            jobs=JobsOut.of(jobs.total) if jobs is not None else None,
             namespace_count=report.namespace_count,
             next_after=report.next_after,
             generated_at=report.generated_at,
             totals=CountersOut(entries=totals.entries, bytes=totals.bytes, **counter_values(totals.counters)),
-            namespaces=[namespace_stats_out(ns) for ns in report.namespaces],
-            daily=[DayOut(day=d.day, **counter_values(d.counters)) for d in report.daily],
+            namespaces=[
+                namespace_stats_out(ns, by_namespace.get(ns.name, NO_RUNS)) for ns in report.namespaces
+            ],
+            daily=[
+                DayOut(day=d.day, jobs=JobsOut.of(daily.get(d.day, NO_RUNS)), **counter_values(d.counters))
+                for d in report.daily
+            ],
             top_graphs=[GraphOut(**vars(g)) for g in report.top_graphs],
             stored_by=TokensOut.of(usage or []).tokens,
         )

@@ -97,7 +97,8 @@ def dashboard_data(
     ``limit`` and ``after`` as there)."""
     limit = limit or settings.stats_page_namespaces
     report = admin.stats(StatsQuery(days=days, top=top, limit=limit, after=after))
-    return StatsOut.of(report, jobs=runs.totals(days=days))
+    jobs = runs.scopes(days=days, namespace=None, namespaces=[ns.name for ns in report.namespaces])
+    return StatsOut.of(report, jobs=jobs)
 
 
 def _patterns(request: Request) -> tuple[str, ...] | None:

@@ -22,6 +22,7 @@ from pydantic import (
 from cache_protocol.runs import (
     HOST_MAX_LENGTH,
     MAX_COUNT,
+    MAX_HITS_PER_REPORT,
     MAX_MISSES_PER_REPORT,
     MAX_PROCESS_INDEX,
     MAX_SECONDS,
@@ -90,10 +91,19 @@ class _ReportFields(_Strict):
     started_at: UnixTime
     ended_at: UnixTime | None = None
     new_misses: list[MissIn] = Field(default_factory=list, max_length=MAX_MISSES_PER_REPORT)
+    hit_keys: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list,
+        max_length=MAX_HITS_PER_REPORT,
+        description="The entries the run loaded since its last report: each saved what it cost to compile.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> _ReportFields:
         check_namespace(self.namespace)
+        for key in self.hit_keys:
+            check_key(key)  # InvalidName: 400
+        if len(set(self.hit_keys)) != len(self.hit_keys):
+            raise ValueError("hit_keys names a key twice")
         if self.ended_at is not None and self.ended_at < self.started_at:
             raise ValueError("ended_at is before started_at")
         if len({miss.key for miss in self.new_misses}) != len(self.new_misses):
@@ -121,6 +131,7 @@ class _ReportFields(_Strict):
                 )
                 for m in self.new_misses
             ],
+            hit_keys=tuple(self.hit_keys),
         )
 
 
@@ -188,7 +199,8 @@ def _run_fields(run: RunInfo) -> dict[str, object]:
 
 class RunOut(_RunFields):
     """A run: who, where, when, and its numbers (seconds as numbers; the hit rate of its lookups,
-    ``hits / (hits + misses)``; ``saved_seconds`` the compile time its hits saved, estimated)."""
+    ``hits / (hits + misses)``; ``saved_seconds`` the compile time its hits saved: what each entry it
+    loaded cost to compile)."""
 
     misses: int
 

@@ -19,6 +19,7 @@ __all__ = [
     "RunInfo",
     "RunNumbers",
     "RunRecorded",
+    "RunScopes",
     "RunTotals",
 ]
 
@@ -155,3 +156,16 @@ class RunTotals:
     misses: int
     compile_ms: int
     saved_ms: int
+
+
+NO_RUNS = RunTotals(0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class RunScopes:
+    """What the jobs reported over one period, in each scope a stats page shows: all the runs asked for
+    (``total``: every namespace's, or the one asked for), each namespace of the page's, each UTC day's."""
+
+    total: RunTotals
+    by_namespace: Mapping[str, RunTotals]
+    daily: Mapping[dt.date, RunTotals]

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from cache_server.domain.runs import NUMBER_FIELDS, MissRecord, RunFilter, RunInfo, RunNumbers, RunTotals
 from cache_server.index.database import Database, chunked
-from cache_server.index.models import Namespace, Run, RunMiss, run_number
+from cache_server.index.models import Entry, Run, RunMiss, run_number
 from cache_server.index.patterns import scope_matches, starts_with
 
 __all__ = ["HeldRun", "RunRepository"]
@@ -159,6 +159,12 @@ def _row(run: RunInfo) -> dict[str, Any]:
     }
 
 
+_SUMS = tuple(
+    func.coalesce(func.sum(run_number(name)), 0) for name in ("hits", "misses", "compile_ms", "saved_ms")
+)
+"""The numbers :class:`~cache_server.domain.runs.RunTotals` sums, as SQL (after the count of runs)."""
+
+
 class RunRepository:
     """The runs and their misses."""
 
@@ -172,15 +178,19 @@ class RunRepository:
         with self._db.transaction() as session:
             yield HeldRun(self._db, session, run_id)
 
-    def compile_ms_per_hit(self, namespace: str) -> float | None:
-        """The compile time a hit of ``namespace`` saved on average (its counters), None before any hit."""
+    def compile_ms_of(self, namespace: str, keys: Sequence[str]) -> int:
+        """The compile time recorded with these entries of ``namespace``, summed (an entry without one, or
+        not stored, adds 0): what a run's hits of them saved."""
+        total = 0
+        if not keys:
+            return 0
         with self._db.reading() as connection:
-            row = connection.execute(
-                select(Namespace.hits, Namespace.compile_ms_saved).where(Namespace.name == namespace)
-            ).first()
-        if row is None or not row.hits:
-            return None
-        return float(row.compile_ms_saved) / float(row.hits)
+            for part in chunked(sorted(set(keys))):
+                stmt = select(func.coalesce(func.sum(Entry.compile_time_ms), 0)).where(
+                    Entry.namespace == namespace, Entry.key.in_(part)
+                )
+                total += int(connection.execute(stmt).scalar_one() or 0)
+        return total
 
     def list_runs(self, query: RunFilter) -> list[RunInfo]:
         """The runs ``query`` asks for, the latest started first."""
@@ -230,16 +240,45 @@ class RunRepository:
     def totals(self, *, since: dt.datetime, namespace: str | None = None) -> RunTotals:
         """What the runs started at or after ``since`` (of ``namespace``, if given) reported, summed (off
         ``ix_runs_started_at`` or ``ix_runs_namespace_started_at``)."""
-        stmt = select(
-            func.count(),
-            *(
-                func.coalesce(func.sum(run_number(name)), 0)
-                for name in ("hits", "misses", "compile_ms", "saved_ms")
-            ),
-        ).where(Run.started_at >= since, *([] if namespace is None else [Run.namespace == namespace]))
+        conditions = [Run.started_at >= since]
+        if namespace is not None:
+            conditions.append(Run.namespace == namespace)
+        stmt = select(func.count(), *_SUMS).where(*conditions)
         with self._db.reading() as connection:
             row = connection.execute(stmt).one()
         return RunTotals(*(int(value) for value in row))
+
+    def daily(self, *, since: dt.datetime, namespace: str | None = None) -> dict[dt.date, RunTotals]:
+        """:meth:`totals` per UTC day the runs started on, from ``since`` on (days without runs left
+        out): one grouped query."""
+        if self._db.engine.dialect.name == "postgresql":
+            day: ColumnElement[Any] = func.to_char(func.timezone("UTC", Run.started_at), "YYYY-MM-DD")
+        else:  # SQLite keeps the UTC time as text, "YYYY-MM-DD HH:MM:SS..." (UtcDateTime)
+            day = func.substr(Run.started_at, 1, 10)
+        conditions = [Run.started_at >= since]
+        if namespace is not None:
+            conditions.append(Run.namespace == namespace)
+        stmt = select(day, func.count(), *_SUMS).where(*conditions).group_by(day)
+        with self._db.reading() as connection:
+            return {
+                dt.date.fromisoformat(str(found)): RunTotals(*(int(value) for value in values))
+                for found, *values in connection.execute(stmt)
+            }
+
+    def totals_by_namespace(self, *, since: dt.datetime, namespaces: Sequence[str]) -> dict[str, RunTotals]:
+        """:meth:`totals` of each of ``namespaces`` (one grouped query per part of them); a namespace
+        without runs is left out."""
+        found: dict[str, RunTotals] = {}
+        with self._db.reading() as connection:
+            for part in chunked(sorted(set(namespaces))):
+                stmt = (
+                    select(Run.namespace, func.count(), *_SUMS)
+                    .where(Run.started_at >= since, Run.namespace.in_(part))
+                    .group_by(Run.namespace)
+                )
+                for name, *values in connection.execute(stmt):
+                    found[str(name)] = RunTotals(*(int(value) for value in values))
+        return found
 
     def miss_keys(self, run_id: str) -> list[str]:
         """The keys of a run's stored misses, in the order it reported them (no more of each row: cheap)."""

@@ -6,8 +6,9 @@ refused, as is one that changes its namespace or framework), the next ones merge
 larger of the stored and the reported, so a late report that arrives out of order cannot lower them, and
 the Prometheus counters grow by the difference between a run's consecutive reports, and never shrink), and
 the report's new misses are added while the run holds fewer than
-:data:`~cache_protocol.runs.MAX_MISSES_PER_RUN`. The compile time a run's hits saved is
-estimated from its namespace's counters (the compile time recorded with the entries served, per hit).
+:data:`~cache_protocol.runs.MAX_MISSES_PER_RUN`. The compile time a run's hits saved is the compile
+time recorded with each entry it reported loading (``hit_keys``, looked up in the index as the report
+arrives), added to what its earlier reports saved: the one definition, :mod:`cache_protocol.runs`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server import metrics
 from cache_server.background.slots import ServerSlots, SlotsBusy
 from cache_server.domain import Clock, utcnow
-from cache_server.domain.runs import MissRecord, RunFilter, RunInfo, RunNumbers, RunRecorded, RunTotals
+from cache_server.domain.runs import (
+    MissRecord,
+    RunFilter,
+    RunInfo,
+    RunNumbers,
+    RunRecorded,
+    RunScopes,
+    RunTotals,
+)
 from cache_server.errors import RunAmbiguous, RunConflict, RunNotFound, RunOwned, RunsBusy
 from cache_server.index.database import Database
 from cache_server.index.miss_facts import read_facts
@@ -53,6 +62,7 @@ RUN_DETAIL_SLOTS = "run-details"
 name): ``run_details_at_once`` pages are explained at once by all the server's processes together (each is
 CPU: up to a second or so); one more waits up to ``run_detail_wait_seconds``, then is answered 503
 ``runs_busy`` with Retry-After."""
+MAX_SAVED_MS = 2**62  # what the index's BIGINT column holds, with room to add
 _PREFIX = re.compile(rf"[A-Za-z0-9._-]{{{MIN_PREFIX},64}}")
 
 
@@ -69,6 +79,7 @@ class RunReport:
     ended_at: dt.datetime | None
     numbers: Mapping[str, float]  # by name (cache_protocol.runs.REPORTED_NUMBERS), durations in seconds
     new_misses: Sequence[MissRecord]
+    hit_keys: Sequence[str] = ()  # the entries loaded since the run's last report
 
 
 @dataclass(frozen=True)
@@ -111,10 +122,8 @@ class RunService:
         """Store ``report`` for the token ``reported_by`` (None with auth off) and count it in the metrics
         (as far as it is plausible: :mod:`~cache_server.runs.plausible`; not at all unless ``metrics_on``);
         :class:`~cache_server.errors.RunOwned` / :class:`~cache_server.errors.RunConflict` store nothing."""
-        per_hit = self._repository.compile_ms_per_hit(report.namespace)
-        hits = int(report.numbers.get("hits", 0))
-        saved = int(hits * per_hit) if per_hit is not None else 0
-        numbers = RunNumbers.of_report(report.numbers, saved_ms=min(saved, 2**62))
+        saved = self._repository.compile_ms_of(report.namespace, report.hit_keys)
+        numbers = RunNumbers.of_report(report.numbers, saved_ms=min(saved, MAX_SAVED_MS))
         now = self._clock()
         run = RunInfo(
             run_id=report.run_id,
@@ -139,8 +148,22 @@ class RunService:
 
     def totals(self, *, days: int, namespace: str | None = None) -> RunTotals:
         """What the runs started in the last ``days`` UTC days (today's included) reported, summed."""
+        return self._repository.totals(since=self._since(days), namespace=namespace)
+
+    def scopes(self, *, days: int, namespace: str | None, namespaces: Sequence[str]) -> RunScopes:
+        """What the runs started in the last ``days`` UTC days reported: in all (or ``namespace``'s), for
+        each of ``namespaces`` (a stats page's rows) and each day (three grouped queries)."""
+        since = self._since(days)
+        return RunScopes(
+            total=self._repository.totals(since=since, namespace=namespace),
+            by_namespace=self._repository.totals_by_namespace(since=since, namespaces=namespaces),
+            daily=self._repository.daily(since=since, namespace=namespace),
+        )
+
+    def _since(self, days: int) -> dt.datetime:
+        """The start of the first of the last ``days`` UTC days (today's included)."""
         today = self._clock().astimezone(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-        return self._repository.totals(since=today - dt.timedelta(days=days - 1), namespace=namespace)
+        return today - dt.timedelta(days=max(days, 1) - 1)
 
     def detail(
         self, run_id: str, *, patterns: tuple[str, ...] | None, limit: int, offset: int = 0
@@ -236,7 +259,8 @@ def record_run(
     ``misses``, in one transaction. :class:`RunOwned` if another token reported this id first,
     :class:`RunConflict` if the run has another namespace or framework, :class:`QuotaExceeded` if a new
     run is past its token's ``budget`` (:mod:`~cache_server.runs.budget`); nothing is stored then. Misses
-    past the run's bound or the budget's room are counted (in the numbers), not stored."""
+    past the run's bound or the budget's room are counted (in the numbers), not stored. ``run``'s
+    ``saved_ms`` is what this report's hits saved: added to what the run's earlier reports saved."""
     budget = budget or RunBudget()
     stored = replace(run, updated_at=now)
     before: RunNumbers | None = None
@@ -265,7 +289,9 @@ def record_run(
                 process_index=run.process_index,
                 updated_at=now,
                 ended_at=max(ended) if ended else None,
-                numbers=old.numbers.merged(run.numbers),
+                numbers=_with_saved(
+                    old.numbers.merged(run.numbers), old.numbers.saved_ms + run.numbers.saved_ms
+                ),
             )
             held.update(stored)
         count = held.misses_held()
@@ -275,6 +301,11 @@ def record_run(
     return RunRecorded(
         run=replace(stored, misses_stored=count + kept), before=before, misses_kept=kept, previous=old
     )
+
+
+def _with_saved(numbers: RunNumbers, saved_ms: int) -> RunNumbers:
+    """``numbers`` with ``saved_ms`` (within the column's bound): saved time adds up, report by report."""
+    return RunNumbers(**{**numbers.as_dict(), "saved_ms": min(saved_ms, MAX_SAVED_MS)})
 
 
 def _covered(namespace: str, patterns: tuple[str, ...]) -> bool:

@@ -9,7 +9,8 @@ bounds); the counters count each number only up to what the run could have done 
 * ``hits`` and ``misses`` each at most lifetime x :data:`MAX_LOOKUPS_PER_SECOND` (a persistent-cache
   lookup deserializes or compiles an executable: a process makes far fewer than this many a second);
 * ``compile_seconds`` at most lifetime x :data:`MAX_COMPILE_THREADS` (compiles running at once);
-* ``saved_seconds`` is estimated from the hits, so it is counted in proportion to the hits counted.
+* ``saved_seconds`` is what the run's loaded entries cost to compile, so it is counted in proportion to
+  the hits counted.
 
 The bound is worked out again at each report from the run's stored numbers, so the counters grow by the
 difference between what was countable after the last report and after this one: an honest run whose early

@@ -17,13 +17,20 @@ class AdminApi(CacheApi):
     """Calls to one cache server's admin API (an admin token, or one whose scope covers what is asked)."""
 
     def admin_stats(
-        self, deadline: Deadline, *, limit: int | None = None, after: str | None = None
+        self,
+        deadline: Deadline,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        namespace: str | None = None,
+        top: int | None = None,
     ) -> dict[str, Any]:
         """``GET /admin/stats`` (needs an admin token when auth is on): one page of namespaces, ``limit``
         of them (the server's default page when None) after the cursor ``after`` (a page's
-        ``next_after``)."""
+        ``next_after``); with ``namespace``, that namespace's numbers only."""
         what = "the admin stats request"
-        params = {name: value for name, value in (("limit", limit), ("after", after)) if value is not None}
+        given = (("limit", limit), ("after", after), ("namespace", namespace), ("top", top))
+        params = {name: value for name, value in given if value is not None}
         return dict(self._json(self._call("GET", "/admin/stats", what, deadline, params=params), what))
 
     def admin_graphs(

@@ -327,12 +327,17 @@ def test_metrics_grow_by_the_difference_between_reports(client: TestClient) -> N
     assert 'xla_cache_run_hits_total{framework="torchax"}' in scrape
 
 
-def test_saved_seconds_estimated_from_the_namespace_hits(client: TestClient, services: Services) -> None:
+def test_saved_is_what_each_loaded_entry_cost_to_compile(client: TestClient, services: Services) -> None:
+    """Issue 46, item 6: each hit saves its own entry's recorded compile time; lookups save nothing."""
     put_ok(client, NS, "k", b"bytes", compile_ms=3000)
-    assert client.get(entry_url(NS, "k")).status_code == 200  # one hit that saved 3 s
+    put_ok(client, NS, "k2", b"other bytes", compile_ms=1500)
+    for _ in range(5):
+        assert client.get(entry_url(NS, "k")).status_code == 200  # downloads: no job said it loaded them
     services.access.flush()
-    post(client, report(hits=4))
-    assert client.get("/admin/runs").json()["runs"][0]["saved_seconds"] == pytest.approx(12.0)
+    post(client, report(hits=4, hit_keys=["k"]))
+    assert client.get("/admin/runs").json()["runs"][0]["saved_seconds"] == pytest.approx(3.0)
+    post(client, report(hits=5, hit_keys=["k2", "unknown-key"]))  # the next report's hits add theirs
+    assert client.get("/admin/runs").json()["runs"][0]["saved_seconds"] == pytest.approx(4.5)
 
 
 FIXTURES = Path(__file__).parents[1] / "admin" / "fixtures"

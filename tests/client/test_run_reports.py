@@ -175,6 +175,27 @@ def test_entries_the_follower_placed_are_no_compiles_and_rewritten_ones_failed_t
     )  # skipped by the warm and the follower: no trusted key signed them
 
 
+def test_reports_name_the_warmed_entries_the_job_read_each_once(
+    tmp_path: Path, receiver: tuple[str, RunReceiver]
+) -> None:
+    """Issue 46, item 6: a hit is priced by its own entry, so the report names which entries the job loaded
+    (those the warm left and the job read afterwards), never one it did not read, each once."""
+    url, taken = receiver
+    warmed = [entry(tmp_path, n) for n in range(1, 5)]
+    setup = Setup(tmp_path, url)
+    for key in (warmed[0], warmed[2]):
+        (tmp_path / key).read_bytes()  # the framework loads it
+    setup.reporter.tick()
+    (tmp_path / warmed[1]).read_bytes()
+    compiled = entry(tmp_path, 9)  # a compile's new file, read by the uploader: no hit
+    (tmp_path / compiled).read_bytes()
+    setup.reporter.finish()
+    first, last = taken.reports_of(setup.reporter.run_id)
+    assert sorted(first["hit_keys"]) == sorted([warmed[0], warmed[2]])
+    assert last["hit_keys"] == [warmed[1]]
+    assert sorted(setup.reporter.current()["hit_keys"]) == sorted(warmed[:3])
+
+
 def test_misses_past_one_report_wait_for_the_next(tmp_path: Path, receiver: tuple[str, RunReceiver]) -> None:
     url, taken = receiver
     setup = Setup(tmp_path, url)

@@ -34,6 +34,7 @@ from cache_protocol.runs import (
     FRAMEWORKS,
     HOST_MAX_LENGTH,
     MAX_COUNT,
+    MAX_HITS_PER_REPORT,
     MAX_MISSES_PER_REPORT,
     MAX_PROCESS_INDEX,
     MAX_SECONDS,
@@ -61,6 +62,7 @@ _FIELDS = {
     *_COUNTS,
     *_DURATIONS,
     "new_misses",
+    "hit_keys",
 }
 _MISS_FIELDS = {"key", "module", "components", "compile_seconds", "load_failed"}
 
@@ -146,6 +148,11 @@ def report_problems(body: Any) -> list[str]:
         keys = [miss.get("key") for miss in misses if isinstance(miss, dict)]
         if len(set(map(str, keys))) != len(keys):
             problems.append("new_misses names a key twice")
+    hits = body.get("hit_keys", [])
+    if not isinstance(hits, list) or len(hits) > MAX_HITS_PER_REPORT:
+        problems.append(f"hit_keys is not a list of at most {MAX_HITS_PER_REPORT}")
+    elif not all(isinstance(key, str) and is_key(key) for key in hits) or len(set(hits)) != len(hits):
+        problems.append("hit_keys holds a key twice or a name that is no key")
     return problems
 
 

@@ -15,6 +15,8 @@ from typing import Any
 from xla_cache.cli.admin_text import (
     evict_lines,
     format_bytes,
+    jobs_lines,
+    lookup_line,
     parse_duration,
     parse_size,
     purge_lines,
@@ -64,9 +66,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
         totals: dict[str, Any] | None
         admin_error: str | None
         signers: list[dict[str, Any]] = []
+        own: dict[str, Any] | None = None  # the namespace's own jobs' numbers
         try:
             totals = api.admin_stats(Deadline(args.timeout), limit=args.limit, after=args.after)
             signers = api.admin_signers(Deadline(args.timeout))["signers"]
+            if namespace:
+                own = api.admin_stats(Deadline(args.timeout), namespace=namespace, limit=1, top=0).get("jobs")
         except ServerUnavailable:
             raise  # the server could not be reached at all: say so, as every command does
         except ServerProblem as exc:
@@ -76,6 +81,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             admin_error = None
     data: dict[str, Any] = {
         "namespace": info,
+        "namespace_jobs": own,
         "admin": totals,
         "admin_error": admin_error,
         "signers": signers,
@@ -84,9 +90,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
         lines = [f"namespace  {chosen.name} ({chosen.how})"]
     else:
         lines = [] if args.all else [f"namespace  none: {no_namespace_help(config)}"]
-    for key in ("entries", "bytes", "hits", "misses", "uploads", "created_at", "last_used_at"):
-        if key in info:
-            lines.append(f"  {key:<12} {info[key]}")
+    if info:
+        lines.append(
+            f"  stored       {info.get('entries', 0):,} entries, {format_bytes(info.get('bytes', 0))}"
+        )
+        if totals is not None:
+            lines += jobs_lines(own)
+        if "hits" in info:
+            lines.append(lookup_line(info))
+        lines += [
+            f"  {key:<12} {info[key]}" for key in ("uploads", "created_at", "last_used_at") if key in info
+        ]
     if totals is not None:
         lines += stats_lines(totals)
         lines += ["entries per signer (unsigned: no signature; xla-cache unsigned --remove)"]

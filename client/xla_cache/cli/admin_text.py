@@ -16,6 +16,8 @@ __all__ = [
     "evict_lines",
     "format_bytes",
     "format_seconds",
+    "jobs_lines",
+    "lookup_line",
     "parse_duration",
     "parse_size",
     "purge_lines",
@@ -77,49 +79,66 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     ]
 
 
+def jobs_lines(jobs: dict[str, Any] | None, *, indent: str = "  ", days: int = 30) -> list[str]:
+    """What the jobs of one scope reported (a ``jobs`` block of the stats): their hit rate, compiles, and
+    the compile time paid and saved (each hit: what its entry cost to compile)."""
+    if not jobs or not jobs.get("runs"):
+        return [f"{indent}what jobs reported: no run reports in the last {days} days"]
+    return [
+        f"{indent}what jobs reported (runs started in the last {days} days: {jobs['runs']:,})",
+        f"{indent}  hit rate     {_rate(jobs['hit_rate'])}  ({jobs['hits']:,} loaded from the cache, "
+        f"{jobs['compiles']:,} compiled: xla-cache runs says why)",
+        f"{indent}  compiling    {format_seconds(jobs['compile_seconds'])} paid, "
+        f"{format_seconds(jobs['saved_seconds'])} saved by hits (what each loaded entry cost to compile)",
+    ]
+
+
+def lookup_line(counters: dict[str, Any], *, indent: str = "  ") -> str:
+    """The server's own lookups of one scope: never a hit rate of jobs, never time saved (a download may
+    go unused, and a job that compiles without asking makes none)."""
+    return (
+        f"{indent}lookups      {counters['hits']:,} found, {counters['misses']:,} not found (manifests and "
+        "GETs the server answered; not the jobs' hit rate)"
+    )
+
+
 def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
-    """The server's totals, a table of namespaces, and the graphs with the most shape variants."""
+    """The server's part of ``stats``, each block named by its scope: what every namespace's jobs
+    reported, what the server stores and served, a table of namespaces (their jobs' numbers), and the
+    graphs with the most shape variants."""
     t = stats["totals"]
-    jobs = stats.get("jobs") or {}
-    if jobs.get("runs"):
-        reported = [
-            f"what jobs reported ({jobs['runs']:,} runs)",
-            f"  hit rate     {_rate(jobs['hit_rate'])}  ({jobs['hits']:,} loaded from the cache, "
-            f"{jobs['compiles']:,} compiled: xla-cache runs says why)",
-            f"  compiling    {format_seconds(jobs['compile_seconds'])} paid, "
-            f"{format_seconds(jobs['saved_seconds'])} saved by hits",
-        ]
-    else:
-        reported = ["what jobs reported: no run reports (the hit rate below is the server's lookups)"]
-    lookups = "lookups" if jobs.get("runs") else "hit rate"
     lines = [
-        *reported,
-        "server totals",
+        "server (every namespace)",
+        *jobs_lines(stats.get("jobs")),
         f"  stored       {t['entries']:,} entries, {format_bytes(t['bytes'])}",
-        f"  {lookups:<12} {_rate(t['hit_rate'])} found  ({t['hits']:,} hits, {t['misses']:,} misses of "
-        "manifests and GETs)",
-        f"  saved        {format_seconds(t['compile_seconds_saved'])} of compile time (uploaders' figures)",
+        lookup_line(t),
         f"  served       {format_bytes(t['bytes_served'])}",
         f"  uploads      {t['uploads']:,}    evictions {t['evictions']:,}",
     ]
     namespaces = stats.get("namespaces", [])
     if namespaces:
-        lines.append("namespaces (largest first)")
-        rows = [["namespace", "framework", "entries", "bytes", "hit rate", "hits", "misses", "saved"]]
-        rows += [
-            [
-                n["namespace"],
-                n.get("framework") or "-",
-                f"{n['entries']:,}",
-                format_bytes(n["bytes"]),
-                _rate(n["hit_rate"]),
-                f"{n['hits']:,}",
-                f"{n['misses']:,}",
-                format_seconds(n["compile_seconds_saved"]),
-            ]
-            for n in namespaces
+        lines.append(
+            "namespaces (largest first; runs, hit rate, compiled, paid and saved: their jobs' reports)"
+        )
+        rows = [
+            ["namespace", "framework", "entries", "bytes", "runs", "hit rate", "compiled", "paid", "saved"]
         ]
-        lines += _table(rows, right={2, 3, 4, 5, 6, 7})
+        for n in namespaces:
+            jobs = n.get("jobs") or {}
+            rows.append(
+                [
+                    n["namespace"],
+                    n.get("framework") or "-",
+                    f"{n['entries']:,}",
+                    format_bytes(n["bytes"]),
+                    f"{jobs.get('runs', 0):,}",
+                    _rate(jobs.get("hit_rate")),
+                    f"{jobs.get('compiles', 0):,}",
+                    format_seconds(jobs.get("compile_seconds", 0.0)),
+                    format_seconds(jobs.get("saved_seconds", 0.0)),
+                ]
+            )
+        lines += _table(rows, right={2, 3, 4, 5, 6, 7, 8})
         if stats.get("next_after") is not None:
             count = stats.get("namespace_count", len(namespaces))
             lines.append(

@@ -8,7 +8,13 @@ seconds; the exit handler and :func:`xla_cache.stop` call :meth:`RunReporter.fin
 
 Each report (``POST /v1/runs``, :mod:`cache_protocol.runs`) carries the run's cumulative numbers and the
 misses not yet reported, at most :data:`~cache_protocol.runs.MAX_MISSES_PER_REPORT`; the rest wait for the
-next one. A miss is an entry file the job's compiles wrote: a key that was not in the directory after the
+next one. Each report also names the entries the job loaded since the last one (``hit_keys``, at most
+:data:`~cache_protocol.runs.MAX_HITS_PER_REPORT`): the server prices each hit at the compile time recorded
+with its entry. A hit is an entry file the warm left that was read after it: when the warm is done the
+reporter sets each such file's access time just before its modification time (Linux's default
+``relatime`` then records the next read), and a later access time means the framework loaded it. A file
+system mounted ``noatime`` records none: its hits are counted, not named, and save nothing. A miss is an
+entry file the job's compiles wrote: a key that was not in the directory after the
 warm (or was, and was written again: it had failed to load), and that the follower did not place. Only the
 process that writes the cache reports keys (JAX: process 0).
 
@@ -19,6 +25,7 @@ one log line, never an exception in the job, and at exit at most :data:`EXIT_SEC
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -30,6 +37,7 @@ from typing import Any
 
 from cache_protocol.runs import (
     HOST_MAX_LENGTH,
+    MAX_HITS_PER_REPORT,
     MAX_MISSES_PER_REPORT,
     MAX_MISSES_PER_RUN,
     MAX_PROCESS_INDEX,
@@ -114,6 +122,8 @@ class _State:
     reports: int = 0  # reports the server took
     ended_at: float | None = None
     disabled: str | None = None  # why no more reports are sent
+    hits: list[str] = field(default_factory=list)  # keys of warmed entries the job read, in order found
+    hits_sent: int = 0  # hits[:hits_sent] reached the server
     failing: bool = False  # the last report failed (warned once)
     unanswered: bool = False  # ... because the server did not answer it (not a refusal)
 
@@ -166,6 +176,8 @@ class RunReporter:
         self._collector = collector
         self._transfers = transfers
         self._baseline = {key: (item.size, item.mtime_ns) for key, item in baseline.items()}
+        self._paths = {key: item.path for key, item in baseline.items()}
+        self._unread: dict[str, int] = {}  # warmed entries not read yet: key -> the access time set at begin
         self._unloadable = set(unloadable)
         self._clock = clock
         self._wall = wall
@@ -190,6 +202,7 @@ class RunReporter:
         # Fixed for the run: the server refuses (409) a run whose framework changes between reports.
         self._framework = self._collector.framework()
         self._next_due = self._clock()
+        self._unread = _mark_unread(self._paths, self._baseline)
         self._warm = warm
 
     def tick(self) -> None:
@@ -243,7 +256,9 @@ class RunReporter:
         with self._lock:
             self._find_misses()
             body = self._numbers()
+            self._find_hits()
             body["missed_keys"] = [miss.as_dict() for miss in self._state.misses]
+            body["hit_keys"] = list(self._state.hits)
             body["unreported_misses"] = len(self._state.misses) - self._state.sent
             body["misses_not_kept"] = self._state.overflow
             body["reports_sent"] = self._state.reports
@@ -253,7 +268,7 @@ class RunReporter:
     # -- internals (under the lock) -----------------------------------------------------------------------
 
     def _unsent(self) -> int:
-        return len(self._state.misses) - self._state.sent
+        return len(self._state.misses) - self._state.sent + len(self._state.hits) - self._state.hits_sent
 
     def _find_misses(self) -> None:
         """Add the entry files the job's compiles wrote since the last look."""
@@ -292,6 +307,20 @@ class RunReporter:
                 )
             )
 
+    def _find_hits(self) -> None:
+        """Add the warmed entries read since :meth:`begin` (a later access time than the one set then)."""
+        if not self._unread or not self._adapter.uploads_here():
+            return
+        for key, marked in list(self._unread.items()):
+            try:
+                info = self._paths[key].stat()
+            except OSError:  # removed (evicted by the framework, or failed to load and rewritten)
+                del self._unread[key]
+                continue
+            if info.st_atime_ns > marked and (info.st_size, info.st_mtime_ns) == self._baseline[key]:
+                del self._unread[key]
+                self._state.hits.append(key)
+
     def _numbers(self) -> dict[str, Any]:
         warm = self._warm or WarmFacts(started_at=self._wall())
         try:
@@ -327,9 +356,12 @@ class RunReporter:
         if self.api is None or state.disabled is not None:
             return False
         self._find_misses()
+        self._find_hits()
         batch = state.misses[state.sent : state.sent + MAX_MISSES_PER_REPORT]
+        hits = state.hits[state.hits_sent : state.hits_sent + MAX_HITS_PER_REPORT]
         body = self._numbers()
         body["new_misses"] = [miss.as_dict() for miss in batch]
+        body["hit_keys"] = hits
         problem = self._post(body, deadline)
         if problem is not None and batch and _refused(problem) and not _not_taken(problem):
             # Something in these compiles is out of the server's bounds: they are dropped, not the run.
@@ -344,6 +376,7 @@ class RunReporter:
             problem = self._post(body, deadline)
         if problem is None:
             state.sent += len(batch)
+            state.hits_sent += len(hits)
             state.reports += 1
             state.unanswered = False
             if state.failing:
@@ -381,6 +414,24 @@ class RunReporter:
                 "" if final else "; trying again later",
             )
         self._state.failing = True
+
+
+def _mark_unread(paths: Mapping[str, Path], baseline: Mapping[str, tuple[int, int]]) -> dict[str, int]:
+    """Set each warmed entry's access time a second before its modification time, so that the next read
+    of it moves the access time (``relatime`` moves it when it is not after the modification time); the
+    time set, by key. A file that changed since the warm, or cannot be touched, is left out."""
+    marked: dict[str, int] = {}
+    for key, path in paths.items():
+        size, mtime_ns = baseline[key]
+        atime_ns = max(0, mtime_ns - 1_000_000_000)
+        try:
+            os.utime(path, ns=(atime_ns, mtime_ns))
+            info = path.stat()
+        except OSError:
+            continue
+        if (info.st_size, info.st_mtime_ns) == (size, mtime_ns):
+            marked[key] = info.st_atime_ns
+    return marked
 
 
 def _not_taken(problem: ServerProblem) -> bool:
