@@ -123,8 +123,13 @@ def dashboard_runs(
 )
 @declare(Role.READ, Scope.ROUTE)
 def dashboard_run(
-    run_id: str, request: Request, runs: RunsDep, limit: Annotated[int, Query(ge=0, le=1000)] = 100
+    run_id: str,
+    request: Request,
+    runs: RunsDep,
+    limit: Annotated[int, Query(ge=0, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> RunDetailOut:
-    """One run and why it compiled (the same as ``GET /admin/runs/{run_id}``; 404 for a run of a namespace
-    a limited token does not reach)."""
-    return RunDetailOut.of(runs.detail(run_id, patterns=_patterns(request), limit=limit))
+    """One run and why it compiled, a page of its compiles from ``offset`` (the same as ``GET
+    /admin/runs/{run_id}``; 404 for a run of a namespace a limited token does not reach)."""
+    detail = runs.detail(run_id, patterns=_patterns(request), limit=limit, offset=offset)
+    return RunDetailOut.of(detail)

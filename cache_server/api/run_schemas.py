@@ -319,6 +319,7 @@ class RunDetailOut(_RunFields):
     misses_stored: int
     reasons: dict[str, int]
     reasons_counted: int
+    advice: dict[str, str] = Field(description="What to do about each reason counted in ``reasons``.")
     graphs: dict[str, str]
 
     @classmethod
@@ -335,6 +336,7 @@ class RunDetailOut(_RunFields):
                 "misses_stored": detail.misses_stored,
                 "reasons": detail.reasons,
                 "reasons_counted": detail.counted,
+                "advice": {reason: MISS_ADVICE[reason] for reason in detail.reasons if reason in MISS_ADVICE},
                 "graphs": {module: graphs_url(namespace, module) for module in modules},
             }
         )

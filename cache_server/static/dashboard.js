@@ -51,22 +51,18 @@ function empty(container, sentence) {
 }
 
 function renderTotals(t, jobs) {
-  // The hit rate is what the jobs reported (loaded against compiled) where there are run reports; the
-  // server's own lookups (manifests and GETs that found their key) are shown as lookups.
-  const reported = jobs && jobs.runs > 0;
+  // Hit rate, compiles and saved are the jobs' (their run reports); lookups are the server's answers to
+  // manifests and GETs, shown as lookups only (a download may go unused: never saved, never a hit rate).
+  const j = jobs || { runs: 0, hits: 0, compiles: 0, hit_rate: null, compile_seconds: 0, saved_seconds: 0 };
   const cards = [
     ["Entries stored", fmtCount(t.entries)],
     ["Bytes stored", fmtBytes(t.bytes)],
-    ["Hit rate", fmtRate(reported ? jobs.hit_rate : t.hit_rate),
-      reported ? `jobs' reports: ${fmtCount(jobs.hits)} loaded, ${fmtCount(jobs.compiles)} compiled`
-        : "server lookups (no run reports)"],
-    ...(reported ? [["Compiles", fmtCount(jobs.compiles), `${fmtCount(jobs.runs)} runs reported`]] : []),
-    ["Lookups found", fmtRate(t.hit_rate)],
-    ["Lookup hits", fmtCount(t.hits)],
-    ["Lookup misses", fmtCount(t.misses)],
-    ["Compile time saved", fmtSeconds(t.compile_seconds_saved)],
+    ["Hit rate", fmtRate(j.hit_rate), `jobs' reports: ${fmtCount(j.hits)} loaded, ${fmtCount(j.compiles)} compiled`],
+    ["Compiles", fmtCount(j.compiles), `${fmtCount(j.runs)} runs reported`],
+    ["Compile time paid", fmtSeconds(j.compile_seconds), "jobs' reports"],
+    ["Compile time saved", fmtSeconds(j.saved_seconds), "jobs' reports: what each loaded entry cost to compile"],
+    ["Lookups found", fmtCount(t.hits), `server lookups; ${fmtCount(t.misses)} not found`],
     ["Delivered live", fmtCount(t.live_deliveries)],
-    ["Saved by live delivery", fmtSeconds(t.live_compile_seconds_saved)],
     ["Bytes served", fmtBytes(t.bytes_served)],
     ["Uploads", fmtCount(t.uploads)],
     ["Evictions", fmtCount(t.evictions)],
@@ -97,11 +93,13 @@ function quarterMax(v) {
   return 10 * p;
 }
 
-// Stacked bars of hits and misses per day, and the day's hit rate as a line on a 0-100 % axis.
-function renderHits(daily) {
+// Stacked bars of what the jobs loaded (hits) and compiled (misses) per day their runs started, and the
+// day's hit rate as a line on a 0-100 % axis: the jobs' numbers, never the server's lookups.
+function renderHits(days) {
   const fig = document.getElementById("hits-chart");
+  const daily = days.map((d) => ({ day: d.day, hits: d.jobs.hits, misses: d.jobs.compiles, hit_rate: d.jobs.hit_rate }));
   if (!daily.some((d) => d.hits + d.misses > 0)) {
-    empty(fig, "No lookups yet: the chart fills in as jobs ask the cache for entries.");
+    empty(fig, "No run reports yet: the chart fills in as jobs that warm from the cache report their runs.");
     return;
   }
   clear(fig);
@@ -110,7 +108,8 @@ function renderHits(daily) {
   const max = niceMax(Math.max(...daily.map((d) => d.hits + d.misses)));
   const step = plotW / daily.length;
   const barW = Math.max(2, step * 0.7);
-  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Hits and misses per day" });
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": "Graphs the jobs loaded and compiled per day" });
   for (let i = 0; i <= 4; i++) {
     const y = T + plotH - (plotH * i) / 4;
     svg.appendChild(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: y, y2: y }));
@@ -123,7 +122,7 @@ function renderHits(daily) {
     const hitH = (plotH * d.hits) / max;
     const missH = (plotH * d.misses) / max;
     const base = T + plotH;
-    const title = `${d.day}: ${fmtCount(d.hits)} hits, ${fmtCount(d.misses)} misses, hit rate ${fmtRate(d.hit_rate)}`;
+    const title = `${d.day}: ${fmtCount(d.hits)} loaded, ${fmtCount(d.misses)} compiled, hit rate ${fmtRate(d.hit_rate)}`;
     if (d.hits > 0) {
       const r = svgEl("rect", { class: "bar bar-hit", x, y: base - hitH, width: barW, height: hitH });
       r.appendChild(svgEl("title", {}, title));
@@ -155,9 +154,9 @@ function renderHits(daily) {
   }
   fig.appendChild(svg);
   const legend = el("figcaption", { class: "legend" });
-  legend.appendChild(el("span", { class: "hit" }, "hits"));
-  legend.appendChild(el("span", { class: "miss" }, "misses"));
-  legend.appendChild(el("span", { class: "rate" }, "hit rate (right axis)"));
+  legend.appendChild(el("span", { class: "hit" }, "loaded from the cache (hits)"));
+  legend.appendChild(el("span", { class: "miss" }, "compiled (misses)"));
+  legend.appendChild(el("span", { class: "rate" }, "jobs' hit rate (right axis)"));
   fig.appendChild(legend);
 }
 
@@ -229,12 +228,12 @@ function renderNamespaces(namespaces) {
       (n) => fmtBytes(n.bytes), "Bytes stored per namespace");
   }
   renderTable("ns-table",
-    [["namespace", "text"], ["framework", "text"], ["entries"], ["bytes"], ["hits"], ["misses"], ["hit rate"],
-      ["uploads"], ["evictions"], ["compile time saved"], ["last used", "text"]],
+    [["namespace", "text"], ["framework", "text"], ["entries"], ["bytes"], ["runs"], ["hit rate"], ["compiles"],
+      ["compile paid"], ["saved"], ["lookups found"], ["uploads"], ["evictions"], ["last used", "text"]],
     namespaces.map((n) => [namespaceLink(n.namespace), n.framework || "-", fmtCount(n.entries),
-      fmtBytes(n.bytes), fmtCount(n.hits),
-      fmtCount(n.misses), fmtRate(n.hit_rate), fmtCount(n.uploads), fmtCount(n.evictions),
-      fmtSeconds(n.compile_seconds_saved), fmtWhen(n.last_used_at)]));
+      fmtBytes(n.bytes), fmtCount(n.jobs.runs), fmtRate(n.jobs.hit_rate), fmtCount(n.jobs.compiles),
+      fmtSeconds(n.jobs.compile_seconds), fmtSeconds(n.jobs.saved_seconds), fmtCount(n.hits),
+      fmtCount(n.uploads), fmtCount(n.evictions), fmtWhen(n.last_used_at)]));
 }
 
 function renderGraphs(graphs) {
@@ -486,29 +485,65 @@ function renderRuns(runs) {
     }));
 }
 
-async function showRun(runId) {
-  const run = await fetchJson(`/dashboard/runs/${encodeURIComponent(runId)}`);
+// A run's page: its compiles a page at a time (the server may end a page early: the next starts after the
+// last listed), the count of each reason with what to do, and each compile with its why, shapes and flags
+// as lines, linked to its graph's report where the module is known.
+const RUN_PAGE = 100;
+function runPageHash(runId, offset) { return routeHash("runs", runId) + (offset ? `?offset=${offset}` : ""); }
+
+function runLines(m) {
+  const lines = [];
+  if (m.detail) lines.push(...String(m.detail).split("\n"));
+  if (m.shapes) lines.push(...String(m.shapes).split("\n").map((l) => `shapes: ${l}`));
+  for (const d of m.differing_components || []) {
+    lines.push(`${d.component}: ${d.ours === null ? "unset" : d.ours} (theirs: ${d.theirs === null ? "unset" : d.theirs})`);
+  }
+  return lines;
+}
+
+function renderRunReasons(run) {
+  const advice = run.advice || {};
+  const rows = Object.entries(run.reasons || {}).sort((a, b) => b[1] - a[1]).map(([reason, count]) => [
+    el("span", { class: `reason reason-${reason}`, "data-reason": reason }, reason), fmtCount(count),
+    advice[reason] || "–"]);
+  renderTable("run-reasons", [["reason", "text"], ["compiles"], ["what to do", "text"]], rows);
+}
+
+async function showRun(runId, offset) {
+  const start = Math.max(0, offset || 0);
+  const run = await fetchJson(`/dashboard/runs/${encodeURIComponent(runId)}?` +
+    new URLSearchParams({ offset: start, limit: RUN_PAGE }).toString());
   setText(document.getElementById("run-detail-title"), `Run ${run.run_id}`);
+  const counted = run.reasons_counted < run.misses_stored
+    ? ` Reasons counted over the ${fmtCount(run.reasons_counted)} compiles listed so far.` : "";
   setText(document.getElementById("run-detail-summary"),
-    `${run.framework} on ${run.host} in ${run.namespace}: ${fmtCount(run.hits)} hits, ` +
-    `${fmtCount(run.misses_total)} compiles (${fmtSeconds(run.compile_seconds)} paid), ` +
-    `${fmtCount(run.misses_explained)} of ${fmtCount(run.misses.length)} listed explained. By reason: ` +
-    Object.entries(run.reasons || {}).map(([reason, count]) => `${reason} ${fmtCount(count)}`).join(", ") +
-    (run.reasons_counted < run.misses_stored ? ` (over the ${fmtCount(run.reasons_counted)} listed so far)` : "") + ".");
+    `${run.framework} on ${run.host} in ${run.namespace}: ${fmtCount(run.hits)} loaded from the cache ` +
+    `(${fmtSeconds(run.saved_seconds)} saved), ${fmtCount(run.misses_total)} compiles ` +
+    `(${fmtSeconds(run.compile_seconds)} paid), ${fmtCount(run.misses_stored)} of them kept.${counted}`);
+  renderRunReasons(run);
+  const end = start + run.misses.length;
+  setText(document.getElementById("run-page-note"), run.misses.length
+    ? `Compiles ${fmtCount(start + 1)} to ${fmtCount(end)} of ${fmtCount(run.misses_stored)}. `
+    : `No compiles listed from ${fmtCount(start + 1)}. `);
+  const prev = document.getElementById("run-prev"), next = document.getElementById("run-next");
+  prev.hidden = start === 0;
+  prev.setAttribute("href", runPageHash(run.run_id, Math.max(0, start - RUN_PAGE)));
+  next.hidden = end >= run.misses_stored || run.misses.length === 0;
+  next.setAttribute("href", runPageHash(run.run_id, end));
   const moduleCell = (m) => {
     if (!m.module) return "–";
-    if (!run.graphs[m.module] || !["new_shapes", "baked_sizes"].includes(m.reason)) return m.module;
-    // the graph's bucketing lines, in the graph view
+    // the graph's report (its variants, what varies and the fix), in the graph view
     return routeLink(routeHash("graphs", run.namespace, m.module), m.module,
-      { "data-graph": m.module, title: "show this graph's bucketing" });
+      { "data-graph": m.module, title: "show this graph's report" });
   };
   renderTable("run-misses",
-    [["key", "text"], ["module", "text"], ["reason", "text"], ["why", "text"], ["compile"]],
+    [["key", "text"], ["module", "text"], ["reason", "text"], ["why", "text"], ["what to do", "text"], ["compile"]],
     run.misses.map((m) => [el("code", {}, m.key), moduleCell(m),
-      el("span", { class: `reason reason-${m.reason}`, title: m.advice || "" }, m.reason), m.detail,
-      m.compile_seconds === null ? "–" : fmtSeconds(m.compile_seconds)]));
+      el("span", { class: `reason reason-${m.reason}` }, m.reason), setLines(el("div", { class: "lines" }), runLines(m)),
+      m.advice || "–", m.compile_seconds === null ? "–" : fmtSeconds(m.compile_seconds)]));
   document.getElementById("run-detail").hidden = false;
   document.body.dataset.runShown = run.run_id;
+  document.body.dataset.runOffset = String(start);
 }
 
 async function loadRuns() {
@@ -551,7 +586,11 @@ function parseRoute(hash) {
   const parts = hash.replace(/^#\/?/, "").split("/").filter((p) => p !== "").map(decodeURIComponent);
   const [head, ...rest] = parts;
   if (!head) return { view: "overview" };
-  if (head === "runs" && rest.length <= 1) return { view: "runs", run: rest[0] || null };
+  if (head === "runs" && rest.length <= 1) {
+    const [id, query] = (rest[0] || "").split("?");
+    const offset = Number(new URLSearchParams(query || "").get("offset")) || 0;
+    return { view: "runs", run: id || null, offset };
+  }
   if (head === "graphs" && rest.length <= 2) return { view: "graphs", namespace: rest[0] || null, module: rest[1] || null };
   if (head === "namespaces" && rest.length === 1) return { view: "namespace", namespace: rest[0] };
   return { view: "unknown" };
@@ -592,7 +631,7 @@ async function refresh() {
     else if (view === "mine") renderMine();
     else if (view === "runs") {
       await loadRuns();
-      if (route.run) await showRun(route.run);
+      if (route.run) await showRun(route.run, route.offset);
     } else if (view === "graphs") await loadGraphs(route.namespace, route.module);
     else if (view === "namespace") await showNamespace(route.namespace);
     else throw new Error(`the address ${window.location.hash} names no view: use the links above`);
