@@ -198,14 +198,20 @@ class Uploader:
             if self._done.get(key) != (item.size, item.mtime_ns)
         )
 
-    def _ready(self, final: bool) -> list[LocalFile]:
-        """Entry files that are complete and not yet on the server."""
+    def _ready(self, final: bool) -> tuple[list[LocalFile], int]:
+        """Entry files that are complete and not yet on the server, and how many entries are not on it yet
+        (ready or not), from one look at the directory: a warmed job's holds thousands, and the background
+        pass looks every few seconds beside the job's loop."""
         now = time.time()
         writing = files_open_for_writing(self.directory)
         ready: list[LocalFile] = []
+        pending = 0
         for key, item in scan(self.directory, self.framework.is_entry).items():
             state = (item.size, item.mtime_ns)
-            if self._done.get(key) == state or self._refused.get(key) == state or item.size == 0:
+            if self._done.get(key) == state:
+                continue
+            pending += 1
+            if self._refused.get(key) == state or item.size == 0:
                 continue
             if writing is not None and key in writing:
                 continue
@@ -221,7 +227,7 @@ class Uploader:
                 else:
                     self._refused[key] = state  # not checked again, nor warned about, until it changes
                     logger.warning("xla-cache: not uploading %s: %s", item.path, problem)
-        return ready
+        return ready, pending
 
     def _blocked(self) -> bool:
         if self._disabled_reason is not None:
@@ -239,9 +245,9 @@ class Uploader:
         try:
             if self.api is None or self._blocked():
                 return
-            ready = self._ready(final)
+            ready, pending = self._ready(final)
             if not ready:
-                self._totals.pending = self._pending_count()
+                self._totals.pending = pending
                 return
             times = self.framework.compile_times(ready)
             try:

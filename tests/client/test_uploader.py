@@ -206,3 +206,27 @@ def test_spmd_switched_after_warm_stops_uploads(
         report = make_uploader(real_server.api(), tmp_path, framework=torch_xla).flush()
     assert report.uploaded == 0 and real_server.requests == []
     assert "use_spmd() before xla_cache.warm()" in warnings_of(caplog)[0]
+
+
+def test_a_pass_with_nothing_new_looks_at_the_directory_once(
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warmed job's directory holds thousands of entries and the uploader looks every 2 s beside the job's
+    loop: a pass that finds nothing to send stats each file once, not once more to count what is pending
+    (issue 45: the stat of 2,000 files is most of what the client costs a warmed job's loop)."""
+    for key in ("1", "2", "3"):
+        (tmp_path / key).write_bytes(b"downloaded " + key.encode())
+    known = scan(tmp_path)
+    (tmp_path / "4").write_bytes(b"being written")  # seen, not yet settled: pending
+    uploader = make_uploader(real_server.api(), tmp_path, known=known)
+    scans: list[Path] = []
+    counted = uploader_module.scan
+
+    def counting(directory: Path, *args: object, **kwargs: object) -> dict[str, LocalFile]:
+        scans.append(directory)
+        return counted(directory, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uploader_module, "scan", counting)
+    uploader._pass(final=False, deadline=uploader_module.Deadline(2), wait=True)
+    assert len(scans) == 1
+    assert uploader.report().pending == 1 and real_server.requests == []
