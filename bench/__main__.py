@@ -132,6 +132,24 @@ def print_result(result: CaseResult) -> None:
     sys.stdout.flush()
 
 
+def headline(results: dict[str, CaseResult], commit: str) -> str:
+    """The three figures whose history BENCHMARKS.md keeps (issue 45), with the commit, from the cases that
+    ran: the warmed job's loop over the floor's (seed-e2e), the push and the warm of 2,000 entries through
+    GCS 30 ms away (gcs-latency); empty when neither ran."""
+    parts: list[str] = []
+    seed = results.get("seed-e2e")
+    if seed is not None and "warmed loop / floor loop" in seed.figures:
+        parts.append(f"loop ratio {seed.figures['warmed loop / floor loop']:.3f}x")
+    gcs = results.get("gcs-latency")
+    if gcs is not None:
+        for label in ("push", "warm()"):
+            if label in gcs.series and gcs.series[label].seconds:
+                parts.append(f"GCS {label.strip('()')} {gcs.series[label].median:.2f} s at +30 ms")
+    if not parts:
+        return ""
+    return f"{commit}: " + ", ".join(parts) + f"; load average {os.getloadavg()[0]:.1f}"
+
+
 def select(only: str | None, skip: str | None, quick: bool) -> tuple[list[str], list[str]]:
     """The cases to run in order, and those added because a chosen case's ratios need them."""
     unknown = [n for n in (only or "").split(",") + (skip or "").split(",") if n and n not in CASES]
@@ -228,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n== targets")
         for name, target in targets:
             print(f"   {name:<12} {target.text:<62} {target.measured or '-':>14}  {target.verdict}")
+    if line := headline(ctx.results, info["revision"]):
+        print(f"\n== headline (BENCHMARKS.md keeps its history)\n   {line}")
     print(f"\ntotal {time.monotonic() - started:.0f} s; load average now {info['load_average_end'][0]:.2f}")
     if args.json:
         document = {

@@ -76,6 +76,7 @@ def main() -> int:
     parser.add_argument("--no-flush", action="store_true", help="leave the uploads to the exit handler")
     parser.add_argument("--order-seed", type=int, help="run the shapes in this shuffled order")
     parser.add_argument("--follow", action="store_true", help="follow the namespace while running")
+    parser.add_argument("--no-upload", action="store_true", help="warm without the uploader's uploads")
     parser.add_argument(
         "--baked",
         action="store_true",
@@ -101,7 +102,9 @@ def main() -> int:
         xr.initialize_cache(args.cache_dir, readonly=False)
         warm_report = None
     else:
-        warm_report = xla_cache.warm(args.server, args.cache_dir, timeout=args.timeout, follow=args.follow)
+        warm_report = xla_cache.warm(
+            args.server, args.cache_dir, timeout=args.timeout, follow=args.follow, upload=not args.no_upload
+        )
     warm_seconds = time.monotonic() - started
     if args.corrupt_local and warm_report is not None:
         for item in Path(warm_report.cache_dir).iterdir():
@@ -134,6 +137,8 @@ def main() -> int:
         random.Random(args.order_seed).shuffle(order)
     by_shape: dict[str, str] = {}
     loop_started = time.monotonic()
+    loop_cpu_started = time.process_time()
+    loop_thread_started = time.thread_time()
     if args.baked:  # one input shape for every step: the sizes are Python integers, constants in the graph
         most = max(images for images, _ in order) * PATCHES_PER_IMAGE
         all_patches = torch.randn(max(most, 1), EMBED_DIM, generator=generator).to(device)
@@ -161,6 +166,8 @@ def main() -> int:
         digests.append(hashlib.sha256(padded.cpu().numpy().tobytes()).hexdigest())
         by_shape[f"{images}x{text}"] = digests[-1]
     loop_seconds = time.monotonic() - loop_started
+    loop_cpu_seconds = time.process_time() - loop_cpu_started  # every thread: the job's and the client's
+    loop_thread_seconds = time.thread_time() - loop_thread_started  # the job's own thread
 
     upload = xla_cache.UploadReport() if args.no_flush else xla_cache.flush()
     import torch_xla.debug.metrics as met
@@ -182,6 +189,8 @@ def main() -> int:
                 "digests": digests,
                 "digests_by_shape": by_shape,
                 "loop_seconds": loop_seconds,
+                "loop_cpu_seconds": loop_cpu_seconds,
+                "loop_thread_seconds": loop_thread_seconds,
                 "warm": warm_report.as_dict() if warm_report else None,
                 "warm_seconds": warm_seconds,
                 "upload": upload.__dict__,
