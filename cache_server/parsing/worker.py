@@ -42,6 +42,7 @@ from typing import Any
 from cache_server.errors import CacheError
 from cache_server.parsing.hlo import GraphInfo, ParsedEntry, read_entry
 from cache_server.storage import BlobStore, blob_name, open_store
+from cache_server.storage.abilities import ReadsWhole
 
 __all__ = [
     "CHILD_NICENESS",
@@ -49,6 +50,7 @@ __all__ = [
     "ENTRY_SECONDS",
     "RETRY_SECONDS",
     "SLICE_SECONDS",
+    "WHOLE_READ_BYTES",
     "ChildFailed",
     "ChildNotStarted",
     "ParseOutcome",
@@ -69,6 +71,7 @@ PARENT_CHECK_SECONDS = 2.0  # how often the child looks whether the process that
 MEMORY_MB = 512  # the child's memory cap by default (XLA_CACHE_PARSER_MEMORY_MB)
 SLICE_SECONDS = 1.0  # a batch is answered with what is parsed once the child has worked on it this long
 ENTRY_CPU_SECONDS = 10.0  # CPU seconds of the child one entry may take (a module at every bound: ~2 s)
+WHOLE_READ_BYTES = 8 * 1024 * 1024  # an entry up to this size is read whole, in one request (parse_blob)
 
 
 def memory_reason(cap_mb: int) -> str:
@@ -102,8 +105,14 @@ class ParseOutcome:
 
 
 def parse_blob(store: BlobStore, namespace: str, key: str) -> ParsedEntry:
-    """The graph of one stored entry, or None and why not (no blob, or no graph this parser reads)."""
-    reader = store.open(blob_name(namespace, key))
+    """The graph of one stored entry, or None and why not (no blob, or no graph this parser reads).
+
+    An entry of at most :data:`WHOLE_READ_BYTES` is read whole where the store :class:`ReadsWhole`: one
+    request on GCS, where opening it costs two (its metadata, then its bytes), and one ``pread`` on a local
+    store; right after a push the child reads every new entry, beside the next warm's requests. A larger one
+    is streamed (the parser reads at most a bounded prefix of it: :func:`read_entry`)."""
+    name = blob_name(namespace, key)
+    reader = store.read_whole(name, WHOLE_READ_BYTES) if isinstance(store, ReadsWhole) else store.open(name)
     if reader is None:
         return ParsedEntry(None, "no blob in the store")
     with reader:
