@@ -54,7 +54,16 @@ META_HEADER = "x-goog-meta-"
 
 
 _TOO_LARGE = HeldReader(BlobInfo(name="", size=0, created=dt.datetime.min), [])
-"""What a whole read returns for an object larger than its limit: it is opened instead."""
+"""What a whole read returns for an object larger than its limit that it cannot stream: it is opened."""
+
+
+class _Generation(HeldReader):
+    """What a whole read returns for an object larger than its limit: its info and generation (from the
+    response's headers), streamed with one more GET."""
+
+    def __init__(self, info: BlobInfo, generation: str) -> None:
+        super().__init__(info, [])
+        self.generation = generation
 
 
 class GcsBlobStore:
@@ -210,9 +219,11 @@ class GcsBlobStore:
 
     def read_whole(self, name: str, limit: int) -> BlobReader | None:
         """One GET of the live object's bytes (the JSON metadata request :meth:`open` makes first is left
-        out): held in memory if its Content-Length is at most ``limit``, else dropped unread and the blob
-        opened as :meth:`open` does. ``info``: the size read (checked against Content-Length), Last-Modified
-        as ``created`` (an object here is never updated), the ``x-goog-meta-*`` headers as metadata."""
+        out): held in memory if its Content-Length is at most ``limit``, else dropped unread and the
+        generation it named streamed with a second GET (opened as :meth:`open` does, a third request, where
+        the response named no generation or size). ``info``: the size read (checked against
+        Content-Length), Last-Modified as ``created`` (an object here is never updated), the
+        ``x-goog-meta-*`` headers as metadata."""
         object_name = self._object_name(name)
         transport = self._transport
         url = transport.media_url(object_name)
@@ -229,7 +240,7 @@ class GcsBlobStore:
                 declared = int(response.headers.get("Content-Length", "-1"))
                 if not 0 <= declared <= limit:
                     response.close()  # its bytes stay unread: the connection is not reused
-                    return _TOO_LARGE
+                    return self._too_large(name, declared, response.headers)
                 data = response.read(decode_content=False)  # urllib3 checks it against Content-Length
                 info = self._header_info(name, len(data), response.headers)
                 return HeldReader(info, [data] if data else [])
@@ -240,9 +251,20 @@ class GcsBlobStore:
             held = transport.retrying(attempt)
         except VENDOR_ERRORS as exc:
             raise transport.unavailable(action, exc) from exc
+        if isinstance(held, _Generation):
+            return GcsReader.open(transport, held.info, transport.media_url(object_name, held.generation))
         if held is _TOO_LARGE:
             return self.open(name)
         return held
+
+    def _too_large(self, name: str, declared: int, headers: Mapping[str, str]) -> HeldReader:
+        """What :meth:`read_whole` does with an object over its limit: stream the generation the response
+        named (its size as declared: stored as sent, never transcoded), else open it anew."""
+        generation = headers.get("x-goog-generation", "")
+        encoding = headers.get("x-goog-stored-content-encoding", "identity")
+        if declared < 0 or not generation.isdigit() or encoding != "identity":
+            return _TOO_LARGE
+        return _Generation(self._header_info(name, declared, headers), generation)
 
     @staticmethod
     def _header_info(name: str, size: int, headers: Mapping[str, str]) -> BlobInfo:
