@@ -77,6 +77,7 @@ __all__ = [
     "REPORT_INTERVAL_SECONDS",
     "RUN_ID_PATTERN",
     "RUN_NUMBERS",
+    "Framework",
     "MissReason",
     "RunNumber",
     "milliseconds",
@@ -85,7 +86,9 @@ __all__ = [
 
 RUN_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{7,63}")
 """A run id: 8 to 64 of letters, digits, '.', '_' or '-' (the client uses a random UUID's 32 hex digits)."""
-FRAMEWORKS: Final = ("torch_xla", "jax", "torchax")
+Framework = Literal["torch_xla", "jax", "torchax"]
+"""The frameworks a run report names."""
+FRAMEWORKS: Final[tuple[Framework, ...]] = get_args(Framework)
 HOST_MAX_LENGTH: Final = 256
 MODULE_MAX_LENGTH: Final = 256
 MAX_PROCESS_INDEX: Final = 2**31 - 1

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlencode
 
 from pydantic import (
@@ -31,6 +31,7 @@ from cache_protocol.runs import (
     REPORTED_NUMBERS,
     RUN_ID_PATTERN,
     RUN_NUMBERS,
+    Framework,
     milliseconds,
 )
 from cache_protocol.text import unprintable
@@ -85,7 +86,7 @@ class _ReportFields(_Strict):
 
     run_id: str = Field(min_length=8, max_length=64, pattern=f"^{RUN_ID_PATTERN.pattern}$")
     namespace: str = Field(min_length=1, max_length=128)
-    framework: Literal["torch_xla", "jax", "torchax"]
+    framework: Framework
     host: Annotated[str, Printable] = Field(min_length=1, max_length=HOST_MAX_LENGTH)
     process_index: StrictInt = Field(default=0, ge=0, le=MAX_PROCESS_INDEX)
     started_at: UnixTime

@@ -5,11 +5,12 @@ which sees the runs of the namespaces it covers)."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from cache_protocol.runs import MAX_MISSES_PER_RUN
+from cache_protocol import NAMESPACE_MAX_LENGTH
+from cache_protocol.runs import HOST_MAX_LENGTH, MAX_MISSES_PER_RUN, Framework
 from cache_server.api.access import Scope, declare
 from cache_server.api.auth import principal
 from cache_server.api.deps import RunsDep, TokensDep
@@ -76,9 +77,13 @@ def _visible(request: Request) -> tuple[str, ...] | None:
 def list_runs(
     request: Request,
     runs: RunsDep,
-    namespace: Annotated[str | None, Query(max_length=128, description="Only this namespace.")] = None,
-    framework: Annotated[Literal["torch_xla", "jax", "torchax"] | None, Query()] = None,
-    host: Annotated[str | None, Query(max_length=256, description="Only runs of this host.")] = None,
+    namespace: Annotated[
+        str | None, Query(max_length=NAMESPACE_MAX_LENGTH, description="Only this namespace.")
+    ] = None,
+    framework: Annotated[Framework | None, Query()] = None,
+    host: Annotated[
+        str | None, Query(max_length=HOST_MAX_LENGTH, description="Only runs of this host.")
+    ] = None,
     since: Annotated[dt.datetime | None, Query(description="Runs started at or after this time.")] = None,
     until: Annotated[dt.datetime | None, Query(description="Runs started before this time.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST, description="At most this many runs.")] = 100,
