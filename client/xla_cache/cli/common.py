@@ -2,8 +2,11 @@
 resolve, the namespace a command means when none is named, how a result is printed (lines, or one JSON
 document), and how a removal is asked for in rounds (:func:`remove_in_rounds`).
 
-The commands are in :mod:`xla_cache.cli` (warm, push, doctor) and :mod:`xla_cache.cli.admin` (stats,
-evict, tokens, quota, purge-token, delete-namespace).
+The parser is :mod:`xla_cache.cli` (``main``); the commands live one module per concern beside this one:
+:mod:`~xla_cache.cli.local` (warm, push, doctor), :mod:`~xla_cache.cli.admin` (stats, evict, tokens,
+token-metrics, quota, purge-token, delete-namespace), :mod:`~xla_cache.cli.runs`,
+:mod:`~xla_cache.cli.graphs`, :mod:`~xla_cache.cli.signing`, :mod:`~xla_cache.cli.config` and
+:mod:`~xla_cache.cli.launch` (run).
 """
 
 from __future__ import annotations
