@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE
+from tests.support.client_kit import FACTS
 from xla_cache.cachedir import write_fingerprint
 from xla_cache.frameworks.torch_xla import build_fingerprint
 from xla_cache.namespace import namespace_id
@@ -80,20 +81,8 @@ def synthesize(
 
 def fingerprint(variant: int = 0) -> dict[str, Any]:
     """A torch_xla 2.7 CPU fingerprint; ``variant`` > 0 gives another namespace of the same runtime."""
-    facts = {
-        "torch_xla_version": "2.7.0",
-        "torch_xla_git": "bench",
-        "torch_version": "2.7.0+cpu",
-        "torch_git": "bench",
-        "device_type": "CPU",
-        "device_kind": "cpu",
-        "global_device_count": 1,
-        "process_count": 1,
-        "spmd": False,
-        "process_index": 0,
-    }
     env = {"XLA_FLAGS": f"--xla_bench_variant={variant}"} if variant else {}
-    return build_fingerprint(facts, env)
+    return build_fingerprint(FACTS, env)  # the tests' torch_xla 2.7 CPU runtime (tests/support/client_kit)
 
 
 @dataclass
