@@ -138,8 +138,9 @@ MISS_ADVICE: Final[dict[MissReason, str]] = {
     "new_shapes": "pad or bucket the varying input dimensions (xla-cache graphs NAMESPACE lists them, with "
     "what each padding choice leaves)",
     "baked_sizes": "the step takes sizes from Python integers, so each size is a new graph at the same input "
-    "shapes: pass the sizes as data (masks, index tensors), pad to a fixed size (xla-cache graphs NAMESPACE "
-    "lists the sizes and what bucketing them leaves), or run that section eagerly",
+    "shapes: pass the sizes as data (masks, index tensors: docs/fixing-baked-sizes.md shows both), pad to a "
+    "fixed size (xla-cache graphs NAMESPACE lists the sizes and what bucketing them leaves), or run that "
+    "section eagerly",
     "different_key": "make the jobs agree on what the detail names (compile options, flags, versions); where "
     "only metadata differs, run every job with the same debug settings (XLA_HLO_DEBUG, XLA_IR_DEBUG)",
     "load_failed": "the stored entry did not load in this runtime: check versions (xla-cache doctor); the "

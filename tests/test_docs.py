@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from cache_protocol.runs import MISS_ADVICE
 from cache_server.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,3 +93,10 @@ def test_the_readme_is_a_quickstart() -> None:
     assert [line for line in needed if line not in text] == []
     linked = re.findall(r"\]\((docs/[^)#]+)", text)
     assert linked and [link for link in linked if not (ROOT / link).exists()] == []
+
+
+def test_the_baked_sizes_advice_links_to_the_page_that_shows_the_fix() -> None:
+    page = "fixing-baked-sizes.md"
+    assert (DOCS / page).exists()
+    assert page in (ROOT / "mkdocs.yml").read_text()
+    assert f"docs/{page}" in MISS_ADVICE["baked_sizes"]
