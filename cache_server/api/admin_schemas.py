@@ -159,6 +159,11 @@ class GraphOut(BaseModel):
     hits: int
     source: str | None = Field(description="file:line it was traced at (jobs run with XLA_HLO_DEBUG=1).")
     examples: list[str] = Field(description="A few of its shape signatures.")
+    compile_seconds: float = Field(
+        default=0.0,
+        description="Compile seconds paid for it: the compile times recorded with its entries, summed "
+        "(the ranking's first key, then its entries: one compile each).",
+    )
 
 
 class StatsOut(BaseModel):
@@ -174,7 +179,9 @@ class StatsOut(BaseModel):
     daily: list[DayOut] = Field(
         description="One row per UTC day, oldest first, days without traffic included."
     )
-    top_graphs: list[GraphOut] = Field(description="Graphs with the most shape variants first.")
+    top_graphs: list[GraphOut] = Field(
+        description="The graphs that cost most to compile first (compile seconds paid, then compiles)."
+    )
     stored_by: list[TokenUsageOut] = Field(
         default_factory=list, description="What each token stored (GET /admin/tokens), most bytes first."
     )

@@ -37,7 +37,11 @@ router = APIRouter(tags=["admin"])
 GRAPHS_BUSY = "graphs_busy: the server builds XLA_CACHE_GRAPH_REPORTS_AT_ONCE reports already (Retry-After)"
 
 NAMESPACE = Query(min_length=1, max_length=128, description="The namespace whose graphs are reported.")
-TOP = Query(ge=1, le=MAX_TOP, description="How many graphs: those with the most shape variants.")
+TOP = Query(
+    ge=1,
+    le=MAX_TOP,
+    description="How many graphs: those that cost most to compile (compile seconds paid, then compiles).",
+)
 MODULE = Query(max_length=MODULE_MAX_LENGTH, description="Only this graph (HLO module).")
 VARIANTS = Query(
     ge=1,
@@ -199,6 +203,10 @@ class GraphReportOut(BaseModel):
     module: str = Field(description="The HLO module name.")
     variants: int = Field(description="Distinct shape signatures among its entries.")
     entries: int
+    compile_seconds: float = Field(
+        description="Compile seconds paid for it: the compile times recorded with its entries, summed "
+        "(the report's order, then entries)."
+    )
     read: int = Field(description="Variants read and analysed (fewer than variants when capped).")
     other_layouts: int = Field(
         description="Variants read that differ from the common one in more than sizes (parameter count, "
@@ -257,6 +265,7 @@ class GraphReportOut(BaseModel):
             module=report.module,
             variants=report.variants,
             entries=report.entries,
+            compile_seconds=report.compile_seconds,
             read=report.read,
             other_layouts=bucketing.other_layouts,
             result_only=bucketing.result_only,

@@ -119,6 +119,7 @@ class GraphReport:
     baked: BakedReport | None = None
     bodies_read: int = 0
     bodies_stored: int | None = None
+    compile_seconds: float = 0.0  # the compile times recorded with its entries, summed: the report's order
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,8 @@ class GraphReports:
         total: int = VARIANTS_READ_PER_REPORT,
         module: str | None = None,
     ) -> list[GraphReport]:
-        """The ``top`` graphs of ``namespace`` with the most variants, each with its report (at most
+        """The ``top`` graphs of ``namespace`` that cost most to compile (the compile seconds paid, then
+        the compiles; variants are a column), each with its report (at most
         ``per_graph`` variants read of one, ``max(total, per_graph)`` in all: :func:`shares`; bodies as the
         module says). :class:`NamespaceNotFound` for a namespace never registered; :class:`GraphsBusy` when
         every slot of the server stayed taken for ``wait_seconds``."""
@@ -237,6 +239,7 @@ class GraphReports:
                     baked=baked,
                     bodies_read=bodies_read,
                     bodies_stored=bodies_stored,
+                    compile_seconds=graph.compile_seconds,
                 )
             )
         return reports

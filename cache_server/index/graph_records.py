@@ -9,11 +9,19 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from cache_server.index.database import Database
 from cache_server.index.models import Entry, EntryGraph, GraphCount
 
-__all__ = ["GraphGroup", "GraphRecord", "GraphRepository"]
+__all__ = [
+    "COST_RANKED_ENTRIES",
+    "GraphGroup",
+    "GraphRecord",
+    "GraphRepository",
+    "RankedGraph",
+    "ranked_by_cost",
+]
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,81 @@ class GraphGroup:
     hits: int
     source: str | None
     examples: list[str]
+    compile_seconds: float = 0.0  # the compile times recorded with its entries, summed
+
+
+COST_RANKED_ENTRIES = 50_000
+"""Parsed entries (in the namespace asked, or in all) up to which graphs are ranked by the compile seconds
+paid, summed over every entry; past it, by compiles (one ``graph_counts`` row per graph), with the compile
+seconds summed for the graphs shown only: the ranking stays a read of bounded size at 1,000,000 entries."""
+
+
+@dataclass(frozen=True)
+class RankedGraph:
+    """One graph in the ranking by cost: the compile ms recorded with its entries (summed), its entries
+    (each one compile paid) and its distinct shape signatures."""
+
+    namespace: str
+    module: str
+    compile_ms: int
+    compiles: int
+    variants: int
+
+
+def ranked_by_cost(
+    session: Session, limit: int, namespace: str | None = None, module: str | None = None
+) -> list[RankedGraph]:
+    """The ``limit`` graphs that cost most to compile: the compile times recorded with their entries
+    (``entries.compile_time_ms``, summed; an entry with none counts 0), then their entries, then by name;
+    variants are a column, not the order. Summed over every parsed entry asked where they are at most
+    :data:`COST_RANKED_ENTRIES`; past that, ranked by compiles and summed for the graphs shown."""
+    where = [GraphCount.entries > 0]
+    where += [] if namespace is None else [GraphCount.namespace == namespace]
+    where += [] if module is None else [GraphCount.module == module]
+    parsed = session.scalar(select(func.coalesce(func.sum(GraphCount.entries), 0)).where(*where))
+    if int(parsed or 0) > COST_RANKED_ENTRIES:
+        return _ranked_by_compiles(session, limit, where)
+    paid = func.coalesce(func.sum(Entry.compile_time_ms), 0)
+    compiles = func.count()
+    stmt = (
+        select(EntryGraph.namespace, EntryGraph.module, paid, compiles, GraphCount.variants)
+        .join(Entry, _JOINED)
+        .join(
+            GraphCount,
+            (GraphCount.namespace == EntryGraph.namespace) & (GraphCount.module == EntryGraph.module),
+        )
+        .where(EntryGraph.module.is_not(None), *where)
+        .group_by(EntryGraph.namespace, EntryGraph.module, GraphCount.variants)
+        .order_by(paid.desc(), compiles.desc(), EntryGraph.namespace, EntryGraph.module)
+        .limit(limit)
+    )
+    rows = session.execute(stmt).all()
+    return [RankedGraph(ns, str(m), int(ms or 0), int(n), int(v)) for ns, m, ms, n, v in rows]
+
+
+_JOINED = (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key)
+
+
+def _ranked_by_compiles(session: Session, limit: int, where: list[Any]) -> list[RankedGraph]:
+    """Past :data:`COST_RANKED_ENTRIES`: the graphs with the most entries (compiles), then variants, then by
+    name, each with the compile ms of its entries summed."""
+    stmt = (
+        select(GraphCount.namespace, GraphCount.module, GraphCount.entries, GraphCount.variants)
+        .where(*where)
+        .order_by(
+            GraphCount.entries.desc(), GraphCount.variants.desc(), GraphCount.namespace, GraphCount.module
+        )
+        .limit(limit)
+    )
+    ranked = []
+    for ns, module, n, v in session.execute(stmt).all():
+        paid = session.scalar(
+            select(func.coalesce(func.sum(Entry.compile_time_ms), 0))
+            .join(EntryGraph, _JOINED)
+            .where(EntryGraph.namespace == ns, EntryGraph.module == module)
+        )
+        ranked.append(RankedGraph(ns, module, int(paid or 0), int(n), int(v)))
+    return ranked
 
 
 class GraphRepository:
@@ -102,26 +185,16 @@ class GraphRepository:
         return len(records)
 
     def top_graphs(self, limit: int, namespace: str | None = None, examples: int = 3) -> list[GraphGroup]:
-        """The modules with the most distinct shape signatures, with a few of their shapes as examples.
-
-        Ranked from ``graph_counts`` (kept by triggers on ``entry_graphs``, migration 0013): a namespace's
-        off ``ix_graph_counts_ranking``, all of them by sorting one row per graph. The entries' bytes and
-        hits are summed for the ``limit`` groups shown only.
+        """The modules that cost most to compile (:func:`ranked_by_cost`), with a few of their shapes as
+        examples. The entries' bytes and hits are summed for the ``limit`` groups shown only.
         """
-        stmt = (
-            select(GraphCount.namespace, GraphCount.module, GraphCount.variants, GraphCount.entries)
-            .where(GraphCount.entries > 0)
-            .order_by(
-                GraphCount.variants.desc(), GraphCount.entries.desc(), GraphCount.namespace, GraphCount.module
-            )
-            .limit(limit)
-        )
-        if namespace is not None:
-            stmt = stmt.where(GraphCount.namespace == namespace)
-        joined = (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key)
+        joined = _JOINED
         groups: list[GraphGroup] = []
         with self._db.transaction() as session:
-            for ns, module, n_variants, n_entries in session.execute(stmt).all():
+            for ns, module, paid_ms, n_entries, n_variants in (
+                (g.namespace, g.module, g.compile_ms, g.compiles, g.variants)
+                for g in ranked_by_cost(session, limit, namespace)
+            ):
                 of_group = (EntryGraph.namespace == ns) & (EntryGraph.module == module)
                 size, hits, source = session.execute(
                     select(func.sum(Entry.size), func.sum(Entry.hits), func.max(EntryGraph.source))
@@ -145,6 +218,7 @@ class GraphRepository:
                         hits=int(hits or 0),
                         source=source,
                         examples=[text for text in shown if text],
+                        compile_seconds=int(paid_ms) / 1000,
                     )
                 )
         return groups

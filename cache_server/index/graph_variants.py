@@ -19,7 +19,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from cache_server.index.database import Database
-from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace
+from cache_server.index.graph_records import ranked_by_cost
+from cache_server.index.models import Entry, EntryGraph, Namespace
 
 __all__ = [
     "BODIES_COUNTED",
@@ -36,11 +37,12 @@ BODIES_COUNTED = 10_000  # a graph's entries with a body counted at most (the co
 @dataclass(frozen=True)
 class GraphCounted:
     """One graph (HLO module) of a namespace as ``graph_counts`` holds it: its distinct shape signatures
-    (``variants``) and the entries that hold them."""
+    (``variants``), the entries that hold them and the compile times recorded with those (summed)."""
 
     module: str
     variants: int
     entries: int
+    compile_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class GraphVariants:
     entries: int
     shapes: list[str]
     hits: list[int]
+    compile_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -101,17 +104,11 @@ class GraphVariantsRepository:
             return [(reason or "not recorded", int(n)) for reason, n in session.execute(stmt)]
 
     def ranked(self, namespace: str, *, top: int, module: str | None = None) -> list[GraphCounted]:
-        """The ``top`` graphs of ``namespace`` with the most variants (then the most entries, then by
-        name): the namespace's first rows in ``ix_graph_counts_ranking``."""
-        stmt = (
-            select(GraphCount.module, GraphCount.variants, GraphCount.entries)
-            .where(GraphCount.namespace == namespace, GraphCount.entries > 0)
-            .where(*([] if module is None else [GraphCount.module == module]))
-            .order_by(GraphCount.variants.desc(), GraphCount.entries.desc(), GraphCount.module)
-            .limit(top)
-        )
+        """The ``top`` graphs of ``namespace`` that cost most to compile (:func:`ranked_by_cost`: the
+        compile seconds paid, then the compiles, then by name)."""
         with self._db.transaction() as session:
-            return [GraphCounted(m, int(v), int(n)) for m, v, n in session.execute(stmt).all()]
+            ranked = ranked_by_cost(session, top, namespace, module)
+        return [GraphCounted(g.module, g.variants, g.compiles, g.compile_ms / 1000) for g in ranked]
 
     def read_shapes(
         self, namespace: str, graphs: Sequence[GraphCounted], reads: Sequence[int]
@@ -137,6 +134,7 @@ class GraphVariantsRepository:
                         graph.entries,
                         [t for t, _ in kept],
                         [h for _, h in kept],
+                        graph.compile_seconds,
                     )
                 )
         return found

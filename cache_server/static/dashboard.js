@@ -244,14 +244,16 @@ function renderGraphs(graphs) {
     return;
   }
   // a graph of one name may be in several namespaces: each bar says whose
-  renderBars("graphs-chart", graphs, "bar-variants", (g) => `${g.namespace} / ${g.module}`, (g) => g.variants,
-    (g) => `${g.variants} variant${g.variants === 1 ? "" : "s"}`, "Shape variants per graph");
+  // ranked by cost (compile seconds paid, then compiles); variants are a column, not the order
+  renderBars("graphs-chart", graphs, "bar-variants", (g) => `${g.namespace} / ${g.module}`,
+    (g) => g.compile_seconds, (g) => `${fmtSeconds(g.compile_seconds)}, ${fmtCount(g.entries)} compiles`,
+    "Compile seconds paid per graph");
   renderTable("graphs-table",
-    [["graph (HLO module)", "text"], ["namespace", "text"], ["variants"], ["entries"], ["bytes"], ["hits"],
-      ["traced at", "text"], ["example shapes", "text"]],
+    [["graph (HLO module)", "text"], ["namespace", "text"], ["compile time paid"], ["compiles"], ["variants"],
+      ["bytes"], ["hits"], ["traced at", "text"], ["example shapes", "text"]],
     graphs.map((g) => [routeLink(routeHash("graphs", g.namespace, g.module), g.module, { "data-graph": g.module }),
-      namespaceLink(g.namespace), fmtCount(g.variants),
-      fmtCount(g.entries), fmtBytes(g.bytes), fmtCount(g.hits), g.source || "–",
+      namespaceLink(g.namespace), fmtSeconds(g.compile_seconds), fmtCount(g.entries), fmtCount(g.variants),
+      fmtBytes(g.bytes), fmtCount(g.hits), g.source || "–",
       setLines(el("code"), g.examples)]));
 }
 
@@ -270,8 +272,8 @@ function renderBuckets(report) {
     const title = el("h3");
     title.appendChild(el("code", {}, g.module));
     title.appendChild(textNode(
-      ` ${fmtCount(g.variants)} variant${g.variants === 1 ? "" : "s"}, ` +
-      `${fmtCount(g.entries)} entr${g.entries === 1 ? "y" : "ies"}`));
+      ` ${fmtSeconds(g.compile_seconds)} compiling, ${fmtCount(g.entries)} compile${g.entries === 1 ? "" : "s"}, ` +
+      `${fmtCount(g.variants)} variant${g.variants === 1 ? "" : "s"}`));
     part.appendChild(title);
     if (g.read < g.variants) {
       part.appendChild(el("p", { class: "explain" },
@@ -340,7 +342,7 @@ function renderBuckets(report) {
 }
 
 // The graph view (#/graphs/<namespace>[/<module>]): the namespaces to choose from are those of the graphs
-// with the most variants (a limited token: its own namespaces), the first one unless the route names one.
+// that cost most to compile (a limited token: its own namespaces), the first one unless the route names one.
 async function graphChoices() {
   if (session.me && session.me.namespaces !== null) return session.me.namespaces;
   const body = await fetchData({ days: 1, top: 20, limit: 1 });

@@ -71,7 +71,10 @@ def test_stats_is_readable_and_json(
     assert "lookups      4 found, 0 not found (manifests and GETs the server answered; not the jobs'" in out
     assert "6.0 min" not in out  # 4 lookups of entries that cost 90 s: downloads, never counted as saved
     assert "cpu-job" in out and "small" in out
-    assert "3 variants  SyncTensorsGraph.15  [cpu-job]" in out
+    # the costliest graph first (3 compiles of 90 s), its variants a column (issue 46, item 2)
+    costly = "   270.0 s      3 compiles     3 variants  SyncTensorsGraph.15  [cpu-job]"
+    cheap = "    90.0 s      1 compiles     1 variant   SyncTensorsGraph.12  [cpu-job]"
+    assert costly in out and cheap in out and out.index(costly) < out.index(cheap)
     assert "e.g. (f32[16,3], f32[2,16]) -> (f32[3])" in out
 
     # a job reports what it compiled: the hit rate is the jobs', the server's lookups are shown as such

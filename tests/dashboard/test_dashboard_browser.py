@@ -263,7 +263,7 @@ def test_dashboard_loads_with_data_and_draws_its_charts(
                 nsBars: count("#ns-chart rect.bar-bytes"),
                 graphBars: count("#graphs-chart rect.bar-variants"),
                 graphRows: [...document.querySelectorAll("#graphs-table tbody tr")].map(
-                  (tr) => [...tr.children].slice(0, 3).map((td) => td.textContent)),
+                  (tr) => [...tr.children].slice(0, 5).map((td) => td.textContent)),
                 nsRows: [...document.querySelectorAll("#ns-table tbody tr td:first-child")].map(
                   (td) => td.textContent),
                 error: document.getElementById("error").hidden,
@@ -308,7 +308,9 @@ def test_dashboard_loads_with_data_and_draws_its_charts(
     assert overview["hitsBox"][0] > 600 and overview["hitsBox"][1] > 150
     assert page["nsBars"] == 2 and overview["nsBox"][1] > 20
     assert page["graphBars"] == 2
-    assert page["graphRows"][0] == ["SyncTensorsGraph.15", "vision-tpu-v5e", "3"]
+    # ranked by compile time paid (3 x 42 s), then compiles; variants a column (issue 46, item 2)
+    assert page["graphRows"][0] == ["SyncTensorsGraph.15", "vision-tpu-v5e", "2.1 min", "3", "3"]
+    assert page["graphRows"][1] == ["SyncTensorsGraph.12", "vision-tpu-v5e", "42.0 s", "1", "1"]
     assert page["nsRows"] == ["text-gpu", "vision-tpu-v5e"]  # largest first
     assert first_page == [1, "1 of 2 namespaces shown."] and more_hidden is True
     # the graph view: the fixture graph's rows (2, 4 or 8 of 16) vary; each variant weighs its hits + 1, and

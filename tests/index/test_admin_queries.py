@@ -11,7 +11,7 @@ from cache_server.admin.stats import StatsQuery
 from cache_server.auth.tokens import Role
 from cache_server.domain import utcnow
 from cache_server.errors import Unauthorized
-from cache_server.index import AdminRepository
+from cache_server.index import AdminRepository, graph_records
 from cache_server.service import OpenedEntry
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
@@ -125,4 +125,36 @@ def test_loose_entries_page_in_key_order_and_placing_copies_is_conditional(servi
         ("a", "k1", None, None),
         ("a", "k2", "f" * 32, 20),
         ("b", "k0", "f" * 32, 30),
+    ]
+
+
+def test_graphs_are_ranked_by_the_compile_seconds_paid_then_compiles(services: Services) -> None:
+    """Issue 46, item 2: a graph of one variant that cost a minute to compile ranks above a graph of three
+    cheap variants, in the stats' top graphs and in the bucketing report; variants stay a column."""
+    costly = "304900209432311687315369713663855754870"  # SyncTensorsGraph.12, the one variant
+    for key, data in real_entries().items():
+        put(services, "cpu", key, data, compile_ms=60_000 if key == costly else 1000)
+    assert services.parsing.catch_up() == 4
+    expected = [("SyncTensorsGraph.12", 1, 1, 60.0), ("SyncTensorsGraph.15", 3, 3, 3.0)]
+    for namespace in ("cpu", None):
+        graphs = services.admin.stats(StatsQuery(days=1, top=5, namespace=namespace)).top_graphs
+        assert [(g.module, g.variants, g.entries, g.compile_seconds) for g in graphs] == expected
+    reports = services.graphs.report("cpu", top=5, per_graph=10, total=100)
+    assert [(r.module, r.variants, r.entries, r.compile_seconds) for r in reports] == expected
+
+
+def test_past_the_bound_graphs_are_ranked_by_compiles_with_their_cost_summed(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past COST_RANKED_ENTRIES parsed entries the ranking reads one row per graph (compiles first) and sums
+    the compile seconds of the graphs shown only: a bounded read at 1,000,000 entries."""
+    monkeypatch.setattr(graph_records, "COST_RANKED_ENTRIES", 3)
+    costly = "304900209432311687315369713663855754870"  # SyncTensorsGraph.12, the one variant
+    for key, data in real_entries().items():
+        put(services, "cpu", key, data, compile_ms=60_000 if key == costly else 1000)
+    assert services.parsing.catch_up() == 4
+    graphs = services.admin.stats(StatsQuery(days=1, top=5, namespace="cpu")).top_graphs
+    assert [(g.module, g.entries, g.compile_seconds) for g in graphs] == [
+        ("SyncTensorsGraph.15", 3, 3.0),
+        ("SyncTensorsGraph.12", 1, 60.0),
     ]

@@ -105,7 +105,7 @@ def lookup_line(counters: dict[str, Any], *, indent: str = "  ") -> str:
 def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
     """The server's part of ``stats``, each block named by its scope: what every namespace's jobs
     reported, what the server stores and served, a table of namespaces (their jobs' numbers), and the
-    graphs with the most shape variants."""
+    graphs that cost most to compile."""
     t = stats["totals"]
     lines = [
         "server (every namespace)",
@@ -154,11 +154,14 @@ def stats_lines(stats: dict[str, Any], *, graphs: int = 5) -> list[str]:
         ]
     top = stats.get("top_graphs", [])[:graphs]
     if top:
-        lines.append("graphs with the most shape variants (each variant is one more compile)")
+        lines.append("graphs that cost most to compile (compile seconds paid, then compiles)")
         for g in top:
             where = f"  traced at {g['source']}" if g.get("source") else ""
             plural = "s" if g["variants"] != 1 else " "
-            lines.append(f"  {g['variants']:>4} variant{plural}  {g['module']}  [{g['namespace']}]{where}")
+            lines.append(
+                f"  {g.get('compile_seconds', 0.0):>8.1f} s  {g['entries']:>5} compiles  {g['variants']:>4} "
+                f"variant{plural}  {g['module']}  [{g['namespace']}]{where}"
+            )
             lines += [f"         e.g. {shape}" for shape in g.get("examples", [])[:2]]
     return lines
 

@@ -54,6 +54,17 @@ def _scheme(scheme: dict[str, Any]) -> str:
     return f"{scheme['scheme']}: {scheme['variants']} ({_percent(scheme['mean_overhead'])})"
 
 
+def cost_columns(graph: dict[str, Any]) -> str:
+    """A graph's cost (the order it is listed in) and its variants, as a column: ``61.2 s compiling, 83
+    compiles, 1 variant``."""
+    plural = "" if graph["variants"] == 1 else "s"
+    compiles = "" if graph["entries"] == 1 else "s"
+    return (
+        f"{graph.get('compile_seconds', 0.0):.1f} s compiling, {graph['entries']} compile{compiles}, "
+        f"{graph['variants']} variant{plural}"
+    )
+
+
 def graph_lines(report: dict[str, Any]) -> list[str]:
     """The report as lines: per graph a title line, then per varying dimension its choices (each alone:
     compilations left, +mean overhead), the frontier of combinations, and each rounding applied to all."""
@@ -75,8 +86,7 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         f"alone (+mean extra {cost}), then the best combinations"
     ]
     for graph in graphs:
-        plural = "" if graph["variants"] == 1 else "s"
-        title = f"{graph['module']}  {graph['variants']} variant{plural}"
+        title = f"{graph['module']}  {cost_columns(graph)}"
         if graph.get("unchanged"):
             title += f"  {graph['unchanged']}"
         elif not graph["varying"]:
@@ -174,7 +184,12 @@ def add_graphs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         type=namespace_name,
         help="namespace (default: the one the last warm here recorded)",
     )
-    graphs.add_argument("--top", type=int, default=10, help="graphs listed, most variants first (default 10)")
+    graphs.add_argument(
+        "--top",
+        type=int,
+        default=10,
+        help="graphs listed, the costliest first: compile seconds paid, then compiles (default 10)",
+    )
     graphs.add_argument("--module", help="only this graph (HLO module), as `xla-cache runs RUN` names it")
     add_runtime(graphs)
     graphs.set_defaults(func=cmd_graphs)
