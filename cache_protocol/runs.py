@@ -82,6 +82,7 @@ __all__ = [
     "RunNumber",
     "milliseconds",
     "report_numbers",
+    "seconds_clamped",
 ]
 
 RUN_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{7,63}")
@@ -151,6 +152,12 @@ MISS_ADVICE: Final[dict[MissReason, str]] = {
 """What to do about each reason (``xla-cache runs RUN``, the API and the dashboard show it)."""
 
 
+def seconds_clamped(value: float) -> float:
+    """A duration as the client sends it: within 0 and :data:`MAX_SECONDS`, to the millisecond (a run's
+    seconds and a miss's ``compile_seconds`` alike)."""
+    return round(max(0.0, min(float(value), MAX_SECONDS)), 3)
+
+
 @dataclass(frozen=True)
 class RunNumber:
     """One number of a run, declared once: the report's field (``name``), the API's, the stored one and
@@ -181,7 +188,7 @@ class RunNumber:
     def clamped(self, value: float) -> int | float:
         """``value`` as the client sends it: within the bounds, durations to the millisecond."""
         if self.unit == "seconds":
-            return round(max(0.0, min(float(value), MAX_SECONDS)), 3)
+            return seconds_clamped(value)
         return max(0, min(int(value), MAX_COUNT))
 
 

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,9 @@ from cache_protocol.runs import (
     MAX_MISSES_PER_REPORT,
     MAX_MISSES_PER_RUN,
     MAX_PROCESS_INDEX,
-    MAX_SECONDS,
     MODULE_MAX_LENGTH,
     report_numbers,
+    seconds_clamped,
 )
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import LocalFile, scan
@@ -102,13 +102,8 @@ class Miss:
     load_failed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "module": self.module,
-            "components": self.components,
-            "compile_seconds": self.compile_seconds,
-            "load_failed": self.load_failed,
-        }
+        """The ``new_misses`` item: the fields by name."""
+        return asdict(self)
 
 
 @dataclass
@@ -134,10 +129,6 @@ def _refused(problem: ServerProblem) -> bool:
     return (
         isinstance(problem, ServerError) and 400 <= problem.status < 500 and problem.status not in (408, 429)
     )
-
-
-def _seconds(value: float) -> float:
-    return round(max(0.0, min(float(value), MAX_SECONDS)), 3)
 
 
 class RunReporter:
@@ -302,7 +293,7 @@ class RunReporter:
                     key=item.key,
                     module=module,
                     components=known.components if known else None,
-                    compile_seconds=_seconds(spent) if spent is not None else None,
+                    compile_seconds=seconds_clamped(spent) if spent is not None else None,
                     load_failed=item.key in self._unloadable or item.key in self._baseline,
                 )
             )
