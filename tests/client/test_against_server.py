@@ -148,7 +148,7 @@ def test_cli_push_and_stats(server: LiveServer, tmp_path: Path, capsys: pytest.C
     assert stats["admin"]["totals"]["entries"] >= 4  # /admin/stats answers on a loopback server without auth
     assert cli_main(["stats", "--server", server.url, "--namespace", ns]) == 0
     text = capsys.readouterr().out
-    assert f"namespace  {ns}" in text and "entries      4" in text
+    assert f"namespace  {ns}" in text and "stored       4 entries" in text
     # Pushing again sends nothing.
     assert (
         cli_main(["push", "--server", server.url, "--cache-dir", str(tmp_path), "--namespace", ns, "--json"])
