@@ -121,7 +121,8 @@ def test_graphs_names_the_fuse_graphs_varying_dimensions_and_what_bucketing_leav
     # the table says the same, in the fuse graph's lines
     lines = table.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(fuse["module"] + " "))
-    assert lines[start] == f"{fuse['module']}  {len(fused)} variants"
+    cost = f"{fuse['compile_seconds']:.1f} s compiling, {fuse['entries']} compiles, {len(fused)} variants"
+    assert lines[start] == f"{fuse['module']}  {cost}"
     block = "\n".join(lines[start + 1 : start + 2 + len(fuse["varying"]) + 1 + len(fuse["frontier"])])
     for dim in fuse["varying"]:
         assert f"  {dim['label']} ({dim['min']}..{dim['max']}, {dim['count']} values): as is 54" in block
@@ -161,4 +162,5 @@ def test_a_seed_like_job_of_300_shapes_gets_per_dimension_choices(
     # (at most 48 tokens fit beside 2 images)
     tokens = next(d for d in fuse["varying"] if d["max"] == 128)
     assert next(c for c in tokens["choices"] if c["name"] == "mult64")["compiles"] == 5
-    assert f"{fuse['module']}  297 variants" in table.stdout
+    assert f"{fuse['module']}  {fuse['compile_seconds']:.1f} s compiling, " in table.stdout
+    assert f", {fuse['entries']} compiles, 297 variants" in table.stdout
