@@ -16,31 +16,21 @@ from sqlalchemy import text
 from cache_server.background.activity import Activity
 from cache_server.domain import utcnow
 from cache_server.index import EntryRepository
-from cache_server.index.feed import FeedRepository
 from cache_server.index.graph_records import GraphRecord, GraphRepository
-from cache_server.index.namespaces import NamespaceRepository
 from cache_server.parsing import service as parsing_service
 from cache_server.parsing import worker
 from cache_server.parsing.service import ParsingService
 from cache_server.parsing.worker import ParserProcess, ParserResting, parse_blob
-from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.support.api import sha
-from tests.support.apps import services_of
+from tests.support.apps import another_cache_service, services_of
 from tests.support.real_entries import real_entries
 from tests.support.wait import wait_until
 
 
 def _store_real_entries(settings: Settings, services: Services, namespace: str) -> list[str]:
-    cache = CacheService(
-        settings,
-        EntryRepository(services.database),
-        services.store,
-        services.access,
-        namespaces=NamespaceRepository(services.database),
-        feed=FeedRepository(services.database),
-    )
+    cache = another_cache_service(settings, services)
     for key, data in real_entries().items():
         cache.put_entry(namespace, key, [data], sha256=sha(data))
     return list(real_entries())
@@ -57,14 +47,7 @@ def test_parsing_waits_while_requests_are_in_flight(settings: Settings, services
     indexer.start()
     try:
         assert indexer.wait_idle(30)  # the catch-up at start parses what is already stored
-        cache = CacheService(
-            settings,
-            EntryRepository(services.database),
-            services.store,
-            services.access,
-            namespaces=NamespaceRepository(services.database),
-            feed=FeedRepository(services.database),
-        )
+        cache = another_cache_service(settings, services)
         data = b"not an executable, parsed as unparseable"
         activity.begin()  # a request is being served
         cache.put_entry("busy", "late", [data], sha256=sha(data))

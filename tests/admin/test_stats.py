@@ -7,14 +7,11 @@ import datetime as dt
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
-from cache_server.index import EntryRepository, GraphRepository
-from cache_server.index.feed import FeedRepository
-from cache_server.index.namespaces import NamespaceRepository
-from cache_server.service import CacheService
+from cache_server.index import GraphRepository
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.support.api import put_ok, sha
-from tests.support.apps import services_of
+from tests.support.apps import another_cache_service, services_of
 from tests.support.clock import clear_of_utc_midnight
 from tests.support.real_entries import real_entries
 
@@ -123,14 +120,7 @@ def test_entries_stored_before_start_are_parsed_by_the_catch_up(
 ) -> None:
     entries = real_entries()
     # Stored by another server process: a cache service with no admin side listening to it.
-    elsewhere = CacheService(
-        settings,
-        EntryRepository(services.database),
-        services.store,
-        services.access,
-        namespaces=NamespaceRepository(services.database),
-        feed=FeedRepository(services.database),
-    )
+    elsewhere = another_cache_service(settings, services)
     for key, data in entries.items():
         elsewhere.put_entry("early", key, [data], sha256=sha(data))
     with TestClient(create_app(settings, services)) as client:

@@ -8,11 +8,15 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
+from cache_server.index import EntryRepository
+from cache_server.index.feed import FeedRepository
+from cache_server.index.namespaces import NamespaceRepository
+from cache_server.service import CacheService
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.support.migrated import migrated
 
-__all__ = ["client_for", "services_of"]
+__all__ = ["another_cache_service", "client_for", "services_of"]
 
 
 def client_for(tmp_path: Path, **settings: object) -> TestClient:
@@ -26,3 +30,16 @@ def services_of(client: TestClient) -> Services:
     """The services behind a test client's app."""
     services: Services = client.app.state.services  # type: ignore[attr-defined]
     return services
+
+
+def another_cache_service(settings: Settings, services: Services) -> CacheService:
+    """A cache service of its own over ``services``' index, store and access counts, with no parsing
+    listening (as another process storing into the same cache would be)."""
+    return CacheService(
+        settings,
+        EntryRepository(services.database),
+        services.store,
+        services.access,
+        namespaces=NamespaceRepository(services.database),
+        feed=FeedRepository(services.database),
+    )
