@@ -9,7 +9,6 @@ one crafted TPU entry of many oversized candidate modules costs the parser.
 from __future__ import annotations
 
 import argparse
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -17,12 +16,12 @@ from pathlib import Path
 from sqlalchemy import text
 
 from cache_server.parsing.hlo import parse_entry
-from cache_server.parsing.worker import ParserProcess
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 from tests.support.api import sha
 from tests.support.crafted_entries import long_sources, tpu_candidates, wide
 from tests.support.migrated import migrated
+from tests.support.process_tree import peak_rss_mib
 from tests.support.real_entries import real_entries
 
 
@@ -46,13 +45,9 @@ def _wait(services: Services, namespace: str, count: int, timeout: float = 600.0
 
 
 def _child_peak_mib(services: Services) -> float:
-    parser = services.parsing._parser
-    assert isinstance(parser, ParserProcess)
-    pid = parser.child_pid()
+    pid = services.parsing.child_pid()
     assert pid is not None
-    found = re.search(r"^VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
-    assert found is not None
-    return int(found.group(1)) / 1024
+    return peak_rss_mib(pid)
 
 
 def main(argv: list[str] | None = None) -> None:

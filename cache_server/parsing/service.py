@@ -206,6 +206,11 @@ class ParsingService:
                 break
         return done
 
+    def child_pid(self) -> int | None:
+        """The process id of the parser's child while one runs (None without one: none started yet, or a
+        service configured to parse on its own thread)."""
+        return None if self._parser is None else self._parser.child_pid()
+
     def wait_idle(self, timeout: float) -> bool:
         """Wait until everything queued so far is parsed and no catch-up scan runs."""
         with self._changed:

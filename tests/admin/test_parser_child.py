@@ -5,7 +5,6 @@ recorded as such while the child goes on."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.support.api import sha
 from tests.support.crafted_entries import inflating, long_sources, wide
 from tests.support.databases import fresh_database_url
 from tests.support.migrated import migrated
+from tests.support.process_tree import peak_rss_mib
 from tests.support.real_entries import real_entries
 from tests.support.wait import wait_until
 
@@ -58,14 +58,9 @@ def _store(services: Services, namespace: str, key: str, data: bytes) -> None:
 
 
 def _child_peak_mib(services: Services) -> float:
-    parser = services.parsing._parser  # the child the wiring gave the service
-    assert isinstance(parser, ParserProcess)
-    pid = parser.child_pid()
+    pid = services.parsing.child_pid()  # the child the wiring gave the service
     assert pid is not None
-    status = Path(f"/proc/{pid}/status").read_text()
-    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
-    assert found is not None
-    return int(found.group(1)) / 1024
+    return peak_rss_mib(pid)
 
 
 def test_one_namespaces_backlog_does_not_hold_another_namespaces_new_entry(
