@@ -31,6 +31,8 @@ counts the rest. The body (JSON)::
          "components": {"computation": "ab12…", "compile_options": "…"},  # JAX's cache-key component
                                       # hashes (COMPONENT_NAMES), else null
          "compile_seconds": 2.1,      # this compile's time where known, else null
+         "source": "train.py:57",     # where the job compiled it (torch_xla: the call site of the
+                                      # mark_step()/sync() that compiled it, SOURCE_MAX_LENGTH), else null
          "load_failed": false}        # an entry of this key was there but failed to load
       ]
     }
@@ -77,6 +79,7 @@ __all__ = [
     "REPORT_INTERVAL_SECONDS",
     "RUN_ID_PATTERN",
     "RUN_NUMBERS",
+    "SOURCE_MAX_LENGTH",
     "Framework",
     "MissReason",
     "RunNumber",
@@ -92,6 +95,7 @@ Framework = Literal["torch_xla", "jax", "torchax"]
 FRAMEWORKS: Final[tuple[Framework, ...]] = get_args(Framework)
 HOST_MAX_LENGTH: Final = 256
 MODULE_MAX_LENGTH: Final = 256
+SOURCE_MAX_LENGTH: Final = 200  # a miss's ``source``: ``file:line``, the file as its last two path parts
 MAX_PROCESS_INDEX: Final = 2**31 - 1
 MAX_COUNT: Final = 2**53
 """The largest count a report may carry (larger is refused, not clipped)."""

@@ -199,6 +199,11 @@ class SchemeOut(BaseModel):
     max_overhead: float
 
 
+class SourceOut(BaseModel):
+    source: str = Field(description="file:line, the file as its last two path parts.")
+    entries: int = Field(description="Entries of the graph its runs compiled there.")
+
+
 class GraphReportOut(BaseModel):
     module: str = Field(description="The HLO module name.")
     variants: int = Field(description="Distinct shape signatures among its entries.")
@@ -249,6 +254,12 @@ class GraphReportOut(BaseModel):
         f"{BODY_TEXT_PER_REPORT // 2**20} MiB in all of a report's graphs (so the last graphs of a large "
         "report may read none).",
     )
+    sources: list[SourceOut] = Field(
+        default_factory=list,
+        description="Where the jobs compiled it: the file:line its runs reported with its compiles "
+        "(torch_xla: the call site of the mark_step/sync that compiled it, no debug setting needed), the "
+        "most entries first, at most 3.",
+    )
     bodies_stored: int | None = Field(
         default=None,
         description="The graph's entries with a body; null when its entries repeat no input shape (no body "
@@ -287,6 +298,7 @@ class GraphReportOut(BaseModel):
             baked_sizes=BakedSizesOut.of(report.baked) if report.baked is not None else None,
             bodies_read=report.bodies_read,
             bodies_stored=report.bodies_stored,
+            sources=[SourceOut(source=source, entries=n) for source, n in report.sources],
         )
 
 

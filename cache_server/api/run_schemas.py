@@ -31,6 +31,7 @@ from cache_protocol.runs import (
     REPORTED_NUMBERS,
     RUN_ID_PATTERN,
     RUN_NUMBERS,
+    SOURCE_MAX_LENGTH,
     Framework,
     milliseconds,
 )
@@ -74,6 +75,12 @@ class MissIn(_Strict):
     components: dict[ComponentName, ComponentHash] | None = Field(default=None, max_length=MAX_COMPONENTS)
     compile_seconds: Seconds | None = None
     load_failed: StrictBool = False
+    source: Annotated[str, Printable] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=SOURCE_MAX_LENGTH,
+        description="Where the job compiled it, file:line (torch_xla: the call site of its mark_step/sync).",
+    )
 
     @model_validator(mode="after")
     def _key(self) -> MissIn:
@@ -129,6 +136,7 @@ class _ReportFields(_Strict):
                     components=m.components,
                     compile_ms=None if m.compile_seconds is None else milliseconds(m.compile_seconds),
                     load_failed=m.load_failed,
+                    source=m.source,
                 )
                 for m in self.new_misses
             ],
@@ -263,6 +271,11 @@ class MissOut(BaseModel):
         description="Sizes (baked_sizes) or dimensions that differ beyond the 16 listed: counted, not listed."
     )
     advice: str
+    source: str | None = Field(
+        default=None,
+        description="Where the job compiled it, file:line, as its client reported (torch_xla: the call site "
+        "of the mark_step/sync that compiled it; no debug setting needed).",
+    )
 
     @classmethod
     def of(cls, miss: ExplainedMiss) -> MissOut:
@@ -287,6 +300,7 @@ class MissOut(BaseModel):
             removed_at=miss.removed_at,
             policy=miss.policy,
             advice=MISS_ADVICE.get(miss.reason, ""),
+            source=miss.source,
             baked_sizes=[
                 BakedSizeOut(
                     op=c.op.name,

@@ -119,6 +119,7 @@ class MissRecord:
     compile_ms: int | None
     load_failed: bool
     reported_at: dt.datetime | None = None
+    source: str | None = None  # where the job compiled it (file:line), when its client knew
 
 
 @dataclass(frozen=True)

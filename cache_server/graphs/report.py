@@ -120,6 +120,7 @@ class GraphReport:
     bodies_read: int = 0
     bodies_stored: int | None = None
     compile_seconds: float = 0.0  # the compile times recorded with its entries, summed: the report's order
+    sources: tuple[tuple[str, int], ...] = ()  # where its runs compiled it (file:line, entries), most first
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ class GraphReports:
                     bodies_read=bodies_read,
                     bodies_stored=bodies_stored,
                     compile_seconds=graph.compile_seconds,
+                    sources=tuple(self._repository.sources(namespace, graph.module)),
                 )
             )
         return reports

@@ -20,10 +20,11 @@ from sqlalchemy.orm import Session
 
 from cache_server.index.database import Database
 from cache_server.index.graph_records import ranked_by_cost
-from cache_server.index.models import Entry, EntryGraph, Namespace
+from cache_server.index.models import Entry, EntryGraph, Namespace, RunMiss
 
 __all__ = [
     "BODIES_COUNTED",
+    "SOURCES_READ",
     "GraphBodies",
     "GraphBody",
     "GraphCounted",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 BODIES_COUNTED = 10_000  # a graph's entries with a body counted at most (the count reads their rows)
+SOURCES_READ = 2_000  # a graph's entries whose reported sources are counted at most (their keys, any order)
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,28 @@ class GraphVariantsRepository:
                     )
                 )
         return found
+
+    def sources(self, namespace: str, module: str, *, top: int = 3) -> list[tuple[str, int]]:
+        """Where the jobs compiled ``module``: the ``top`` sources its runs reported (``file:line``), each
+        with the entries of it compiled there, the most first; counted over at most :data:`SOURCES_READ`
+        of its entries (off ``ix_entry_graphs_module_signature`` and ``ix_run_misses_namespace_key``)."""
+        keys = (
+            select(EntryGraph.key.label("key"))
+            .where(EntryGraph.namespace == namespace, EntryGraph.module == module)
+            .limit(SOURCES_READ)
+            .subquery()
+        )
+        count = func.count(func.distinct(RunMiss.key))
+        stmt = (
+            select(RunMiss.source, count)
+            .join(keys, (RunMiss.namespace == namespace) & (RunMiss.key == keys.c.key))
+            .where(RunMiss.source.is_not(None))
+            .group_by(RunMiss.source)
+            .order_by(count.desc(), RunMiss.source)
+            .limit(top)
+        )
+        with self._db.transaction() as session:
+            return [(str(source), int(n)) for source, n in session.execute(stmt)]
 
     def read_bodies(self, namespace: str, module: str, *, limit: int, max_text: int) -> GraphBodies:
         """The latest stored entries of ``module`` with a body: at most ``limit`` of them, and of those only

@@ -434,6 +434,8 @@ class RunMiss(Base):
     reported_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     # the reason the run's detail last gave it (migration 0018): counted per reason, never explained again
     reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # where the job compiled it, file:line (migration 0019): the call site of a torch_xla mark_step/sync
+    source: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class Tombstone(Base):

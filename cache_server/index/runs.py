@@ -130,6 +130,7 @@ class HeldRun:
                 "compile_ms": miss.compile_ms,
                 "load_failed": miss.load_failed,
                 "reported_at": now + dt.timedelta(microseconds=index),
+                "source": miss.source,
             }
             for index, miss in enumerate(misses)
         ]
@@ -296,6 +297,7 @@ class RunRepository:
                 RunMiss.compile_ms,
                 RunMiss.load_failed,
                 RunMiss.reported_at,
+                RunMiss.source,
             )
             .where(RunMiss.run_id == run_id)
             .order_by(RunMiss.reported_at, RunMiss.key)

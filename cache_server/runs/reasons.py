@@ -77,6 +77,7 @@ class ExplainedMiss:
     policy: str | None = None
     baked: list[SizeChange] = field(default_factory=list)
     more: int = 0  # sizes or dimensions that differ beyond those listed (at most LISTED each)
+    source: str | None = None  # where the job compiled it (file:line), as its client reported
 
 
 COMPARED_MISSES = 200
@@ -224,6 +225,7 @@ class _Miss:
             components=self.record.components,
             shapes=self.shapes,
             nearest_key=nearest_key,
+            source=self.record.source,
         )
 
     @property

@@ -275,6 +275,10 @@ function renderBuckets(report) {
       ` ${fmtSeconds(g.compile_seconds)} compiling, ${fmtCount(g.entries)} compile${g.entries === 1 ? "" : "s"}, ` +
       `${fmtCount(g.variants)} variant${g.variants === 1 ? "" : "s"}`));
     part.appendChild(title);
+    if ((g.sources || []).length) {
+      part.appendChild(el("p", { class: "sources" },
+        "Compiled at " + g.sources.map((s) => `${s.source} (${fmtCount(s.entries)})`).join(", ") + "."));
+    }
     if (g.read < g.variants) {
       part.appendChild(el("p", { class: "explain" },
         `Analysed ${fmtCount(g.read)} of its ${fmtCount(g.variants)} variants (a sample).`));
@@ -497,6 +501,7 @@ function runLines(m) {
   const lines = [];
   if (m.detail) lines.push(...String(m.detail).split("\n"));
   if (m.shapes) lines.push(...String(m.shapes).split("\n").map((l) => `shapes: ${l}`));
+  if (m.source) lines.push(`compiled at ${m.source}`);
   for (const d of m.differing_components || []) {
     lines.push(`${d.component}: ${d.ours === null ? "unset" : d.ours} (theirs: ${d.theirs === null ? "unset" : d.theirs})`);
   }

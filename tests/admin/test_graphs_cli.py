@@ -14,6 +14,7 @@ from tests.support.api import sha
 from tests.support.cli import run_cli
 from tests.support.crafted_entries import nested
 from tests.support.real_entries import real_entries
+from tests.support.run_reports import run_report
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import QUIET_POLL, wait_until
 
@@ -184,3 +185,28 @@ def test_entries_without_a_graph_are_counted_by_reason(
         "  2 entries without a graph: tuple shapes nested deeper than 32",
         "  1 entry without a graph: no HLO module where torch_xla, JAX or libtpu keep one",
     ]
+
+
+def test_where_the_jobs_compiled_a_graph_is_named_under_it(
+    server: tuple[LiveServer, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that said where it compiled two of the graph's entries (its mark_step's line, issue 46 item 4):
+    the graph's report names that line and how many of its entries were compiled there."""
+    srv, tokens = server
+    keys = sorted(real_entries())
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with httpx.Client(base_url=srv.url, headers=admin, timeout=30) as http:
+        graphs = http.get("/admin/graphs", params={"namespace": "cpu-job"}).json()["graphs"]
+        assert all(g["sources"] == [] for g in graphs)  # no run said where yet
+        report = run_report("run-sources-cli", misses=len(keys))
+        report["new_misses"] = [{"key": key, "source": "jobs/train.py:57"} for key in keys]
+        assert http.post("/v1/runs", json=report).status_code == 200
+    code, out, _ = run_cli(["graphs", "cpu-job", "--server", srv.url, "--token", tokens["read"]], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    at = {line: lines[n - 1] for n, line in enumerate(lines) if line.startswith("  compiled at")}
+    assert at == {
+        "  compiled at jobs/train.py:57 (3)": "SyncTensorsGraph.15  4.5 s compiling, 3 compiles, 3 variants",
+        "  compiled at jobs/train.py:57 (1)": "SyncTensorsGraph.12  1.5 s compiling, 1 compile, 1 variant  "
+        "varying: none",
+    }

@@ -432,3 +432,29 @@ def test_a_runs_compiles_page_through_with_the_count_of_each_reason(client: Test
     beyond = client.get("/admin/runs/run-paged-0001", params={"offset": 250}).json()
     assert beyond["misses"] == [] and beyond["reasons"] == {"unknown": 150}
     assert client.get("/admin/runs/run-paged-0001", params={"limit": 1001}).status_code == 400
+
+
+def test_where_a_job_compiled_each_graph_is_kept_and_shown_by_the_run_and_the_graphs_report(
+    client: TestClient, services: Services
+) -> None:
+    here, there = "jobs/train.py:57", "jobs/eval.py:12"
+    misses = [miss(B2, source=here), miss(B4, source=here), miss(B8, source=there), miss(OTHER)]
+    assert post(client, report("run-sources-1", misses=4, new_misses=misses)).status_code == 200
+    store_real(client, services, [B2, B4, B8, OTHER])
+    detail = client.get("/admin/runs/run-sources-1").json()
+    assert {m["key"]: m["source"] for m in detail["misses"]} == {B2: here, B4: here, B8: there, OTHER: None}
+    graphs = client.get("/admin/graphs", params={"namespace": NS}).json()["graphs"]
+    by_module = {g["module"]: g["sources"] for g in graphs}
+    assert by_module["SyncTensorsGraph.15"] == [
+        {"source": here, "entries": 2},
+        {"source": there, "entries": 1},
+    ]
+    assert by_module["SyncTensorsGraph.12"] == []  # its run did not say where
+
+
+@pytest.mark.parametrize("source", ["", "x" * 201, "train.py:\x1b[31m57", 57])
+def test_a_source_out_of_bounds_is_refused_and_nothing_is_stored(client: TestClient, source: Any) -> None:
+    body = report("run-sources-2", misses=1, new_misses=[miss(B2, source=source)])
+    answer = post(client, body)
+    assert answer.status_code in (400, 422), answer.text
+    assert client.get("/admin/runs/run-sources-2").status_code == 404

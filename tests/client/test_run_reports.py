@@ -14,6 +14,7 @@ import threading
 import time
 import types
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -268,6 +269,29 @@ def test_compiles_the_server_refuses_are_dropped_not_the_run(
     first, last = taken.reports_of(setup.reporter.run_id)
     assert first["new_misses"] == [] and [m["key"] for m in last["new_misses"]] == [good]
     assert "the server refused 1 compiles" in caplog.text
+
+
+class Sited(FakeCollector):
+    """JAX's facts of a file, with where the job compiled it."""
+
+    def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
+        return {k: replace(v, source="jobs/train.py:57") for k, v in super().facts(files).items()}
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_each_compile_carries_where_the_job_compiled_it_and_an_older_server_still_gets_the_compile(
+    tmp_path: Path, older: bool
+) -> None:
+    taken = RunReceiver(older=older)
+    with serve_in_thread(taken) as url:
+        setup = Setup(tmp_path, url, Sited())
+        key = entry(tmp_path, 1)
+        setup.reporter.finish()
+    (miss,) = taken.misses_of(setup.reporter.run_id)
+    assert miss["key"] == key and miss["compile_seconds"] == 0.5  # the compile itself is never dropped
+    assert miss.get("source") == (None if older else "jobs/train.py:57")
+    assert len(taken.refused) == (1 if older else 0)  # the older server refused the field once
+    assert setup.reporter.current()["missed_keys"][0]["source"] == "jobs/train.py:57"
 
 
 def test_a_server_without_run_reports_is_told_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -43,6 +43,8 @@ def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dime
     assert one["reason"] == "new_graph" and one["module"]  # the module as parsed from the stored bytes
     assert f"no entry of module {one['module']}" in one["detail"]
     assert two["reason"] == "new_shapes" and two["module"] == one["module"] and two["dimensions"]
+    # where the job compiled each, with no debug setting: the line of its mark_step() in fuse_job.py
+    assert one["source"] == two["source"] and one["source"] in mark_step_sites()
 
     second = run_job(["--server", own_server.url, "--cache-dir", str(tmp_path / "B"), "--shapes", "3"])
     assert second.counters["PersistentCacheHit"] == 2 and second.counters["UncachedCompile"] == 1
@@ -58,6 +60,18 @@ def test_a_first_run_compiles_new_graphs_and_the_next_new_shapes_naming_the_dime
     out = capsys.readouterr().out
     print(out, file=sys.stderr)  # kept in the test's log: docs/user-guide.md quotes this output
     assert "hits         2" in out and "new_shapes" in out and miss["detail"] in out
+    assert f"(at {one['source']})" in out
+    answer = httpx.get(
+        f"{own_server.url}/admin/graphs", params={"namespace": detail["namespace"]}, timeout=30
+    )
+    graph = next(g for g in answer.json()["graphs"] if g["module"] == one["module"])
+    assert graph["sources"] == [{"source": one["source"], "entries": 3}]  # its three compiles, one line
+
+
+def mark_step_sites() -> set[str]:
+    """``e2e/fuse_job.py:N`` for each line of fuse_job.py that calls ``xm.mark_step()``."""
+    lines = (Path(__file__).parent / "fuse_job.py").read_text().splitlines()
+    return {f"e2e/fuse_job.py:{n}" for n, line in enumerate(lines, 1) if "xm.mark_step()" in line}
 
 
 def first_params(misses: list[dict[str, Any]]) -> str:

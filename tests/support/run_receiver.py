@@ -42,6 +42,7 @@ from cache_protocol.runs import (
     REPORTED_NUMBERS,
     RUN_ID_PATTERN,
     RUN_NUMBERS,
+    SOURCE_MAX_LENGTH,
 )
 
 __all__ = ["RunReceiver", "no_run_routes", "receiving_server", "report_problems"]
@@ -64,7 +65,8 @@ _FIELDS = {
     "new_misses",
     "hit_keys",
 }
-_MISS_FIELDS = {"key", "module", "components", "compile_seconds", "load_failed"}
+_MISS_FIELDS = {"key", "module", "components", "compile_seconds", "load_failed", "source"}
+_OLDER_MISS_FIELDS = _MISS_FIELDS - {"source"}  # a server from before misses carried their source
 
 
 def _is_int(value: Any) -> bool:
@@ -84,11 +86,11 @@ def _is_time(value: Any) -> bool:
     return _is_seconds(value) or (isinstance(value, float) and 0 <= value <= 2**34)
 
 
-def _miss_problems(index: int, miss: Any) -> list[str]:
+def _miss_problems(index: int, miss: Any, fields: frozenset[str] | set[str] = _MISS_FIELDS) -> list[str]:
     if not isinstance(miss, dict):
         return [f"new_misses[{index}] is not an object"]
     where = f"new_misses[{index}]"
-    problems = [f"{where}: unknown field {name!r}" for name in sorted(set(miss) - _MISS_FIELDS)]
+    problems = [f"{where}: unknown field {name!r}" for name in sorted(set(miss) - fields)]
     if not isinstance(miss.get("key"), str) or not is_key(miss["key"]):
         problems.append(f"{where}.key is not a key: {miss.get('key')!r}")
     module = miss.get("module")
@@ -105,11 +107,15 @@ def _miss_problems(index: int, miss: Any) -> list[str]:
         problems.append(f"{where}.compile_seconds is out of bounds: {spent!r}")
     if not isinstance(miss.get("load_failed", False), bool):
         problems.append(f"{where}.load_failed is not a boolean")
+    source = miss.get("source")
+    if source is not None and (not isinstance(source, str) or not 0 < len(source) <= SOURCE_MAX_LENGTH):
+        problems.append(f"{where}.source is not a text of 1 to {SOURCE_MAX_LENGTH} characters")
     return problems
 
 
-def report_problems(body: Any) -> list[str]:
-    """Why ``body`` is not a run report the contract allows (empty when it is)."""
+def report_problems(body: Any, *, older: bool = False) -> list[str]:
+    """Why ``body`` is not a run report the contract allows (empty when it is); ``older``: as a server from
+    before misses carried their ``source`` would find it."""
     if not isinstance(body, dict):
         return ["the body is not a JSON object"]
     problems = [f"unknown field {name!r}" for name in sorted(set(body) - _FIELDS)]
@@ -144,7 +150,7 @@ def report_problems(body: Any) -> list[str]:
         problems.append(f"new_misses is not a list of at most {MAX_MISSES_PER_REPORT}")
     else:
         for number, miss in enumerate(misses):
-            problems += _miss_problems(number, miss)
+            problems += _miss_problems(number, miss, _OLDER_MISS_FIELDS if older else _MISS_FIELDS)
         keys = [miss.get("key") for miss in misses if isinstance(miss, dict)]
         if len(set(map(str, keys))) != len(keys):
             problems.append("new_misses names a key twice")
@@ -163,8 +169,9 @@ def _iso(unix: float | None) -> str | None:
 class RunReceiver:
     """An ASGI app: the run routes here, everything else to ``app`` (404 without one)."""
 
-    def __init__(self, app: ASGIApp | None = None) -> None:
+    def __init__(self, app: ASGIApp | None = None, *, older: bool = False) -> None:
         self.app = app
+        self.older = older  # refuses a miss's source, as a server from before the field does
         self.refused: list[tuple[Any, list[str]]] = []
         self._reports: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -222,7 +229,7 @@ class RunReceiver:
             body = json.loads(raw)
         except ValueError:
             body = raw
-        problems = report_problems(body)
+        problems = report_problems(body, older=self.older)
         if problems:
             self.refused.append((body, problems))
             return 400, {"error": "run_report_invalid", "detail": "; ".join(problems)}

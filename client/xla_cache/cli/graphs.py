@@ -101,6 +101,9 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         if notes:
             title += f"  ({'; '.join(notes)})"
         lines.append(title)
+        sources = graph.get("sources") or []  # (an older server sends none)
+        if sources:
+            lines.append("  compiled at " + ", ".join(f"{s['source']} ({s['entries']})" for s in sources))
         for dim in graph["varying"]:
             lines.append(f"  {_dimension(dim)}: " + "  ".join(_choice(c) for c in dim.get("choices", [])))
         lines.extend(_frontier_lines(graph.get("frontier") or [], graph.get("result_cost") is not None, "  "))

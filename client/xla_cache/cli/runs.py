@@ -128,9 +128,10 @@ def run_lines(run: dict[str, Any]) -> list[str]:
     for miss in misses:
         seconds = miss.get("compile_seconds")
         spent = f"{float(seconds):.2f} s" if seconds is not None else "-"
+        where = f" (at {miss['source']})" if miss.get("source") else ""
         lines.append(
             f"  {str(miss.get('module') or '-')[:24]:<24}  {str(miss.get('key', ''))[:24]:<24}  "
-            f"{miss.get('reason') or 'unknown'!s:<13}  {spent:>8}  {miss.get('detail') or ''}".rstrip()
+            f"{miss.get('reason') or 'unknown'!s:<13}  {spent:>8}  {miss.get('detail') or ''}{where}".rstrip()
         )
     advice = {str(m.get("reason")): str(m.get("advice")) for m in misses if m.get("advice")}
     if advice:

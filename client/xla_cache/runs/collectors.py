@@ -45,12 +45,13 @@ class CompileCounts:
 
 @dataclass(frozen=True)
 class MissFacts:
-    """What the client knows of one compile: the graph's name, JAX's cache-key component hashes and the
-    compile's own seconds (each None when unknown)."""
+    """What the client knows of one compile: the graph's name, JAX's cache-key component hashes, the
+    compile's own seconds and where the job compiled it (``train.py:57``; each None when unknown)."""
 
     module: str | None = None
     components: dict[str, str] | None = None
     compile_seconds: float | None = None
+    source: str | None = None
 
 
 class RunCollector(ABC):

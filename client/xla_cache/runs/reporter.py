@@ -42,6 +42,7 @@ from cache_protocol.runs import (
     MAX_MISSES_PER_RUN,
     MAX_PROCESS_INDEX,
     MODULE_MAX_LENGTH,
+    SOURCE_MAX_LENGTH,
     report_numbers,
     seconds_clamped,
 )
@@ -100,10 +101,15 @@ class Miss:
     components: dict[str, str] | None = None
     compile_seconds: float | None = None
     load_failed: bool = False
+    source: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The ``new_misses`` item: the fields by name."""
-        return asdict(self)
+    def as_dict(self, *, source: bool = True) -> dict[str, Any]:
+        """The ``new_misses`` item: the fields by name (``source`` only where known and asked for: a
+        server older than the field refuses it)."""
+        item = asdict(self)
+        if item["source"] is None or not source:
+            del item["source"]
+        return item
 
 
 @dataclass
@@ -295,6 +301,7 @@ class RunReporter:
                     components=known.components if known else None,
                     compile_seconds=seconds_clamped(spent) if spent is not None else None,
                     load_failed=item.key in self._unloadable or item.key in self._baseline,
+                    source=known.source[-SOURCE_MAX_LENGTH:] if known and known.source else None,
                 )
             )
 
@@ -354,6 +361,11 @@ class RunReporter:
         body["new_misses"] = [miss.as_dict() for miss in batch]
         body["hit_keys"] = hits
         problem = self._post(body, deadline)
+        refused = problem is not None and _refused(problem) and not _not_taken(problem)
+        if refused and any(miss.source for miss in batch):
+            # A server older than the misses' source field refuses it: the compiles are sent without it.
+            body["new_misses"] = [miss.as_dict(source=False) for miss in batch]
+            problem = self._post(body, deadline)
         if problem is not None and batch and _refused(problem) and not _not_taken(problem):
             # Something in these compiles is out of the server's bounds: they are dropped, not the run.
             logger.warning(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from xla_cache.cachedir import LocalFile
 from xla_cache.frameworks import Framework
 from xla_cache.runs.collectors import CompileCounts, MissFacts, RunCollector
+from xla_cache.runs.sync_sites import install
 
 __all__ = ["TorchXlaCollector"]
 
@@ -15,11 +16,14 @@ __all__ = ["TorchXlaCollector"]
 class TorchXlaCollector(RunCollector):
     """torch_xla's counters (``PersistentCacheHit``, ``UncachedCompile``,
     ``PersistentCacheDeserializeFailure``) and its ``CompileTime`` metric (nanoseconds), from
-    ``torch_xla.debug.metrics``. torch_xla names entries by a hash only: no module name is known."""
+    ``torch_xla.debug.metrics``. torch_xla names entries by a hash only: no module name is known; where
+    each was compiled is the call site of the ``mark_step()``/``sync()`` that compiled it
+    (:mod:`xla_cache.runs.sync_sites`)."""
 
     def __init__(self, adapter: Framework) -> None:
         self._adapter = adapter
         self._start = self._read()
+        self._sites = install() if "torch_xla" in sys.modules else None
 
     def framework(self) -> str:
         return "torch_xla"
@@ -54,4 +58,13 @@ class TorchXlaCollector(RunCollector):
     def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
         # The CompileTime sample torch_xla recorded right after writing each file (what uploads carry too).
         times = self._adapter.compile_times(files)
-        return {key: MissFacts(compile_seconds=ms / 1000.0) for key, ms in times.items()}
+        sites = self._sites
+        found: dict[str, MissFacts] = {}
+        for item in files:
+            ms = times.get(item.key)
+            source = sites.site_of(item.mtime_ns) if sites is not None else None
+            if ms is not None or source is not None:
+                found[item.key] = MissFacts(
+                    compile_seconds=None if ms is None else ms / 1000.0, source=source
+                )
+        return found
