@@ -73,7 +73,7 @@ class Phases:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        from xla_cache.api import CacheApi
+        from xla_cache.http.api import CacheApi
 
         register, manifest, bundle = CacheApi.register_namespace, CacheApi.manifest, CacheApi.bundle
 

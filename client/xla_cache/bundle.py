@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cache_protocol.tar import BadTar, TarReader
-from xla_cache.api import RemoteEntry
 from xla_cache.cachedir import EntryCheck, VerifiedWriter
 from xla_cache.errors import CorruptTransfer
+from xla_cache.http.api import RemoteEntry
 from xla_cache.trust import EntryTrust
 
 __all__ = ["BundleResult", "extract_bundle"]

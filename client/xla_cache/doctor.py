@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_cache.api import CacheApi
 from xla_cache.config import ClientConfig
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerError, ServerProblem
 from xla_cache.frameworks.torch_xla import deserialize_failure_cause
+from xla_cache.http.api import CacheApi
+from xla_cache.http.deadline import Deadline
 from xla_cache.nearest import NearNamespace, ask_nearest
 
 __all__ = ["DoctorReport", "JobRunner", "judge", "run_doctor", "run_selftest_job"]

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_cache.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
 from xla_cache.bundle import extract_bundle
 from xla_cache.cachedir import (
     EntryCheck,
@@ -26,8 +25,9 @@ from xla_cache.cachedir import (
     is_entry_name,
     scan,
 )
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerProblem, ServerUnavailable
+from xla_cache.http.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
+from xla_cache.http.deadline import Deadline
 from xla_cache.progress import NullProgress, Progress
 from xla_cache.trust import EntryTrust
 

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from xla_cache.deadline import Deadline
+from xla_cache.http.deadline import Deadline
 from xla_cache.logs import logger
 
 if TYPE_CHECKING:
-    from xla_cache.api import CacheApi
+    from xla_cache.http.api import CacheApi
 
 __all__ = [
     "ASK_SECONDS",

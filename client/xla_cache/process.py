@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_cache.api import CacheApi
 from xla_cache.follower import Follower
+from xla_cache.http.api import CacheApi
 from xla_cache.logs import logger
 from xla_cache.runs import RunReporter
 from xla_cache.uploader import Uploader, UploadReport

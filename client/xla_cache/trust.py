@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from cache_protocol.signing import Verifier
-from xla_cache.api import RemoteEntry
+from xla_cache.http.api import RemoteEntry
 
 __all__ = ["EntryTrust"]
 

@@ -17,10 +17,10 @@ from tests.support.cli import run_cli
 from tests.support.real_entries import real_entries
 from tests.support.server import LiveServer, run_server, server_cli
 from tests.support.wait import QUIET_POLL, wait_until
-from xla_cache.admin_api import AdminApi
 from xla_cache.cli import main as cli_main
 from xla_cache.cli.admin_text import parse_duration, parse_size
-from xla_cache.deadline import Deadline
+from xla_cache.http.admin_api import AdminApi
+from xla_cache.http.deadline import Deadline
 
 KIB = 1024
 

@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("httpx", "httpx._main", "rich", "click", "cryptography", "importlib.metadata", "xla_cache.api")
+HEAVY = ("httpx", "httpx._main", "rich", "click", "cryptography", "importlib.metadata", "xla_cache.http.api")
 
 
 def _imported(code: str) -> dict[str, object]:

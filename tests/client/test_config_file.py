@@ -15,10 +15,10 @@ import pytest
 from cache_server.cli import build_parser as server_parser
 from tests.support.cli import run_xla_cache
 from tests.support.http_stub import Recorded, Reply, StubHttpServer, json_reply
-from xla_cache.api import CacheApi
 from xla_cache.cli import main
 from xla_cache.config import DEFAULT_SERVER, ClientConfig
 from xla_cache.errors import ClientError
+from xla_cache.http.api import CacheApi
 
 
 def write_config(path: Path, text: str, mode: int = 0o600) -> Path:

@@ -129,7 +129,8 @@ def test_cli_warm_prints_why(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from xla_cache import api, cli
+    from xla_cache import cli
+    from xla_cache.http import api
 
     _seed(real_server, build_fingerprint(FACTS, env={}), 12)
     ours = _seed(real_server, build_fingerprint(FACTS, env={"XLA_FLAGS": FAST}), 0)

@@ -12,10 +12,10 @@ import pytest
 from tests.support.run_receiver import RunReceiver, no_run_routes
 from tests.support.run_reports import run_report
 from tests.support.threaded_server import serve_in_thread
-from xla_cache.api import CacheApi
 from xla_cache.cli import main
 from xla_cache.cli.runs import since_of
-from xla_cache.deadline import Deadline
+from xla_cache.http.api import CacheApi
+from xla_cache.http.deadline import Deadline
 
 HEX = "ab" * 32
 

@@ -12,8 +12,8 @@ import pytest
 from tests.support.fake_server import FakeCacheServer
 from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import JobResult, run_job
-from xla_cache.api import CacheApi
-from xla_cache.deadline import Deadline
+from xla_cache.http.api import CacheApi
+from xla_cache.http.deadline import Deadline
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 """A synchronous httpx transport into an ASGI app running in this process, recording what it is sent.
 
-``httpx.ASGITransport`` is async-only and the client (``xla_cache.api.CacheApi``) is a synchronous
+``httpx.ASGITransport`` is async-only and the client (``xla_cache.http.api.CacheApi``) is a synchronous
 ``httpx.Client``: this transport hands each request to an ``httpx.ASGITransport`` on the event loop of a
 blocking portal, from whichever thread the client calls it. Give it the portal of a running
 ``fastapi.testclient.TestClient`` (``TestClient.portal``, set inside ``with TestClient(app)``), so that the

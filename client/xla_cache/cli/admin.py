@@ -37,8 +37,8 @@ from xla_cache.cli.common import (
     remove_in_rounds,
 )
 from xla_cache.cli.signing import signer_lines
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerProblem, ServerUnavailable
+from xla_cache.http.deadline import Deadline
 
 __all__ = [
     "add_admin_commands",

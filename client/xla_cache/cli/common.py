@@ -28,8 +28,8 @@ from xla_cache.frameworks import AUTO, all_frameworks, choose
 from xla_cache.progress import NullProgress, Progress, TqdmProgress
 
 if TYPE_CHECKING:  # the HTTP client (httpx) is imported by the subcommands that talk to a server
-    from xla_cache.admin_api import AdminApi
-    from xla_cache.api import CacheApi
+    from xla_cache.http.admin_api import AdminApi
+    from xla_cache.http.api import CacheApi
 
 __all__ = [
     "REMOVAL_ROUND",
@@ -170,14 +170,14 @@ def server_of(config: ClientConfig) -> str:
 
 def cache_api(config: ClientConfig, *, signer: Signer | None = None) -> CacheApi:
     """A job's API at the configured server (:func:`server_of`), with the configured token and compression."""
-    from xla_cache.api import CacheApi
+    from xla_cache.http.api import CacheApi
 
     return CacheApi(server_of(config), config.token, compression=config.compression, signer=signer)
 
 
 def admin_api(config: ClientConfig) -> AdminApi:
     """The admin API at the configured server, with the configured token and compression."""
-    from xla_cache.admin_api import AdminApi
+    from xla_cache.http.admin_api import AdminApi
 
     return AdminApi(server_of(config), config.token, compression=config.compression)
 

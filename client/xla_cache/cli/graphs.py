@@ -23,8 +23,8 @@ from xla_cache.cli.common import (
     namespace_of,
     no_namespace_help,
 )
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError
+from xla_cache.http.deadline import Deadline
 
 __all__ = ["add_graphs_command", "cmd_graphs", "graph_lines"]
 

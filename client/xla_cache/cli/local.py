@@ -23,9 +23,9 @@ from xla_cache.cli.common import (
     server_of,
 )
 from xla_cache.config import ClientConfig
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerProblem
 from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
+from xla_cache.http.deadline import Deadline
 from xla_cache.namespace import namespace_id
 from xla_cache.nearest import nearest_line
 

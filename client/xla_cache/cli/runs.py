@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from cache_protocol.runs import FRAMEWORKS, MISS_REASONS
 from xla_cache.cli.admin_text import format_bytes, parse_duration
 from xla_cache.cli.common import add_common, admin_api, config_of, emit, namespace_name
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerError
+from xla_cache.http.deadline import Deadline
 
 if TYPE_CHECKING:
-    from xla_cache.admin_api import AdminApi
+    from xla_cache.http.admin_api import AdminApi
 
 __all__ = ["add_runs_command", "cmd_runs", "run_lines", "runs_lines", "since_of"]
 

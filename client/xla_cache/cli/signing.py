@@ -23,8 +23,8 @@ from cache_protocol.signing import (
 from xla_cache.cli.admin_text import evict_lines, format_bytes
 from xla_cache.cli.common import add_common, admin_api, config_of, emit, eviction_counts, remove_in_rounds
 from xla_cache.config import SIGNING_KEY_ENV, ClientConfig
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError
+from xla_cache.http.deadline import Deadline
 
 __all__ = ["add_signing_commands", "signer_lines"]
 

@@ -1,5 +1,5 @@
 """The admin API (``/admin/...``) as Python calls: stats, the graphs report, eviction, tokens, quotas,
-signers, purges and runs. The same plumbing and failures as :class:`~xla_cache.api.CacheApi`, whose data
+signers, purges and runs. The same plumbing and failures as :class:`~xla_cache.http.api.CacheApi`, whose data
 calls a job makes; these are the operators' and the command line's."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from xla_cache.api import CacheApi, seg
-from xla_cache.deadline import Deadline
+from xla_cache.http.api import CacheApi, seg
+from xla_cache.http.deadline import Deadline
 
 __all__ = ["AdminApi"]
 

@@ -1,8 +1,8 @@
 """The HTTP plumbing every call to the cache server goes through: one pooled httpx client per server, each
 wait bounded by what is left of a :class:`Deadline`, and every failure turned into a
 :class:`~xla_cache.errors.ServerProblem` that names why (the server's own error code and detail, or what
-kept it from answering). :class:`~xla_cache.api.CacheApi` (a job's calls) and
-:class:`~xla_cache.admin_api.AdminApi` (the operators') are built on it.
+kept it from answering). :class:`~xla_cache.http.api.CacheApi` (a job's calls) and
+:class:`~xla_cache.http.admin_api.AdminApi` (the operators') are built on it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from cache_protocol import UPLOADER_HEADER
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerError, ServerUnavailable
-from xla_cache.lean_httpx import httpx
-from xla_cache.server_url import normalize_server, server_url_problem, token_problem
+from xla_cache.http.deadline import Deadline
+from xla_cache.http.lean_httpx import httpx
+from xla_cache.http.server_url import normalize_server, server_url_problem, token_problem
 
 __all__ = ["USER_AGENT", "ServerHttp"]
 

@@ -1,5 +1,6 @@
 """The HTTP API v1 as Python calls (a job's: namespaces, manifests, bundles, entries, uploads, the feed, run
-reports), with every failure turned into a :class:`ServerProblem` naming why (:mod:`xla_cache.server_http`).
+reports), with every failure turned into a :class:`ServerProblem` naming why
+(:mod:`xla_cache.http.server_http`).
 
 One :class:`CacheApi` per server; it is safe to share between threads (httpx's client is). Every call takes a
 :class:`Deadline`: no single wait on the network exceeds what is left of it.
@@ -17,10 +18,10 @@ from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
 from cache_protocol.signing import SIGNATURE_HEADER, Signer
 from xla_cache.config import Compression, auto_compression
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ServerError
-from xla_cache.lean_httpx import httpx
-from xla_cache.server_http import ServerHttp
+from xla_cache.http.deadline import Deadline
+from xla_cache.http.lean_httpx import httpx
+from xla_cache.http.server_http import ServerHttp
 
 __all__ = [
     "MAX_KEYS_PER_REQUEST",
@@ -82,7 +83,7 @@ def seg(name: str) -> str:
 
 class CacheApi(ServerHttp):
     """Calls to one cache server: what a job needs (namespaces, manifests, bundles, entries, uploads, the
-    feed, run reports); the admin calls are :class:`~xla_cache.admin_api.AdminApi`'s. A context manager
+    feed, run reports); the admin calls are :class:`~xla_cache.http.admin_api.AdminApi`'s. A context manager
     (closes its connections) or :meth:`close` it."""
 
     def __init__(
