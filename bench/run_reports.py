@@ -39,9 +39,9 @@ from cache_server.app import create_app
 from cache_server.settings import Settings
 from tests.support.clock import ManualMonotonic
 from tests.support.databases import fresh_database_url
-from xla_cache.cachedir import LocalFile, scan
 from xla_cache.frameworks import all_frameworks
 from xla_cache.http.api import CacheApi
+from xla_cache.localcache.cachedir import LocalFile, scan
 from xla_cache.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
 
 WARMED = 2_000

@@ -22,7 +22,7 @@ from cache_server.domain import COUNTERS
 from cache_server.errors import InvalidName
 from cache_server.index.models import DailyStats, Namespace
 from cache_server.names import check_key, check_namespace
-from xla_cache.cachedir import is_entry_name, read_fingerprint, write_fingerprint
+from xla_cache.localcache.cachedir import is_entry_name, read_fingerprint, write_fingerprint
 
 NAMES = [
     "0",

@@ -3,8 +3,8 @@
 The stream is read by the protocol's strict reader (:class:`cache_protocol.tar.TarReader`, the one the server
 reads uploads with): regular files only, anything else ends the bundle. Only members whose name is a
 requested key and whose size matches the manifest are written, each through
-:class:`xla_cache.cachedir.VerifiedWriter`. So a hostile or broken stream cannot write outside the directory,
-plant links, or leave a partial entry.
+:class:`xla_cache.localcache.cachedir.VerifiedWriter`. So a hostile or broken stream cannot write outside
+the directory, plant links, or leave a partial entry.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cache_protocol.tar import BadTar, TarReader
-from xla_cache.cachedir import EntryCheck, VerifiedWriter
 from xla_cache.errors import CorruptTransfer
 from xla_cache.http.api import RemoteEntry
+from xla_cache.localcache.cachedir import EntryCheck, VerifiedWriter
 from xla_cache.trust import EntryTrust
 
 __all__ = ["BundleResult", "extract_bundle"]

@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xla_cache.cachedir import remove_temp_files
-from xla_cache.dirlock import DirLock
 from xla_cache.download import DownloadOptions, DownloadResult, download, split_present
 from xla_cache.errors import ServerError, ServerProblem, ServerUnavailable
 from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import remove_temp_files
+from xla_cache.localcache.dirlock import DirLock
 from xla_cache.nearest import NearNamespace, ask_nearest
 from xla_cache.plan import WarmPlan
 from xla_cache.trust import EntryTrust

@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_cache.bundle import extract_bundle
-from xla_cache.cachedir import (
+from xla_cache.errors import ServerProblem, ServerUnavailable
+from xla_cache.http.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
+from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import (
     EntryCheck,
     VerifiedWriter,
     file_sha256,
@@ -25,9 +28,6 @@ from xla_cache.cachedir import (
     is_entry_name,
     scan,
 )
-from xla_cache.errors import ServerProblem, ServerUnavailable
-from xla_cache.http.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
-from xla_cache.http.deadline import Deadline
 from xla_cache.progress import NullProgress, Progress
 from xla_cache.trust import EntryTrust
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cache_protocol.signing import Verifier
-from xla_cache.cachedir import EntryCheck, VerifiedWriter
 from xla_cache.errors import ClientError, ServerProblem
 from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import EntryCheck, VerifiedWriter
 from xla_cache.logs import logger
 from xla_cache.trust import EntryTrust
 

@@ -17,14 +17,14 @@ from pathlib import Path
 from cache_protocol import BUNDLE_COMPILE_TIME_PAX, BUNDLE_SHA256_PAX
 from cache_protocol.signing import SIGNATURE_PAX
 from cache_protocol.tar import BLOCK, END, member_header, padding
-from xla_cache.cachedir import (
+from xla_cache.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
+from xla_cache.http.api import CacheApi
+from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import (
     CHUNK,
     LocalFile,
     file_sha256,
 )
-from xla_cache.errors import ClientError, ServerError, ServerProblem, ServerUnavailable
-from xla_cache.http.api import CacheApi
-from xla_cache.http.deadline import Deadline
 from xla_cache.progress import NullProgress, Progress
 
 __all__ = [

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xla_cache.cachedir import UPLOAD_LOCK_NAME, LocalFile, files_open_for_writing, scan
-from xla_cache.dirlock import DirLock
 from xla_cache.errors import ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
 from xla_cache.http.api import CacheApi
 from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import UPLOAD_LOCK_NAME, LocalFile, files_open_for_writing, scan
+from xla_cache.localcache.dirlock import DirLock
 from xla_cache.logs import logger
 from xla_cache.upload import upload_entries
 

@@ -21,13 +21,13 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from xla_cache.cachedir import LastWarm, LocalFile, record_last_warm, scan, write_fingerprint
 from xla_cache.config import ClientConfig
 from xla_cache.conversation import Conversation, talk
 from xla_cache.errors import ClientError
 from xla_cache.follower import Follower
 from xla_cache.frameworks import AUTO, Framework, choose
 from xla_cache.http.api import CacheApi
+from xla_cache.localcache.cachedir import LastWarm, LocalFile, record_last_warm, scan, write_fingerprint
 from xla_cache.logs import logger
 from xla_cache.plan import WarmOptions, WarmPlan
 from xla_cache.process import PROCESS, Background

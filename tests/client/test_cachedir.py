@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import sha
-from xla_cache import cachedir
-from xla_cache.cachedir import (
+from xla_cache.errors import CorruptTransfer
+from xla_cache.localcache import cachedir
+from xla_cache.localcache.cachedir import (
     TEMP_SUFFIX,
     VerifiedWriter,
     files_open_for_writing,
@@ -20,7 +21,6 @@ from xla_cache.cachedir import (
     scan,
     write_fingerprint,
 )
-from xla_cache.errors import CorruptTransfer
 
 
 def test_entry_names() -> None:

@@ -8,12 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-from xla_cache.dirlock import DirLock
+from xla_cache.localcache.dirlock import DirLock
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from xla_cache.dirlock import DirLock
+from xla_cache.localcache.dirlock import DirLock
 lock = DirLock(Path(sys.argv[1]))
 assert lock.acquire(5)
 print("held", flush=True)

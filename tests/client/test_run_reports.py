@@ -34,10 +34,10 @@ from tests.support.run_receiver import RunReceiver, no_run_routes, report_proble
 from tests.support.server import free_port
 from tests.support.threaded_server import serve_in_thread
 from xla_cache import warming
-from xla_cache.cachedir import LocalFile, scan
 from xla_cache.config import run_report_settings
 from xla_cache.frameworks import all_frameworks
 from xla_cache.http.api import CacheApi
+from xla_cache.localcache.cachedir import LocalFile, scan
 from xla_cache.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
 from xla_cache.runs.jax_events import JaxCollector, JaxEvents, KeyComponentLog, key_hash, module_of
 from xla_cache.warming import warm

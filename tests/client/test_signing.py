@@ -30,12 +30,12 @@ from xla_cache import download as download_module
 from xla_cache import process as process_module
 from xla_cache import stop, warm
 from xla_cache import warming as warm_module
-from xla_cache.cachedir import scan
 from xla_cache.download import DownloadOptions, download
 from xla_cache.errors import ServerError
 from xla_cache.follower import Follower
 from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import scan
 from xla_cache.trust import EntryTrust
 from xla_cache.upload import upload_entries
 

@@ -21,11 +21,11 @@ from cache_protocol.signing import Signer
 from tests.support.api import put_ok
 from tests.support.asgi_transport import PortalASGITransport
 from tests.support.http_stub import Recorded
-from xla_cache.cachedir import LocalFile
 from xla_cache.config import Compression
 from xla_cache.errors import CacheAlreadyInitialized
 from xla_cache.frameworks.torch_xla import TorchXla
 from xla_cache.http.api import CacheApi
+from xla_cache.localcache.cachedir import LocalFile
 from xla_cache.uploader import Uploader
 
 __all__ = [

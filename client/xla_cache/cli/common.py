@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from cache_protocol import FINGERPRINT_FILE, name_problem
 from cache_protocol.signing import Signer
 from cache_protocol.text import shown
-from xla_cache.cachedir import read_last_warm
 from xla_cache.config import DEFAULT_SERVER, ClientConfig, server_url_problem
 from xla_cache.errors import ClientError
 from xla_cache.frameworks import AUTO, all_frameworks, choose
+from xla_cache.localcache.cachedir import read_last_warm
 from xla_cache.progress import NullProgress, Progress, TqdmProgress
 
 if TYPE_CHECKING:  # the HTTP client (httpx) is imported by the subcommands that talk to a server

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from xla_cache.cachedir import read_last_warm
 from xla_cache.cli.common import config_of, emit
 from xla_cache.config import tokens_for
 from xla_cache.config_file import CONFIG_ENV, KEYS
+from xla_cache.localcache.cachedir import read_last_warm
 
 __all__ = ["add_config_command", "cmd_config", "shown_token"]
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE
-from xla_cache.cachedir import read_fingerprint, scan
 from xla_cache.cli.common import (
     add_common,
     add_framework,
@@ -26,6 +25,7 @@ from xla_cache.config import ClientConfig
 from xla_cache.errors import ClientError, ServerProblem
 from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
 from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import read_fingerprint, scan
 from xla_cache.namespace import namespace_id
 from xla_cache.nearest import nearest_line
 

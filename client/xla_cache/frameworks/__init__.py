@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cache_protocol import is_key
-from xla_cache.cachedir import TEMP_SUFFIX, LocalFile
 from xla_cache.errors import ClientError
+from xla_cache.localcache.cachedir import TEMP_SUFFIX, LocalFile
 
 __all__ = ["AUTO", "Framework", "all_frameworks", "call_first", "choose", "framework_named"]
 

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
-from xla_cache.cachedir import LocalFile
+from xla_cache.localcache.cachedir import LocalFile
 
 __all__ = [
     "CompileCounts",

@@ -30,7 +30,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from xla_cache.cachedir import LocalFile
+from xla_cache.localcache.cachedir import LocalFile
 from xla_cache.runs.collectors import CompileCounts, MissFacts, RunCollector
 
 __all__ = ["CACHE_KEY_LOGGER", "JaxCollector", "JaxEvents", "KeyComponentLog", "key_hash", "module_of"]

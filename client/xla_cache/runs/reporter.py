@@ -46,11 +46,11 @@ from cache_protocol.runs import (
     report_numbers,
     seconds_clamped,
 )
-from xla_cache.cachedir import LocalFile, scan
 from xla_cache.errors import ServerError, ServerProblem, ServerUnavailable
 from xla_cache.frameworks import Framework
 from xla_cache.http.api import CacheApi
 from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import LocalFile, scan
 from xla_cache.logs import logger
 from xla_cache.plan import WarmPlan
 from xla_cache.runs.choice import collector_for

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from xla_cache.cachedir import LocalFile
 from xla_cache.frameworks import Framework
+from xla_cache.localcache.cachedir import LocalFile
 from xla_cache.runs.collectors import CompileCounts, MissFacts, RunCollector
 from xla_cache.runs.sync_sites import install
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from xla_cache.cachedir import LOCK_NAME
+from xla_cache.localcache.cachedir import LOCK_NAME
 
 __all__ = ["DirLock"]
 
