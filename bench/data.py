@@ -19,9 +19,9 @@ from typing import Any
 
 from cache_protocol import FINGERPRINT_FILE
 from tests.support.client_kit import FACTS
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import build_fingerprint
 from xla_cache.localcache.cachedir import write_fingerprint
-from xla_cache.namespace import namespace_id
 
 __all__ = [
     "FIXTURE_DIR",

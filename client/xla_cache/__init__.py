@@ -11,8 +11,9 @@ the job compiles; ``xla_cache.flush()`` uploads now. Importing this package neve
     ...                                # training; new entries are uploaded in the background and at exit
 
 torch_xla's cache directory is ``<cache_dir>/<namespace>``: one per runtime fingerprint (see
-:mod:`xla_cache.fingerprint`), so without SPMD one per process. Server trouble never raises: it costs at most
-``timeout`` seconds and one logged warning (logger ``xla_cache``), and training goes on with the local cache.
+:mod:`xla_cache.frameworks.fingerprint`), so without SPMD one per process. Server trouble never raises: it
+costs at most ``timeout`` seconds and one logged warning (logger ``xla_cache``), and training goes on with the
+local cache.
 Each warmed process reports its run to the server (hits, compiles, compile seconds, the keys it compiled;
 :mod:`xla_cache.runs`); ``xla_cache.run_report()`` returns it as it stands.
 """
@@ -35,7 +36,7 @@ from xla_cache.errors import (
 
 if TYPE_CHECKING:
     from xla_cache.config import ClientConfig, default_cache_dir, namespace_dir
-    from xla_cache.namespace import collect_fingerprint, namespace_id
+    from xla_cache.frameworks.namespace import collect_fingerprint, namespace_id
     from xla_cache.process import flush, run_report, stop
     from xla_cache.uploader import UploadReport
     from xla_cache.warm_report import WarmReport
@@ -47,8 +48,8 @@ _LAZY = {
     "ClientConfig": "xla_cache.config",
     "default_cache_dir": "xla_cache.config",
     "namespace_dir": "xla_cache.config",
-    "collect_fingerprint": "xla_cache.namespace",
-    "namespace_id": "xla_cache.namespace",
+    "collect_fingerprint": "xla_cache.frameworks.namespace",
+    "namespace_id": "xla_cache.frameworks.namespace",
     "flush": "xla_cache.process",
     "run_report": "xla_cache.process",
     "stop": "xla_cache.process",

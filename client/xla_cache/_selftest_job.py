@@ -21,9 +21,9 @@ def main(argv: list[str]) -> int:
     import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
 
+    from xla_cache.frameworks.namespace import namespace_id
     from xla_cache.frameworks.torch_xla import COUNTERS, FRAMEWORK, counter
     from xla_cache.localcache.cachedir import scan
-    from xla_cache.namespace import namespace_id
 
     fingerprint = FRAMEWORK.fingerprint()
     xr.initialize_cache(directory, readonly=False)

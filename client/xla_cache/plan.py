@@ -14,7 +14,7 @@ from typing import Any
 from cache_protocol.signing import Signer, Verifier
 from xla_cache.config import ClientConfig, namespace_dir
 from xla_cache.frameworks import Framework
-from xla_cache.namespace import namespace_id
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.progress import Progress
 
 __all__ = ["WarmOptions", "WarmPlan"]

@@ -24,8 +24,8 @@ from tests.support.migrated import migrated
 from xla_cache import process as process_module
 from xla_cache import warming as warm_module
 from xla_cache.frameworks import all_frameworks
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import build_fingerprint
-from xla_cache.namespace import namespace_id
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pytest
 from cache_protocol import is_namespace
 from cache_protocol.fingerprint import REDACTED, differences
 from tests.support.client_kit import FACTS
-from xla_cache.fingerprint import flags_digest
+from xla_cache.frameworks.fingerprint import flags_digest
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import build_fingerprint
-from xla_cache.namespace import namespace_id
 
 DESIGN_FIELDS = {
     "torch_xla_version",

@@ -12,8 +12,8 @@ import pytest
 from xla_cache.errors import ClientError
 from xla_cache.frameworks import all_frameworks, choose, framework_named
 from xla_cache.frameworks.jax import Jax, build_fingerprint, entry_compile_time_ms, write_missing_atimes
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import TorchXla
-from xla_cache.namespace import namespace_id
 
 KEY = "jit_step-" + "ab" * 32 + "-cache"
 FACTS = {

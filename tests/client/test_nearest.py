@@ -17,8 +17,8 @@ from tests.support.client_kit import FACTS, RealServer
 from tests.support.fake_server import FakeCacheServer
 from tests.support.http_stub import Recorded, Reply
 from xla_cache import warm
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import build_fingerprint
-from xla_cache.namespace import namespace_id
 from xla_cache.nearest import ASK_SECONDS, NearDifference, NearNamespace, nearest_line
 
 TIMEOUT = 5.0

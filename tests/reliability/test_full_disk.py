@@ -24,9 +24,9 @@ from tests.support.harness import MIB
 from tests.support.server import LiveServer, run_server
 from tests.support.small_fs import free_bytes, small_filesystem
 from xla_cache import warm
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import build_fingerprint
 from xla_cache.localcache.cachedir import TEMP_SUFFIX, file_sha256
-from xla_cache.namespace import namespace_id
 
 DISK = 4 * MIB
 ENTRY = 600 * 1024

@@ -206,7 +206,7 @@ def namespace_of(args: argparse.Namespace, config: ClientConfig) -> ChosenNamesp
     if named:
         return ChosenNamespace(named, "as named")
     if getattr(args, "runtime", False):
-        from xla_cache.namespace import namespace_id
+        from xla_cache.frameworks.namespace import namespace_id
 
         fingerprint = runtime_fingerprint(args)
         return ChosenNamespace(namespace_id(fingerprint), f"this {fingerprint.get('framework')} runtime's")

@@ -24,9 +24,9 @@ from xla_cache.cli.common import (
 from xla_cache.config import ClientConfig
 from xla_cache.errors import ClientError, ServerProblem
 from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framework_named
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import read_fingerprint, scan
-from xla_cache.namespace import namespace_id
 from xla_cache.nearest import nearest_line
 
 __all__ = ["add_local_commands", "cmd_doctor", "cmd_push", "cmd_warm"]

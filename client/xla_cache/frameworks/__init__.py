@@ -4,6 +4,8 @@ An adapter says what goes into the runtime fingerprint, how to point the framewo
 directory, which file names in it are entries, how to check an entry before it is placed, and what to
 upload. Each adapter is one module of this package defining ``FRAMEWORK``; the modules are found by
 listing the package, so supporting another framework (TorchTPU's directory cache, say) is one new module.
+Beside the adapters: what every fingerprint shares (``fingerprint.py``) and a runtime's namespace, its live
+fingerprint and the id that names it (``namespace.py``); neither defines ``FRAMEWORK``.
 
 No module here imports its framework at import time: the adapters import it when a method needs it.
 """
@@ -47,7 +49,8 @@ class Framework(ABC):
 
     @abstractmethod
     def fingerprint(self, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """The runtime's fingerprint (:mod:`xla_cache.fingerprint`); its ``framework`` is :attr:`name`."""
+        """The runtime's fingerprint (:mod:`xla_cache.frameworks.fingerprint`); its ``framework`` is
+        :attr:`name`."""
 
     @abstractmethod
     def namespace_prefix(self, fingerprint: Mapping[str, Any]) -> str:

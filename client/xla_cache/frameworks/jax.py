@@ -54,8 +54,13 @@ from typing import Any
 
 from cache_protocol import is_key
 from xla_cache.errors import CacheAlreadyInitialized, FrameworkUnavailable
-from xla_cache.fingerprint import FINGERPRINT_SCHEMA, distribution_version, runtime_environment, safe_label
 from xla_cache.frameworks import Framework, call_first
+from xla_cache.frameworks.fingerprint import (
+    FINGERPRINT_SCHEMA,
+    distribution_version,
+    runtime_environment,
+    safe_label,
+)
 from xla_cache.localcache.cachedir import LocalFile
 
 __all__ = [

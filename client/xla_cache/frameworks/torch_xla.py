@@ -51,8 +51,13 @@ from pathlib import Path
 from typing import Any
 
 from xla_cache.errors import CacheAlreadyInitialized, TorchXlaUnavailable
-from xla_cache.fingerprint import FINGERPRINT_SCHEMA, distribution_version, runtime_environment, safe_label
 from xla_cache.frameworks import Framework, call_first
+from xla_cache.frameworks.fingerprint import (
+    FINGERPRINT_SCHEMA,
+    distribution_version,
+    runtime_environment,
+    safe_label,
+)
 from xla_cache.localcache.cachedir import LocalFile
 
 __all__ = [

@@ -1,7 +1,7 @@
 """A runtime's namespace: its live fingerprint (:func:`collect_fingerprint`, built by the framework's adapter)
 and the id that names it (:func:`namespace_id`: the adapter's readable prefix and a digest of the
-fingerprint). Above both :mod:`xla_cache.fingerprint` (the fields and rules every fingerprint shares) and
-:mod:`xla_cache.frameworks` (the adapters), so neither imports the other back."""
+fingerprint). Above both :mod:`xla_cache.frameworks.fingerprint` (the fields and rules every fingerprint
+shares) and :mod:`xla_cache.frameworks` (the adapters), so neither imports the other back."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from cache_protocol.fingerprint import hashed_part
-from xla_cache.fingerprint import canonical_json
 from xla_cache.frameworks import choose, framework_named
+from xla_cache.frameworks.fingerprint import canonical_json
 
 __all__ = ["collect_fingerprint", "namespace_id"]
 
