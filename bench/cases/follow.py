@@ -17,8 +17,8 @@ import httpx
 from bench.core import CaseResult, Context, case
 from bench.launch import run_server
 from tests.support.api import put
-from xla_cache.follower import Follower
 from xla_cache.http.api import CacheApi
+from xla_cache.transfer.follower import Follower
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "e2e" / "fuse_job.py"  # the end-to-end tests' torch_xla job, run as a program

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from xla_cache.config import ClientConfig, default_cache_dir, namespace_dir
     from xla_cache.frameworks.namespace import collect_fingerprint, namespace_id
     from xla_cache.process import flush, run_report, stop
-    from xla_cache.uploader import UploadReport
+    from xla_cache.transfer.uploader import UploadReport
     from xla_cache.warm_report import WarmReport
     from xla_cache.warming import warm
 
@@ -53,7 +53,7 @@ _LAZY = {
     "flush": "xla_cache.process",
     "run_report": "xla_cache.process",
     "stop": "xla_cache.process",
-    "UploadReport": "xla_cache.uploader",
+    "UploadReport": "xla_cache.transfer.uploader",
     "WarmReport": "xla_cache.warm_report",
     "warm": "xla_cache.warming",
 }

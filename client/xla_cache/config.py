@@ -9,11 +9,11 @@ once per call and records where each value came from (``xla-cache config`` print
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``),
 ``XLA_CACHE_SIGNING_KEY`` (the key this client signs its uploads with: the key itself or a file holding it),
 ``XLA_CACHE_TRUSTED_KEYS`` (public keys, or files of them, comma separated: with any, only entries they
-signed are placed; :mod:`xla_cache.trust`): each also a key of the config file. ``XLA_CACHE_CONFIG`` names
-the config file. Environment only, read by :meth:`ClientConfig.resolve` too: ``XLA_CACHE_COMPRESSION``
-(``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel zstd-compressed; see
-:func:`wants_compression`; :attr:`ClientConfig.compression`), ``XLA_CACHE_RUN_REPORTS`` (``0`` turns run
-reports off) and ``XLA_CACHE_REPORT_INTERVAL`` (seconds between a running job's reports;
+signed are placed; :mod:`xla_cache.transfer.trust`): each also a key of the config file.
+``XLA_CACHE_CONFIG`` names the config file. Environment only, read by :meth:`ClientConfig.resolve` too:
+``XLA_CACHE_COMPRESSION`` (``auto``, ``on`` or ``off``: whether bulk uploads and bundles travel
+zstd-compressed; see :func:`wants_compression`; :attr:`ClientConfig.compression`), ``XLA_CACHE_RUN_REPORTS``
+(``0`` turns run reports off) and ``XLA_CACHE_REPORT_INTERVAL`` (seconds between a running job's reports;
 :attr:`ClientConfig.run_reports`). ``warm()``, the CLI and ``doctor`` all resolve them here, once per call.
 ``XLA_CACHE_REDACT_FLAG_VALUES`` (``1``: the fingerprint names each XLA flag but not its value; see
 :func:`redacts_flag_values`) is read with the rest of the fingerprint, from the environment the runtime's

@@ -26,7 +26,7 @@ from xla_cache.errors import ServerError, ServerProblem
 from xla_cache.frameworks.torch_xla import deserialize_failure_cause
 from xla_cache.http.api import CacheApi
 from xla_cache.http.deadline import Deadline
-from xla_cache.nearest import NearNamespace, ask_nearest
+from xla_cache.transfer.nearest import NearNamespace, ask_nearest
 
 __all__ = ["DoctorReport", "JobRunner", "judge", "run_doctor", "run_selftest_job"]
 

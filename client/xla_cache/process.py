@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_cache.follower import Follower
 from xla_cache.http.api import CacheApi
 from xla_cache.logs import logger
 from xla_cache.runs import RunReporter
-from xla_cache.uploader import Uploader, UploadReport
+from xla_cache.transfer.follower import Follower
+from xla_cache.transfer.uploader import Uploader, UploadReport
 from xla_cache.warm_report import WarmReport
 
 __all__ = ["PROCESS", "Background", "flush", "run_report", "stop"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from xla_cache.conversation import WarmCounts
-from xla_cache.nearest import NearNamespace, nearest_line
+from xla_cache.transfer.conversation import WarmCounts
+from xla_cache.transfer.nearest import NearNamespace, nearest_line
 
 __all__ = ["WarmReport"]
 
@@ -39,7 +39,7 @@ class WarmReport(WarmCounts):
 
     def summary(self) -> str:
         """The log line; a second line when the namespace is empty or thin, naming the nearest populated
-        namespace and how it differs (:func:`xla_cache.nearest.nearest_line`)."""
+        namespace and how it differs (:func:`xla_cache.transfer.nearest.nearest_line`)."""
         text = (
             f"xla-cache warm: {self.framework} namespace {self.namespace}: {self.downloaded_entries} entries "
             f"({self.downloaded_bytes} bytes) downloaded, {self.present_entries} already present, "

@@ -1,15 +1,16 @@
 """``warm()``: make this job's local compilation cache hold every executable earlier jobs compiled, then
 upload what this job compiles.
 
-It reads straight down: :func:`warm` resolves its arguments once (:class:`~xla_cache.plan.WarmOptions`) and
-plans once, with the real fingerprint, the namespace and directory it fills (``WarmPlan``);
-:func:`_warm` prepares the directory, talks to the server (:func:`xla_cache.conversation.talk`: lock the
-directory, register the namespace, fetch the manifest, download what the directory lacks, verified and
-checked by the framework), removes entries the framework cannot load, then points the framework's
-persistent cache at the directory and starts the background uploader (and follower), which this process's
-:class:`_Process` owns from then on. The server conversation runs in a worker thread the caller waits for at
-most ``timeout`` seconds: whatever the server does (refuse, hang, fail, send garbage), ``warm`` returns
-within the timeout with one warning, and training goes on with the local cache.
+It reads straight down: :func:`warm` resolves its arguments once
+(:class:`~xla_cache.transfer.plan.WarmOptions`) and plans once, with the real fingerprint, the namespace and
+directory it fills (``WarmPlan``); :func:`_warm` prepares the directory, talks to the server
+(:func:`xla_cache.transfer.conversation.talk`: lock the directory, register the namespace, fetch the manifest,
+download what the directory lacks, verified and checked by the framework), removes entries the framework
+cannot load, then points the framework's persistent cache at the directory and starts the background uploader
+(and follower), which this process's :class:`_Process` owns from then on. The server conversation runs in a
+worker thread the caller waits for at most ``timeout`` seconds: whatever the server does (refuse, hang, fail,
+send garbage), ``warm`` returns within the timeout with one warning, and training goes on with the local
+cache.
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from dataclasses import asdict
 from typing import Any
 
 from xla_cache.config import ClientConfig
-from xla_cache.conversation import Conversation, talk
 from xla_cache.errors import ClientError
-from xla_cache.follower import Follower
 from xla_cache.frameworks import AUTO, Framework, choose
 from xla_cache.http.api import CacheApi
 from xla_cache.localcache.cachedir import LastWarm, LocalFile, record_last_warm, scan, write_fingerprint
 from xla_cache.logs import logger
-from xla_cache.plan import WarmOptions, WarmPlan
 from xla_cache.process import PROCESS, Background
-from xla_cache.progress import Progress
 from xla_cache.runs import RunReporter, Transfers, WarmFacts, reporter_for
-from xla_cache.uploader import Uploader
+from xla_cache.transfer.conversation import Conversation, talk
+from xla_cache.transfer.follower import Follower
+from xla_cache.transfer.plan import WarmOptions, WarmPlan
+from xla_cache.transfer.progress import Progress
+from xla_cache.transfer.uploader import Uploader
 from xla_cache.warm_report import WarmReport
 
 __all__ = ["FOLLOW_UPLOAD_INTERVAL", "warm"]
@@ -80,8 +81,8 @@ def warm(
     ``max_bytes`` caps what is downloaded; ``progress`` receives transfer progress. ``namespace`` (with
     ``initialize=False``) fills the directory of that namespace as it is, without fingerprinting the runtime
     or registering anything: ``xla-cache warm --namespace``. ``follow=True`` keeps a background
-    :class:`~xla_cache.follower.Follower` that fetches each entry other jobs store in the namespace while this
-    one runs (and uploads this job's new compilations within a second of being written).
+    :class:`~xla_cache.transfer.follower.Follower` that fetches each entry other jobs store in the namespace
+    while this one runs (and uploads this job's new compilations within a second of being written).
     """
     started = time.monotonic()
     config = ClientConfig.resolve(server, token, cache_dir, flags=WARM_ARGUMENTS)

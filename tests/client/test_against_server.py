@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.client_kit import FACTS, warnings_of
 from tests.support.server import LiveServer, run_server
-from xla_cache import download, upload, warm
+from xla_cache import warm
 from xla_cache.cli import main as cli_main
 from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import FRAMEWORK as TORCH_XLA
@@ -28,7 +28,8 @@ from xla_cache.frameworks.torch_xla import build_fingerprint
 from xla_cache.http.api import CacheApi
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import scan
-from xla_cache.uploader import Uploader
+from xla_cache.transfer import download, upload
+from xla_cache.transfer.uploader import Uploader
 
 TIMEOUT = 10.0
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.api import sha
-from xla_cache.bundle import extract_bundle
 from xla_cache.http.api import RemoteEntry
+from xla_cache.transfer.bundle import extract_bundle
 
 
 def tar_of(members: list[tuple[str, bytes]], *, links: tuple[str, ...] = ()) -> bytes:

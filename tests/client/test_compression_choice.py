@@ -15,9 +15,9 @@ from tests.support.api import sha
 from tests.support.client_kit import UPLOAD_NAMESPACE, RealServer, make_uploader, tar_members
 from tests.support.http_stub import Recorded
 from xla_cache.config import ClientConfig, Compression, is_loopback, wants_compression
-from xla_cache.download import DownloadOptions, download
 from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
+from xla_cache.transfer.download import DownloadOptions, download
 
 NS = UPLOAD_NAMESPACE
 

@@ -19,7 +19,7 @@ from tests.support.http_stub import Recorded, Reply
 from xla_cache import warm
 from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import build_fingerprint
-from xla_cache.nearest import ASK_SECONDS, NearDifference, NearNamespace, nearest_line
+from xla_cache.transfer.nearest import ASK_SECONDS, NearDifference, NearNamespace, nearest_line
 
 TIMEOUT = 5.0
 FAST = "--xla_cpu_enable_fast_math=true"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from xla_cache.download import BUNDLE_MIN_ENTRIES, _plan
 from xla_cache.http.api import MAX_KEYS_PER_REQUEST, RemoteEntry
+from xla_cache.transfer.download import BUNDLE_MIN_ENTRIES, _plan
 
 
 def entries(count: int, size: int, first: int = 0) -> list[RemoteEntry]:

@@ -26,12 +26,12 @@ from tests.support.client_kit import (
 )
 from tests.support.fake_server import FakeCacheServer
 from tests.support.wait import wait_until
-from xla_cache import uploader as uploader_module
 from xla_cache.frameworks import torch_xla as torch_xla_adapter
 from xla_cache.frameworks.torch_xla import TorchXla, deserialize_failure_cause, match_compile_times
 from xla_cache.http.api import CacheApi
 from xla_cache.localcache.cachedir import LocalFile, scan
-from xla_cache.uploader import Uploader
+from xla_cache.transfer import uploader as uploader_module
+from xla_cache.transfer.uploader import Uploader
 
 NS = UPLOAD_NAMESPACE
 

@@ -92,7 +92,7 @@ def test_a_warm_streams_at_most_as_many_bundles_as_the_server_has_workers(
 ) -> None:
     """Several streams into a one-process server only take turns on its CPU (2,000 small entries: 0.33 s as
     one bundle, 0.50 s as four); a server with more processes gets more, up to the client's four."""
-    from xla_cache import download as download_module
+    from xla_cache.transfer import download as download_module
 
     monkeypatch.setattr(download_module, "BUNDLE_MIN_ENTRIES", 5)
     monkeypatch.setattr(real_server.http.app.state.settings, "workers", workers)
@@ -113,7 +113,7 @@ def test_large_entries_come_by_parallel_gets(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from xla_cache import download as download_module
+    from xla_cache.transfer import download as download_module
 
     monkeypatch.setattr(download_module, "LARGE_ENTRY_BYTES", 5000)
     small = seed(real_server, namespace, 3, size=100)
@@ -226,7 +226,7 @@ def test_warm_fails_open_within_the_timeout_with_one_warning(
     elif failure == "garbage bundle":
         fake_server.garbage_bundle = True
     else:
-        from xla_cache import download as download_module
+        from xla_cache.transfer import download as download_module
 
         fake_server.corrupt_bundle = True  # the fake also corrupts single GETs
         monkeypatch.setattr(download_module, "LARGE_ENTRY_BYTES", 1)

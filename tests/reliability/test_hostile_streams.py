@@ -193,7 +193,7 @@ def test_a_stream_past_the_longest_duration_is_cut_with_408(server: LiveServer) 
 
 def test_the_defaults_never_cut_what_the_client_sends() -> None:
     from cache_server.settings import Settings
-    from xla_cache.upload import BULK_GROUP_BYTES, BULK_GROUP_ENTRIES, BULK_MEMBER_LIMIT
+    from xla_cache.transfer.upload import BULK_GROUP_BYTES, BULK_GROUP_ENTRIES, BULK_MEMBER_LIMIT
 
     settings = Settings()
     largest_push = BULK_GROUP_BYTES + BULK_MEMBER_LIMIT + BULK_GROUP_ENTRIES * 3 * BLOCK  # entries + headers

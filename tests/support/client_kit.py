@@ -26,7 +26,7 @@ from xla_cache.errors import CacheAlreadyInitialized
 from xla_cache.frameworks.torch_xla import TorchXla
 from xla_cache.http.api import CacheApi
 from xla_cache.localcache.cachedir import LocalFile
-from xla_cache.uploader import Uploader
+from xla_cache.transfer.uploader import Uploader
 
 __all__ = [
     "FACTS",

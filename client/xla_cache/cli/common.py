@@ -25,7 +25,7 @@ from xla_cache.config import DEFAULT_SERVER, ClientConfig, server_url_problem
 from xla_cache.errors import ClientError
 from xla_cache.frameworks import AUTO, all_frameworks, choose
 from xla_cache.localcache.cachedir import read_last_warm
-from xla_cache.progress import NullProgress, Progress, TqdmProgress
+from xla_cache.transfer.progress import NullProgress, Progress, TqdmProgress
 
 if TYPE_CHECKING:  # the HTTP client (httpx) is imported by the subcommands that talk to a server
     from xla_cache.http.admin_api import AdminApi

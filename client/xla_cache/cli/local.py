@@ -27,7 +27,7 @@ from xla_cache.frameworks import AUTO, Framework, all_frameworks, choose, framew
 from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import read_fingerprint, scan
-from xla_cache.nearest import nearest_line
+from xla_cache.transfer.nearest import nearest_line
 
 __all__ = ["add_local_commands", "cmd_doctor", "cmd_push", "cmd_warm"]
 
@@ -114,8 +114,8 @@ def _follow(
     import signal
     import threading
 
-    from xla_cache.follower import Follower
-    from xla_cache.uploader import Uploader
+    from xla_cache.transfer.follower import Follower
+    from xla_cache.transfer.uploader import Uploader
     from xla_cache.warming import FOLLOW_UPLOAD_INTERVAL
 
     adapter = choose(framework)
@@ -154,7 +154,7 @@ def _follow(
 def cmd_push(args: argparse.Namespace) -> int:
     """Upload every entry of the cache directory's namespaces that the server lacks (``--import DIR``: of a
     plain torch_xla or JAX cache directory)."""
-    from xla_cache.upload import upload_entries
+    from xla_cache.transfer.upload import upload_entries
 
     config = config_of(args)
     if args.import_dir:
@@ -227,7 +227,7 @@ def _framework_of_directory(name: str, directory: Path) -> Framework:
 def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
     """``push --import DIR``: a framework's own cache directory (files named by hash, no fingerprint file)
     into this runtime's namespace, or into ``--namespace`` (then the framework is not imported)."""
-    from xla_cache.upload import upload_entries
+    from xla_cache.transfer.upload import upload_entries
 
     directory = Path(args.import_dir).expanduser()
     if not directory.is_dir():

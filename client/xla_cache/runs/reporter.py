@@ -52,9 +52,9 @@ from xla_cache.http.api import CacheApi
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import LocalFile, scan
 from xla_cache.logs import logger
-from xla_cache.plan import WarmPlan
 from xla_cache.runs.choice import collector_for
 from xla_cache.runs.collectors import CompileCounts, RunCollector
+from xla_cache.transfer.plan import WarmPlan
 
 __all__ = [
     "EXIT_SECONDS",

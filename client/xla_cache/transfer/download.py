@@ -5,7 +5,7 @@ streams, the fast path for many small graphs), large ones as parallel single GET
 executables), in at most as many bundles as the server has worker processes (its manifest says;
 :data:`DOWNLOAD_WORKERS` at most): bundles beyond that share one process's CPU. Measured on a 2-core machine
 with a one-worker server on it: 2,000 entries of 5-60 kB took 0.33 s as one bundle and 0.50 s as four.
-Every file is verified before it is renamed into place. Uploading is :mod:`xla_cache.upload`.
+Every file is verified before it is renamed into place. Uploading is :mod:`xla_cache.transfer.upload`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_cache.bundle import extract_bundle
 from xla_cache.errors import ServerProblem, ServerUnavailable
 from xla_cache.http.api import MAX_KEYS_PER_REQUEST, CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
@@ -28,8 +27,9 @@ from xla_cache.localcache.cachedir import (
     is_entry_name,
     scan,
 )
-from xla_cache.progress import NullProgress, Progress
-from xla_cache.trust import EntryTrust
+from xla_cache.transfer.bundle import extract_bundle
+from xla_cache.transfer.progress import NullProgress, Progress
+from xla_cache.transfer.trust import EntryTrust
 
 __all__ = [
     "BUNDLE_MAX_BYTES",

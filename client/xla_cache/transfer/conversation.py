@@ -3,9 +3,9 @@
 The worker's steps run straight down, each returning what it found: lock the namespace's directory,
 register the namespace, take the change feed's cursor (when following), read the manifest and split it
 into entries present and entries needed (:class:`Survey`), download the needed, and when the namespace
-turns out empty or thin, ask which namespaces are nearest (:mod:`xla_cache.nearest`). :func:`talk` returns the
-worker's :class:`Conversation`. Whatever the server does (refuse, hang, fail, send garbage), it returns
-within the timeout: when the time is up first, it cancels the worker and returns what the worker had
+turns out empty or thin, ask which namespaces are nearest (:mod:`xla_cache.transfer.nearest`). :func:`talk`
+returns the worker's :class:`Conversation`. Whatever the server does (refuse, hang, fail, send garbage), it
+returns within the timeout: when the time is up first, it cancels the worker and returns what the worker had
 reported so far (the survey, and each entry once it was in place), so a warm cut short still counts every
 entry it placed.
 """
@@ -18,15 +18,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xla_cache.download import DownloadOptions, DownloadResult, download, split_present
 from xla_cache.errors import ServerError, ServerProblem, ServerUnavailable
 from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import remove_temp_files
 from xla_cache.localcache.dirlock import DirLock
-from xla_cache.nearest import NearNamespace, ask_nearest
-from xla_cache.plan import WarmPlan
-from xla_cache.trust import EntryTrust
+from xla_cache.transfer.download import DownloadOptions, DownloadResult, download, split_present
+from xla_cache.transfer.nearest import NearNamespace, ask_nearest
+from xla_cache.transfer.plan import WarmPlan
+from xla_cache.transfer.trust import EntryTrust
 
 __all__ = ["Conversation", "Survey", "WarmCounts", "talk"]
 

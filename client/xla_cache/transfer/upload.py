@@ -1,7 +1,7 @@
 """Uploading entries from a cache directory: ask ``missing`` first, then send each lacking entry with its
 digest (and compile time), small ones together in bulk uploads, large ones each in its own PUT. Every
 file is read once and its digest checked as it is sent: one that changed meanwhile is not uploaded.
-Downloading is :mod:`xla_cache.download`.
+Downloading is :mod:`xla_cache.transfer.download`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from xla_cache.localcache.cachedir import (
     LocalFile,
     file_sha256,
 )
-from xla_cache.progress import NullProgress, Progress
+from xla_cache.transfer.progress import NullProgress, Progress
 
 __all__ = [
     "BULK_GROUP_BYTES",

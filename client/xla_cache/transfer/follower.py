@@ -23,7 +23,7 @@ from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import EntryCheck, VerifiedWriter
 from xla_cache.logs import logger
-from xla_cache.trust import EntryTrust
+from xla_cache.transfer.trust import EntryTrust
 
 __all__ = ["FOLLOW_WAIT_SECONDS", "FollowReport", "Follower"]
 

@@ -17,7 +17,7 @@ from cache_protocol.tar import BadTar, TarReader
 from xla_cache.errors import CorruptTransfer
 from xla_cache.http.api import RemoteEntry
 from xla_cache.localcache.cachedir import EntryCheck, VerifiedWriter
-from xla_cache.trust import EntryTrust
+from xla_cache.transfer.trust import EntryTrust
 
 __all__ = ["BundleResult", "extract_bundle"]
 

@@ -15,7 +15,7 @@ from cache_protocol.signing import Signer, Verifier
 from xla_cache.config import ClientConfig, namespace_dir
 from xla_cache.frameworks import Framework
 from xla_cache.frameworks.namespace import namespace_id
-from xla_cache.progress import Progress
+from xla_cache.transfer.progress import Progress
 
 __all__ = ["WarmOptions", "WarmPlan"]
 

@@ -28,7 +28,7 @@ from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import UPLOAD_LOCK_NAME, LocalFile, files_open_for_writing, scan
 from xla_cache.localcache.dirlock import DirLock
 from xla_cache.logs import logger
-from xla_cache.upload import upload_entries
+from xla_cache.transfer.upload import upload_entries
 
 __all__ = ["UploadReport", "Uploader"]
 
