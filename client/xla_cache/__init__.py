@@ -37,7 +37,7 @@ from xla_cache.errors import (
 if TYPE_CHECKING:
     from xla_cache.config import ClientConfig, default_cache_dir, namespace_dir
     from xla_cache.frameworks.namespace import collect_fingerprint, namespace_id
-    from xla_cache.process import flush, run_report, stop
+    from xla_cache.runs.process import flush, run_report, stop
     from xla_cache.transfer.uploader import UploadReport
     from xla_cache.warm_report import WarmReport
     from xla_cache.warming import warm
@@ -50,9 +50,9 @@ _LAZY = {
     "namespace_dir": "xla_cache.config",
     "collect_fingerprint": "xla_cache.frameworks.namespace",
     "namespace_id": "xla_cache.frameworks.namespace",
-    "flush": "xla_cache.process",
-    "run_report": "xla_cache.process",
-    "stop": "xla_cache.process",
+    "flush": "xla_cache.runs.process",
+    "run_report": "xla_cache.runs.process",
+    "stop": "xla_cache.runs.process",
     "UploadReport": "xla_cache.transfer.uploader",
     "WarmReport": "xla_cache.warm_report",
     "warm": "xla_cache.warming",

@@ -28,8 +28,8 @@ from xla_cache.frameworks import AUTO, Framework, choose
 from xla_cache.http.api import CacheApi
 from xla_cache.localcache.cachedir import LastWarm, LocalFile, record_last_warm, scan, write_fingerprint
 from xla_cache.logs import logger
-from xla_cache.process import PROCESS, Background
 from xla_cache.runs import RunReporter, Transfers, WarmFacts, reporter_for
+from xla_cache.runs.process import PROCESS, Background
 from xla_cache.transfer.conversation import Conversation, talk
 from xla_cache.transfer.follower import Follower
 from xla_cache.transfer.plan import WarmOptions, WarmPlan

@@ -21,11 +21,11 @@ from tests.support.asgi_transport import PortalASGITransport
 from tests.support.client_kit import FACTS, FakeTorchXla, RealServer
 from tests.support.fake_server import FakeCacheServer
 from tests.support.migrated import migrated
-from xla_cache import process as process_module
 from xla_cache import warming as warm_module
 from xla_cache.frameworks import all_frameworks
 from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.frameworks.torch_xla import build_fingerprint
+from xla_cache.runs import process as process_module
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pytest
 
 from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
 from tests.support.wait import wait_until
-from xla_cache import process as process_module
 from xla_cache import warm
 from xla_cache.http.api import CacheApi
+from xla_cache.runs import process as process_module
 from xla_cache.transfer.follower import Follower
 
 TIMEOUT = 10.0

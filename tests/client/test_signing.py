@@ -26,13 +26,13 @@ from tests.support.api import put, sha
 from tests.support.apps import services_of
 from tests.support.client_kit import FakeTorchXla, RealServer, warnings_of
 from tests.support.wait import wait_until
-from xla_cache import process as process_module
 from xla_cache import stop, warm
 from xla_cache import warming as warm_module
 from xla_cache.errors import ServerError
 from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import scan
+from xla_cache.runs import process as process_module
 from xla_cache.transfer import download as download_module
 from xla_cache.transfer.download import DownloadOptions, download
 from xla_cache.transfer.follower import Follower

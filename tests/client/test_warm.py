@@ -17,9 +17,9 @@ from cache_protocol import FINGERPRINT_FILE
 from tests.support.client_kit import FakeTorchXla, RealServer, tar_members, warnings_of
 from tests.support.fake_server import FakeCacheServer
 from xla_cache import CacheAlreadyInitialized, warm
-from xla_cache import process as process_module
 from xla_cache.localcache.cachedir import read_fingerprint
 from xla_cache.localcache.dirlock import DirLock
+from xla_cache.runs import process as process_module
 
 TIMEOUT = 2.0
 SLACK = 1.5  # thread start-up and teardown on a loaded 2-core machine; far below any real timeout

@@ -2,7 +2,9 @@
 
 :class:`~xla_cache.runs.reporter.RunReporter` sends the reports; the collectors
 (:mod:`xla_cache.runs.collectors`, :mod:`xla_cache.runs.jax_events`) read the framework's numbers and what it
-knows of each compile. The wire contract is :mod:`cache_protocol.runs`.
+knows of each compile. The wire contract is :mod:`cache_protocol.runs`. :mod:`xla_cache.runs.process` holds
+this process's warm and what it left running for the job (the uploader, the follower, the run reporter):
+``xla_cache.flush``, ``stop`` and ``run_report``.
 """
 
 from __future__ import annotations
