@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from xla_cache import doctor
+from xla_cache.cli import doctor
 from xla_cache.cli import main as cli_main
-from xla_cache.doctor import judge, run_doctor
+from xla_cache.cli.doctor import judge, run_doctor
 
 GOOD_FIRST = {
     "torch_xla_version": "2.7.0",

@@ -120,7 +120,7 @@ def test_odd_versions_still_give_a_valid_namespace() -> None:
 
 def test_importing_the_client_never_imports_torch() -> None:
     code = (
-        "import sys, xla_cache, xla_cache.cli, xla_cache.doctor, xla_cache.transfer.uploader\n"
+        "import sys, xla_cache, xla_cache.cli, xla_cache.cli.doctor, xla_cache.transfer.uploader\n"
         "import xla_cache.transfer.download, xla_cache.transfer.upload, xla_cache.http.admin_api\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla'))\n"
         "assert not loaded, loaded\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from xla_cache.launch import hook_status, run_command
+from xla_cache.cli.hook import hook_status, run_command
 
 
 def _shape(argv: list[str]) -> list[str]:

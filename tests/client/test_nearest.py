@@ -148,7 +148,8 @@ def test_cli_warm_prints_why(
 def test_doctor_names_the_nearest_namespace_of_its_runtime(
     real_server: RealServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from xla_cache import cli, doctor
+    from xla_cache import cli
+    from xla_cache.cli import doctor
 
     _seed(real_server, build_fingerprint(FACTS, env={}), 12)
     ours = build_fingerprint(FACTS, env={"XLA_FLAGS": FAST})

@@ -1,6 +1,6 @@
 """``xla-cache run -- COMMAND``: start a job with auto-activation where the start-up hook does not run
 (``python -S``, an embedded interpreter, a launcher that scrubs the environment);
-:mod:`xla_cache.launch` makes the command. ``xla-cache doctor --auto`` says whether the hook is on here.
+:mod:`xla_cache.cli.hook` makes the command. ``xla-cache doctor --auto`` says whether the hook is on here.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import sys
 
 from xla_cache.cli.common import emit
-from xla_cache.launch import hook_status, run_command
+from xla_cache.cli.hook import hook_status, run_command
 
 __all__ = ["add_launch_commands", "auto_lines", "cmd_auto_status", "cmd_run"]
 

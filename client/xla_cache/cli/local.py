@@ -276,8 +276,8 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Two-process self-test: does this torch_xla load its own persistent-cache entries? With ``--auto``
     only whether auto-activation (XLA_CACHE_AUTO) is on for this interpreter, and why not."""
+    from xla_cache.cli.doctor import run_doctor
     from xla_cache.cli.launch import auto_lines
-    from xla_cache.doctor import run_doctor
 
     auto, auto_text = auto_lines()
     if args.auto:

@@ -1,7 +1,8 @@
 """One process of ``xla-cache doctor``'s self-test: compile a few tiny graphs with the persistent cache on.
 
-Run as ``python -m client._selftest_job <cache_dir>``. Prints one JSON line: torch_xla's cache counters, the
-entry files in the directory, the outputs (so two runs can be compared) and the runtime's namespace.
+Run as ``python -m xla_cache.cli._selftest_job <cache_dir>``. Prints one JSON line: torch_xla's cache
+counters, the entry files in the directory, the outputs (so two runs can be compared) and the runtime's
+namespace.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class DoctorReport:
 
 def _import_root() -> str:
     """The folder that holds the ``xla_cache`` package (site-packages, or client/ in a checkout)."""
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 def run_selftest_job(directory: Path, timeout: float) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def run_selftest_job(directory: Path, timeout: float) -> dict[str, Any]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_import_root(), env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "xla_cache._selftest_job", str(directory)],
+            [sys.executable, "-m", "xla_cache.cli._selftest_job", str(directory)],
             env=env,
             capture_output=True,
             text=True,
