@@ -80,6 +80,44 @@ def test_the_run_collectors_vocabulary_imports_no_collector() -> None:
     assert offenders == []
 
 
+CLIENT = ROOT / "client" / "xla_cache"
+# The client's rooms, each above the rooms it may import (issue 47, item 5); the command line (cli/) stands
+# above them all and the frame's warm, and imports what it likes.
+_CLIENT_ROOMS_BELOW = {
+    "localcache": (),
+    "http": (),
+    "frameworks": ("localcache",),
+    "transfer": ("localcache", "http", "frameworks"),
+    "runs": ("localcache", "http", "frameworks", "transfer"),
+}
+# What of the client's root a room may import: the frame's vocabulary, never the warm nor the entry points.
+_CLIENT_VOCABULARY = ("config", "config_file", "errors", "logs", "warm_report")
+
+
+def test_the_client_root_holds_only_its_frame() -> None:
+    """Issue 47, item 5: client/xla_cache/ keeps the public frame (warm, its report, config, errors, the
+    logger, the entry points) at its root, at most 10 modules; the rest lives in rooms named by concept."""
+    modules = sorted(path.name for path in CLIENT.glob("*.py"))
+    assert len(modules) <= 10, modules
+    rooms = sorted(path.name for path in CLIENT.iterdir() if (path / "__init__.py").is_file())
+    assert rooms == sorted([*_CLIENT_ROOMS_BELOW, "cli"])
+
+
+def test_each_client_room_imports_only_the_rooms_below_it() -> None:
+    """A room of the client imports the rooms below it and the root's vocabulary, nothing above it: no
+    import climbs back up from the local cache to the HTTP client, the transfers, the runs or the frame."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} {name}"
+        for room, below in _CLIENT_ROOMS_BELOW.items()
+        for path in sorted((CLIENT / room).rglob("*.py"))
+        for line, name in _imports(path)
+        if _within(name, "xla_cache")
+        and not _within(name, f"xla_cache.{room}")
+        and not any(_within(name, f"xla_cache.{ok}") for ok in (*below, *_CLIENT_VOCABULARY))
+    ]
+    assert offenders == []
+
+
 def test_administration_imports_no_parsing() -> None:
     """Parsing the stored entries is a service of its own (cache_server/parsing/, built in wiring, notified by
     uploads directly): no module of the admin room imports it."""
