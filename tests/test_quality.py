@@ -91,7 +91,7 @@ _CLIENT_ROOMS_BELOW = {
     "runs": ("localcache", "http", "frameworks", "transfer"),
 }
 # What of the client's root a room may import: the frame's vocabulary, never the warm nor the entry points.
-_CLIENT_VOCABULARY = ("config", "config_file", "errors", "logs", "warm_report")
+_CLIENT_VOCABULARY = ("config", "config_file", "server_url", "errors", "logs", "warm_report")
 
 
 def test_the_client_root_holds_only_its_frame() -> None:

@@ -3,7 +3,7 @@ then the config file (:mod:`xla_cache.config_file`), then the default. :meth:`Cl
 once per call and records where each value came from (``xla-cache config`` prints that).
 
 ``XLA_CACHE_SERVER`` (the server's URL; default :data:`DEFAULT_SERVER`, where ``./scripts/serve`` listens;
-``none`` for the local cache only; its URL's rules are :mod:`xla_cache.http.server_url`), ``XLA_CACHE_TOKEN``
+``none`` for the local cache only; its URL's rules are :mod:`xla_cache.server_url`), ``XLA_CACHE_TOKEN``
 (a bearer token; a token of the config file goes to its own server only, :func:`choose_token`),
 ``XLA_CACHE_DIR`` (the base
 cache directory; else ``$XDG_CACHE_HOME/xla-cache``, else ``~/.cache/xla-cache``),
@@ -31,7 +31,8 @@ from cache_protocol.runs import REPORT_INTERVAL_SECONDS
 from cache_protocol.signing import BadKey, Signer, Verifier, parse_public_keys, read_key_texts
 from xla_cache.config_file import CONFIG_ENV, KEYS, ConfigFile, FileToken, read_config_file
 from xla_cache.errors import ClientError
-from xla_cache.http.server_url import (
+from xla_cache.logs import logger
+from xla_cache.server_url import (
     DEFAULT_SERVER,
     LOCAL_ONLY,
     is_local_only,
@@ -41,7 +42,6 @@ from xla_cache.http.server_url import (
     server_url_problem,
     token_problem,
 )
-from xla_cache.logs import logger
 
 __all__ = [
     "COMPRESSION_ENV",

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_cache.errors import ClientError
-from xla_cache.http.server_url import (
+from xla_cache.server_url import (
     DEFAULT_SERVER,
     is_local_only,
     normalize_server,

@@ -34,7 +34,7 @@ from xla_cache.cli.runs import add_runs_command
 from xla_cache.cli.signing import add_signing_commands
 from xla_cache.config import tokens_for
 from xla_cache.errors import ClientError, ServerError, ServerUnavailable
-from xla_cache.http.server_url import normalize_server
+from xla_cache.server_url import normalize_server
 
 __all__ = ["READER_GONE", "build_parser", "main"]
 

@@ -19,7 +19,7 @@ from cache_protocol import UPLOADER_HEADER
 from xla_cache.errors import ClientError, ServerError, ServerUnavailable
 from xla_cache.http.deadline import Deadline
 from xla_cache.http.lean_httpx import httpx
-from xla_cache.http.server_url import normalize_server, server_url_problem, token_problem
+from xla_cache.server_url import normalize_server, server_url_problem, token_problem
 
 __all__ = ["USER_AGENT", "ServerHttp"]
 
