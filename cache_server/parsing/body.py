@@ -7,9 +7,11 @@ bodies.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["MAX_OPS_TEXT", "SIZED_OPCODES", "Body", "SizedOp", "body_from_text", "short_source"]
+__all__ = ["MAX_OPS_TEXT", "ROW", "SIZED_OPCODES", "Body", "SizedOp", "body_from_text", "short_source"]
 
 MAX_OPS_TEXT = 64 * 1024  # characters of an entry's sized ops kept in the index (a real module's: a few KB)
 
@@ -30,6 +32,11 @@ SIZED_OPCODES: dict[str, int] = {
 }
 
 
+ROW = ("position", "opcode", "name", "sizes", "result", "op", "source")
+"""The order of a sized op's fields in the index's rows (:meth:`SizedOp.row`, :meth:`SizedOp.from_row`):
+kept in stored rows, so a field is only ever added at the end."""
+
+
 @dataclass(frozen=True)
 class SizedOp:
     """An instruction with sizes of its own: where it is (``position``: its place among the module's
@@ -47,6 +54,25 @@ class SizedOp:
     @property
     def priority(self) -> int:
         return SIZED_OPCODES.get(self.opcode, 9)
+
+    def row(self) -> list[object]:
+        """The op as ``entry_graphs.ops`` keeps it: its fields in :data:`ROW` order (a JSON array, so a
+        module of a thousand ops does not repeat a thousand times each field's name)."""
+        return [getattr(self, name) for name in ROW]
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> SizedOp:
+        """An op from :meth:`row`'s array; KeyError, ValueError or TypeError when it is not one."""
+        fields = dict(zip(ROW, row, strict=False))  # a later field past ROW is passed over
+        return cls(
+            position=int(fields["position"]),
+            opcode=str(fields["opcode"]),
+            name=str(fields["name"]),
+            sizes={str(k): [float(v) for v in vs] for k, vs in dict(fields["sizes"]).items()},
+            result=str(fields["result"]),
+            op=None if fields["op"] is None else str(fields["op"]),
+            source=None if fields["source"] is None else str(fields["source"]),
+        )
 
     def label(self) -> str:
         """``slice.5 (jit(step)/slice, train/step.py:9)``: how a report names the op (the source's last
@@ -83,7 +109,7 @@ class Body:
         kept: list[tuple[int, list[object]]] = []
         size = 0
         for op in sorted(self.ops, key=lambda o: (o.priority, o.position)):
-            row: list[object] = [op.position, op.opcode, op.name, op.sizes, op.result, op.op, op.source]
+            row = op.row()
             size += len(json.dumps(row, separators=(",", ":"))) + 1
             if size > limit:
                 break
@@ -97,18 +123,7 @@ def body_from_text(structure: str, program: str, whole: str, ops_text: str) -> B
     """A body as the index keeps it; None when the text is not of that form."""
     try:
         data = json.loads(ops_text)
-        ops = tuple(
-            SizedOp(
-                position=int(row[0]),
-                opcode=str(row[1]),
-                name=str(row[2]),
-                sizes={str(k): [float(v) for v in vs] for k, vs in dict(row[3]).items()},
-                result=str(row[4]),
-                op=None if row[5] is None else str(row[5]),
-                source=None if row[6] is None else str(row[6]),
-            )
-            for row in data["ops"]
-        )
+        ops = tuple(SizedOp.from_row(row) for row in data["ops"])
         return Body(structure, program, whole, int(data["n"]), ops, bool(data["t"]))
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
