@@ -28,6 +28,9 @@ from cache_server.graphs.report import (
     BakedReport,
     GraphReport,
     GraphReports,
+    NamespaceReport,
+    StepReport,
+    baked_summary,
 )
 
 __all__ = ["GraphsOut", "router"]
@@ -152,6 +155,11 @@ class BakedSizesOut(BaseModel):
         "parameters and the commonest structure."
     )
     cost: str = Field(description="What the overheads measure.")
+    summary: str = Field(
+        description="What to do and what it leaves, in one line: 'pad all 16 sizes to their maximum: 1 "
+        "compile instead of 61, +28% mean bytes of ...; or pass them as data (...)' (the frontier's first "
+        "and last lines)."
+    )
     sizes: list[InternalSizeOut]
     frontier: list[CombinationOut] = Field(
         description="The best trades of compilations against padding of these sizes; the first all to "
@@ -166,6 +174,7 @@ class BakedSizesOut(BaseModel):
             params=group.params,
             entries=group.entries,
             cost=analysis.cost,
+            summary=baked_summary(baked),
             sizes=[
                 InternalSizeOut(
                     label=axis.label,
@@ -211,6 +220,14 @@ class GraphReportOut(BaseModel):
     compile_seconds: float = Field(
         description="Compile seconds paid for it: the compile times recorded with its entries, summed "
         "(the report's order, then entries)."
+    )
+    summary: str | None = Field(
+        default=None,
+        description="What to do about its compiles and what it leaves, in one line (the sizes baked into "
+        "it, then its input dimensions: the frontiers' fewest compiles); null where padding merges nothing.",
+    )
+    source: str | None = Field(
+        default=None, description="file:line its latest body read was traced at, where the module names one."
     )
     read: int = Field(description="Variants read and analysed (fewer than variants when capped).")
     other_layouts: int = Field(
@@ -277,6 +294,8 @@ class GraphReportOut(BaseModel):
             variants=report.variants,
             entries=report.entries,
             compile_seconds=report.compile_seconds,
+            summary=report.summary,
+            source=report.source,
             read=report.read,
             other_layouts=bucketing.other_layouts,
             result_only=bucketing.result_only,
@@ -302,6 +321,32 @@ class GraphReportOut(BaseModel):
         )
 
 
+class StepOut(BaseModel):
+    """Graphs one step of the job produced: modules that share an input shape and differ only by ops an
+    edge size adds or drops (or not at all)."""
+
+    modules: list[str] = Field(description="Its graphs (HLO modules), the costliest first.")
+    compiles: int = Field(description="Its modules' entries, each one compile paid.")
+    compile_seconds: float = Field(description="The compile times recorded with them, summed.")
+    variants: int = Field(description="Its modules' distinct shape signatures, summed.")
+    varies: list[str] = Field(
+        description="What varies across its compiles, in words: its modules (the op an edge size adds or "
+        "drops), the sizes baked into its graphs, their input dimensions."
+    )
+    fix: str | None = Field(description="What to do and what it leaves: its costliest module's summary.")
+
+    @classmethod
+    def of(cls, found: StepReport) -> StepOut:
+        return cls(
+            modules=list(found.step.modules),
+            compiles=found.step.compiles,
+            compile_seconds=found.step.compile_seconds,
+            variants=sum(g.variants for g in found.graphs),
+            varies=list(found.varies),
+            fix=found.fix,
+        )
+
+
 class UnparseableOut(BaseModel):
     reason: str = Field(description="Why these entries hold no graph the parser reads.")
     entries: int
@@ -309,7 +354,15 @@ class UnparseableOut(BaseModel):
 
 class GraphsOut(BaseModel):
     namespace: str
-    graphs: list[GraphReportOut] = Field(description="Graphs with the most shape variants first.")
+    steps: list[StepOut] = Field(
+        default_factory=list,
+        description="The graphs listed as the steps of the job that produced them, the costliest first "
+        "(compile seconds paid, then compiles): a step cut into several modules by sizes that add or drop "
+        "an op is one step.",
+    )
+    graphs: list[GraphReportOut] = Field(
+        description="The graphs that cost most to compile first (compile seconds paid, then compiles)."
+    )
     unparseable: list[UnparseableOut] = Field(
         default_factory=list,
         description="Entries of the namespace with no graph, by reason, the commonest five first: bytes that "
@@ -317,10 +370,11 @@ class GraphsOut(BaseModel):
     )
 
 
-def _graphs_out(reports: GraphReports, namespace: str, found: list[GraphReport]) -> GraphsOut:
+def _graphs_out(reports: GraphReports, namespace: str, found: NamespaceReport) -> GraphsOut:
     return GraphsOut(
         namespace=namespace,
-        graphs=[GraphReportOut.of(r) for r in found],
+        steps=[StepOut.of(s) for s in found.steps],
+        graphs=[GraphReportOut.of(r) for r in found.graphs],
         unparseable=[UnparseableOut(reason=r, entries=n) for r, n in reports.unparseable(namespace)],
     )
 
@@ -348,7 +402,7 @@ def graphs(
     graph and per report (``bodies_read`` of ``bodies_stored``). 404 for an unknown namespace; 503 (with
     Retry-After) when the server builds ``XLA_CACHE_GRAPH_REPORTS_AT_ONCE`` reports already and none ends
     within ``XLA_CACHE_GRAPH_REPORT_WAIT_SECONDS``."""
-    found = reports.report(namespace, top=top, per_graph=variants, module=module)
+    found = reports.namespace_report(namespace, top=top, per_graph=variants, module=module)
     return _graphs_out(reports, namespace, found)
 
 
@@ -361,5 +415,5 @@ def dashboard_graphs(
     module: Annotated[str | None, MODULE] = None,
 ) -> GraphsOut:
     """What the dashboard's graph view draws (``GET /admin/graphs``, for the read role)."""
-    found = reports.report(namespace, top=top, module=module)
+    found = reports.namespace_report(namespace, top=top, module=module)
     return _graphs_out(reports, namespace, found)

@@ -8,9 +8,10 @@ ops line up position by position, so:
   neighbour): each op, the attribute and the dimension, and the two values;
 - :func:`internal_axes` finds, across many such entries, the sizes that vary (an "internal dimension"
   each), the values each took, and each entry's point over them, so that the bucketing report can treat
-  them as it treats varying input dimensions. Sizes that follow from another one (a pad's width that is
-  the fixed length minus a slice's limit, the broadcast after the slice) are folded into the most telling
-  one.
+  them as it treats varying input dimensions. Sizes that move with another one on a line (a pad's width
+  that is the fixed length minus a slice's limit, the broadcast after the slice) are folded into the most
+  telling one; no other size is (padding the leader would leave it varying, and the compiles counted
+  over the leader alone would be false).
 
 Pure functions: no I/O.
 """
@@ -21,18 +22,22 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 from cache_server.parsing.body import Body, SizedOp, body_from_text, short_source
 from cache_server.parsing.schema import ELEMENT_BYTES
 
 __all__ = [
+    "MAX_ALIGNED_OPS",
     "MAX_AXES",
     "BakedGroup",
+    "EdgeOps",
     "InternalAxis",
     "SizeChange",
     "baked_group",
     "baked_group_of",
     "describe_changes",
+    "edge_ops",
     "internal_axes",
     "size_changes",
 ]
@@ -184,9 +189,24 @@ def internal_axes(bodies: Sequence[Body]) -> tuple[list[InternalAxis], list[tupl
 
 
 def _follows(column: list[int], leader: list[int]) -> bool:
-    """Whether ``column``'s value is a function of ``leader``'s (entry by entry)."""
-    seen: dict[int, int] = {}
-    return all(seen.setdefault(a, b) == b for a, b in zip(leader, column, strict=True))
+    """Whether ``column`` moves with ``leader``, so that padding the leader carries it along and leaves the
+    compiles counted over the leader alone: entry by entry ``column = slope * leader + offset`` exactly (a
+    pad's width that is a fixed length minus a slice's limit, the broadcast of the slice's length, a
+    reshape of four times it). Only a line says what ``column`` becomes at a padded size: a size merely
+    determined by the leader on the entries read is not folded (on a few entries whose leader values are
+    all distinct every size is, and padding the leader would leave the others varying). With two leader
+    values any two sizes lie on a line, so only a slope of 1 or -1 counts then."""
+    at: dict[int, int] = {}
+    for a, b in zip(leader, column, strict=True):
+        if at.setdefault(a, b) != b:
+            return False  # not even a function of the leader
+    if len(at) < 2:
+        return False
+    low, high = min(at), max(at)
+    rise, run = at[high] - at[low], high - low
+    if rise == 0 or (len(at) == 2 and abs(rise) != run):
+        return False
+    return all((b - at[low]) * run == rise * (a - low) for a, b in at.items())
 
 
 @dataclass(frozen=True)
@@ -221,3 +241,74 @@ def baked_group_of(bodies: Sequence[tuple[str, Body]]) -> BakedGroup | None:
     if not axes:
         return None
     return BakedGroup(params + ")", len(members), tuple(axes), tuple(points))
+
+
+EDGE_INSTRUCTIONS = 4  # instructions an added or dropped sized op may bring with it (its operands, a reshape)
+MAX_ALIGNED_OPS = 2_000  # sized ops of two bodies aligned at most (beyond: not compared)
+MAX_MIDDLE_OPS = 256  # sized ops between the common ends of two bodies aligned at most
+MAX_EDGE_SHARE = 2  # of the ops aligned, at most one in this many (and at least 2) may be added or dropped
+
+
+@dataclass(frozen=True)
+class EdgeOps:
+    """What tells apart two bodies of one step where a size at an edge adds or drops an op (an empty
+    slice left out of a concatenation, a whole one that needs no slice): their sized ops are the same
+    kinds in the same order but for ``ours`` (only in our body) and ``theirs`` (only in the other)."""
+
+    ours: tuple[SizedOp, ...]
+    theirs: tuple[SizedOp, ...]
+
+    def describe(self, shown: int = SHOWN_CHANGES) -> str:
+        """``this size drops an op: slice.7 (…, step.py:9) to f32[1,1,4] is not in it; …`` (of ops of one
+        kind, which one a size dropped is a guess: the result's shape says which it may be)."""
+        parts = [f"{op.label()} to {op.result} is not in it" for op in self.theirs[:shown]]
+        parts += [
+            f"{op.label()} to {op.result} is only in it" for op in self.ours[: max(0, shown - len(parts))]
+        ]
+        more = len(self.ours) + len(self.theirs) - len(parts)
+        what = "drops an op" if self.theirs and not self.ours else "adds or drops an op"
+        return f"this size {what}: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _token(op: SizedOp) -> tuple[str, str, int]:
+    """What must match for two sized ops to be the same op of a step at other sizes: the opcode, the
+    element type and rank of the result."""
+    element, dims = _result_dims(op.result)
+    return op.opcode, element, len(dims)
+
+
+def edge_ops(ours: Body, theirs: Body) -> EdgeOps | None:
+    """Whether ``ours`` is ``theirs`` with a few sized ops added or dropped, as a size at an edge does (an
+    empty slice is no op, a whole one none either), the other sized ops the same kinds in the same order:
+    the ops that differ, or None (another computation; bodies of one structure, truncated ones, or more
+    than :data:`MAX_ALIGNED_OPS` ops in all). At most one op in :data:`MAX_EDGE_SHARE` of those aligned
+    (and at least two) may differ, and the instruction counts by no more than a few per such op: the
+    rest of the graph is what the sized ops leave to the structure digest, which is not compared here."""
+    if ours.structure == theirs.structure or ours.truncated or theirs.truncated:
+        return None
+    if len(ours.ops) + len(theirs.ops) > MAX_ALIGNED_OPS or not ours.ops or not theirs.ops:
+        return None
+    a, b = [_token(op) for op in ours.ops], [_token(op) for op in theirs.ops]
+    head = 0  # the common ends are matched as they are (linear); only what lies between is aligned
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    middle_a, middle_b = a[head : len(a) - tail], b[head : len(b) - tail]
+    if max(len(middle_a), len(middle_b)) > MAX_MIDDLE_OPS:
+        return None  # aligning them would cost up to the square of their length
+    only_ours: list[SizedOp] = []
+    only_theirs: list[SizedOp] = []
+    matcher = SequenceMatcher(None, middle_a, middle_b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            only_ours.extend(ours.ops[head + i1 : head + i2])
+            only_theirs.extend(theirs.ops[head + j1 : head + j2])
+    differ = len(only_ours) + len(only_theirs)
+    aligned = len(ours.ops) - len(only_ours)
+    if differ == 0 or aligned < 1 or differ > max(2, aligned // MAX_EDGE_SHARE):
+        return None
+    if abs(ours.instructions - theirs.instructions) > EDGE_INSTRUCTIONS * differ:
+        return None
+    return EdgeOps(tuple(only_ours), tuple(only_theirs))

@@ -27,6 +27,7 @@ from cache_server.graphs.axes import AxesReport, Point, analyse_axes
 from cache_server.graphs.baked import BakedGroup, baked_group_of
 from cache_server.graphs.bucketing import BucketingReport, analyse
 from cache_server.graphs.shapes import parse_shape_signature
+from cache_server.graphs.steps import Step, StepGraph, group_steps
 from cache_server.index.graph_variants import GraphBody, GraphVariantsRepository
 from cache_server.names import check_namespace
 from cache_server.parsing.body import Body, body_from_text
@@ -38,6 +39,7 @@ __all__ = [
     "BODY_TEXT_PER_GRAPH",
     "BODY_TEXT_PER_REPORT",
     "DEFAULT_VARIANTS_READ",
+    "FIX_DOC",
     "GRAPH_REPORT_SLOTS",
     "MAX_TOP",
     "MAX_VARIANTS_READ",
@@ -47,6 +49,10 @@ __all__ = [
     "BakedReport",
     "GraphReport",
     "GraphReports",
+    "NamespaceReport",
+    "StepReport",
+    "baked_summary",
+    "graph_summary",
     "shares",
 ]
 
@@ -70,6 +76,7 @@ BAKED_COST = "bytes of the results of the ops whose sizes pad"
 # Characters of shapes text one graph's report analyses (an entry's is at most hlo.MAX_SHAPES_TEXT): variants
 # past it are not read, so a namespace of crafted entries costs no more than this per graph.
 MAX_GRAPH_SHAPES_TEXT = 2 * 1024 * 1024
+FIX_DOC = "docs/fixing-baked-sizes.md shows how"  # where passing sizes as data is shown
 MAX_EXAMPLE_TEXT = 4 * 1024  # characters of a report's example shapes; past that cut with CUT_MARKER
 
 
@@ -121,6 +128,8 @@ class GraphReport:
     bodies_stored: int | None = None
     compile_seconds: float = 0.0  # the compile times recorded with its entries, summed: the report's order
     sources: tuple[tuple[str, int], ...] = ()  # where its runs compiled it (file:line, entries), most first
+    source: str | None = None  # where its latest body read was traced (file:line), where it names one
+    summary: str | None = None  # what to do and what it leaves (graph_summary), before the tables
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,99 @@ def baked_report(group: BakedGroup) -> BakedReport:
     return BakedReport(group, analysis)
 
 
+def _percent(ratio: float) -> str:
+    """``+3.3%``, ``+41%``: a tenth of a percent below 10 %."""
+    return f"+{ratio:.1%}" if ratio < 0.1 else f"+{ratio:.0%}"
+
+
+def _compiles(count: int) -> str:
+    return f"{count:,} compile" + ("" if count == 1 else "s")
+
+
+def baked_summary(baked: BakedReport) -> str:
+    """What to do about the sizes baked into a graph and what it leaves, in one line: ``pad all 16 sizes
+    to their maximum: 1 compile instead of 61, +28% mean bytes of ...; or pass them as data (...)``. The
+    counts are the frontier's: its fewest compiles against the entries' as they are."""
+    group, analysis = baked.group, baked.analysis
+    sizes = sum(1 + axis.folded for axis in group.axes)
+    first, last = analysis.frontier[0], analysis.frontier[-1]
+    if all(choice == "max" for choice in first.choices):
+        how = "pad the size to its maximum" if sizes == 1 else f"pad all {sizes} sizes to their maximum"
+    else:
+        how = "pad " + first.describe([axis.label for axis in group.axes])
+    return (
+        f"{how}: {_compiles(first.compiles)} instead of {last.compiles:,}, {_percent(first.mean_overhead)} "
+        f"mean {analysis.cost}; or pass them as data ({FIX_DOC})"
+    )
+
+
+def _inputs_summary(bucketing: BucketingReport) -> str | None:
+    """The same for the graph's varying input dimensions (its frontier's fewest compiles)."""
+    axes = bucketing.axes
+    if axes is None or not axes.frontier or not bucketing.varying:
+        return None
+    first, last = axes.frontier[0], axes.frontier[-1]
+    if first.compiles >= last.compiles:
+        return None
+    labels = [v.label for v in bucketing.varying]
+    if all(choice == "max" for choice in first.choices):
+        how = "pad every varying input dimension to its maximum"
+    else:
+        how = "pad the inputs " + first.describe(labels)
+    return (
+        f"{how}: {_compiles(first.compiles)} instead of {last.compiles:,}, {_percent(first.mean_overhead)} "
+        f"mean {axes.cost}"
+    )
+
+
+def graph_summary(bucketing: BucketingReport, baked: BakedReport | None) -> str | None:
+    """What to do about one graph's compiles and what it leaves (the sizes baked into it first, then its
+    input dimensions), or None where padding would merge nothing."""
+    parts = [baked_summary(baked)] if baked is not None and baked.analysis.frontier else []
+    inputs = _inputs_summary(bucketing)
+    if inputs is not None:
+        parts.append(inputs)
+    return "; and ".join(parts) if parts else None
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One step of the job (:mod:`~cache_server.graphs.steps`): its modules' reports (the costliest
+    first), what it paid, what varies (in words) and what to do (the costliest module's summary)."""
+
+    step: Step
+    graphs: tuple[GraphReport, ...]
+    varies: tuple[str, ...]
+    fix: str | None
+
+
+@dataclass(frozen=True)
+class NamespaceReport:
+    """A report: the graphs (the costliest first) and the steps they make up (the costliest first)."""
+
+    graphs: list[GraphReport]
+    steps: list[StepReport]
+
+
+def _varies(step: Step, graphs: list[GraphReport]) -> tuple[str, ...]:
+    """What varies across a step's compiles, in words: its modules (and the op an edge size adds or drops),
+    the sizes baked into its graphs, their input dimensions."""
+    found: list[str] = []
+    if len(graphs) > 1:
+        why = step.edge.describe() if step.edge is not None else "one structure under other names"
+        found.append(f"{len(graphs)} modules: {why}")
+    baked = next((g.baked for g in graphs if g.baked is not None), None)
+    if baked is not None:
+        axes = baked.group.axes
+        sizes = sum(1 + axis.folded for axis in axes)
+        named = ", ".join(axis.label for axis in axes[:3]) + (", …" if len(axes) > 3 else "")
+        found.append(f"{sizes} size{'' if sizes == 1 else 's'} inside the graph: {named}")
+    labels = list(dict.fromkeys(v.label for g in graphs for v in g.bucketing.varying))
+    if labels:
+        found.append("input dimensions " + ", ".join(labels))
+    return tuple(found)
+
+
 @dataclass
 class _BodyBudget:
     """What one report may still read (characters of ops text) and compare (sized ops) of bodies."""
@@ -158,17 +260,17 @@ class _BodyBudget:
     ops: int = OPS_COMPARED_PER_REPORT
 
 
-def _parsed(rows: list[GraphBody], max_ops: int) -> tuple[list[tuple[str, Body]], int]:
-    """``rows``' bodies with their shapes, parsed in order until ``max_ops`` sized ops are in hand (one
-    body may pass it), and how many ops they hold."""
-    parsed: list[tuple[str, Body]] = []
+def _parsed(rows: list[GraphBody], max_ops: int) -> tuple[list[tuple[GraphBody, Body]], int]:
+    """``rows``' bodies, parsed in order until ``max_ops`` sized ops are in hand (one body may pass it),
+    and how many ops they hold."""
+    parsed: list[tuple[GraphBody, Body]] = []
     ops = 0
     for row in rows:
         if ops >= max_ops:
             break
         body = body_from_text(row.structure, "", "", row.ops)
         if body is not None:
-            parsed.append((row.shapes, body))
+            parsed.append((row, body))
             ops += len(body.ops)
     return parsed, ops
 
@@ -198,6 +300,22 @@ class GraphReports:
         ``per_graph`` variants read of one, ``max(total, per_graph)`` in all: :func:`shares`; bodies as the
         module says). :class:`NamespaceNotFound` for a namespace never registered; :class:`GraphsBusy` when
         every slot of the server stayed taken for ``wait_seconds``."""
+        return self.namespace_report(
+            namespace, top=top, per_graph=per_graph, total=total, module=module
+        ).graphs
+
+    def namespace_report(
+        self,
+        namespace: str,
+        *,
+        top: int = 10,
+        per_graph: int = DEFAULT_VARIANTS_READ,
+        total: int = VARIANTS_READ_PER_REPORT,
+        module: str | None = None,
+    ) -> NamespaceReport:
+        """:meth:`report`'s graphs and the steps they make up (:func:`~cache_server.graphs.steps.group_steps`:
+        graphs that share an input shape and whose latest bodies differ only by ops an edge size adds or
+        drops), the costliest step first."""
         check_namespace(namespace)
         if not self._repository.namespace_exists(namespace):
             raise NamespaceNotFound(f"There is no namespace {namespace!r}.")
@@ -212,8 +330,9 @@ class GraphReports:
 
     def _report(
         self, namespace: str, *, top: int, per_graph: int, total: int, module: str | None
-    ) -> list[GraphReport]:
+    ) -> NamespaceReport:
         reports: list[GraphReport] = []
+        found: list[tuple[frozenset[str], GraphBody | None, Body | None]] = []
         budget = _BodyBudget()
         per_graph = min(per_graph, MAX_VARIANTS_READ)
         ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP), module=module)
@@ -226,9 +345,12 @@ class GraphReports:
                 if s is not None
             ]
             bucketing = analyse([s for s, _ in parsed], weights=[w for _, w in parsed])
-            baked, bodies_read, bodies_stored = None, 0, None
+            baked, bodies_read, bodies_stored, latest = None, 0, None, None
             if graph.entries > graph.variants or (bucketing.unchanged and graph.variants > 1):
-                baked, bodies_read, bodies_stored = self._baked(namespace, graph.module, budget)
+                baked, bodies_read, bodies_stored, latest = self._baked(namespace, graph.module, budget)
+            found.append(
+                (frozenset(shapes), *latest) if latest is not None else (frozenset(shapes), None, None)
+            )
             reports.append(
                 GraphReport(
                     module=graph.module,
@@ -242,13 +364,60 @@ class GraphReports:
                     bodies_stored=bodies_stored,
                     compile_seconds=graph.compile_seconds,
                     sources=tuple(self._repository.sources(namespace, graph.module)),
+                    source=latest[0].source if latest is not None else None,
+                    summary=graph_summary(bucketing, baked),
                 )
             )
-        return reports
+        return NamespaceReport(reports, self._steps(namespace, reports, found, budget))
 
-    def _baked(self, namespace: str, module: str, budget: _BodyBudget) -> tuple[BakedReport | None, int, int]:
+    def _steps(
+        self,
+        namespace: str,
+        reports: list[GraphReport],
+        found: list[tuple[frozenset[str], GraphBody | None, Body | None]],
+        budget: _BodyBudget,
+    ) -> list[StepReport]:
+        """The steps ``reports``' graphs make up: the latest body of each graph that shares an input shape
+        with another (read here where the baked sizes did not, within what is left of ``budget``)."""
+        seen: dict[str, int] = {}
+        for shapes, _, _ in found:
+            for text in shapes:
+                seen[text] = seen.get(text, 0) + 1
+        graphs: list[StepGraph] = []
+        for (shapes, row, body), report in zip(found, reports, strict=True):
+            if body is None and any(seen[text] > 1 for text in shapes) and budget.ops > 0:
+                read = self._repository.read_bodies(
+                    namespace, report.module, limit=1, max_text=max(0, min(BODY_TEXT_PER_GRAPH, budget.text))
+                ).bodies
+                budget.text -= sum(len(r.ops) for r in read)
+                parsed, ops = _parsed(read, budget.ops)
+                budget.ops -= ops
+                if parsed:
+                    row, body = parsed[0]
+            graphs.append(
+                StepGraph(
+                    report.module,
+                    report.compile_seconds,
+                    report.entries,
+                    shapes,
+                    row.source if row is not None else None,
+                    body,
+                )
+            )
+        by_module = {report.module: report for report in reports}
+        steps = []
+        for step in group_steps(graphs):
+            members = [by_module[name] for name in step.modules]
+            fix = next((g.summary for g in members if g.summary), None)
+            steps.append(StepReport(step, tuple(members), _varies(step, members), fix))
+        return steps
+
+    def _baked(
+        self, namespace: str, module: str, budget: _BodyBudget
+    ) -> tuple[BakedReport | None, int, int, tuple[GraphBody, Body] | None]:
         """``module``'s baked sizes from its latest bodies, within its share and what is left of ``budget``
-        (spent here); with how many bodies were compared and how many are stored."""
+        (spent here); with how many bodies were compared, how many are stored and the latest one (its row
+        and parsed body)."""
         found = self._repository.read_bodies(
             namespace,
             module,
@@ -258,8 +427,9 @@ class GraphReports:
         budget.text -= sum(len(row.ops) for row in found.bodies)
         parsed, ops = _parsed(found.bodies, min(OPS_COMPARED_PER_GRAPH, budget.ops))
         budget.ops -= ops
-        group = baked_group_of(parsed)
-        return (baked_report(group) if group is not None else None), len(parsed), found.stored
+        group = baked_group_of([(row.shapes, body) for row, body in parsed])
+        latest = parsed[0] if parsed else None
+        return (baked_report(group) if group is not None else None), len(parsed), found.stored, latest
 
     def unparseable(self, namespace: str, *, top: int = 5) -> list[tuple[str, int]]:
         """How many of ``namespace``'s entries hold no graph this parser reads, by reason (the commonest

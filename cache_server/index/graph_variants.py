@@ -70,6 +70,7 @@ class GraphBody:
     shapes: str
     structure: str
     ops: str
+    source: str | None = None  # the file:line it was traced at, where the module names one
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,13 @@ class GraphVariantsRepository:
             .subquery()
         )
         sized = (
-            select(EntryGraph.key, EntryGraph.shapes, EntryGraph.structure, func.length(EntryGraph.ops))
+            select(
+                EntryGraph.key,
+                EntryGraph.shapes,
+                EntryGraph.structure,
+                func.length(EntryGraph.ops),
+                EntryGraph.source,
+            )
             .join(latest, (EntryGraph.namespace == namespace) & (EntryGraph.key == latest.c.key))
             .order_by(latest.c.created_at.desc(), EntryGraph.key)
         )
@@ -197,20 +204,22 @@ class GraphVariantsRepository:
                 return GraphBodies([], int(session.execute(count).scalar_one()))
         with self._db.transaction() as session:
             rows = session.execute(sized).all()
-            chosen: list[tuple[str, str, str]] = []
+            chosen: list[tuple[str, str, str, str | None]] = []
             left = max_text
-            for key, shapes, structure, length in rows:
+            for key, shapes, structure, length, source in rows:
                 left -= int(length or 0)
                 if left < 0:
                     break
                 if shapes is not None and structure is not None:
-                    chosen.append((key, shapes, structure))
+                    chosen.append((key, shapes, structure, source))
             stored = len(rows)
             if stored >= limit:
                 stored = int(session.execute(count).scalar_one())
-            texts = self._ops_texts(session, namespace, [key for key, _, _ in chosen])
+            texts = self._ops_texts(session, namespace, [key for key, _, _, _ in chosen])
         bodies = [
-            GraphBody(key, shapes, structure, texts[key]) for key, shapes, structure in chosen if key in texts
+            GraphBody(key, shapes, structure, texts[key], source)
+            for key, shapes, structure, source in chosen
+            if key in texts
         ]
         return GraphBodies(bodies, stored)
 

@@ -16,7 +16,7 @@ from cache_server.index.database import Database, chunked
 from cache_server.index.models import Entry, EntryGraph, RunMiss
 from cache_server.index.tombstones import TombstoneInfo, tombstones_of
 
-__all__ = ["ComponentMiss", "MissFacts", "StoredGraph", "read_facts"]
+__all__ = ["EDGE_SHAPES", "ComponentMiss", "MissFacts", "StoredGraph", "read_facts"]
 
 MAX_VARIANTS = 20_000
 """Bound on the stored variants read for one explanation (the seed's busiest graph has a few thousand)."""
@@ -29,6 +29,9 @@ MAX_COMPONENT_MISSES = 5_000
 MAX_OPS_TEXT = 2 * 1024 * 1024
 """Bound on the characters of sized-ops text (up to 64 KiB an entry) one explanation reads: the page's own
 entries' and their nearest stored neighbours' (each such text becomes a body of up to 0.6 MiB to compare)."""
+EDGE_SHAPES = 64
+"""Input shapes (of the page's misses, by module) at which stored entries of another structure are read too
+(:data:`NEAREST_BODIES` each): where a size at an edge adds or drops an op."""
 NEAREST_BODIES = 4
 """Stored entries of one structure whose sized ops are read to compare with (the latest before the page's
 misses), chosen by the query: never a whole structure."""
@@ -214,5 +217,33 @@ def _ops(
             .limit(NEAREST_BODIES + 1)  # one more: the miss's own entry may be among them
         )
         if not take(connection.execute(nearest)):
+            return found, True
+    # and of the latest few at each miss's own input shapes with another structure: a size at an edge
+    # (an empty slice) adds or drops an op, which the reasons tell from another computation by these
+    at_shapes: dict[tuple[str, str], tuple[str, str]] = {}  # (module, shapes) -> a miss's key, structure
+    for key, graph in sorted(own.items()):
+        if graph.structure and graph.module is not None and graph.shapes:
+            at_shapes.setdefault((graph.module, graph.shapes), (key, graph.structure))
+    for (module, _), (key, structure) in sorted(at_shapes.items())[:EDGE_SHAPES]:
+        signature = (
+            select(EntryGraph.signature)
+            .where(EntryGraph.namespace == namespace, EntryGraph.key == key)
+            .scalar_subquery()
+        )
+        other = (
+            select(EntryGraph.key, EntryGraph.ops)
+            .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
+            .where(
+                EntryGraph.namespace == namespace,
+                EntryGraph.module == module,  # off ix_entry_graphs_module_signature
+                EntryGraph.signature == signature,
+                EntryGraph.structure != structure,
+                EntryGraph.ops.is_not(None),
+                *([] if until is None else [Entry.created_at <= until]),
+            )
+            .order_by(Entry.created_at.desc())
+            .limit(NEAREST_BODIES)
+        )
+        if not take(connection.execute(other)):
             return found, True
     return found, False

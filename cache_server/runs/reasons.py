@@ -39,7 +39,7 @@ from typing import Final
 
 from cache_protocol.runs import MissReason
 from cache_server.domain.runs import MissRecord
-from cache_server.graphs.baked import SizeChange, describe_changes, size_changes
+from cache_server.graphs.baked import SizeChange, describe_changes, edge_ops, size_changes
 from cache_server.graphs.shapes import Dimension, ShapeSignature, differing_dimensions, parse_shape_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
 from cache_server.index.tombstones import TombstoneInfo
@@ -336,7 +336,8 @@ def _baked_sizes(m: _Miss) -> ExplainedMiss | None:
         return None
     if any(g.whole == own.whole or g.program == own.program for g in stored):
         return None  # the same module, or the same computation: different_key says which
-    return _sizes_inside(m, m.module, own, [g for g in stored if g.structure == own.structure])
+    inside = _sizes_inside(m, m.module, own, [g for g in stored if g.structure == own.structure])
+    return inside if inside is not None else _edge_sizes(m, m.module, own, stored)
 
 
 def _different_key(m: _Miss) -> ExplainedMiss | None:
@@ -490,6 +491,36 @@ def _sizes_inside(m: _Miss, module: str, own: StoredGraph, stored: list[StoredGr
         baked=changes[:LISTED],
         more=max(0, len(changes) - LISTED),
     )
+
+
+def _edge_sizes(m: _Miss, module: str, own: StoredGraph, stored: list[StoredGraph]) -> ExplainedMiss | None:
+    """``baked_sizes`` where a size at an edge adds or drops an op: a graph stored at the miss's very shapes
+    has another structure, but its sized ops are the miss's but for a few that one of them adds or drops
+    (:func:`~cache_server.graphs.baked.edge_ops`: an empty slice left out of a concatenation). Of the
+    latest :data:`COMPARED_BODIES` such entries whose bodies were read, the first that aligns is named, as
+    far as the explanation's :data:`COMPARED_OPS` go; None where none does (``different_key`` then)."""
+    context = m.context
+    ours = context.body(own)
+    if ours is None:
+        return None
+    others = sorted(
+        (g for g in stored if g.structure and g.structure != own.structure and context.body(g) is not None),
+        key=lambda g: g.created_at,
+        reverse=True,
+    )
+    for graph in others[:COMPARED_BODIES]:
+        theirs = context.body(graph)
+        if theirs is None or context.ops_left < len(ours.ops) + len(theirs.ops):
+            break
+        context.ops_left -= len(ours.ops) + len(theirs.ops)
+        found = edge_ops(ours, theirs)
+        if found is not None:
+            detail = (
+                f"module {module} is stored at the same input shapes (key {graph.key}) with the same sized "
+                f"ops but for those a size at an edge adds or drops: {found.describe()}"
+            )
+            return m.explained("baked_sizes", detail, nearest_key=graph.key)
+    return None
 
 
 def _params(shapes: str) -> str:

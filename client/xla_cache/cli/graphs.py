@@ -81,10 +81,11 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
             *unparseable,
         ]
     cost = next((g["cost"] for g in graphs if g.get("cost")), "bytes of the padded parameters")
-    lines = [
+    lines = _step_lines(report.get("steps") or [], report["namespace"])  # (an older server sends none)
+    lines.append(
         f"namespace {report['namespace']}: for each varying dimension, the compilations left by padding it "
         f"alone (+mean extra {cost}), then the best combinations"
-    ]
+    )
     for graph in graphs:
         title = f"{graph['module']}  {cost_columns(graph)}"
         if graph.get("unchanged"):
@@ -104,6 +105,8 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         sources = graph.get("sources") or []  # (an older server sends none)
         if sources:
             lines.append("  compiled at " + ", ".join(f"{s['source']} ({s['entries']})" for s in sources))
+        if graph.get("summary"):
+            lines.append(f"  what to do: {graph['summary']}")
         for dim in graph["varying"]:
             lines.append(f"  {_dimension(dim)}: " + "  ".join(_choice(c) for c in dim.get("choices", [])))
         lines.extend(_frontier_lines(graph.get("frontier") or [], graph.get("result_cost") is not None, "  "))
@@ -115,6 +118,29 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         if baked:
             lines.extend(_baked_lines(baked))
     return [*lines, *unparseable]
+
+
+def _step_lines(steps: list[dict[str, Any]], namespace: str) -> list[str]:
+    """The steps first, the costliest first: each its cost, its modules, what varies and what to do."""
+    if not steps:
+        return []
+    lines = [f"namespace {namespace}: its steps, the costliest first (compile seconds paid, then compiles)"]
+    for place, step in enumerate(steps, 1):
+        modules = step["modules"]
+        named = modules[0] if len(modules) == 1 else f"{len(modules)} modules: " + ", ".join(modules)
+        columns = cost_columns(
+            {
+                "compile_seconds": step["compile_seconds"],
+                "entries": step["compiles"],
+                "variants": step["variants"],
+            }
+        )
+        lines.append(f"  {place}. {named}  {columns}")
+        if step.get("varies"):
+            lines.append("     varies: " + "; ".join(step["varies"]))
+        if step.get("fix"):
+            lines.append(f"     what to do: {step['fix']}")
+    return lines
 
 
 def _frontier_lines(frontier: list[dict[str, Any]], results: bool, indent: str) -> list[str]:
@@ -149,13 +175,27 @@ def _baked_lines(baked: dict[str, Any]) -> list[str]:
         f"{baked['params']} differ only in these (+mean extra {baked['cost']}); pass them as data, pad "
         "them, or run the section eagerly:"
     ]
+    if baked.get("summary"):  # (an older server sends none)
+        lines.append(f"    what to do: {baked['summary']}")
+    unchanged: list[dict[str, Any]] = []
     for size in baked["sizes"]:
-        follows = f", {size['folded']} more follow from it" if size.get("folded") else ""
+        choices = size.get("choices", [])
+        if len(choices) > 1 and len({c["compiles"] for c in choices}) == 1:
+            unchanged.append(size)  # padding it alone changes nothing: one line for all such sizes
+            continue
+        follows = f", {size['folded']} more move with it" if size.get("folded") else ""
         shown = ",".join(str(v) for v in size["values"][:12]) + (",…" if size["count"] > 12 else "")
         lines.append(
             f"    {size['label']}: {size['count']} values {shown} ({size['min']}..{size['max']}{follows})"
         )
-        lines.append("      " + "  ".join(_choice(c) for c in size.get("choices", [])))
+        lines.append("      " + "  ".join(_choice(c) for c in choices))
+    if unchanged:
+        left = unchanged[0]["choices"][0]["compiles"]
+        named = ", ".join(size["label"] for size in unchanged[:3]) + (", …" if len(unchanged) > 3 else "")
+        lines.append(
+            f"    {len(unchanged)} size{'' if len(unchanged) == 1 else 's'} padded alone change nothing "
+            f"({left} compile{'' if left == 1 else 's'} left: the other sizes still differ): {named}"
+        )
     lines.extend(_frontier_lines(baked.get("frontier") or [], False, "    "))
     return lines
 

@@ -1,0 +1,95 @@
+"""Steps, not modules: the graphs of a report that one step of the job produced, told as one story.
+
+torch_xla names a module by what it holds (``SyncTensorsGraph.53``), so one step traced at sizes that add
+or drop an op (an empty slice left out of a ``torch.cat``, a whole one that needs no slice) is cut into
+several modules, each a graph of its own in the index. Two graphs are one step when they share an input
+shape (a shapes text, parameters and result), were traced at the same ``file:line`` where both name one,
+and their latest bodies' sized ops are the same kinds in the same order but for a few that one adds or
+drops (:func:`~cache_server.graphs.baked.edge_ops`); graphs of one structure always are. :func:`group_steps`
+groups a report's graphs so (each graph compared with the first graph of each step found so far, within
+:data:`STEP_COMPARISONS`) and ranks the steps by the compile seconds paid, then the compiles. Pure
+functions: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cache_server.graphs.baked import EdgeOps, edge_ops
+from cache_server.parsing.body import Body
+
+__all__ = ["STEP_COMPARISONS", "Step", "StepGraph", "group_steps"]
+
+STEP_COMPARISONS = 400  # pairs of bodies aligned per report at most (each at most baked.MAX_MIDDLE_OPS ops)
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    """What grouping knows of one graph: its module, cost (compile seconds and compiles paid), the shapes
+    texts of the variants read, where it was traced (where known) and its latest body."""
+
+    module: str
+    compile_seconds: float
+    compiles: int
+    shapes: frozenset[str]
+    source: str | None
+    body: Body | None
+
+
+@dataclass(frozen=True)
+class Step:
+    """Graphs one step produced: their modules (the costliest first, the report's order), what it paid in
+    all, and ``edge``: what tells its modules apart (the first pair that joined; None for one module)."""
+
+    modules: tuple[str, ...]
+    compile_seconds: float
+    compiles: int
+    edge: EdgeOps | None = None
+
+
+def _same_step(a: StepGraph, b: StepGraph) -> tuple[bool, EdgeOps | None]:
+    """Whether ``a`` and ``b`` are one step, and what their bodies differ in (None: one structure)."""
+    if not a.shapes & b.shapes or a.body is None or b.body is None:
+        return False, None
+    if a.source and b.source and a.source != b.source:
+        return False, None
+    if a.body.structure == b.body.structure:
+        return True, None
+    found = edge_ops(b.body, a.body)
+    return found is not None, found
+
+
+def group_steps(graphs: Sequence[StepGraph], *, comparisons: int = STEP_COMPARISONS) -> list[Step]:
+    """``graphs`` (a report's, the costliest first) as steps, the costliest step first (compile seconds,
+    then compiles, then the first module's place). A graph joins the first step whose first graph is of
+    its step (:func:`_same_step`); past ``comparisons`` pairs aligned, the rest are steps of their own."""
+    members: list[list[int]] = []
+    edges: list[EdgeOps | None] = []
+    left = comparisons
+    for index, graph in enumerate(graphs):
+        for place, group in enumerate(members):
+            leader = graphs[group[0]]
+            if left <= 0 or not leader.shapes & graph.shapes:
+                continue
+            left -= 1
+            same, edge = _same_step(leader, graph)
+            if same:
+                group.append(index)
+                if edges[place] is None:
+                    edges[place] = edge
+                break
+        else:
+            members.append([index])
+            edges.append(None)
+    steps = [
+        Step(
+            modules=tuple(graphs[i].module for i in group),
+            compile_seconds=sum(graphs[i].compile_seconds for i in group),
+            compiles=sum(graphs[i].compiles for i in group),
+            edge=edge,
+        )
+        for group, edge in zip(members, edges, strict=True)
+    ]
+    order = sorted(range(len(steps)), key=lambda i: (-steps[i].compile_seconds, -steps[i].compiles, i))
+    return [steps[i] for i in order]
