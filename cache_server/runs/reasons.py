@@ -39,7 +39,7 @@ from typing import Final
 
 from cache_protocol.runs import MissReason
 from cache_server.domain.runs import MissRecord
-from cache_server.graphs.baked import SizeChange, describe_changes, edge_ops, size_changes
+from cache_server.graphs.baked import EdgeOps, SizeChange, describe_changes, edge_ops, size_changes
 from cache_server.graphs.shapes import Dimension, ShapeSignature, differing_dimensions, parse_shape_signature
 from cache_server.index.miss_facts import ComponentMiss, MissFacts, StoredGraph
 from cache_server.index.tombstones import TombstoneInfo
@@ -497,8 +497,9 @@ def _edge_sizes(m: _Miss, module: str, own: StoredGraph, stored: list[StoredGrap
     """``baked_sizes`` where a size at an edge adds or drops an op: a graph stored at the miss's very shapes
     has another structure, but its sized ops are the miss's but for a few that one of them adds or drops
     (:func:`~cache_server.graphs.baked.edge_ops`: an empty slice left out of a concatenation). Of the
-    latest :data:`COMPARED_BODIES` such entries whose bodies were read, the first that aligns is named, as
-    far as the explanation's :data:`COMPARED_OPS` go; None where none does (``different_key`` then)."""
+    latest :data:`COMPARED_BODIES` such entries whose bodies were read, the one that differs in the fewest
+    ops is named, as far as the explanation's :data:`COMPARED_OPS` go; None where none does
+    (``different_key`` then)."""
     context = m.context
     ours = context.body(own)
     if ours is None:
@@ -508,19 +509,23 @@ def _edge_sizes(m: _Miss, module: str, own: StoredGraph, stored: list[StoredGrap
         key=lambda g: g.created_at,
         reverse=True,
     )
+    best: tuple[int, StoredGraph, EdgeOps] | None = None
     for graph in others[:COMPARED_BODIES]:
         theirs = context.body(graph)
         if theirs is None or context.ops_left < len(ours.ops) + len(theirs.ops):
             break
         context.ops_left -= len(ours.ops) + len(theirs.ops)
         found = edge_ops(ours, theirs)
-        if found is not None:
-            detail = (
-                f"module {module} is stored at the same input shapes (key {graph.key}) with the same sized "
-                f"ops but for those a size at an edge adds or drops: {found.describe()}"
-            )
-            return m.explained("baked_sizes", detail, nearest_key=graph.key)
-    return None
+        if found is not None and (best is None or len(found.ours) + len(found.theirs) < best[0]):
+            best = (len(found.ours) + len(found.theirs), graph, found)
+    if best is None:
+        return None
+    _, graph, found = best
+    detail = (
+        f"module {module} is stored at the same input shapes (key {graph.key}) with the same sized ops but "
+        f"for those a size at an edge adds or drops: {found.describe()}"
+    )
+    return m.explained("baked_sizes", detail, nearest_key=graph.key)
 
 
 def _params(shapes: str) -> str:
