@@ -245,7 +245,7 @@ def baked_group_of(bodies: Sequence[tuple[str, Body]]) -> BakedGroup | None:
 
 EDGE_INSTRUCTIONS = 4  # instructions an added or dropped sized op may bring with it (its operands, a reshape)
 MAX_ALIGNED_OPS = 2_000  # sized ops of two bodies aligned at most (beyond: not compared)
-MAX_MIDDLE_OPS = 256  # sized ops between the common ends of two bodies aligned at most
+MAX_MIDDLE_OPS = 128  # sized ops between the common ends of two bodies aligned at most (~2 ms a pair)
 MAX_EDGE_SHARE = 2  # of the ops aligned, at most one in this many (and at least 2) may be added or dropped
 
 

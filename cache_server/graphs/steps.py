@@ -5,10 +5,10 @@ or drop an op (an empty slice left out of a ``torch.cat``, a whole one that need
 several modules, each a graph of its own in the index. Two graphs are one step when they share an input
 shape (a shapes text, parameters and result), were traced at the same ``file:line`` where both name one,
 and their latest bodies' sized ops are the same kinds in the same order but for a few that one adds or
-drops (:func:`~cache_server.graphs.baked.edge_ops`); graphs of one structure always are. :func:`group_steps`
-groups a report's graphs so (each graph compared with the first graph of each step found so far, within
-:data:`STEP_COMPARISONS`) and ranks the steps by the compile seconds paid, then the compiles. Pure
-functions: no I/O.
+drops (:func:`~cache_server.graphs.baked.edge_ops`); graphs of one structure always are.
+:func:`group_steps` groups a report's graphs so (each graph compared with the first graph of each step
+found so far, within :data:`STEP_COMPARISONS` pairs and :data:`STEP_ALIGNED_OPS` ops aligned) and ranks
+the steps by the compile seconds paid, then the compiles. Pure functions: no I/O.
 """
 
 from __future__ import annotations
@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from cache_server.graphs.baked import EdgeOps, edge_ops
 from cache_server.parsing.body import Body
 
-__all__ = ["STEP_COMPARISONS", "Step", "StepGraph", "group_steps"]
+__all__ = ["STEP_ALIGNED_OPS", "STEP_COMPARISONS", "Step", "StepGraph", "group_steps"]
 
-STEP_COMPARISONS = 400  # pairs of bodies aligned per report at most (each at most baked.MAX_MIDDLE_OPS ops)
+STEP_COMPARISONS = 400  # pairs of graphs compared per report at most
+# sized ops of the pairs of bodies aligned per report, both sides counted (an alignment costs up to ~2 ms
+# where the bodies hold hundreds of ops: baked.MAX_MIDDLE_OPS): about 0.15 s of CPU at most
+STEP_ALIGNED_OPS = 20_000
 
 
 @dataclass(frozen=True)
@@ -48,32 +51,41 @@ class Step:
     edge: EdgeOps | None = None
 
 
-def _same_step(a: StepGraph, b: StepGraph) -> tuple[bool, EdgeOps | None]:
-    """Whether ``a`` and ``b`` are one step, and what their bodies differ in (None: one structure)."""
+def _same_step(a: StepGraph, b: StepGraph, budget: list[int]) -> tuple[bool, EdgeOps | None]:
+    """Whether ``a`` and ``b`` are one step, and what their bodies differ in (None: one structure); an
+    alignment is charged to ``budget`` (sized ops left to align), and not made past it."""
     if not a.shapes & b.shapes or a.body is None or b.body is None:
         return False, None
     if a.source and b.source and a.source != b.source:
         return False, None
     if a.body.structure == b.body.structure:
         return True, None
+    cost = len(a.body.ops) + len(b.body.ops)
+    if cost > budget[0]:
+        return False, None
+    budget[0] -= cost
     found = edge_ops(b.body, a.body)
     return found is not None, found
 
 
-def group_steps(graphs: Sequence[StepGraph], *, comparisons: int = STEP_COMPARISONS) -> list[Step]:
+def group_steps(
+    graphs: Sequence[StepGraph], *, comparisons: int = STEP_COMPARISONS, aligned: int = STEP_ALIGNED_OPS
+) -> list[Step]:
     """``graphs`` (a report's, the costliest first) as steps, the costliest step first (compile seconds,
     then compiles, then the first module's place). A graph joins the first step whose first graph is of
-    its step (:func:`_same_step`); past ``comparisons`` pairs aligned, the rest are steps of their own."""
+    its step (:func:`_same_step`); past ``comparisons`` pairs compared, or ``aligned`` sized ops aligned,
+    the rest are steps of their own."""
     members: list[list[int]] = []
     edges: list[EdgeOps | None] = []
     left = comparisons
+    budget = [aligned]
     for index, graph in enumerate(graphs):
         for place, group in enumerate(members):
             leader = graphs[group[0]]
             if left <= 0 or not leader.shapes & graph.shapes:
                 continue
             left -= 1
-            same, edge = _same_step(leader, graph)
+            same, edge = _same_step(leader, graph, budget)
             if same:
                 group.append(index)
                 if edges[place] is None:

@@ -187,3 +187,29 @@ def test_the_fuse_step_is_one_step_its_edges_baked_sizes_its_counts_the_jobs(
         f"    {len(baked['sizes'])} sizes padded alone change nothing ({len(INSIDE)} compiles left: "
     )
     assert not any("more follow from it" in line for line in lines)
+
+
+def test_grouping_aligns_a_bounded_number_of_ops_however_many_graphs_share_a_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """100 graphs at one input shape, each of another structure with 500 sized ops: the pairs aligned stop
+    at STEP_ALIGNED_OPS ops, and every graph is still listed in one step."""
+    from cache_server.graphs import steps as steps_module
+    from cache_server.parsing.body import SizedOp
+
+    aligned: list[int] = []
+    real = steps_module.edge_ops
+
+    def counted(ours: Body, theirs: Body) -> Any:
+        aligned.append(len(ours.ops) + len(theirs.ops))
+        return real(ours, theirs)
+
+    monkeypatch.setattr(steps_module, "edge_ops", counted)
+    ops = tuple(SizedOp(i, "slice", f"slice.{i}", {"limit": [float(i)]}, "f32[4]") for i in range(500))
+    graphs = [
+        StepGraph(f"m{i}", 1.0, 1, frozenset({"(f32[4]) -> f32[4]"}), None, Body(f"s{i}", "", "", 600, ops))
+        for i in range(100)
+    ]
+    found = steps_module.group_steps(graphs)
+    assert 0 < sum(aligned) <= steps_module.STEP_ALIGNED_OPS
+    assert sorted(m for step in found for m in step.modules) == sorted(g.module for g in graphs)
