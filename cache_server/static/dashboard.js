@@ -260,9 +260,26 @@ function renderGraphs(graphs) {
 // The graph view: one namespace's graphs, their varying dimensions and what each padding scheme leaves.
 function fmtOverhead(r) { return "+" + (100 * r).toFixed(r < 0.1 ? 1 : 0) + " %"; }
 
+// The steps of the job first (graphs one step produced: modules cut by sizes that add or drop an op are
+// one step), the costliest first, each with what varies and what to do.
+function renderSteps(steps) {
+  const box = document.getElementById("steps");
+  clear(box);
+  if (!steps || steps.length === 0) return;
+  box.appendChild(el("p", { class: "explain" },
+    "Its steps, the costliest first (compile seconds paid, then compiles): what varies and what to do."));
+  const table = box.appendChild(el("table", { class: "steps", id: "steps-table" }));
+  renderTable(table.id,
+    [["step (its graphs)", "text"], ["compile time paid"], ["compiles"], ["variants"], ["what varies", "text"],
+      ["what to do", "text"]],
+    steps.map((s) => [setLines(el("code"), s.modules), fmtSeconds(s.compile_seconds), fmtCount(s.compiles),
+      fmtCount(s.variants), setLines(el("span"), s.varies), s.fix || "–"]));
+}
+
 function renderBuckets(report) {
   const box = document.getElementById("buckets");
   clear(box);
+  renderSteps(report.steps);
   if (report.graphs.length === 0) {
     empty(box, "No parsed graphs in this namespace.");
     return;
@@ -279,6 +296,7 @@ function renderBuckets(report) {
       part.appendChild(el("p", { class: "sources" },
         "Compiled at " + g.sources.map((s) => `${s.source} (${fmtCount(s.entries)})`).join(", ") + "."));
     }
+    if (g.summary) part.appendChild(el("p", { class: "summary" }, `What to do: ${g.summary}.`));
     if (g.read < g.variants) {
       part.appendChild(el("p", { class: "explain" },
         `Analysed ${fmtCount(g.read)} of its ${fmtCount(g.variants)} variants (a sample).`));
@@ -316,9 +334,19 @@ function renderBuckets(report) {
         "differ only in these. Pass them as data (masks, index tensors), pad them, or run the section eagerly." +
         (g.bodies_stored > g.bodies_read
           ? ` (The latest ${fmtCount(g.bodies_read)} of ${fmtCount(g.bodies_stored)} entries compared.)` : "")));
+      // a size whose every padding leaves the compiles as they are (the other sizes still differ): one line
+      const changes = (s) => new Set((s.choices || []).map((c) => c.compiles)).size > 1;
+      const still = baked.sizes.filter((s) => !changes(s));
+      if (still.length) {
+        const left = still[0].choices[0].compiles;
+        part.appendChild(el("p", { class: "explain unchanged" },
+          `${fmtCount(still.length)} size${still.length === 1 ? "" : "s"} padded alone change nothing ` +
+          `(${fmtCount(left)} compilation${left === 1 ? "" : "s"} left: the other sizes still differ): ` +
+          still.map((s) => s.label).join(", ") + "."));
+      }
       addTable("baked-sizes", `Each size padded alone (overhead: extra ${baked.cost}).`,
         [["size", "text"], ["values", "text"], ["padding", "text"], ["compilations left"]].concat(overheads),
-        baked.sizes.flatMap((s) => (s.choices || []).map((c) => [s.label,
+        baked.sizes.filter(changes).flatMap((s) => (s.choices || []).map((c) => [s.label,
           s.values.join(", ") + (s.count > s.values.length ? ", …" : ""),
           c.boundaries.length > 1 ? `${c.description} (${c.boundaries.join(", ")})` : c.description,
           fmtCount(c.compiles), fmtOverhead(c.mean_overhead), fmtOverhead(c.max_overhead)])));
@@ -371,6 +399,7 @@ async function loadGraphs(namespace, module) {
     one.appendChild(el("a", { href: routeHash("graphs", chosen) }, `All graphs of ${chosen}`));
   }
   if (!chosen) {
+    clear(document.getElementById("steps"));
     empty(document.getElementById("buckets"), "No parsed graphs yet.");
     return;
   }
