@@ -340,7 +340,7 @@ class StepOut(BaseModel):
         return cls(
             modules=list(found.step.modules),
             compiles=found.step.compiles,
-            compile_seconds=found.step.compile_seconds,
+            compile_seconds=round(found.step.compile_seconds, 3),
             variants=sum(g.variants for g in found.graphs),
             varies=list(found.varies),
             fix=found.fix,

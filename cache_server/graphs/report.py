@@ -238,8 +238,7 @@ def _varies(step: Step, graphs: list[GraphReport]) -> tuple[str, ...]:
     the sizes baked into its graphs, their input dimensions."""
     found: list[str] = []
     if len(graphs) > 1:
-        why = step.edge.describe() if step.edge is not None else "one structure under other names"
-        found.append(f"{len(graphs)} modules: {why}")
+        found.append(f"{len(graphs)} modules: {step.why}")
     baked = next((g.baked for g in graphs if g.baked is not None), None)
     if baked is not None:
         axes = baked.group.axes

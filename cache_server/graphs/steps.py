@@ -3,9 +3,10 @@
 torch_xla names a module by what it holds (``SyncTensorsGraph.53``), so one step traced at sizes that add
 or drop an op (an empty slice left out of a ``torch.cat``, a whole one that needs no slice) is cut into
 several modules, each a graph of its own in the index. Two graphs are one step when they share an input
-shape (a shapes text, parameters and result), were traced at the same ``file:line`` where both name one,
+shape (a shapes text, parameters and result), were not traced at two ``file:line`` (where both name one),
 and their latest bodies' sized ops are the same kinds in the same order but for a few that one adds or
-drops (:func:`~cache_server.graphs.baked.edge_ops`); graphs of one structure always are.
+drops (:func:`~cache_server.graphs.baked.edge_ops`); graphs of one structure always are, and so are graphs
+traced at one ``file:line`` (``XLA_HLO_DEBUG``, JAX's stack frames) whatever their ops.
 :func:`group_steps` groups a report's graphs so (each graph compared with the first graph of each step
 found so far, within :data:`STEP_COMPARISONS` pairs and :data:`STEP_ALIGNED_OPS` ops aligned) and ranks
 the steps by the compile seconds paid, then the compiles. Pure functions: no I/O.
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cache_server.graphs.baked import EdgeOps, edge_ops
-from cache_server.parsing.body import Body
+from cache_server.parsing.body import Body, short_source
 
 __all__ = ["STEP_ALIGNED_OPS", "STEP_COMPARISONS", "Step", "StepGraph", "group_steps"]
 
@@ -43,29 +44,38 @@ class StepGraph:
 @dataclass(frozen=True)
 class Step:
     """Graphs one step produced: their modules (the costliest first, the report's order), what it paid in
-    all, and ``edge``: what tells its modules apart (the first pair that joined; None for one module)."""
+    all, and what tells its modules apart: ``edge``, the ops a size adds or drops, where their bodies align
+    so (the first pair that joined), and ``why`` in words (None for one module)."""
 
     modules: tuple[str, ...]
     compile_seconds: float
     compiles: int
     edge: EdgeOps | None = None
+    why: str | None = None
 
 
-def _same_step(a: StepGraph, b: StepGraph, budget: list[int]) -> tuple[bool, EdgeOps | None]:
-    """Whether ``a`` and ``b`` are one step, and what their bodies differ in (None: one structure); an
-    alignment is charged to ``budget`` (sized ops left to align), and not made past it."""
+def _same_step(a: StepGraph, b: StepGraph, budget: list[int]) -> tuple[bool, EdgeOps | None, str | None]:
+    """Whether ``a`` and ``b`` are one step, the ops a size adds or drops between their bodies (where they
+    align so) and why they are one, in words; an alignment is charged to ``budget`` (sized ops left to
+    align), and not made past it. Graphs at one input shape traced at one ``file:line`` are one step
+    whatever their ops (a size at an edge may turn an op into another: one row's ``gather`` a
+    ``dynamic-slice``); graphs traced at two are not."""
     if not a.shapes & b.shapes or a.body is None or b.body is None:
-        return False, None
+        return False, None, None
     if a.source and b.source and a.source != b.source:
-        return False, None
+        return False, None, None
     if a.body.structure == b.body.structure:
-        return True, None
+        return True, None, "one structure under other names"
+    found = None
     cost = len(a.body.ops) + len(b.body.ops)
-    if cost > budget[0]:
-        return False, None
-    budget[0] -= cost
-    found = edge_ops(b.body, a.body)
-    return found is not None, found
+    if cost <= budget[0]:
+        budget[0] -= cost
+        found = edge_ops(b.body, a.body)
+    if found is not None:
+        return True, found, found.describe()
+    if a.source and a.source == b.source:
+        return True, None, f"traced at one line ({short_source(a.source)}), a size there changes its ops"
+    return False, None, None
 
 
 def group_steps(
@@ -76,7 +86,7 @@ def group_steps(
     its step (:func:`_same_step`); past ``comparisons`` pairs compared, or ``aligned`` sized ops aligned,
     the rest are steps of their own."""
     members: list[list[int]] = []
-    edges: list[EdgeOps | None] = []
+    edges: list[tuple[EdgeOps | None, str | None]] = []
     left = comparisons
     budget = [aligned]
     for index, graph in enumerate(graphs):
@@ -85,23 +95,24 @@ def group_steps(
             if left <= 0 or not leader.shapes & graph.shapes:
                 continue
             left -= 1
-            same, edge = _same_step(leader, graph, budget)
+            same, edge, why = _same_step(leader, graph, budget)
             if same:
                 group.append(index)
-                if edges[place] is None:
-                    edges[place] = edge
+                if edges[place][1] is None or (edges[place][0] is None and edge is not None):
+                    edges[place] = (edge, why)
                 break
         else:
             members.append([index])
-            edges.append(None)
+            edges.append((None, None))
     steps = [
         Step(
             modules=tuple(graphs[i].module for i in group),
             compile_seconds=sum(graphs[i].compile_seconds for i in group),
             compiles=sum(graphs[i].compiles for i in group),
             edge=edge,
+            why=why,
         )
-        for group, edge in zip(members, edges, strict=True)
+        for group, (edge, why) in zip(members, edges, strict=True)
     ]
     order = sorted(range(len(steps)), key=lambda i: (-steps[i].compile_seconds, -steps[i].compiles, i))
     return [steps[i] for i in order]

@@ -135,7 +135,22 @@ def test_an_edge_size_drops_an_op_and_its_module_is_the_same_step() -> None:
         (("jit_baked_step",), 1, 9.0),
         (("SyncTensorsGraph.99",), 1, 1.0),  # traced at another line: another step
     ]
-    assert steps[0].edge is not None
+    assert steps[0].edge is not None and steps[0].why is not None
+    assert steps[0].why.startswith("this size drops an op: ")
+    # traced at one line, one input shape: one step whatever their ops (one row's gather turns into a
+    # dynamic-slice); with no line known, ops that do not align are two steps
+    at_one_line = [
+        StepGraph(name, 1.0, 1, frozenset({"(f32[4]) -> f32[4]"}), source, found)
+        for name, found in (("a", body("b00")), ("b", jax.body))
+        for source in ["fuse.py:60"]
+    ]
+    (joined,) = group_steps(at_one_line)
+    assert (
+        joined.modules == ("a", "b")
+        and joined.why == "traced at one line (fuse.py:60), a size there changes its ops"
+    )
+    unknown = [StepGraph(*[*vars(g).values()][:4], None, g.body) for g in at_one_line]
+    assert [s.modules for s in group_steps(unknown)] == [("a",), ("b",)]
 
 
 # -- through the server ----------------------------------------------------------------------------------
@@ -180,10 +195,10 @@ def test_the_fuse_step_is_one_step_its_edges_baked_sizes_its_counts_the_jobs(
     assert lines[1].startswith(f"  1. SyncTensorsGraph.37  {0.5 * len(names):.1f} s compiling, {len(names)} ")
     assert lines[3] == f"     what to do: {step['fix']}"  # the summary before any table
     at = lines.index(next(line for line in lines if line.startswith("  sizes baked into the graph")))
-    assert lines[at + 1] == f"    what to do: {baked['summary']}"
+    assert lines[at - 1] == f"  what to do: {graph['summary']}"  # said once, before the sizes
     # padding any one size alone leaves every compile (the others still differ): one line for them all
     assert all(c["compiles"] == len(INSIDE) for s in baked["sizes"] for c in s["choices"])
-    assert lines[at + 2].startswith(
+    assert lines[at + 1].startswith(
         f"    {len(baked['sizes'])} sizes padded alone change nothing ({len(INSIDE)} compiles left: "
     )
     assert not any("more follow from it" in line for line in lines)

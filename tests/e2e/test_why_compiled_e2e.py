@@ -127,6 +127,12 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
     answer = httpx.get(f"{own_server.url}/admin/graphs", params={"namespace": namespace}, timeout=30)
     assert answer.status_code == 200, answer.text
     graph = next(g for g in answer.json()["graphs"] if g["module"] == module)
+    # one story per step (issue 46, items 1 and 3): the fuse step first, its compiles those the job made
+    step = answer.json()["steps"][0]
+    # its modules one step: the edge (one text id: a dynamic-slice, not a gather) traced at the same line
+    assert sorted(step["modules"]) == sorted({miss["module"] for miss in misses})
+    assert step["compiles"] == len(shapes) == len(misses)
+    assert step["fix"] == graph["summary"] and "1 compile instead of" in step["fix"]
     baked = graph["baked_sizes"]
     assert baked is not None and graph["variants"] == 1 and baked["params"] == first_params(misses)
     limit = next(size for size in baked["sizes"] if (size["opcode"], size["attribute"]) == ("slice", "limit"))

@@ -116,7 +116,7 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
             )
         baked = graph.get("baked_sizes")
         if baked:
-            lines.extend(_baked_lines(baked))
+            lines.extend(_baked_lines(baked, said=graph.get("summary")))
     return [*lines, *unparseable]
 
 
@@ -168,14 +168,15 @@ def _frontier_lines(frontier: list[dict[str, Any]], results: bool, indent: str) 
     return lines
 
 
-def _baked_lines(baked: dict[str, Any]) -> list[str]:
-    """Sizes baked into the graph: each with its values and choices, then the best combinations."""
+def _baked_lines(baked: dict[str, Any], said: str | None = None) -> list[str]:
+    """Sizes baked into the graph: what to do (unless the graph's line ``said`` it), each size with its
+    values and choices (those that change nothing padded alone on one line), then the best combinations."""
     lines = [
         f"  sizes baked into the graph: {baked['entries']} entries at the same input shapes "
         f"{baked['params']} differ only in these (+mean extra {baked['cost']}); pass them as data, pad "
         "them, or run the section eagerly:"
     ]
-    if baked.get("summary"):  # (an older server sends none)
+    if baked.get("summary") and baked["summary"] != said:  # (an older server sends none)
         lines.append(f"    what to do: {baked['summary']}")
     unchanged: list[dict[str, Any]] = []
     for size in baked["sizes"]:
