@@ -13,7 +13,9 @@ over the miss's facts (:class:`_Miss`, worked out once); the first that applies 
 - ``baked_sizes``: the module is known at these very input shapes, and the stored graph of the same
   structure differs only in sizes inside it (slice limits, pad widths, iota lengths, broadcast shapes,
   literals: a step that slices or pads by Python integers): the ops, their sources and the sizes are
-  named (:mod:`cache_server.graphs.baked`);
+  named (:mod:`cache_server.graphs.baked`); or a graph stored there has the miss's sized ops but for a few
+  that a size at an edge adds or drops (an empty slice left out of a concatenation: "this size drops an
+  op"), which is never ``different_key``;
 - ``different_key``: the module is known at these very shapes, under another key. Where the client recorded
   JAX's cache-key components, the ones that differ from the nearest earlier miss of the module that recorded
   them are named; otherwise the graphs say whether the module is the same to the byte (the key differs
