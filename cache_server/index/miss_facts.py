@@ -16,7 +16,7 @@ from cache_server.index.database import Database, chunked
 from cache_server.index.models import Entry, EntryGraph, RunMiss
 from cache_server.index.tombstones import TombstoneInfo, tombstones_of
 
-__all__ = ["EDGE_SHAPES", "ComponentMiss", "MissFacts", "StoredGraph", "read_facts"]
+__all__ = ["ComponentMiss", "MissFacts", "StoredGraph", "read_facts"]
 
 MAX_VARIANTS = 20_000
 """Bound on the stored variants read for one explanation (the seed's busiest graph has a few thousand)."""
@@ -29,9 +29,6 @@ MAX_COMPONENT_MISSES = 5_000
 MAX_OPS_TEXT = 2 * 1024 * 1024
 """Bound on the characters of sized-ops text (up to 64 KiB an entry) one explanation reads: the page's own
 entries' and their nearest stored neighbours' (each such text becomes a body of up to 0.6 MiB to compare)."""
-EDGE_SHAPES = 64
-"""Input shapes (of the page's misses, by module) at which stored entries of another structure are read too
-(:data:`NEAREST_BODIES` each): where a size at an edge adds or drops an op."""
 NEAREST_BODIES = 4
 """Stored entries of one structure whose sized ops are read to compare with (the latest before the page's
 misses), chosen by the query: never a whole structure."""
@@ -96,7 +93,7 @@ def read_facts(
             own.update((row.key, StoredGraph(*row)) for row in rows)
         wanted = sorted({*modules, *(g.module for g in own.values() if g.module is not None)})
         variants = _variants(connection, namespace, wanted)
-        ops, cut = _ops(connection, namespace, own, until)
+        ops, cut = _ops(connection, namespace, own, variants, until)
         component_misses: dict[str, list[ComponentMiss]] = defaultdict(list)
         for part in chunked(wanted):
             recorded = connection.execute(
@@ -171,11 +168,16 @@ def _variants(connection: Connection, namespace: str, modules: list[str]) -> dic
 
 
 def _ops(
-    connection: Connection, namespace: str, own: dict[str, StoredGraph], until: dt.datetime | None
+    connection: Connection,
+    namespace: str,
+    own: dict[str, StoredGraph],
+    variants: dict[str, list[StoredGraph]],
+    until: dt.datetime | None,
 ) -> tuple[dict[str, str], bool]:
     """The sized ops of the misses' own entries, then of the latest :data:`NEAREST_BODIES` stored before
-    ``until`` of each of their structures (a query each), up to :data:`MAX_OPS_TEXT` characters in all;
-    whether that bound cut what was read."""
+    ``until`` of each of their structures (a query each), then of the latest :data:`NEAREST_BODIES` of
+    ``variants`` (the modules' stored entries) at each miss's shapes with another structure, up to
+    :data:`MAX_OPS_TEXT` characters in all; whether that bound cut what was read."""
     found: dict[str, str] = {}
     budget = [MAX_OPS_TEXT]
 
@@ -218,32 +220,28 @@ def _ops(
         )
         if not take(connection.execute(nearest)):
             return found, True
-    # and of the latest few at each miss's own input shapes with another structure: a size at an edge
-    # (an empty slice) adds or drops an op, which the reasons tell from another computation by these
-    at_shapes: dict[tuple[str, str], tuple[str, str]] = {}  # (module, shapes) -> a miss's key, structure
-    for key, graph in sorted(own.items()):
+    # and of the latest few stored at each miss's own input shapes with another structure (from the
+    # module's variants already read, then one query per chunk of keys): a size at an edge (an empty slice)
+    # adds or drops an op, which the reasons tell from another computation by these
+    at_shapes: dict[tuple[str, str], list[StoredGraph]] = defaultdict(list)
+    wanted = {(g.module, g.shapes) for g in own.values() if g.structure and g.module is not None and g.shapes}
+    for module in sorted({module for module, _ in wanted}):
+        for graph in variants.get(module, []):  # the latest first
+            if (
+                (module, graph.shapes) in wanted
+                and graph.structure
+                and (until is None or graph.created_at <= until)
+            ):
+                at_shapes[(module, str(graph.shapes))].append(graph)
+    others: list[str] = []
+    for graph in sorted(own.values(), key=lambda g: g.key):
         if graph.structure and graph.module is not None and graph.shapes:
-            at_shapes.setdefault((graph.module, graph.shapes), (key, graph.structure))
-    for (module, _), (key, structure) in sorted(at_shapes.items())[:EDGE_SHAPES]:
-        signature = (
-            select(EntryGraph.signature)
-            .where(EntryGraph.namespace == namespace, EntryGraph.key == key)
-            .scalar_subquery()
+            stored = at_shapes.get((graph.module, graph.shapes), [])
+            others += [g.key for g in stored if g.structure != graph.structure][:NEAREST_BODIES]
+    for part in chunked(sorted(set(others) - found.keys())):
+        ops_of = select(EntryGraph.key, EntryGraph.ops).where(
+            EntryGraph.namespace == namespace, EntryGraph.key.in_(part)
         )
-        other = (
-            select(EntryGraph.key, EntryGraph.ops)
-            .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
-            .where(
-                EntryGraph.namespace == namespace,
-                EntryGraph.module == module,  # off ix_entry_graphs_module_signature
-                EntryGraph.signature == signature,
-                EntryGraph.structure != structure,
-                EntryGraph.ops.is_not(None),
-                *([] if until is None else [Entry.created_at <= until]),
-            )
-            .order_by(Entry.created_at.desc())
-            .limit(NEAREST_BODIES)
-        )
-        if not take(connection.execute(other)):
+        if not take(connection.execute(ops_of)):
             return found, True
     return found, False

@@ -173,6 +173,13 @@ def test_the_fuse_step_is_one_step_its_edges_baked_sizes_its_counts_the_jobs(
     assert {reason for reason, _ in reasons.values()} == {"new_graph", "baked_sizes"}  # no different_key
     for name in EDGE:
         assert "this size drops an op" in reasons[name][1], reasons[name]
+    # a run of the edge sizes alone: compared with the entries other runs stored
+    edges = [m for m in misses if m["key"].removeprefix("key-") in EDGE]
+    body = run_report("run-fuse-0002", namespace=NS, misses=len(edges), new_misses=edges)
+    assert client.post("/v1/runs", json=body).status_code == 200
+    again = client.get("/admin/runs/run-fuse-0002").json()["misses"]
+    assert [m["reason"] for m in again] == ["baked_sizes"] * len(EDGE)
+    assert all("this size drops an op" in m["detail"] for m in again)
 
     report = client.get("/admin/graphs", params={"namespace": NS}).json()
     (step,) = report["steps"]
