@@ -7,7 +7,7 @@ and ``baked_sizes``, never ``different_key``; and the report reads summary first
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cache_server.graphs.baked import baked_group_of, edge_ops
-from cache_server.graphs.padding import multiple_of, next_power_of_two
 from cache_server.graphs.report import baked_report
 from cache_server.graphs.steps import StepGraph, group_steps
 from cache_server.parsing.body import Body
 from cache_server.parsing.hlo import GraphInfo, parse_entry
 from cache_server.wiring import Services
 from tests.support.api import put_ok
+from tests.support.padded_counts import choice_padding, distinct_after
 from tests.support.run_reports import run_report
 from xla_cache.cli.graphs import graph_lines
 
@@ -53,24 +53,6 @@ def job_sizes(name: str) -> tuple[int, ...]:
     )
 
 
-def padding(choice: Any) -> Callable[[int], int]:
-    """What a reported choice does to a size, worked out here from its name and boundaries."""
-    if choice.name == "as is":
-        return lambda size: size
-    if choice.name == "pow2":
-        return next_power_of_two
-    if choice.name.startswith("mult"):
-        return multiple_of(int(choice.name.removeprefix("mult")))
-    tops = sorted(choice.boundaries)
-    assert choice.name == "max" or choice.name.startswith("buckets"), choice.name
-    return lambda size: next(top for top in tops if top >= size)
-
-
-def distinct_after(jobs: list[tuple[int, ...]], pads: dict[int, Callable[[int], int]]) -> int:
-    """Compiles left once the job's sizes at these places are padded so: its distinct size tuples."""
-    return len({tuple(pads.get(i, lambda s: s)(s) for i, s in enumerate(sizes)) for sizes in jobs})
-
-
 @pytest.mark.parametrize("count", [6, 13])
 def test_every_compile_count_is_the_count_of_the_jobs_own_sizes(count: int) -> None:
     names = INSIDE[:count]
@@ -90,11 +72,14 @@ def test_every_compile_count_is_the_count_of_the_jobs_own_sizes(count: int) -> N
     assert as_is == count
     for place, axis in zip(places, report.analysis.axes, strict=True):
         for choice in axis.choices:
-            assert choice.compiles == distinct_after(jobs, {place: padding(choice)}), (axis.label, choice)
+            assert choice.compiles == distinct_after(jobs, {place: choice_padding(choice)}), (
+                axis.label,
+                choice,
+            )
     for line in report.analysis.frontier:
         pads = {}
         for place, axis, name in zip(places, report.analysis.axes, line.choices, strict=True):
-            pads[place] = padding(next(c for c in axis.choices if c.name == name))
+            pads[place] = choice_padding(next(c for c in axis.choices if c.name == name))
         assert line.compiles == distinct_after(jobs, pads), line
     assert report.analysis.frontier[0].compiles == 1 and report.analysis.frontier[-1].compiles == as_is
 
@@ -128,7 +113,7 @@ def test_an_edge_size_drops_an_op_and_its_module_is_the_same_step() -> None:
     ]
     graphs.insert(2, StepGraph("jit_baked_step", 9.0, 1, frozenset({jax.shapes}), None, jax.body))
     elsewhere = StepGraph("SyncTensorsGraph.99", 1.0, 1, graphs[0].shapes, "other.py:3", body("b01"))
-    graphs[0] = StepGraph(*[*vars(graphs[0]).values()][:4], "fuse.py:12", graphs[0].body)
+    graphs[0] = replace(graphs[0], source="fuse.py:12")
     steps = group_steps([*graphs, elsewhere])
     assert [(s.modules, s.compiles, s.compile_seconds) for s in steps] == [
         (("SyncTensorsGraph.50", *(f"SyncTensorsGraph.{51 + i}" for i in range(len(EDGE)))), 15, 10.0),
@@ -149,7 +134,7 @@ def test_an_edge_size_drops_an_op_and_its_module_is_the_same_step() -> None:
         joined.modules == ("a", "b")
         and joined.why == "traced at one line (fuse.py:60), a size there changes its ops"
     )
-    unknown = [StepGraph(*[*vars(g).values()][:4], None, g.body) for g in at_one_line]
+    unknown = [replace(g, source=None) for g in at_one_line]
     assert [s.modules for s in group_steps(unknown)] == [("a",), ("b",)]
 
 
@@ -164,7 +149,9 @@ def test_the_fuse_step_is_one_step_its_edges_baked_sizes_its_counts_the_jobs(
     for name in names:
         put_ok(client, NS, f"key-{name}", (FUSE / name).read_bytes(), compile_ms=500)
     assert services.parsing.wait_idle(30)
-    misses = [{"key": f"key-{n}", "module": None, "compile_seconds": 0.5} for n in names]
+    misses: list[dict[str, Any]] = [
+        {"key": f"key-{n}", "module": None, "compile_seconds": 0.5} for n in names
+    ]
     body = run_report("run-fuse-0001", namespace=NS, misses=len(names), new_misses=misses)
     assert client.post("/v1/runs", json=body).status_code == 200
     detail = client.get("/admin/runs/run-fuse-0001").json()
@@ -220,7 +207,7 @@ def test_grouping_aligns_a_bounded_number_of_ops_however_many_graphs_share_a_sha
     from cache_server.parsing.body import SizedOp
 
     aligned: list[int] = []
-    real = steps_module.edge_ops
+    real = edge_ops
 
     def counted(ours: Body, theirs: Body) -> Any:
         aligned.append(len(ours.ops) + len(theirs.ops))

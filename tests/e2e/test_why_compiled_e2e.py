@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.fuse_job import shapes as fuse_shapes
+from tests.support.padded_counts import choice_padding, distinct_after
 from tests.support.run_reports import explained_run
 from tests.support.server import LiveServer, run_server
 from tests.support.torch_xla_jobs import run_job
@@ -143,6 +144,11 @@ def test_sizes_from_python_integers_are_baked_sizes_naming_the_op_its_line_and_t
     assert limit["choices"][-1]["compiles"] == 1 and limit["choices"][-1]["boundaries"] == [
         max(limit["values"])
     ]
+    # every count the report gives is the count of the job's own sizes padded so (the text lengths)
+    jobs = [(text,) for miss, (_, text) in zip(misses, shapes, strict=True) if miss["module"] == module]
+    assert len(jobs) == baked["entries"]
+    for choice in limit["choices"]:
+        assert choice["compiles"] == distinct_after(jobs, {0: choice_padding(choice)}), choice
     first, last = baked["frontier"][0], baked["frontier"][-1]
     assert first["compiles"] == 1 and first["description"].endswith("max")
     assert last["compiles"] == baked["entries"]
