@@ -401,6 +401,7 @@ class GraphReports:
                     shapes,
                     row.source if row is not None else None,
                     body,
+                    call_site=report.sources[0][0] if report.sources else None,
                 )
             )
         by_module = {report.module: report for report in reports}

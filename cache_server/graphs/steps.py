@@ -39,6 +39,7 @@ class StepGraph:
     shapes: frozenset[str]
     source: str | None
     body: Body | None
+    call_site: str | None = None  # the mark_step()/sync() line its runs compiled it at, where they said
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,14 @@ def _same_step(a: StepGraph, b: StepGraph, budget: list[int]) -> tuple[bool, Edg
     align so) and why they are one, in words; an alignment is charged to ``budget`` (sized ops left to
     align), and not made past it. Graphs at one input shape traced at one ``file:line`` are one step
     whatever their ops (a size at an edge may turn an op into another: one row's ``gather`` a
-    ``dynamic-slice``); graphs traced at two are not."""
+    ``dynamic-slice``), and so are graphs at one input shape that the job's runs compiled at one
+    ``mark_step()``/``sync()`` line (``call_site``: no debug setting needed); graphs traced or compiled at
+    two lines are not."""
     if not a.shapes & b.shapes or a.body is None or b.body is None:
         return False, None, None
     if a.source and b.source and a.source != b.source:
+        return False, None, None
+    if a.call_site and b.call_site and a.call_site != b.call_site:
         return False, None, None
     if a.body.structure == b.body.structure:
         return True, None, "one structure under other names"
@@ -75,6 +80,8 @@ def _same_step(a: StepGraph, b: StepGraph, budget: list[int]) -> tuple[bool, Edg
         return True, found, found.describe()
     if a.source and a.source == b.source:
         return True, None, f"traced at one line ({short_source(a.source)}), a size there changes its ops"
+    if a.call_site and a.call_site == b.call_site:
+        return True, None, f"compiled by one sync at {a.call_site}, a size there changes its ops"
     return False, None, None
 
 

@@ -136,6 +136,15 @@ def test_an_edge_size_drops_an_op_and_its_module_is_the_same_step() -> None:
     )
     unknown = [replace(g, source=None) for g in at_one_line]
     assert [s.modules for s in group_steps(unknown)] == [("a",), ("b",)]
+    # with no debug setting: the line of the mark_step() the job's runs compiled both at (issue 46 item 4)
+    synced = [replace(g, call_site="fuse.py:165") for g in unknown]
+    (joined,) = group_steps(synced)
+    assert (
+        joined.modules == ("a", "b")
+        and joined.why == "compiled by one sync at fuse.py:165, a size there changes its ops"
+    )
+    apart = [synced[0], replace(synced[1], call_site="eval.py:12")]
+    assert [s.modules for s in group_steps(apart)] == [("a",), ("b",)]
 
 
 # -- through the server ----------------------------------------------------------------------------------
