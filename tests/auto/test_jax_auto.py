@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from tests.support.auto_jobs import AUTO_JOBS, clean_env, last_json, namespaces_in, run_python
-from tests.support.metrics import metric_samples
+from tests.support.auto_jobs import (
+    AUTO_JOBS,
+    clean_env,
+    last_json,
+    namespaces_in,
+    run_python,
+    runs_of,
+    served,
+    server_keys,
+)
 from tests.support.needs import require_module
 from tests.support.server import LiveServer
-from tests.support.torch_xla_jobs import run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -25,23 +30,6 @@ SIZES = 3
 
 def _env(server: LiveServer, cache_dir: Path) -> dict[str, str]:
     return clean_env(XLA_CACHE_AUTO="1", XLA_CACHE_SERVER=server.url, XLA_CACHE_DIR=str(cache_dir))
-
-
-def _runs(server: LiveServer, namespace: str) -> list[dict[str, Any]]:
-    listed = run_cli(["runs", "--json", "--server", server.url, "--namespace", namespace])
-    assert listed.returncode == 0, listed.stderr
-    runs: list[dict[str, Any]] = json.loads(listed.stdout)["runs"]
-    return runs
-
-
-def _server_keys(server: LiveServer, namespace: str) -> set[str]:
-    manifest = httpx.get(f"{server.url}/v1/namespaces/{namespace}/manifest", timeout=30).json()
-    return {entry["key"] for entry in manifest["entries"]}
-
-
-def _served(server: LiveServer, namespace: str) -> float:
-    samples = metric_samples(httpx.get(f"{server.url}/metrics", timeout=30).text)
-    return samples.get(("xla_cache_hits_total", (("namespace", namespace),)), 0.0)
 
 
 def test_an_unmodified_jax_job_and_its_spawned_ranks(
@@ -58,14 +46,14 @@ def test_an_unmodified_jax_job_and_its_spawned_ranks(
     assert first["client"] and first["misses"] >= SIZES
     assert second == {"hits": first["misses"], "misses": 0, "client": True}
     ((namespace, _),) = namespaces_in(tmp_path / "B").items()
-    assert sorted((run["misses"], run["hits"]) for run in _runs(live_server, namespace)) == [
+    assert sorted((run["misses"], run["hits"]) for run in runs_of(live_server.url, namespace)) == [
         (0, first["misses"]),
         (first["misses"], 0),
     ]
 
     # Two ranks spawned on one host, two sizes the server does not hold yet.
-    before, served = _server_keys(live_server, namespace), _served(live_server, namespace)
-    earlier = {run["run_id"] for run in _runs(live_server, namespace)}
+    before, served_before = server_keys(live_server.url, namespace), served(live_server.url, namespace)
+    earlier = {run["run_id"] for run in runs_of(live_server.url, namespace)}
     env = _env(live_server, tmp_path / "C")
     ranks = json.loads(
         run_python(
@@ -74,12 +62,15 @@ def test_an_unmodified_jax_job_and_its_spawned_ranks(
     )
     # Both warmed before compiling (a rank may also load what the other wrote into their directory).
     assert len(ranks) == 2 and all(rank["hits"] >= first["misses"] for rank in ranks)
-    assert _served(live_server, namespace) - served == len(before)  # one warm: each entry fetched once
-    after = _server_keys(live_server, namespace)
+    # One warm: each entry fetched once.
+    assert served(live_server.url, namespace) - served_before == len(before)
+    after = server_keys(live_server.url, namespace)
     new = after - before
     assert new and new == {p.name for p in (tmp_path / "C" / namespace).iterdir() if p.name in after} - before
-    ranks_runs = [run for run in _runs(live_server, namespace) if run["run_id"] not in earlier]
-    assert len(ranks_runs) == 2 and all(run["process_index"] == 0 for run in ranks_runs)  # one per rank
+    ranks_runs = [run for run in runs_of(live_server.url, namespace) if run["run_id"] not in earlier]
+    # One report per rank, each naming its process: JAX says 0 for both (no distributed runtime), so the
+    # index is the number multiprocessing gave each child.
+    assert sorted(run["process_index"] for run in ranks_runs) == [1, 2]
     assert sum(run["uploaded_entries"] for run in ranks_runs) == len(new)  # each new entry uploaded once
 
 

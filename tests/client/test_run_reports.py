@@ -8,6 +8,7 @@ against the wire contract (:mod:`cache_protocol.runs`); a report it refuses fail
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import sys
 import threading
@@ -40,6 +41,7 @@ from xla_cache.http.api import CacheApi
 from xla_cache.localcache.cachedir import LocalFile, scan
 from xla_cache.runs import CompileCounts, MissFacts, RunCollector, RunReporter, Transfers, WarmFacts
 from xla_cache.runs.jax_events import JaxCollector, JaxEvents, KeyComponentLog, key_hash, module_of
+from xla_cache.runs.ranks import RANK_VARIABLES, launcher_rank
 from xla_cache.warming import warm
 
 INTERVAL = 60.0
@@ -487,3 +489,52 @@ def test_a_reporter_that_cannot_start_costs_the_job_nothing_but_a_warning(
     assert report.errors == [] and report.run_id is None and xla_cache.run_report() is None
     assert any("cannot report this run" in r.getMessage() for r in caplog.records)
     xla_cache.stop()
+
+
+class Ranked(FakeCollector):
+    """A framework whose distributed runtime is up (``index``) or has one process (None)."""
+
+    def __init__(self, index: int | None) -> None:
+        super().__init__()
+        self.index = index
+
+    def process_index(self) -> int | None:
+        return self.index
+
+
+@pytest.mark.parametrize(
+    ("framework_index", "env", "expected"),
+    [
+        (3, {"RANK": "1"}, 3),  # jax.distributed / multi-host torch_xla: the framework's own index
+        (None, {"RANK": "5", "LOCAL_RANK": "1"}, 5),  # torchrun: the global rank
+        (None, {"LOCAL_RANK": "1"}, 1),
+        (None, {"PJRT_LOCAL_PROCESS_RANK": "2"}, 2),  # a process xmp.spawn started
+        (None, {"RANK": "not a number"}, 0),
+        (None, {}, 0),  # a job of one process
+    ],
+)
+def test_each_process_of_a_job_reports_which_it_is(
+    tmp_path: Path,
+    receiver: tuple[str, RunReceiver],
+    monkeypatch: pytest.MonkeyPatch,
+    framework_index: int | None,
+    env: dict[str, str],
+    expected: int,
+) -> None:
+    for name in RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    url, taken = receiver
+    setup = Setup(tmp_path, url, Ranked(framework_index))
+    setup.reporter.finish()
+    assert [r["process_index"] for r in taken.reports_of(setup.reporter.run_id)] == [expected]
+
+
+def test_a_child_multiprocessing_started_has_its_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks started with ``multiprocessing`` (spawn) and no launcher variable: the child's number."""
+    for name in RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert launcher_rank() is None  # this process: no launcher
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(launcher_rank) == 1

@@ -19,17 +19,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from cache_protocol import FINGERPRINT_FILE
+from tests.support.metrics import metric_samples
+from tests.support.torch_xla_jobs import run_cli
 
 __all__ = [
     "AUTO_JOBS",
     "CLIENT",
     "ROOT",
+    "TIMEOUT",
     "clean_env",
     "hook_interpreter",
     "last_json",
     "namespaces_in",
     "run_python",
+    "runs_of",
+    "served",
+    "server_keys",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +111,24 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["XLA_CACHE_CONFIG"] = ""  # no config file of the developer's
     env.update(extra)
     return env
+
+
+def runs_of(server: str, namespace: str) -> list[dict[str, Any]]:
+    """The runs ``xla-cache runs --json`` lists for ``namespace`` on the server at ``server``."""
+    listed = run_cli(["runs", "--json", "--server", server, "--namespace", namespace])
+    assert listed.returncode == 0, listed.stderr
+    runs: list[dict[str, Any]] = json.loads(listed.stdout)["runs"]
+    return runs
+
+
+def server_keys(server: str, namespace: str) -> set[str]:
+    """The keys the server's manifest of ``namespace`` lists."""
+    manifest = httpx.get(f"{server}/v1/namespaces/{namespace}/manifest", timeout=30).json()
+    return {entry["key"] for entry in manifest["entries"]}
+
+
+def served(server: str, namespace: str) -> float:
+    """How many entries of ``namespace`` the server has served (its ``/metrics`` hits): one warm fetches
+    each entry it lacks once."""
+    samples = metric_samples(httpx.get(f"{server}/metrics", timeout=30).text)
+    return samples.get(("xla_cache_hits_total", (("namespace", namespace),)), 0.0)

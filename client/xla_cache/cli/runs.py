@@ -72,7 +72,8 @@ def runs_lines(runs: list[dict[str, Any]]) -> list[str]:
     if not runs:
         return ["no runs reported (that this token may see)"]
     header = (
-        f"{'RUN':<12}  {'STARTED (UTC)':<19}  {'FRAMEWORK':<9}  {'HOST':<12}  {'HITS':>6}  {'MISSES':>6}  "
+        f"{'RUN':<12}  {'STARTED (UTC)':<19}  {'FRAMEWORK':<9}  {'HOST':<12}  {'PROC':>4}  {'HITS':>6}  "
+        f"{'MISSES':>6}  "
         f"{'HIT RATE':>8}  {'COMPILE S':>9}  {'STATE':<7}  NAMESPACE"
     )
     lines = [header]
@@ -81,7 +82,8 @@ def runs_lines(runs: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"{str(run.get('run_id', ''))[:12]:<12}  {_time(run.get('started_at')):<19}  "
             f"{run.get('framework', '')!s:<9}  {str(run.get('host', ''))[:12]:<12}  "
-            f"{int(run.get('hits') or 0):>6}  {_count(run.get('misses')):>6}  {_rate(run):>8}  "
+            f"{int(run.get('process_index') or 0):>4}  {int(run.get('hits') or 0):>6}  "
+            f"{_count(run.get('misses')):>6}  {_rate(run):>8}  "
             f"{float(run.get('compile_seconds') or 0):>9.2f}  {state:<7}  {run.get('namespace', '')}"
         )
     return lines

@@ -65,9 +65,10 @@ class RunCollector(ABC):
     def counts(self) -> CompileCounts:
         """The run's numbers so far."""
 
-    def process_index(self) -> int:
-        """This process's index in a multi-process job (0 when it has no other)."""
-        return 0
+    def process_index(self) -> int | None:
+        """This process's index in the framework's multi-process runtime, None where the runtime has one
+        process (the run's index is then the launcher's rank: :mod:`xla_cache.runs.ranks`)."""
+        return None
 
     def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
         """What is known of the compiles that wrote ``files``, by key (keys not known are left out)."""

@@ -209,12 +209,12 @@ class JaxCollector(RunCollector):
     def counts(self) -> CompileCounts:
         return self._events.snapshot().since(self._start)
 
-    def process_index(self) -> int:
+    def process_index(self) -> int | None:
         if "jax" not in sys.modules:
-            return 0
+            return None
         import jax
 
-        return int(jax.process_index())
+        return int(jax.process_index()) if int(jax.process_count()) > 1 else None
 
     def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
         found: dict[str, MissFacts] = {}

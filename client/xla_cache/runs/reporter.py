@@ -40,7 +40,6 @@ from cache_protocol.runs import (
     MAX_HITS_PER_REPORT,
     MAX_MISSES_PER_REPORT,
     MAX_MISSES_PER_RUN,
-    MAX_PROCESS_INDEX,
     MODULE_MAX_LENGTH,
     SOURCE_MAX_LENGTH,
     report_numbers,
@@ -54,6 +53,7 @@ from xla_cache.localcache.cachedir import LocalFile, scan
 from xla_cache.logs import logger
 from xla_cache.runs.choice import collector_for
 from xla_cache.runs.collectors import CompileCounts, RunCollector
+from xla_cache.runs.ranks import process_index
 from xla_cache.transfer.plan import WarmPlan
 
 __all__ = [
@@ -193,9 +193,10 @@ class RunReporter:
     def begin(self, warm: WarmFacts) -> None:
         """The warm is done: from now on, ticks send reports (the first at once)."""
         try:
-            self._process_index = max(0, min(self._collector.process_index(), MAX_PROCESS_INDEX))
-        except Exception:  # a runtime that cannot say: one process
-            self._process_index = 0
+            framework_index = self._collector.process_index()
+        except Exception:  # a runtime that cannot say: the launcher's rank, if any
+            framework_index = None
+        self._process_index = process_index(framework_index)
         # Fixed for the run: the server refuses (409) a run whose framework changes between reports.
         self._framework = self._collector.framework()
         self._next_due = self._clock()

@@ -48,12 +48,12 @@ class TorchXlaCollector(RunCollector):
     def counts(self) -> CompileCounts:
         return self._read().since(self._start)
 
-    def process_index(self) -> int:
+    def process_index(self) -> int | None:
         if "torch_xla" not in sys.modules:
-            return 0
+            return None
         import torch_xla.runtime as xr
 
-        return int(xr.process_index())
+        return int(xr.process_index()) if int(xr.process_count()) > 1 else None
 
     def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
         # The CompileTime sample torch_xla recorded right after writing each file (what uploads carry too).
