@@ -14,8 +14,8 @@ counts the rest. The body (JSON)::
       "host": "tpu-vm-3",             # at most HOST_MAX_LENGTH characters
       "process_index": 0,             # 0 .. MAX_PROCESS_INDEX: which process of its job the run is: the
                                       # framework's index where its distributed runtime is up, else the
-                                      # launcher's rank (RANK, LOCAL_RANK, xmp.spawn's, a multiprocessing
-                                      # child's number), else 0 (xla_cache.runs.ranks)
+                                      # launcher's rank (RANK, SLURM_PROCID, LOCAL_RANK, xmp.spawn's, a
+                                      # multiprocessing child's number), else 0 (xla_cache.runs.ranks)
       "started_at": 1764700000.0,     # unix seconds: when warm() was called
       "ended_at": null,               # unix seconds at the final report (the exit), else null
       "warm_seconds": 1.8, "warm_bytes": 1048576, "warm_entries": 2000,

@@ -507,6 +507,7 @@ class Ranked(FakeCollector):
     [
         (3, {"RANK": "1"}, 3),  # jax.distributed / multi-host torch_xla: the framework's own index
         (None, {"RANK": "5", "LOCAL_RANK": "1"}, 5),  # torchrun: the global rank
+        (None, {"SLURM_PROCID": "4", "LOCAL_RANK": "0"}, 4),  # srun
         (None, {"LOCAL_RANK": "1"}, 1),
         (None, {"PJRT_LOCAL_PROCESS_RANK": "2"}, 2),  # a process xmp.spawn started
         (None, {"RANK": "not a number"}, 0),

@@ -39,7 +39,12 @@ def server() -> Iterator[str]:
             api.post_run(first, Deadline(10))
             api.post_run({**first, "new_misses": [], "ended_at": time.time()}, Deadline(10))
             second = run_report(
-                "b2" * 16, namespace="cpu-torch_xla-ns", host="tpu-vm-3", hits=40, warm_entries=40
+                "b2" * 16,
+                namespace="cpu-torch_xla-ns",
+                host="tpu-vm-3",
+                process_index=3,
+                hits=40,
+                warm_entries=40,
             )
             api.post_run(second, Deadline(10))
         finally:
@@ -55,7 +60,8 @@ def test_runs_lists_the_newest_first_with_hit_rate_and_state(
     assert header.split()[:4] == ["RUN", "STARTED", "(UTC)", "FRAMEWORK"]
     assert newest.startswith("b2b2b2b2b2b2") and "torch_xla" in newest and "100.0%" in newest
     assert "running" in newest and "cpu-torch_xla-ns" in newest
-    assert oldest.split()[3:9] == ["jax", "tpu-vm-3", "0", "1", "0.0%", "2.50"] and "ended" in oldest
+    assert newest.split()[4:7] == ["tpu-vm-3", "3", "40"]  # host, process, hits
+    assert oldest.split()[3:10] == ["jax", "tpu-vm-3", "0", "0", "1", "0.0%", "2.50"] and "ended" in oldest
 
 
 def test_runs_filters_and_prints_json(server: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,9 +3,10 @@
 Several processes of one job each report their own run (one per process: ranks that are threads of one
 process share its run). Where the framework's distributed runtime is up (``jax.distributed``, a multi-host
 torch_xla runtime: more than one process), the index is the framework's own. Otherwise the framework says
-0 for every process, so the index is the launcher's rank: ``RANK`` (``torchrun``, Slurm-style launchers),
-else ``LOCAL_RANK``, else ``PJRT_LOCAL_PROCESS_RANK`` (set by torch_xla's ``xmp.spawn`` in each process it
-starts), else the number ``multiprocessing`` gave a child it started (1, 2, ...; the parent is 0), else 0.
+0 for every process, so the index is the launcher's rank: ``RANK`` (``torchrun``), else ``SLURM_PROCID``
+(``srun``), else ``LOCAL_RANK``, else ``PJRT_LOCAL_PROCESS_RANK`` (set by torch_xla's ``xmp.spawn`` in each
+process it starts), else the number ``multiprocessing`` gave a child it started (1, 2, ...; the parent is
+0), else 0.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from cache_protocol.runs import MAX_PROCESS_INDEX
 
 __all__ = ["RANK_VARIABLES", "launcher_rank", "process_index"]
 
-RANK_VARIABLES = ("RANK", "LOCAL_RANK", "PJRT_LOCAL_PROCESS_RANK")
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PJRT_LOCAL_PROCESS_RANK")
 """The launchers' variables naming a process's rank, the first set one wins."""
 
 
