@@ -4,7 +4,8 @@ package's start-up hook warms and uploads for it.
     python tests/auto/torch_xla_job.py --shapes 3 [--spmd]
 
 ``--spmd`` calls ``xr.use_spmd()`` after importing torch_xla, as SPMD jobs do. Prints one JSON line:
-torch_xla's cache counters and whether the client was loaded.
+torch_xla's cache counters, whether the client was loaded, the seconds from the device query to the last
+step's result (what a warm or a fill before the first compile adds to) and when that was (unix seconds).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 
 def main() -> int:
@@ -27,6 +29,7 @@ def main() -> int:
 
     if args.spmd:
         xr.use_spmd()
+    started = time.perf_counter()
     device = torch_xla.device()
     generator = torch.Generator().manual_seed(7)
     table = torch.randn(97, 16, generator=generator).to(device)
@@ -36,7 +39,8 @@ def main() -> int:
         xm.mark_step()
         fused.cpu()
     counters = {name: int(met.counter_value(name) or 0) for name in ("PersistentCacheHit", "UncachedCompile")}
-    print(json.dumps({"counters": counters, "client_loaded": "xla_cache" in sys.modules}))
+    steps = {"step_seconds": round(time.perf_counter() - started, 3), "steps_ended_at": time.time()}
+    print(json.dumps({"counters": counters, "client_loaded": "xla_cache" in sys.modules, **steps}))
     return 0
 
 
