@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tests.support.auto_jobs import (
     server_keys,
 )
 from tests.support.needs import require_module
-from tests.support.server import LiveServer, free_port
+from tests.support.server import LiveServer, free_port, run_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -35,6 +36,14 @@ SHAPES = 3
 @pytest.fixture(autouse=True)
 def _torch_xla() -> None:
     require_module("torch_xla", "torch_xla is not installed (scripts/test installs torch_xla 2.7)")
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """A server of the test's own: the tests count what the server served and holds, and their jobs'
+    namespaces are the same."""
+    with run_server(tmp_path / "server") as server:
+        yield server
 
 
 def _env(server: LiveServer, cache_dir: Path, **extra: str) -> dict[str, str]:
