@@ -23,7 +23,7 @@ MODE_ENV = "BENCH_AUTO_FILL"
 def fill_beside(framework: Any) -> Any:
     """Point ``framework`` at its namespace's directory now; fill the directory in a daemon thread."""
     from xla_cache.config import ClientConfig, namespace_dir
-    from xla_cache.namespace import namespace_id
+    from xla_cache.frameworks.namespace import namespace_id
     from xla_cache.warming import warm
 
     config = ClientConfig.resolve()
