@@ -4,13 +4,18 @@
     python -m bench.graphs --database sqlite --entries 200000 --reps 5 --json graphs.json
 
 The index holds ``--entries`` entries, each with its parsed graph (an ``entry_graphs`` row), in two layouts
-at once: half in one namespace ``big`` (50 graphs of 10,000 shape variants each at 1,000,000 entries), the
-other half over 99 namespaces (each: the seed workload's fuse graph at its 2,112 shapes, padded to seq 128,
-and graphs of 100 variants for the rest). The request is timed through the app in process (routing, the
-index's ranking read off ``graph_counts`` and one query per graph, parsing the shapes read, the analysis,
-the JSON), with the defaults (10 graphs, at most 2,500 variants read of each and 4,000 in all) and with
-``top=1``. Setup is not timed: rows are
-inserted in bulk, as ``bench.cases.index`` does.
+at once: half in one namespace ``big`` (50 graphs of 10,000 shape variants each at 1,000,000 entries, and a
+baked step of :data:`BIG_BAKED` entries), the other half over 99 namespaces (each: the newcomer's fuse step,
+:data:`STEP_ENTRIES` entries at one input shape with sizes baked in, cut into five modules by its edge sizes;
+the seed workload's fuse graph at its 2,112 shapes, padded to seq 128; and graphs of 100 variants for the
+rest). The baked steps' entries carry real bodies (the sized ops of ``tests/admin/fixtures/
+torch_xla_2.7_cpu_fuse``, torch_xla 2.7: 13 sizes inside one structure, 4 edge structures), compile times
+(so they rank first where the namespace is ranked by cost) and run misses naming the ``mark_step()`` line
+that compiled them; the big namespace's ten largest graphs have run misses with sources too (the report
+counts each graph's sources over up to 2,000 of its keys). The request is timed through the app in process
+(routing, the ranking, one query per graph, parsing the shapes read, the analysis, the bodies compared, the
+steps, the sources, the JSON), with the defaults (10 graphs, at most 2,500 variants read of each and 4,000 in
+all) and with ``top=1``. Setup is not timed: rows are inserted in bulk, as ``bench.cases.index`` does.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,54 @@ LIMIT_MS = 250.0
 BIG_GRAPHS = 50
 SMALL_VARIANTS = 100
 SEQ_LEN, PATCHES = 128, 4
+FUSE = Path(__file__).resolve().parent.parent / "tests" / "admin" / "fixtures" / "torch_xla_2.7_cpu_fuse"
+STEP_ENTRIES = 320  # the newcomer's namespace: one fuse step's compiles at one input shape
+BIG_BAKED = 20_000  # a baked step of the big namespace (at 1,000,000 entries; scaled below)
+MISSED_GRAPHS = 10  # the big namespace's graphs whose every entry has a run miss with a source
+STEP_SOURCE = "fuse_seed.py:165"  # the mark_step() line the misses of a baked step name
+
+
+@dataclass(frozen=True)
+class Row:
+    """One entry and its graph's row: where it is, its shapes, its body (a fixture's parsed entry: the
+    body's columns) if any, its compile time and the source its run miss names (None: no run miss)."""
+
+    namespace: str
+    module: str
+    shapes: str
+    body: tuple[str, str, str, str] | None = None  # structure, program, whole, ops
+    signature: str | None = None
+    compile_ms: int | None = None
+    source: str | None = None
+
+
+def fuse_bodies() -> list[tuple[str, str, str, tuple[str, str, str, str]]]:
+    """The fixture's entries parsed, in name order: (module, shapes, signature, body columns)."""
+    from cache_server.parsing.hlo import parse_entry
+
+    found = []
+    for path in sorted(p for p in FUSE.iterdir() if p.name != "manifest.json"):
+        info = parse_entry([path.read_bytes()])
+        assert info is not None and info.body is not None and info.shapes and info.signature, path
+        b = info.body
+        found.append(
+            (info.module, info.shapes, info.signature, (b.structure, b.program, b.whole, b.ops_text()))
+        )
+    return found
+
+
+def baked_step(namespace: str, count: int, bodies: list[Any]) -> Iterator[Row]:
+    """``count`` compiles of the fuse step at one input shape, as torch_xla cuts it: the sizes inside one
+    structure under one module (4 in 5 of them), each edge structure under a module of its own."""
+    inside = [b for b in bodies if b[3][0] == bodies[0][3][0]]
+    edges = [b for b in bodies if b[3][0] != bodies[0][3][0]]
+    for i in range(count):
+        if i % 5:
+            module, (_, shapes, signature, body) = "SyncTensorsGraph.37", inside[i % len(inside)]
+        else:
+            edge = (i // 5) % len(edges)
+            module, (_, shapes, signature, body) = f"SyncTensorsGraph.{38 + edge}", edges[edge]
+        yield Row(namespace, module, shapes, body, signature, 500 + i % 7, STEP_SOURCE)
 
 
 def seed_pairs() -> list[tuple[int, int]]:
@@ -53,62 +107,105 @@ def fuse_shapes(images: int, text: int) -> str:
     )
 
 
-def layout(entries: int) -> Iterator[tuple[str, str, str]]:
-    """(namespace, module, shapes) of every entry: half in "big", half over 99 namespaces."""
+def layout(entries: int) -> Iterator[Row]:
+    """Every entry: half in "big", half over 99 namespaces (module docstring)."""
+    bodies = fuse_bodies()
     big = entries // 2
-    per_graph = max(1, big // BIG_GRAPHS)
-    for i in range(big):
+    baked = min(big // 2, BIG_BAKED * entries // 1_000_000)
+    yield from baked_step("big", baked, bodies)
+    per_graph = max(1, (big - baked) // BIG_GRAPHS)
+    for i in range(big - baked):
         graph, variant = divmod(i, per_graph)
-        yield (
+        yield Row(
             "big",
             f"SyncTensorsGraph.{100 + graph}",
             f"(f32[{variant + 1},64], s64[{variant % 97 + 1}]) -> (f32[1])",
+            source=f"train.py:{40 + graph}" if graph < MISSED_GRAPHS else None,
         )
     pairs = seed_pairs()
     spread = entries - big
     per_namespace = spread // 99
     for n in range(99):
+        namespace = f"ns{n:03d}"
         count = per_namespace + (1 if n < spread % 99 else 0)
-        for i in range(count):
+        step = min(STEP_ENTRIES, count // 2)
+        yield from baked_step(namespace, step, bodies)
+        for i in range(count - step):
             if i < len(pairs):
-                yield f"ns{n:03d}", "SyncTensorsGraph.23", fuse_shapes(*pairs[i])
+                yield Row(namespace, "SyncTensorsGraph.23", fuse_shapes(*pairs[i]))
             else:
                 graph, variant = divmod(i - len(pairs), SMALL_VARIANTS)
-                yield f"ns{n:03d}", f"SyncTensorsGraph.{200 + graph}", f"(f32[{variant + 1},8]) -> (f32[1])"
+                yield Row(namespace, f"SyncTensorsGraph.{200 + graph}", f"(f32[{variant + 1},8]) -> (f32[1])")
 
 
 def fill(database: Any, entries: int, postgresql: bool) -> None:
-    """Every entry's row and its graph's row. On PostgreSQL with COPY (the triggers that keep entry_totals
-    run once per COPY, a statement); on SQLite in multi-row inserts, as ``bench.cases.index`` does."""
+    """Every entry's row, its graph's row (with its body, where it has one) and the run misses (one run per
+    namespace). On PostgreSQL with COPY (the triggers that keep entry_totals and graph_counts run once per
+    COPY, a statement); on SQLite in multi-row inserts, as ``bench.cases.index`` does."""
     from sqlalchemy import insert
 
     from cache_server.index.entries import EntryRecord, EntryRepository
-    from cache_server.index.models import EntryGraph
+    from cache_server.index.models import EntryGraph, Run, RunMiss
 
     repository = EntryRepository(database)
     now = dt.datetime.now(dt.timezone.utc)
-    rows = [
-        (namespace, f"{i:012d}", module, hashlib.sha256(shapes.encode()).hexdigest(), shapes)
-        for i, (namespace, module, shapes) in enumerate(layout(entries))
-    ]
-    firsts = {row[0]: row for row in reversed(rows)}  # each namespace's first row registers it
+    rows = [(f"{i:012d}", row) for i, row in enumerate(layout(entries))]
+    firsts = {row.namespace: (key, row) for key, row in reversed(rows)}  # each namespace's first registers it
     repository.add_missing_entries(
-        [EntryRecord(ns, key, 1000, "0" * 64, created_at=now) for ns, key, *_ in firsts.values()]
+        [EntryRecord(r.namespace, k, 1000, "0" * 64, now, r.compile_ms) for k, r in firsts.values()]
     )
-    rest = [row for row in rows if firsts[row[0]] is not row]
+    rest = [(key, row) for key, row in rows if firsts[row.namespace][0] != key]
+
+    def graph(key: str, row: Row) -> dict[str, Any]:
+        structure, program, whole, ops = row.body if row.body is not None else (None, None, None, None)
+        return {
+            "namespace": row.namespace,
+            "key": key,
+            "module": row.module,
+            "signature": row.signature or hashlib.sha256(row.shapes.encode()).hexdigest(),
+            "shapes": row.shapes,
+            "structure": structure,
+            "program": program,
+            "whole": whole,
+            "ops": ops,
+            "parsed_at": now,
+        }
+
+    runs = [
+        {"run_id": f"run-{ns}", "namespace": ns, "framework": "torch_xla", "host": "bench", "started_at": now}
+        for ns in firsts
+    ]
+    misses = [
+        {
+            "run_id": f"run-{row.namespace}",
+            "key": key,
+            "namespace": row.namespace,
+            "module": None,
+            "compile_ms": row.compile_ms,
+            "source": row.source,
+            "reported_at": now,
+        }
+        for key, row in rows
+        if row.source is not None
+    ]
+    with database.transaction() as session:
+        session.execute(insert(Run.__table__), runs)
     if postgresql:
         raw = database.engine.raw_connection()
         try:
             with raw.cursor() as cursor:
-                columns = "namespace, key, size, sha256, created_at, last_access_at, hits"
+                columns = "namespace, key, size, sha256, created_at, last_access_at, hits, compile_time_ms"
                 with cursor.copy(f"COPY entries ({columns}) FROM STDIN") as copy:
-                    for ns, key, *_ in rest:
-                        copy.write_row((ns, key, 1000, "0" * 64, now, now, 0))
-                with cursor.copy(
-                    "COPY entry_graphs (namespace, key, module, signature, shapes, parsed_at) FROM STDIN"
-                ) as copy:
-                    for ns, key, module, signature, shapes in rows:
-                        copy.write_row((ns, key, module, signature, shapes, now))
+                    for key, row in rest:
+                        copy.write_row((row.namespace, key, 1000, "0" * 64, now, now, 0, row.compile_ms))
+                fields = list(graph(*rows[0]))
+                with cursor.copy(f"COPY entry_graphs ({', '.join(fields)}) FROM STDIN") as copy:
+                    for key, row in rows:
+                        copy.write_row(tuple(graph(key, row).values()))
+                fields = ["run_id", "key", "namespace", "compile_ms", "source", "reported_at", "load_failed"]
+                with cursor.copy(f"COPY run_misses ({', '.join(fields)}) FROM STDIN") as copy:
+                    for miss in misses:
+                        copy.write_row(tuple(miss.get(f, False) for f in fields))
             raw.commit()
         finally:
             raw.close()
@@ -121,21 +218,22 @@ def fill(database: Any, entries: int, postgresql: bool) -> None:
             raw.close()
         return
     for start in range(0, len(rest), 50_000):
-        part = rest[start : start + 50_000]
         _insert(
             database,
             repository,
-            [EntryRecord(ns, key, 1000, "0" * 64, created_at=now) for ns, key, *_ in part],
+            [
+                EntryRecord(row.namespace, key, 1000, "0" * 64, now, row.compile_ms)
+                for key, row in rest[start : start + 50_000]
+            ],
         )
     for start in range(0, len(rows), 50_000):
         with database.transaction() as session:
             session.execute(
-                insert(EntryGraph.__table__),
-                [
-                    {"namespace": ns, "key": key, "module": m, "signature": sig, "shapes": text}
-                    for ns, key, m, sig, text in rows[start : start + 50_000]
-                ],
+                insert(EntryGraph.__table__), [graph(k, r) for k, r in rows[start : start + 50_000]]
             )
+    for start in range(0, len(misses), 50_000):
+        with database.transaction() as session:
+            session.execute(insert(RunMiss.__table__), misses[start : start + 50_000])
 
 
 def main() -> int:
@@ -205,7 +303,8 @@ def main() -> int:
             print(
                 f"  {label}: median {median:.0f} ms (min {min(seconds) * 1000:.0f}, max "
                 f"{max(seconds) * 1000:.0f}; {len(body['graphs'])} graphs, {read:,} variants read; first: "
-                f"{first['module']} {first['variants']:,} variants; the index queries alone "
+                f"{first['module']} {first['variants']:,} variants; {len(body['steps'])} steps, the first "
+                f"{len(body['steps'][0]['modules'])} modules; the index queries alone "
                 f"{query_ms:.0f} ms) "
                 f"{verdict} (< {LIMIT_MS:.0f} ms)"
             )
@@ -215,6 +314,8 @@ def main() -> int:
                 "max_ms": round(max(seconds) * 1000, 1),
                 "graphs": len(body["graphs"]),
                 "variants_read": read,
+                "steps": len(body["steps"]),
+                "bodies_read": sum(g.get("bodies_read") or 0 for g in body["graphs"]),
                 "index_queries_median_ms": round(query_ms, 1),
                 "met": median < LIMIT_MS,
             }
