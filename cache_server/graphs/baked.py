@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from functools import cached_property
 
 from cache_server.parsing.body import Body, SizedOp, body_from_text, short_source
 from cache_server.parsing.schema import ELEMENT_BYTES
@@ -126,11 +127,19 @@ class InternalAxis:
 
     def bytes_at(self, size: int) -> int:
         """Bytes of the op's result with this dimension at ``size``: what padding the size costs."""
-        element, dims = _result_dims(self.op.result)
-        if self.index < len(dims) and self.attribute in ("limit", "shape", "sizes", "slice_sizes"):
-            dims[self.index] = size
+        unit, sized = self._unit
         # a crafted entry's dimensions must not overflow the report's arithmetic
-        return min(ELEMENT_BYTES.get(element, 4) * math.prod(min(max(d, 0), 1 << 40) for d in dims), 1 << 62)
+        return min(unit * min(max(size, 0), 1 << 40) if sized else unit, 1 << 62)
+
+    @cached_property
+    def _unit(self) -> tuple[int, bool]:
+        """The result's bytes but for this dimension (all of them where the size is not one of the
+        result's), and whether the size is: worked out once, :meth:`bytes_at` is asked for every point."""
+        element, dims = _result_dims(self.op.result)
+        sized = self.index < len(dims) and self.attribute in ("limit", "shape", "sizes", "slice_sizes")
+        if sized:
+            del dims[self.index]
+        return ELEMENT_BYTES.get(element, 4) * math.prod(min(max(d, 0), 1 << 40) for d in dims), sized
 
 
 def _result_dims(result: str) -> tuple[str, list[int]]:
