@@ -189,7 +189,7 @@ def fill(database: Any, entries: int, postgresql: bool) -> None:
         if row.source is not None
     ]
     with database.transaction() as session:
-        session.execute(insert(Run.__table__), runs)
+        session.execute(insert(Run), runs)
     if postgresql:
         raw = database.engine.raw_connection()
         try:
@@ -229,11 +229,11 @@ def fill(database: Any, entries: int, postgresql: bool) -> None:
     for start in range(0, len(rows), 50_000):
         with database.transaction() as session:
             session.execute(
-                insert(EntryGraph.__table__), [graph(k, r) for k, r in rows[start : start + 50_000]]
+                insert(EntryGraph), [graph(k, r) for k, r in rows[start : start + 50_000]]
             )
     for start in range(0, len(misses), 50_000):
         with database.transaction() as session:
-            session.execute(insert(RunMiss.__table__), misses[start : start + 50_000])
+            session.execute(insert(RunMiss), misses[start : start + 50_000])
 
 
 def main() -> int:
