@@ -228,9 +228,7 @@ def fill(database: Any, entries: int, postgresql: bool) -> None:
         )
     for start in range(0, len(rows), 50_000):
         with database.transaction() as session:
-            session.execute(
-                insert(EntryGraph), [graph(k, r) for k, r in rows[start : start + 50_000]]
-            )
+            session.execute(insert(EntryGraph), [graph(k, r) for k, r in rows[start : start + 50_000]])
     for start in range(0, len(misses), 50_000):
         with database.transaction() as session:
             session.execute(insert(RunMiss), misses[start : start + 50_000])
