@@ -14,7 +14,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Header, Request, Response, status
 from starlette.requests import ClientDisconnect
 
-from cache_protocol import COMPILE_TIME_HEADER
+from cache_protocol import COMPILE_TIME_HEADER, UPLOADER_HEADER
 from cache_protocol.tar import BadTar, TarReader, TarTooLarge
 from cache_server import metrics
 from cache_server.api.access import QUOTA, Scope, declare
@@ -219,7 +219,11 @@ async def put_entries(namespace: str, request: Request, service: ServiceDep) -> 
         )
         try:
             result = service.put_entries(
-                namespace, reader.members(), stored_by=stored_by, still_allowed=still_allowed
+                namespace,
+                reader.members(),
+                stored_by=stored_by,
+                still_allowed=still_allowed,
+                uploader=request.headers.get(UPLOADER_HEADER),
             )
         except TarTooLarge as exc:
             raise UploadTooLarge(

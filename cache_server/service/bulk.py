@@ -135,23 +135,28 @@ class BulkUploads:
         *,
         stored_by: str | None = None,
         still_allowed: StillAllowed | None = None,
+        uploader: str | None = None,
     ) -> BulkResult:
         """Store the members of one uploaded tar stream: each gets the outcome a ``PUT`` of it would have;
         a broken stream keeps what was committed before it. ``still_allowed``: whether the stream's token is
         still active, asked before and after each group's commit (:mod:`cache_server.auth.revocation`): once
         it is not, the stream ends with :class:`~cache_server.errors.TokenRevoked` and its group is not
-        stored.
+        stored. ``uploader``: what the stream's ``X-Uploader`` declared, kept with each member.
 
         :class:`QuotaExceeded` at once when a quota of the namespace or the token is full; a member that
         would pass one is refused with it before any of its bytes are stored, its bytes skipped."""
         upload = self._writer.begin(namespace, stored_by=stored_by, still_allowed=still_allowed)
         if upload.allowance is not None and (full := upload.allowance.full()) is not None:
             raise full
-        return _put_members(upload, members, self._writer, self._packs)
+        return _put_members(upload, members, self._writer, self._packs, uploader)
 
 
 def _put_members(
-    upload: Upload, members: Iterator[TarMember], writer: EntryWriter, packs: StoresPacks | None
+    upload: Upload,
+    members: Iterator[TarMember],
+    writer: EntryWriter,
+    packs: StoresPacks | None,
+    uploader: str | None = None,
 ) -> BulkResult:
     """Store the members of one stream for ``upload``; see the module docstring."""
     results: list[MemberOutcome] = []
@@ -188,6 +193,7 @@ def _put_members(
                         sha256,
                         size=member.size,
                         compile_time_ms=compile_ms,
+                        uploader=uploader,
                         signature=member.pax.get(SIGNATURE_PAX),
                     )
                     tee = partial(packer.copying, key) if packed and packer is not None else None

@@ -160,9 +160,13 @@ class CacheService:
         *,
         stored_by: str | None = None,
         still_allowed: StillAllowed | None = None,
+        uploader: str | None = None,
     ) -> BulkResult:
-        """Store the members of one uploaded tar stream, each as a ``PUT`` of it would be."""
-        return self._bulk.put_entries(namespace, members, stored_by=stored_by, still_allowed=still_allowed)
+        """Store the members of one uploaded tar stream, each as a ``PUT`` of it would be (``uploader``:
+        the stream's ``X-Uploader``, kept with each member)."""
+        return self._bulk.put_entries(
+            namespace, members, stored_by=stored_by, still_allowed=still_allowed, uploader=uploader
+        )
 
     # single reads (service/reads.py)
 

@@ -9,6 +9,7 @@ per subcommand, ``--json`` for scripts.
 - :mod:`.signing`: keys, signers, purge-signer, unsigned
 - :mod:`.config`: config (each setting and where it came from)
 - :mod:`.launch`: run (a command with auto-activation, where the start-up hook does not run)
+- :mod:`.prefill`: prefill (compile many shapes here, ahead of the target job)
 - :mod:`.common`: what every subcommand shares (arguments, server and token, the namespace meant, printing)
 
 This module is the entry point (:func:`main`, :func:`build_parser`). Adding a subcommand: write its
@@ -30,6 +31,7 @@ from xla_cache.cli.config import add_config_command
 from xla_cache.cli.graphs import add_graphs_command
 from xla_cache.cli.launch import add_launch_commands
 from xla_cache.cli.local import add_local_commands
+from xla_cache.cli.prefill import add_prefill_command
 from xla_cache.cli.runs import add_runs_command
 from xla_cache.cli.signing import add_signing_commands
 from xla_cache.config import tokens_for
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_signing_commands(sub)
     add_config_command(sub)
     add_launch_commands(sub)
+    add_prefill_command(sub)
 
     return parser
 

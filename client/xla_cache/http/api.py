@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER
+from cache_protocol import COMPILE_TIME_HEADER, LIVE_HEADER, SHA256_HEADER, UPLOADER_HEADER
 from cache_protocol import MAX_KEYS_PER_REQUEST as SERVER_MAX_KEYS
 from cache_protocol.signing import SIGNATURE_HEADER, Signer
 from xla_cache.config import Compression, auto_compression
@@ -281,9 +281,10 @@ class CacheApi(ServerHttp):
         sha256: str,
         compile_time_ms: int | None,
         deadline: Deadline,
+        uploader: str | None = None,
     ) -> int:
         """``PUT .../entries/{key}``, streamed. Returns 201 (stored), 200 (already there) or 409 (another
-        digest already stored; the server keeps the first)."""
+        digest already stored; the server keeps the first). ``uploader``: ``X-Uploader``, kept with it."""
         headers = {
             SHA256_HEADER: sha256,
             "Content-Length": str(size),
@@ -291,6 +292,8 @@ class CacheApi(ServerHttp):
         }
         if compile_time_ms is not None:
             headers[COMPILE_TIME_HEADER] = str(compile_time_ms)
+        if uploader:
+            headers[UPLOADER_HEADER] = uploader
         if (signature := self.signature(namespace, key, sha256)) is not None:
             headers[SIGNATURE_HEADER] = signature
         response = self._call(
@@ -305,15 +308,20 @@ class CacheApi(ServerHttp):
         return response.status_code
 
     def put_entries(
-        self, namespace: str, stream: Callable[[], Iterator[bytes]], deadline: Deadline
+        self,
+        namespace: str,
+        stream: Callable[[], Iterator[bytes]],
+        deadline: Deadline,
+        *,
+        uploader: str | None = None,
     ) -> dict[str, Any]:
         """``POST .../entries``: many entries in one tar stream (members with a ``XLA_CACHE.sha256`` PAX
         record), zstd-compressed unless :attr:`compression` says not; sent again uncompressed to a server that
         answers 415 to that. ``stream`` makes the tar stream (each call anew). Returns the server's answer:
-        every member's status, as a PUT of it would have had."""
+        every member's status, as a PUT of it would have had. ``uploader``: ``X-Uploader``, kept with each."""
         what = "a bulk upload"
         path = f"/v1/namespaces/{seg(namespace)}/entries"
-        plain = {"Content-Type": "application/x-tar"}
+        plain = {"Content-Type": "application/x-tar", **({UPLOADER_HEADER: uploader} if uploader else {})}
         if self.compression.uploads:
             try:
                 response = self._call(
@@ -333,6 +341,24 @@ class CacheApi(ServerHttp):
         return dict(self._json(response, what))
 
     # -- run reports (issue 27) ---------------------------------------------------------------------------
+
+    def latest_run_runtime(
+        self, namespace: str, deadline: Deadline, *, look_at: int = 20
+    ) -> tuple[str, dict[str, Any]] | None:
+        """``GET /admin/runs?namespace=``: the latest of the namespace's last ``look_at`` runs that recorded
+        its key components (``runtime``), as (run id, components); None when none did."""
+        what = "the namespace's runs"
+        body = self._json(
+            self._call(
+                "GET", "/admin/runs", what, deadline, params={"namespace": namespace, "limit": look_at}
+            ),
+            what,
+        )
+        for run in body.get("runs") or []:
+            runtime = run.get("runtime") if isinstance(run, dict) else None
+            if isinstance(runtime, dict) and runtime:
+                return str(run.get("run_id")), runtime
+        return None
 
     def post_run(self, body: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
         """``POST /v1/runs``: one report of a run (:mod:`cache_protocol.runs`)."""

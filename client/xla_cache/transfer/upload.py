@@ -66,6 +66,7 @@ def upload_file(
     *,
     compile_time_ms: int | None = None,
     progress: Progress | None = None,
+    uploader: str | None = None,
 ) -> tuple[int, str, int]:
     """Upload one file; returns (HTTP status, its SHA-256, its size)."""
     size = os.stat(item.path).st_size
@@ -78,6 +79,7 @@ def upload_file(
         sha256=sha256,
         compile_time_ms=compile_time_ms,
         deadline=deadline,
+        uploader=uploader,
     )
     return status, sha256, size
 
@@ -106,9 +108,11 @@ def upload_entries(
     compile_times: Mapping[str, int] | None = None,
     progress: Progress | None = None,
     workers: int = 1,
+    uploader: str | None = None,
 ) -> UploadResult:
     """Ask which of ``files`` the server lacks, then upload those. Server trouble raises ServerProblem
-    only for the ``missing`` question; a failed upload of one entry is recorded and the others continue."""
+    only for the ``missing`` question; a failed upload of one entry is recorded and the others continue.
+    ``uploader``: what each upload declares as its ``X-Uploader`` (a prefill's provenance)."""
     progress = progress or NullProgress()
     compile_times = compile_times or {}
     result = UploadResult()
@@ -131,7 +135,13 @@ def upload_entries(
             return
         try:
             status, _, size = upload_file(
-                api, namespace, item, deadline, compile_time_ms=compile_times.get(item.key), progress=progress
+                api,
+                namespace,
+                item,
+                deadline,
+                compile_time_ms=compile_times.get(item.key),
+                progress=progress,
+                uploader=uploader,
             )
         except (FileChanged, FileNotFoundError) as exc:
             with lock:
@@ -166,7 +176,7 @@ def upload_entries(
                     if deadline.expired():
                         result.retry.extend(item.key for item in group)
                         continue
-                    _send_bulk(api, namespace, group, deadline, compile_times, result, progress)
+                    _send_bulk(api, namespace, group, deadline, compile_times, result, progress, uploader)
             except ServerError as exc:
                 if exc.status not in (404, 405):  # 404/405: a server without bulk upload
                     raise
@@ -216,6 +226,7 @@ def _send_bulk(
     compile_times: Mapping[str, int],
     result: UploadResult,
     progress: Progress,
+    uploader: str | None = None,
 ) -> None:
     """One bulk request for ``group``; each member's answer goes into ``result``. A file that vanished
     or cannot be read is retried later.
@@ -260,7 +271,7 @@ def _send_bulk(
             progress.advance(nbytes=len(data))
         yield END
 
-    answer = api.put_entries(namespace, stream, deadline)
+    answer = api.put_entries(namespace, stream, deadline, uploader=uploader)
     for member in answer.get("results", []):
         key, status = str(member.get("key")), int(member.get("status", 0))
         if status == 201:
