@@ -66,11 +66,13 @@ def resolve_function(reference: str | Callable[..., Any]) -> Any:
 
 
 class _KeyWatch:
-    """Records the key of each compilation, and stops one whose key is in ``stored``."""
+    """Records the key of each compilation, and stops one whose key is in ``stored`` while ``armed`` (the
+    prefill's own compiles: not those of making the function, a torchax model's transfers say)."""
 
     def __init__(self, stored: frozenset[str]) -> None:
         self.stored = stored
         self.key: str | None = None
+        self.armed = False
 
     def install(self) -> None:
         from jax._src import compiler
@@ -79,6 +81,8 @@ class _KeyWatch:
 
         def resolve(*args: Any, **kwargs: Any) -> Any:
             key, options = original(*args, **kwargs)
+            if not self.armed:
+                return key, options
             self.key = key
             if key is not None and f"{key}-cache" in self.stored:
                 raise _AlreadyStored(key)
@@ -163,7 +167,12 @@ def _compile(
     watch.key = None
     started = time.monotonic()
     try:
-        target.lower(*prefix, *_arguments(call, devices, topology)).compile()
+        lowered = target.lower(*prefix, *_arguments(call, devices, topology))
+        watch.armed = True
+        try:
+            lowered.compile()
+        finally:
+            watch.armed = False
     except _AlreadyStored as stored:
         return {"status": "stored", "key": f"{stored.args[0]}-cache"}
     except Exception as exc:
