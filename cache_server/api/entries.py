@@ -11,6 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from cache_protocol import SHA256_HEADER
+from cache_protocol.prefill import is_prefilled
 from cache_protocol.signing import SIGNATURE_HEADER
 from cache_server.api.access import Scope, declare
 from cache_server.api.deps import ServiceDep, get_service, get_settings
@@ -171,7 +172,14 @@ def manifest(
     out = {
         "namespace": namespace,
         "entries": [
-            {"key": e.key, "size": e.size, "sha256": e.sha256, "pack": e.pack, "signature": e.signature}
+            {
+                "key": e.key,
+                "size": e.size,
+                "sha256": e.sha256,
+                "pack": e.pack,
+                "signature": e.signature,
+                "prefilled": e.uploader if is_prefilled(e.uploader) else None,
+            }
             for e in entries
         ],
         "total_bytes": sum(e.size for e in entries),

@@ -345,3 +345,10 @@ class GraphsOut(BaseModel):
         description="Entries of the namespace with no graph, by reason, the commonest five first: bytes that "
         "are no executable the parser reads, or an entry that broke one of its bounds (see docs/operating).",
     )
+    prefilled_entries: int = Field(
+        default=0, description="Entries of the namespace a prefill stored (compiled ahead of the target job)."
+    )
+    prefilled_unverified: int = Field(
+        default=0,
+        description="Of those, the entries published without a real run of the namespace to compare with.",
+    )

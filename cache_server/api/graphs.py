@@ -54,6 +54,7 @@ def _graphs_out(reports: GraphReports, namespace: str, found: NamespaceReport) -
         steps=[StepOut.of(s) for s in found.steps],
         graphs=[GraphReportOut.of(r) for r in found.graphs],
         unparseable=[UnparseableOut(reason=r, entries=n) for r, n in reports.unparseable(namespace)],
+        **dict(zip(("prefilled_entries", "prefilled_unverified"), reports.prefilled(namespace), strict=True)),
     )
 
 

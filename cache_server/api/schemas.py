@@ -184,6 +184,11 @@ class ManifestEntry(BaseModel):
         default=None,
         description="The uploader's Ed25519 signature, '<key id>:<base64>' (null: unsigned).",
     )
+    prefilled: str | None = Field(
+        default=None,
+        description="On an entry a prefill stored (compiled ahead of the target job): its upload's "
+        "X-Uploader, 'prefill host=H pid=P [deviceless topology=T] [unverified]' (null: a job's own).",
+    )
 
 
 class ManifestOut(BaseModel):

@@ -136,6 +136,7 @@ class EntryRef(NamedTuple):
     pack: str | None = None
     pack_offset: int | None = None
     signature: str | None = None  # the uploader's signature, "<key id>:<base64>", if signed
+    uploader: str | None = None  # what the client said it was (X-Uploader): a prefill's marks its entries
 
 
 @dataclass(frozen=True)

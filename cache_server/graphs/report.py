@@ -431,6 +431,10 @@ class GraphReports:
         latest = parsed[0] if parsed else None
         return (baked_report(group) if group is not None else None), len(parsed), found.stored, latest
 
+    def prefilled(self, namespace: str) -> tuple[int, int]:
+        """How many of ``namespace``'s entries a prefill stored, and how many of those unverified."""
+        return self._repository.prefilled(namespace)
+
     def unparseable(self, namespace: str, *, top: int = 5) -> list[tuple[str, int]]:
         """How many of ``namespace``'s entries hold no graph this parser reads, by reason (the commonest
         ``top``): bytes that are no executable, or an entry that broke a bound of the parser."""

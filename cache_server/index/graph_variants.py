@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from cache_protocol.prefill import PREFILL_UPLOADER
 from cache_server.index.database import Database
 from cache_server.index.graph_records import ranked_by_cost
 from cache_server.index.models import Entry, EntryGraph, Namespace, RunMiss
@@ -105,6 +106,19 @@ class GraphVariantsRepository:
         )
         with self._db.transaction() as session:
             return [(reason or "not recorded", int(n)) for reason, n in session.execute(stmt)]
+
+    def prefilled(self, namespace: str) -> tuple[int, int]:
+        """How many of ``namespace``'s entries a prefill stored (their uploader says so:
+        :mod:`cache_protocol.prefill`), and how many of those unverified (one pass over the namespace's
+        rows, on its primary key: a report's cost, not a warm's)."""
+        prefilled = Entry.uploader.like(f"{PREFILL_UPLOADER} %")
+        unverified = Entry.uploader.like(f"{PREFILL_UPLOADER} % unverified")
+        stmt = select(func.count().filter(prefilled), func.count().filter(unverified)).where(
+            Entry.namespace == namespace
+        )
+        with self._db.transaction() as session:
+            row = session.execute(stmt).one()
+        return int(row[0] or 0), int(row[1] or 0)
 
     def ranked(self, namespace: str, *, top: int, module: str | None = None) -> list[GraphCounted]:
         """The ``top`` graphs of ``namespace`` that cost most to compile (:func:`ranked_by_cost`: the

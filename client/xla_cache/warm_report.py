@@ -47,6 +47,10 @@ class WarmReport(WarmCounts):
         )
         if self.unverified_entries:
             text += f", {self.unverified_entries} skipped (signed by no trusted key)"
+        if self.prefilled_entries:
+            text += f", {self.prefilled_entries} of the namespace's {self.manifest_entries} entries prefilled"
+            if self.prefilled_unverified:
+                text += f" ({self.prefilled_unverified} unverified: no real run checked their target)"
         if self.errors:
             text += f", {len(self.errors)} errors"
         if self.nearest:

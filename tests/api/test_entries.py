@@ -290,6 +290,7 @@ def test_manifest_orders_by_use_and_respects_bounds(client: TestClient, services
         "sha256": sha(b"z" * 1000),
         "pack": None,
         "signature": None,
+        "prefilled": None,  # a job's own upload (a prefill's names its X-Uploader)
     }
     assert ManifestOut.model_validate(everything).model_dump() == everything  # written without the model
     assert set(everything["entries"][0]) == set(ManifestEntry.model_fields)

@@ -5,15 +5,20 @@ midway leaves only whole entries, and run again it compiles only the rest."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.prefill.prefill_support import (
+    CLI,
     entry_bytes,
     env,
     prefill_command,
@@ -33,6 +38,22 @@ STEP = "tests.prefill.steps:step"
 JOB = str(ROOT / "tests" / "prefill" / "job.py")
 
 
+def run_cli(*args: str, server: LiveServer | None = None, json_out: bool = True) -> dict[str, Any]:
+    """Run ``xla-cache ARGS --server URL``: its JSON (``json_out``), else ``{"text": stdout}``."""
+    assert server is not None
+    done = subprocess.run(
+        [str(CLI), *args, "--server", server.url],
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout)) if json_out else {"text": done.stdout}
+
+
 def test_fifty_prefilled_shapes_cost_an_unmodified_job_no_compile(
     hook_python: Path, live_server: LiveServer, tmp_path: Path
 ) -> None:
@@ -44,6 +65,19 @@ def test_fifty_prefilled_shapes_cost_an_unmodified_job_no_compile(
     assert summary["uploaded"] == 50 and summary["unverified"]
     namespace = summary["namespace"]
     assert len(server_keys(live_server, namespace)) == 50
+
+    # Marked prefilled, unverified: in the manifest, in what warm and graphs say.
+    manifest = httpx.get(f"{live_server.url}/v1/namespaces/{namespace}/manifest", timeout=30).json()
+    marks = {entry.get("prefilled", "").rsplit(" ", 1)[-1] for entry in manifest["entries"]}
+    assert marks == {"unverified"}
+    assert all(entry["prefilled"].startswith("prefill host=") for entry in manifest["entries"])
+    cli = functools.partial(run_cli, server=live_server)
+    warmed = cli("warm", "--namespace", namespace, "--cache-dir", str(tmp_path / "warm"), "--json")
+    assert (warmed["prefilled_entries"], warmed["prefilled_unverified"]) == (50, 50)
+    said = cli("warm", "--namespace", namespace, "--cache-dir", str(tmp_path / "warm"), json_out=False)
+    assert "prefilled   50 of the namespace's 50 entries" in said["text"]
+    graphs = cli("graphs", namespace, json_out=False)["text"]
+    assert "50 entries prefilled (compiled ahead of the target job) (50 unverified" in graphs
 
     job_env = env(XLA_CACHE_AUTO="1", XLA_CACHE_SERVER=live_server.url, XLA_CACHE_DIR=str(tmp_path / "job"))
     done = run_python(hook_python, [JOB, "--first", "1", "--last", "50"], job_env)

@@ -69,16 +69,24 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
     """The report as lines: per graph a title line, then per varying dimension its choices (each alone:
     compilations left, +mean overhead), the frontier of combinations, and each rounding applied to all."""
     graphs = report["graphs"]
-    unparseable = [  # (an older server sends none)
+    footnotes = [  # (an older server sends none)
         f"  {n:,} {'entry' if n == 1 else 'entries'} without a graph: {group['reason']}"
         for group in report.get("unparseable") or []
         for n in [int(group["entries"])]
     ]
+    prefilled = int(report.get("prefilled_entries") or 0)  # (an older server sends none)
+    if prefilled:
+        unverified = int(report.get("prefilled_unverified") or 0)
+        note = f" ({unverified:,} unverified: no real run checked their target)" if unverified else ""
+        footnotes.append(
+            f"  {prefilled:,} {'entry' if prefilled == 1 else 'entries'} prefilled (compiled ahead of the "
+            f"target job){note}"
+        )
     if not graphs:
         namespace = report["namespace"]
         return [
             f"namespace {namespace}: no parsed graphs (yet: entries are parsed in the background)",
-            *unparseable,
+            *footnotes,
         ]
     cost = next((g["cost"] for g in graphs if g.get("cost")), "bytes of the padded parameters")
     lines = _step_lines(report.get("steps") or [], report["namespace"])  # (an older server sends none)
@@ -117,7 +125,7 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         baked = graph.get("baked_sizes")
         if baked:
             lines.extend(_baked_lines(baked, said=graph.get("summary")))
-    return [*lines, *unparseable]
+    return [*lines, *footnotes]
 
 
 def _step_lines(steps: list[dict[str, Any]], namespace: str) -> list[str]:

@@ -87,6 +87,19 @@ def cmd_warm(args: argparse.Namespace) -> int:
             if report.unverified_entries
             else []
         ),
+        *(
+            [
+                f"prefilled   {report.prefilled_entries} of the namespace's {report.manifest_entries} "
+                "entries compiled ahead of the target job"
+                + (
+                    f" ({report.prefilled_unverified} unverified: no real run checked their target)"
+                    if report.prefilled_unverified
+                    else ""
+                )
+            ]
+            if report.prefilled_entries
+            else []
+        ),
         f"seconds     {report.seconds:.2f}",
     ]
     if report.nearest:

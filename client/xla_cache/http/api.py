@@ -45,6 +45,7 @@ class RemoteEntry:
     sha256: str
     pack: str | None = None  # the pack holding a copy, where the server keeps packs: bundle these together
     signature: str | None = None  # the uploader's signature, "<key id>:<base64>" (cache_protocol.signing)
+    prefilled: str | None = None  # a prefill stored it: its uploader (cache_protocol.prefill)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ class CacheApi(ServerHttp):
                     str(item["sha256"]).lower(),
                     str(item["pack"]) if item.get("pack") else None,
                     str(item["signature"]) if item.get("signature") else None,
+                    str(item["prefilled"]) if item.get("prefilled") else None,
                 )
                 for item in body["entries"]
             ]

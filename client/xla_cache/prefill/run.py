@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cache_protocol.prefill import prefill_uploader
 from xla_cache.api import CacheApi
 from xla_cache.cachedir import LocalFile
 from xla_cache.config import ClientConfig
@@ -117,15 +118,9 @@ def _target_label(facts: Mapping[str, Any], topology: str | None) -> str:
 
 
 def provenance(topology: str | None, *, unverified: bool) -> str:
-    """What the uploads declare as their uploader: ``prefill host=H pid=P [deviceless topology=T]
-    [unverified]`` (kept with each entry; ``warm`` and ``graphs`` count the entries whose uploader starts
-    with ``prefill``)."""
-    parts = ["prefill", f"host={platform.node()}", f"pid={os.getpid()}"]
-    if topology is not None:
-        parts += ["deviceless", f"topology={topology}"]
-    if unverified:
-        parts.append("unverified")
-    return " ".join(parts)
+    """What the uploads declare as their uploader (:mod:`cache_protocol.prefill`): kept with each entry,
+    named in the manifest; ``warm`` and ``graphs`` count the prefilled entries."""
+    return prefill_uploader(platform.node(), os.getpid(), topology, unverified=unverified)
 
 
 def prefill(

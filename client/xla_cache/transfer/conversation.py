@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cache_protocol.prefill import is_prefilled, is_unverified
 from xla_cache.errors import ServerError, ServerProblem, ServerUnavailable
 from xla_cache.http.api import CacheApi, RemoteEntry
 from xla_cache.http.deadline import Deadline
@@ -45,6 +46,8 @@ class WarmCounts:
     present_entries: int = 0  # already in the directory with the right size and SHA-256
     present_bytes: int = 0
     unverified_entries: int = 0  # skipped: no trusted key signed them (XLA_CACHE_TRUSTED_KEYS)
+    prefilled_entries: int = 0  # of the manifest, entries a prefill stored (compiled ahead, issue 44)
+    prefilled_unverified: int = 0  # of those, published with no real run to compare the target with
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +56,8 @@ class Survey:
     fetch, with how many bundles the server streams at once."""
 
     manifest_entries: int = 0
+    prefilled: int = 0  # of the manifest's entries, those a prefill stored
+    prefilled_unverified: int = 0
     present: list[RemoteEntry] = field(default_factory=list)
     needed: list[RemoteEntry] = field(default_factory=list)
     bundle_streams: int | None = None
@@ -81,6 +86,8 @@ class Conversation:
             present_entries=len(present),
             present_bytes=sum(entry.size for entry in present),
             unverified_entries=self.unverified,
+            prefilled_entries=self.survey.prefilled,
+            prefilled_unverified=self.survey.prefilled_unverified,
         )
 
     def on_server(self) -> set[str]:
@@ -232,6 +239,8 @@ def _survey(api: CacheApi, plan: WarmPlan, deadline: Deadline) -> Survey:
     present, needed = split_present(manifest.entries, plan.directory, plan.options.framework.is_entry)
     return Survey(
         manifest_entries=len(manifest.entries),
+        prefilled=sum(1 for entry in manifest.entries if is_prefilled(entry.prefilled)),
+        prefilled_unverified=sum(1 for entry in manifest.entries if is_unverified(entry.prefilled)),
         present=present,
         needed=needed,
         bundle_streams=manifest.bundle_streams,
