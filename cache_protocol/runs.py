@@ -37,7 +37,12 @@ counts the rest. The body (JSON)::
          "source": "train.py:57",     # where the job compiled it (torch_xla: the call site of the
                                       # mark_step()/sync() that compiled it, SOURCE_MAX_LENGTH), else null
          "load_failed": false}        # an entry of this key was there but failed to load
-      ]
+      ],
+      "runtime": {                    # optional, sent until a report with it is taken (JAX jobs): the
+        "platform_version": "…",      # components of JAX's key this runtime sets, what a prefill compares
+        "topology": {…}, "devices": [[0, [0, 0, 0]], …],   # its target with (issue 44; the fields are
+        "xla_flags_digest": "…", "compression": "zstandard", # xla_cache.prefill.components.COMPARED)
+        "xla_caches": "none", …}
     }
 
 Every count is an integer in ``0 .. MAX_COUNT``, every duration a number in ``0 .. MAX_SECONDS``; anything

@@ -16,6 +16,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     create_model,
+    field_validator,
     model_validator,
 )
 
@@ -36,6 +37,7 @@ from cache_protocol.runs import (
     milliseconds,
 )
 from cache_protocol.text import unprintable
+from cache_server.api.schemas import bounded_fingerprint
 from cache_server.domain.runs import MissRecord, RunInfo
 from cache_server.names import check_key, check_namespace
 from cache_server.runs.ingest import RunDetail, RunReport
@@ -104,6 +106,17 @@ class _ReportFields(_Strict):
         max_length=MAX_HITS_PER_REPORT,
         description="The entries the run loaded since its last report: each saved what it cost to compile.",
     )
+    runtime: dict[str, Any] | None = Field(
+        default=None,
+        description="The components of JAX's cache key the run saw (platform version, topology, device ids "
+        "and coordinates, flag digests, compression, jax_persistent_cache_enable_xla_caches): what a prefill "
+        "compares its target with. Bounded as a fingerprint.",
+    )
+
+    @field_validator("runtime")
+    @classmethod
+    def _bounded_runtime(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else bounded_fingerprint(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> _ReportFields:
@@ -141,6 +154,7 @@ class _ReportFields(_Strict):
                 for m in self.new_misses
             ],
             hit_keys=tuple(self.hit_keys),
+            runtime=self.runtime,
         )
 
 
@@ -173,6 +187,7 @@ class _RunIdentity(BaseModel):
     updated_at: dt.datetime
     ended_at: dt.datetime | None
     hit_rate: float | None
+    runtime: dict[str, Any] | None = None
 
 
 _SHOWN = tuple(number for number in RUN_NUMBERS if number.name != "misses")
@@ -202,6 +217,7 @@ def _run_fields(run: RunInfo) -> dict[str, object]:
         "updated_at": run.updated_at,
         "ended_at": run.ended_at,
         "hit_rate": n.hits / looked if looked else None,
+        "runtime": run.runtime,
         **{number.name: shown[number.name] for number in _SHOWN},
     }
 

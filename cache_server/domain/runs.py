@@ -107,6 +107,9 @@ class RunInfo:
     ended_at: dt.datetime | None
     numbers: RunNumbers
     misses_stored: int = 0
+    # the components of JAX's key the run saw (platform version, topology, devices, flags, compression...):
+    # what a prefill compares its target with (issue 44; migration 0019). None: not reported.
+    runtime: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

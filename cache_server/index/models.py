@@ -383,6 +383,8 @@ class Run(Base):
     started_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)  # None: still running
+    # The components of JAX's cache key the run saw (migration 0019; issue 44): its latest report's.
+    runtime: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 # The run's numbers (cache_protocol.runs.RUN_NUMBERS: warm_ms, hits, misses, compile_ms, saved_ms...): one

@@ -36,6 +36,7 @@ _RUN_COLUMNS = (
     Run.started_at,
     Run.updated_at,
     Run.ended_at,
+    Run.runtime,
     *(run_number(name) for name in NUMBER_FIELDS),
 )
 
@@ -51,7 +52,8 @@ def _run_info(row: Sequence[Any], misses_stored: int = 0) -> RunInfo:
         started_at=row[6],
         updated_at=row[7],
         ended_at=row[8],
-        numbers=RunNumbers.of_row(row[9:]),
+        runtime=row[9],
+        numbers=RunNumbers.of_row(row[10:]),
         misses_stored=misses_stored,
     )
 
@@ -156,6 +158,7 @@ def _row(run: RunInfo) -> dict[str, Any]:
         "started_at": run.started_at,
         "updated_at": run.updated_at,
         "ended_at": run.ended_at,
+        "runtime": run.runtime,
         **run.numbers.as_dict(),
     }
 

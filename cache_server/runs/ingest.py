@@ -18,6 +18,7 @@ import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cache_protocol.runs import MAX_MISSES_PER_RUN
 from cache_server import metrics
@@ -80,6 +81,7 @@ class RunReport:
     numbers: Mapping[str, float]  # by name (cache_protocol.runs.REPORTED_NUMBERS), durations in seconds
     new_misses: Sequence[MissRecord]
     hit_keys: Sequence[str] = ()  # the entries loaded since the run's last report
+    runtime: Mapping[str, Any] | None = None  # the components of JAX's key the run saw (issue 44)
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ class RunService:
             updated_at=now,
             ended_at=report.ended_at,
             numbers=numbers,
+            runtime=dict(report.runtime) if report.runtime is not None else None,
         )
         recorded = record_run(self._repository, run, report.new_misses, now=now, budget=self._budget)
         if metrics_on:
@@ -289,6 +292,7 @@ def record_run(
                 process_index=run.process_index,
                 updated_at=now,
                 ended_at=max(ended) if ended else None,
+                runtime=run.runtime if run.runtime is not None else old.runtime,
                 numbers=_with_saved(
                     old.numbers.merged(run.numbers), old.numbers.saved_ms + run.numbers.saved_ms
                 ),

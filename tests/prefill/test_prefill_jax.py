@@ -129,3 +129,40 @@ def test_a_prefill_killed_midway_leaves_whole_entries_and_resumes(
     assert resumed["stored"] == len(uploaded)
     assert resumed["compiled"] == resumed["uploaded"] == wanted - len(uploaded)
     assert len(server_keys(live_server, namespace) - before) == wanted
+
+
+def test_a_real_run_that_differs_in_a_key_component_makes_prefill_refuse(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    require_module("jax", "jax is not installed (scripts/test installs jax 0.10)")
+    one = specs_file(tmp_path / "one.json", calls(range(200, 201)), STEP)
+    code, first, stderr = run_prefill(live_server, one, "--unverified", "--workers", "1")
+    assert code == 0, stderr[-3000:]
+    namespace, components = first["namespace"], first["components"]
+    assert components["xla_caches"] == "none" and components["devices"] == [[0, []]]
+
+    # The namespace's latest real run saw another platform version (its report says so).
+    report = {
+        "run_id": "differing-run-0001",
+        "namespace": namespace,
+        "framework": "jax",
+        "host": "another-host",
+        "started_at": time.time(),
+        "runtime": {**components, "platform_version": "another runtime"},
+    }
+    httpx.post(f"{live_server.url}/v1/runs", json=report, timeout=30).raise_for_status()
+    before = server_keys(live_server, namespace)
+
+    specs = specs_file(tmp_path / "specs.json", calls(range(201, 204)), STEP)
+    code, refused, stderr = run_prefill(live_server, specs, "--workers", "1")
+    assert code == 2 and refused == {}
+    assert "differing-run-0001" in stderr and "platform_version: prefill" in stderr
+    assert "the real run 'another runtime'" in stderr
+    assert server_keys(live_server, namespace) == before  # nothing published
+
+    code, anyway, stderr = run_prefill(live_server, specs, "--workers", "1", "--unverified")
+    assert code == 0, stderr[-3000:]
+    assert anyway["unverified"] and "platform_version" in anyway["verified"] and anyway["uploaded"] == 3
+    manifest = httpx.get(f"{live_server.url}/v1/namespaces/{namespace}/manifest", timeout=30).json()
+    new = [entry for entry in manifest["entries"] if entry["key"] not in before]
+    assert len(new) == 3 and all(entry["prefilled"].endswith(" unverified") for entry in new)

@@ -39,12 +39,12 @@ def test_fifty_prefilled_torchax_shapes_cost_the_job_no_compile(
 
     calls = [[{"shape": [n, 16], "dtype": "float32"}] for n in SIZES]
     specs = specs_file(tmp_path / "specs.json", calls, "tests.prefill.steps:model")
-    code, summary, stderr = run_prefill(
-        live_server, specs, "--framework", "torchax", "--workers", "2", "--unverified"
-    )
+    code, summary, stderr = run_prefill(live_server, specs, "--framework", "torchax", "--workers", "2")
     assert code == 0, stderr[-3000:]
     assert summary["namespace"] == namespace  # the torchax job's, computed without it
     assert (summary["compiled"], summary["stored"], summary["failed"]) == (len(SIZES), 0, [])
+    assert summary["verified"].startswith("verified: key components equal to real run")
+    assert not summary["unverified"]  # checked against the first run's report: published as verified
     assert len(server_keys(live_server, namespace) - before) == len(SIZES)
 
     assert job("second", SIZES[-1]) == {"hits": first["misses"] + len(SIZES), "misses": 0}

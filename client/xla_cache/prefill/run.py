@@ -152,9 +152,9 @@ def prefill(
     resident memory is killed and its call fails; ``calls_per_worker``: a worker is replaced after so many.
 
     The namespace's latest real run (its report's key components) must agree with the target, else
-    :class:`PrefillRefused` names the component that differs; with no real run yet it publishes only with
-    ``unverified=True`` (the entries are marked so). Returns a :class:`PrefillSummary`; server trouble before
-    the first compile raises :class:`PrefillError`.
+    :class:`PrefillRefused` names the component that differs; with no real run yet, or one that differs, it
+    publishes only with ``unverified=True`` (the entries are marked so). Returns a
+    :class:`PrefillSummary`; server trouble before the first compile raises :class:`PrefillError`.
     """
     started = time.monotonic()
     if framework not in (JAX, TORCHAX):
@@ -225,11 +225,16 @@ def _check_target(
         return "unverified: no real run of the namespace to compare with (published as asked)", True
     run_id, runtime = latest
     differing = differences(components, runtime)
-    if differing:
+    if differing and not unverified:
         raise PrefillRefused(
             f"the target differs from the latest real run of namespace {namespace} ({run_id}) in "
             + "; ".join(differing)
-            + ": its jobs would not hit these entries (nothing was uploaded)"
+            + ": its jobs would not hit these entries (nothing was uploaded; --unverified publishes anyway)"
+        )
+    if differing:
+        return (
+            f"unverified: differs from real run {run_id} in {'; '.join(differing)} (published as asked)",
+            True,
         )
     return f"verified: key components equal to real run {run_id}'s", False
 

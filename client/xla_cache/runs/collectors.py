@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from xla_cache.localcache.cachedir import LocalFile
 
@@ -73,6 +74,11 @@ class RunCollector(ABC):
     def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
         """What is known of the compiles that wrote ``files``, by key (keys not known are left out)."""
         return {}
+
+    def runtime(self) -> dict[str, Any] | None:
+        """The components of the framework's cache key this runtime sets (a report's ``runtime``: what a
+        prefill compares its target with), or None where the framework has none to tell."""
+        return None
 
 
 class NullCollector(RunCollector):

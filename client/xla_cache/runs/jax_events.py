@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import sys
 import threading
@@ -215,6 +216,15 @@ class JaxCollector(RunCollector):
         import jax
 
         return int(jax.process_index()) if int(jax.process_count()) > 1 else None
+
+    def runtime(self) -> dict[str, Any] | None:
+        if "jax" not in sys.modules:
+            return None
+        import jax
+
+        from xla_cache.prefill.components import key_components
+
+        return key_components(jax.devices(), os.environ)
 
     def facts(self, files: Sequence[LocalFile]) -> dict[str, MissFacts]:
         found: dict[str, MissFacts] = {}

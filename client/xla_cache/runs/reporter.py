@@ -126,6 +126,7 @@ class _State:
     hits: list[str] = field(default_factory=list)  # keys of warmed entries the job read, in order found
     hits_sent: int = 0  # hits[:hits_sent] reached the server
     failing: bool = False  # the last report failed (warned once)
+    runtime_sent: bool = False  # the runtime's key components reached the server (sent until they do)
     unanswered: bool = False  # ... because the server did not answer it (not a refusal)
 
 
@@ -187,6 +188,7 @@ class RunReporter:
         self._host = socket.gethostname()[:HOST_MAX_LENGTH] or "unknown"
         self._process_index = 0
         self._framework = collector.framework()
+        self._runtime: dict[str, Any] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -199,6 +201,11 @@ class RunReporter:
         self._process_index = process_index(framework_index)
         # Fixed for the run: the server refuses (409) a run whose framework changes between reports.
         self._framework = self._collector.framework()
+        try:  # read now: the runtime is started, and the job's settings are made
+            self._runtime = self._collector.runtime()
+        except Exception:  # a report only explains: one without them is still one
+            logger.debug("xla-cache: could not read the runtime's key components", exc_info=True)
+            self._runtime = None
         self._next_due = self._clock()
         self._unread = _mark_unread(self._paths, self._baseline)
         self._warm = warm
@@ -361,10 +368,15 @@ class RunReporter:
         body = self._numbers()
         body["new_misses"] = [miss.as_dict() for miss in batch]
         body["hit_keys"] = hits
+        if self._runtime is not None and not state.runtime_sent:
+            body["runtime"] = self._runtime
         problem = self._post(body, deadline)
         refused = problem is not None and _refused(problem) and not _not_taken(problem)
-        if refused and any(miss.source for miss in batch):
-            # A server older than the misses' source field refuses it: the compiles are sent without it.
+        if refused and ("runtime" in body or any(miss.source for miss in batch)):
+            # A server from before runtimes or the misses' source field (an unknown field is refused): the
+            # report goes without them, the compiles with it.
+            self._runtime = None
+            body.pop("runtime", None)
             body["new_misses"] = [miss.as_dict(source=False) for miss in batch]
             problem = self._post(body, deadline)
         if problem is not None and batch and _refused(problem) and not _not_taken(problem):
@@ -381,6 +393,7 @@ class RunReporter:
         if problem is None:
             state.sent += len(batch)
             state.hits_sent += len(hits)
+            state.runtime_sent = state.runtime_sent or "runtime" in body
             state.reports += 1
             state.unanswered = False
             if state.failing:
