@@ -27,6 +27,9 @@ def cmd_prefill(args: argparse.Namespace) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as python -m does: the module may be the directory's own
     config = config_of(args)
+    env = dict(os.environ)
+    if args.accelerator_type:  # the target's, as its fingerprint records it (TPU_ACCELERATOR_TYPE)
+        env["TPU_ACCELERATOR_TYPE"] = args.accelerator_type
     summary = prefill(
         function,
         specs.calls,
@@ -41,6 +44,7 @@ def cmd_prefill(args: argparse.Namespace) -> int:
         unverified=args.unverified,
         timeout=args.timeout,
         progress=progress_of(args),
+        env=env,
     )
     emit(args, summary.as_dict(), summary.lines())
     return 1 if summary.failed else 0
@@ -66,6 +70,11 @@ def add_prefill_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     parser.add_argument(
         "--topology", help="compile for this TPU topology deviceless, such as v5e:2x2 (needs libtpu here)"
+    )
+    parser.add_argument(
+        "--accelerator-type",
+        help="the target's TPU_ACCELERATOR_TYPE where its environment sets one (v5litepod-4): part of its "
+        "namespace",
     )
     parser.add_argument("--framework", choices=["jax", "torchax"], default="jax", help="default jax")
     parser.add_argument("--workers", type=int, help="worker processes at once (default: the CPUs)")

@@ -40,7 +40,7 @@ from xla_cache.prefill.worker import JAX, TORCHAX, WorkerSetup
 from xla_cache.progress import NullProgress, Progress
 from xla_cache.upload import upload_entries
 
-__all__ = ["PrefillError", "PrefillRefused", "PrefillSummary", "prefill"]
+__all__ = ["PrefillError", "PrefillRefused", "PrefillSummary", "check_target", "prefill"]
 
 UPLOAD_BATCH = 32  # entries uploaded together (a bulk upload)
 UPLOAD_EVERY = 2.0  # seconds: a batch goes up at least this often, so a killed prefill loses little
@@ -150,6 +150,9 @@ def prefill(
     ``torchax.compile``. ``calls``: per call, its arguments (:mod:`xla_cache.prefill.specs`). ``workers``:
     at most this many at once (default: the CPUs, at most the calls); ``memory_mib``: a worker over this
     resident memory is killed and its call fails; ``calls_per_worker``: a worker is replaced after so many.
+    ``env``: the target's environment as its fingerprint reads it (flags, ``TPU_ACCELERATOR_TYPE``;
+    default this process's; the workers compile with this process's own flags). A script calling this
+    needs the ``if __name__ == "__main__":`` guard: the workers are started with ``spawn``.
 
     The namespace's latest real run (its report's key components) must agree with the target, else
     :class:`PrefillRefused` names the component that differs; with no real run yet, or one that differs, it
@@ -165,7 +168,7 @@ def prefill(
     for call in plain:  # the same call twice compiles once
         if unique.setdefault(json.dumps(call, sort_keys=True), len(order)) == len(order):
             order.append(call)
-    config = ClientConfig.resolve(server, token, None, env)
+    config = ClientConfig.resolve(server, token, None)
     if not config.server:
         raise PrefillError("prefill uploads to a server, and the server is set to none")
     setup = WorkerSetup(_reference(function), framework, topology, (os.getcwd(), *sys.path[:1]))
@@ -210,10 +213,12 @@ def _stored_keys(api: CacheApi, namespace: str, timeout: float) -> frozenset[str
         raise
 
 
-def _check_target(
-    api: CacheApi, namespace: str, components: dict[str, Any], unverified: bool, timeout: float
+def check_target(
+    api: CacheApi, namespace: str, components: Mapping[str, Any], unverified: bool, timeout: float
 ) -> tuple[str, bool]:
-    """Compare with the namespace's latest real run; (what was found, whether it is unverified)."""
+    """Compare the target's key ``components`` with the namespace's latest real run's: (what was found,
+    whether publishing is unverified); :class:`PrefillRefused` naming the differing components, or saying
+    no real run exists, unless ``unverified``."""
     latest = api.latest_run_runtime(namespace, Deadline(timeout))
     if latest is None:
         if not unverified:
@@ -304,7 +309,7 @@ def _run(
                 fingerprint=fingerprint,
                 components=event.components,
             )
-            summary.verified, summary.unverified = _check_target(
+            summary.verified, summary.unverified = check_target(
                 api, namespace, event.components, unverified, timeout
             )
             uploader = provenance(topology, unverified=summary.unverified)

@@ -194,6 +194,10 @@ def _compile(
 def worker_main(conn: Connection, setup: WorkerSetup) -> None:
     """The worker's life (see the module's doc)."""
     sys.path[:0] = [p for p in setup.sys_path if p not in sys.path]
+    if (
+        setup.topology is not None
+    ):  # libtpu locks itself to one process unless told: workers compile side by side
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         from xla_cache.frameworks.jax import FRAMEWORK
         from xla_cache.prefill.components import key_components, target_facts
