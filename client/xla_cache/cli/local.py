@@ -286,6 +286,29 @@ def _push_import(args: argparse.Namespace, config: ClientConfig) -> int:
     return 1 if result.errors else 0
 
 
+def _prefill_check(args: argparse.Namespace) -> int:
+    """``doctor --prefill-check``: compile a probe here and deviceless for the same target; 0 when they
+    agree."""
+    from xla_cache.prefill.check import prefill_check
+
+    print(
+        "xla-cache doctor --prefill-check: compiling one small function on this host's devices, then in a "
+        "prefill worker for the same target without them",
+        file=sys.stderr,
+        flush=True,
+    )
+    found = prefill_check(args.topology, timeout=args.timeout)
+    lines = [f"verdict      {found['verdict']}", f"passed       {'yes' if found['passed'] else 'NO'}"]
+    if found.get("topology"):
+        lines.append(f"topology     {found['topology']} (deviceless)")
+    for name, value in zip(("namespace", "deviceless"), found.get("namespaces") or (), strict=False):
+        lines.append(f"{name:<12} {value}")
+    lines += [f"differs      {item}" for item in found.get("differing") or []]
+    lines.append("send us the output of --json (no secrets: versions, devices, digests of flags)")
+    emit(args, found, lines)
+    return 0 if found["passed"] else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Two-process self-test: does this torch_xla load its own persistent-cache entries? With ``--auto``
     only whether auto-activation (XLA_CACHE_AUTO) is on for this interpreter, and why not."""
@@ -296,6 +319,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.auto:
         emit(args, auto, auto_text)
         return 0
+    if args.prefill_check:
+        return _prefill_check(args)
     config = config_of(args)
     print(
         "xla-cache doctor: starting torch_xla in two processes, one after the other (the second must load "
@@ -374,6 +399,13 @@ def add_local_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
     doctor = sub.add_parser("doctor", help="can this torch_xla load its own cache entries?")
     add_common(doctor, timeout=300.0)
+    doctor.add_argument(
+        "--prefill-check",
+        action="store_true",
+        help="compile one small JAX function on this host's devices and deviceless for the same target (its "
+        "TPU topology), and compare namespaces, key components and keys (docs/prefill.md)",
+    )
+    doctor.add_argument("--topology", help="with --prefill-check: the TPU topology (default: this host's)")
     doctor.add_argument(
         "--auto",
         action="store_true",
