@@ -135,7 +135,7 @@ def test_a_real_run_that_differs_in_a_key_component_makes_prefill_refuse(
     live_server: LiveServer, tmp_path: Path
 ) -> None:
     require_module("jax", "jax is not installed (scripts/test installs jax 0.10)")
-    one = specs_file(tmp_path / "one.json", calls(range(200, 201)), STEP)
+    one = specs_file(tmp_path / "one.json", calls(range(1000, 1001)), STEP)
     code, first, stderr = run_prefill(live_server, one, "--unverified", "--workers", "1")
     assert code == 0, stderr[-3000:]
     namespace, components = first["namespace"], first["components"]
@@ -153,7 +153,7 @@ def test_a_real_run_that_differs_in_a_key_component_makes_prefill_refuse(
     httpx.post(f"{live_server.url}/v1/runs", json=report, timeout=30).raise_for_status()
     before = server_keys(live_server, namespace)
 
-    specs = specs_file(tmp_path / "specs.json", calls(range(201, 204)), STEP)
+    specs = specs_file(tmp_path / "specs.json", calls(range(1001, 1004)), STEP)
     code, refused, stderr = run_prefill(live_server, specs, "--workers", "1")
     assert code == 2 and refused == {}
     assert "differing-run-0001" in stderr and "platform_version: prefill" in stderr
