@@ -539,3 +539,37 @@ def test_a_child_multiprocessing_started_has_its_number(monkeypatch: pytest.Monk
     assert launcher_rank() is None  # this process: no launcher
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.apply(launcher_rank) == 1
+
+
+class WithRuntime(FakeCollector):
+    """A JAX runtime's key components, as :func:`xla_cache.prefill.components.key_components` reads them."""
+
+    def runtime(self) -> dict[str, Any] | None:
+        return {"platform": "cpu", "platform_version": "cpu", "devices": [[0, []]], "xla_caches": "none"}
+
+
+def test_the_first_report_carries_the_runtimes_key_components_once(
+    tmp_path: Path, receiver: tuple[str, RunReceiver]
+) -> None:
+    url, taken = receiver
+    setup = Setup(tmp_path, url, WithRuntime())
+    setup.reporter.tick()
+    setup.reporter.finish()
+    first, last = taken.reports_of(setup.reporter.run_id)
+    assert first["runtime"]["platform_version"] == "cpu" and "runtime" not in last  # taken: not sent again
+
+
+def test_a_server_from_before_runtimes_takes_the_report_without_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support import run_receiver
+
+    monkeypatch.setattr(run_receiver, "_FIELDS", run_receiver._FIELDS - {"runtime"})  # refused as unknown
+    taken = RunReceiver()
+    with serve_in_thread(taken) as url:
+        setup = Setup(tmp_path, url, WithRuntime())
+        setup.reporter.tick()
+        setup.reporter.finish()
+    assert len(taken.refused) == 1 and "unknown field 'runtime'" in taken.refused[0][1][0]
+    first, last = taken.reports_of(setup.reporter.run_id)  # both stored, neither with it
+    assert "runtime" not in first and "runtime" not in last

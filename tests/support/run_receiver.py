@@ -64,6 +64,7 @@ _FIELDS = {
     *_DURATIONS,
     "new_misses",
     "hit_keys",
+    "runtime",  # optional: the components of JAX's key the runtime sets (issue 44)
 }
 _MISS_FIELDS = {"key", "module", "components", "compile_seconds", "load_failed", "source"}
 _OLDER_MISS_FIELDS = _MISS_FIELDS - {"source"}  # a server from before misses carried their source
@@ -119,6 +120,9 @@ def report_problems(body: Any, *, older: bool = False) -> list[str]:
     if not isinstance(body, dict):
         return ["the body is not a JSON object"]
     problems = [f"unknown field {name!r}" for name in sorted(set(body) - _FIELDS)]
+    runtime = body.get("runtime")
+    if runtime is not None and not (isinstance(runtime, dict) and all(isinstance(k, str) for k in runtime)):
+        problems.append("runtime is not an object of named components")
     run_id = body.get("run_id")
     if not isinstance(run_id, str) or RUN_ID_PATTERN.fullmatch(run_id) is None:
         problems.append(f"run_id is not a run id: {run_id!r}")
