@@ -41,7 +41,7 @@ counts the rest. The body (JSON)::
       "runtime": {                    # optional, sent until a report with it is taken (JAX jobs): the
         "platform_version": "…",      # components of JAX's key this runtime sets, what a prefill compares
         "topology": {…}, "devices": [[0, [0, 0, 0]], …],   # its target with (issue 44; the fields are
-        "xla_flags_digest": "…", "compression": "zstandard", # xla_cache.prefill.components.COMPARED)
+        "xla_flags_digest": "…", "compression": "zstandard", # xla_cache.frameworks.key_components.COMPARED)
         "xla_caches": "none", …}
     }
 

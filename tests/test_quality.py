@@ -89,6 +89,7 @@ _CLIENT_ROOMS_BELOW = {
     "frameworks": ("localcache",),
     "transfer": ("localcache", "http", "frameworks"),
     "runs": ("localcache", "http", "frameworks", "transfer"),
+    "prefill": ("localcache", "http", "frameworks", "transfer"),
 }
 # What of the client's root a room may import: the frame's vocabulary, never the warm nor the entry points.
 _CLIENT_VOCABULARY = ("config", "config_file", "server_url", "errors", "logs", "warm_report")

@@ -108,7 +108,7 @@ class RunInfo:
     numbers: RunNumbers
     misses_stored: int = 0
     # the components of JAX's key the run saw (platform version, topology, devices, flags, compression...):
-    # what a prefill compares its target with (issue 44; migration 0019). None: not reported.
+    # what a prefill compares its target with (issue 44; migration 0020). None: not reported.
     runtime: dict[str, Any] | None = None
 
 

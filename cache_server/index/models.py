@@ -383,7 +383,7 @@ class Run(Base):
     started_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, default=utcnow)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, nullable=True)  # None: still running
-    # The components of JAX's cache key the run saw (migration 0019; issue 44): its latest report's.
+    # The components of JAX's cache key the run saw (migration 0020; issue 44): its latest report's.
     runtime: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 

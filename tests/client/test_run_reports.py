@@ -542,7 +542,8 @@ def test_a_child_multiprocessing_started_has_its_number(monkeypatch: pytest.Monk
 
 
 class WithRuntime(FakeCollector):
-    """A JAX runtime's key components, as :func:`xla_cache.prefill.components.key_components` reads them."""
+    """A JAX runtime's key components, as :func:`~xla_cache.frameworks.key_components.key_components`
+    reads them."""
 
     def runtime(self) -> dict[str, Any] | None:
         return {"platform": "cpu", "platform_version": "cpu", "devices": [[0, []]], "xla_caches": "none"}

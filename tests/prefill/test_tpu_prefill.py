@@ -19,14 +19,14 @@ from tests.prefill.prefill_support import CLI, env
 from tests.support.auto_jobs import ROOT
 from tests.support.server import LiveServer
 from tests.support.wait import wait_until
-from xla_cache.api import CacheApi
-from xla_cache.cachedir import LocalFile
-from xla_cache.deadline import Deadline
 from xla_cache.frameworks.jax import check_entry
-from xla_cache.namespace import namespace_id
+from xla_cache.frameworks.namespace import namespace_id
+from xla_cache.http.api import CacheApi
+from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import LocalFile
 from xla_cache.prefill import PrefillRefused
 from xla_cache.prefill.run import check_target
-from xla_cache.upload import upload_entries
+from xla_cache.transfer.upload import upload_entries
 
 pytestmark = [pytest.mark.e2e]
 

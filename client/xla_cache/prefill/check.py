@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from xla_cache.frameworks.jax import build_fingerprint
-from xla_cache.namespace import namespace_id
-from xla_cache.prefill.components import differences, key_components, target_facts
+from xla_cache.frameworks.key_components import differences, key_components, target_facts
+from xla_cache.frameworks.namespace import namespace_id
 from xla_cache.prefill.pool import WorkerPool
 from xla_cache.prefill.worker import WorkerSetup, _KeyWatch
 

@@ -4,9 +4,10 @@ and upload the entries into the namespace the target job will compute, before th
 It reads straight down: the first worker describes the target (this host's runtime, or a TPU topology
 deviceless) and the namespace follows from it as ``warm()`` derives it; the namespace's keys are read from
 the server (so a second prefill compiles nothing the namespace holds: "stored"); the key components are
-compared with the latest real run of the namespace (:mod:`xla_cache.prefill.components`); then the workers
-compile the calls, and each entry is checked whole and uploaded in small batches as it comes, marked
-prefilled. A prefill killed midway has uploaded whole entries only, and run again compiles only the rest.
+compared with the latest real run of the namespace (:mod:`xla_cache.frameworks.key_components`); then
+the workers compile the calls, and each entry is checked whole and uploaded in small batches as it comes,
+marked prefilled. A prefill killed midway has uploaded whole entries only, and run again compiles only
+the rest.
 """
 
 from __future__ import annotations
@@ -24,21 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from cache_protocol.prefill import prefill_uploader
-from xla_cache.api import CacheApi
-from xla_cache.cachedir import LocalFile
 from xla_cache.config import ClientConfig
-from xla_cache.deadline import Deadline
 from xla_cache.errors import ClientError, ServerError
 from xla_cache.frameworks.jax import FRAMEWORK as JAX_ADAPTER
 from xla_cache.frameworks.jax import build_fingerprint
+from xla_cache.frameworks.key_components import differences
+from xla_cache.frameworks.namespace import namespace_id
+from xla_cache.http.api import CacheApi
+from xla_cache.http.deadline import Deadline
+from xla_cache.localcache.cachedir import LocalFile
 from xla_cache.logs import logger
-from xla_cache.namespace import namespace_id
-from xla_cache.prefill.components import differences
 from xla_cache.prefill.pool import WorkerPool, cpu_count
 from xla_cache.prefill.specs import Call, describe, normalize_calls
 from xla_cache.prefill.worker import JAX, TORCHAX, WorkerSetup
-from xla_cache.progress import NullProgress, Progress
-from xla_cache.upload import upload_entries
+from xla_cache.transfer.progress import NullProgress, Progress
+from xla_cache.transfer.upload import upload_entries
 
 __all__ = ["PrefillError", "PrefillRefused", "PrefillSummary", "check_target", "prefill"]
 

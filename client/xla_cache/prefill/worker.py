@@ -6,7 +6,7 @@ The conversation over its pipe, in order:
 
 1. worker -> ``("facts", facts, components)``: the target runtime's facts
    (:func:`xla_cache.frameworks.jax.runtime_facts`, or a TPU topology's, deviceless) and the components
-   of JAX's cache key it can see (:mod:`xla_cache.prefill.components`); or ``("error", reason)``.
+   of JAX's cache key it can see (:mod:`xla_cache.frameworks.key_components`); or ``("error", reason)``.
 2. parent -> ``("setup", directory, stored_keys)``: the scratch directory (``<scratch>/<slot>/<namespace>``,
    as ``warm()`` lays out a cache) and the keys the namespace already holds.
 3. parent -> ``("call", index, call)``; worker -> ``("done", index, result)``; again and again.
@@ -200,7 +200,7 @@ def worker_main(conn: Connection, setup: WorkerSetup) -> None:
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         from xla_cache.frameworks.jax import FRAMEWORK
-        from xla_cache.prefill.components import key_components, target_facts
+        from xla_cache.frameworks.key_components import key_components, target_facts
 
         _jax().config.update("jax_persistent_cache_enable_xla_caches", "none")  # as warm() sets it
         devices = _target_devices(setup.topology)

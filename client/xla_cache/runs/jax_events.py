@@ -222,7 +222,7 @@ class JaxCollector(RunCollector):
             return None
         import jax
 
-        from xla_cache.prefill.components import key_components
+        from xla_cache.frameworks.key_components import key_components
 
         return key_components(jax.devices(), os.environ)
 

@@ -6,8 +6,8 @@ version, topology, device ids and coordinates, flag digests, compression, whethe
 enters the key) with those the namespace's latest real run reported, and refuses naming the one that
 differs. A nullable JSON column added in place; runs reported before have none.
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-12-07 06:10:00.000000
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019"
-down_revision = "0018"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
