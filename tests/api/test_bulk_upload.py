@@ -165,3 +165,24 @@ def test_a_bulk_upload_into_a_bad_namespace_is_refused_whole(client: TestClient,
     response = client.post("/v1/namespaces/bad..ns/entries", content=tar_of([member("k", b"x")]))
     assert response.status_code == 400 and response.json()["error"] == "invalid_name", response.text
     assert blobs(settings) == []
+
+
+def test_members_of_the_next_group_read_while_a_group_commits_get_what_a_put_would(
+    client: TestClient, settings: Settings
+) -> None:
+    """The first group commits while the second is read (service/bulk.py): a member there that fails its
+    digest or repeats a key of the committing group is refused alone, as before; the rest are stored."""
+    count = GROUP_ENTRIES + 10
+    members = [member(f"k{i}", b"entry %d" % i) for i in range(count)]
+    members[GROUP_ENTRIES + 2] = member(f"k{GROUP_ENTRIES + 2}", b"lies", digest=sha(b"other"))
+    members[GROUP_ENTRIES + 5] = member("k3", b"entry 3 again")
+    body = client.post(URL, content=tar_of(members)).json()
+    statuses = [(result["key"], result["status"], result["error"]) for result in body["results"]]
+    expected = [(f"k{i}", 201, None) for i in range(count)]
+    expected[GROUP_ENTRIES + 2] = (f"k{GROUP_ENTRIES + 2}", 400, "digest_mismatch")
+    expected[GROUP_ENTRIES + 5] = ("k3", 400, "invalid_name")
+    assert statuses == expected
+    assert (body["stored"], body["refused"]) == (count - 2, 2)
+    assert client.get(f"{URL}/k3").content == b"entry 3"  # the committed group's bytes, not the repeat's
+    assert client.get(f"{URL}/k{GROUP_ENTRIES + 2}").status_code == 404
+    assert len(blobs(settings)) == count - 2  # no temp file, no blob of a refused member

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from cache_protocol.tar import END, TarReader
-from cache_server.errors import TokenRevoked
+from cache_server.errors import StorageUnavailable, TokenRevoked
+from cache_server.service.bulk import GROUP_ENTRIES
 from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.support.api import sha, stream_member
@@ -93,3 +94,44 @@ def test_a_token_revoked_before_a_group_commits_stores_nothing_of_it(
     assert given == [False]  # asked before the commit; nothing was written to take back
     assert services.cache.manifest(NS) == [] and blob_files(settings) == []
     assert list((settings.data_dir / "blobs" / ".tmp").iterdir()) == []  # the group's temp files are gone too
+
+
+def test_a_revoke_seen_after_a_group_commits_stores_nothing_of_the_group_read_meanwhile(
+    services: Services, settings: Settings
+) -> None:
+    """The first group commits while the second is read (service/bulk.py): revoked right after the first
+    group's rows are written, the upload takes them back and ends as it did when the stream waited for the
+    commit: the second group is not committed, nor asked about, and leaves no blob or temp file."""
+    still_allowed, given = answers(True, False)
+    with pytest.raises(TokenRevoked):
+        services.cache.put_entries(
+            NS, stream(GROUP_ENTRIES + 40).members(), stored_by="tok", still_allowed=still_allowed
+        )
+    assert given == [True, False]
+    assert services.cache.manifest(NS) == [] and blob_files(settings) == []
+    assert list((settings.data_dir / "blobs" / ".tmp").iterdir()) == []
+
+
+def test_a_group_whose_check_fails_ends_the_upload_with_its_error_and_nothing_of_the_next(
+    services: Services, settings: Settings
+) -> None:
+    """The check after the first group's rows fails (the index unreachable) while the second group is read:
+    the upload ends with that error, as when the stream waited for the commit; the first group's rows stay
+    (written before the check), nothing of the second is stored."""
+    given: list[str] = []
+
+    def still_allowed() -> bool:
+        given.append("asked")
+        if len(given) == 2:
+            raise StorageUnavailable("The index cannot be reached.")
+        return True
+
+    with pytest.raises(StorageUnavailable):
+        services.cache.put_entries(
+            NS, stream(GROUP_ENTRIES + 40).members(), stored_by="tok", still_allowed=still_allowed
+        )
+    assert len(given) == 2  # the second group was never committed
+    first = {f"k{i}" for i in range(GROUP_ENTRIES)}
+    assert {entry.key for entry in services.cache.manifest(NS)} == first
+    assert set(blob_files(settings)) == first
+    assert list((settings.data_dir / "blobs" / ".tmp").iterdir()) == []
