@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,42 @@ def baked_step(
     text_embeddings = table[ids[:text]]
     fused = torch.cat([image_embeddings, text_embeddings], dim=0)
     return torch.nn.functional.pad(fused, (0, 0, 0, seq_len - fused.shape[0]))
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """Each thread of this process: its name (a Python thread's, else the kernel's ``comm``) and CPU
+    seconds so far (``/proc/self/task/<tid>/stat``: user and system time), by native thread id; empty
+    where unknown."""
+    names = {thread.native_id: thread.name for thread in threading.enumerate() if thread.native_id}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    found: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in map(int, tids):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
+        found[tid] = (names.get(tid, f"({comm})"), seconds)
+    return found
+
+
+def cpu_by_thread(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """The CPU seconds each thread spent between two :func:`thread_cpu` looks, summed by name (threads
+    that began meanwhile count from zero)."""
+    spent: dict[str, float] = {}
+    for tid, (name, seconds) in after.items():
+        grown = seconds - before.get(tid, (name, 0.0))[1]
+        if grown > 0:
+            spent[name] = round(spent.get(name, 0.0) + grown, 3)
+    return dict(sorted(spent.items(), key=lambda item: -item[1]))
 
 
 def main() -> int:
@@ -139,6 +176,7 @@ def main() -> int:
     loop_started = time.monotonic()
     loop_cpu_started = time.process_time()
     loop_thread_started = time.thread_time()
+    threads_started = thread_cpu()
     if args.baked:  # one input shape for every step: the sizes are Python integers, constants in the graph
         most = max(images for images, _ in order) * PATCHES_PER_IMAGE
         all_patches = torch.randn(max(most, 1), EMBED_DIM, generator=generator).to(device)
@@ -168,6 +206,7 @@ def main() -> int:
     loop_seconds = time.monotonic() - loop_started
     loop_cpu_seconds = time.process_time() - loop_cpu_started  # every thread: the job's and the client's
     loop_thread_seconds = time.thread_time() - loop_thread_started  # the job's own thread
+    loop_threads = cpu_by_thread(threads_started, thread_cpu())  # each thread's share (clock ticks)
 
     upload = xla_cache.UploadReport() if args.no_flush else xla_cache.flush()
     import torch_xla.debug.metrics as met
@@ -191,6 +230,7 @@ def main() -> int:
                 "loop_seconds": loop_seconds,
                 "loop_cpu_seconds": loop_cpu_seconds,
                 "loop_thread_seconds": loop_thread_seconds,
+                "loop_cpu_by_thread": loop_threads,
                 "warm": warm_report.as_dict() if warm_report else None,
                 "warm_seconds": warm_seconds,
                 "upload": upload.__dict__,
