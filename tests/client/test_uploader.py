@@ -29,7 +29,7 @@ from tests.support.wait import wait_until
 from xla_cache.frameworks import torch_xla as torch_xla_adapter
 from xla_cache.frameworks.torch_xla import TorchXla, deserialize_failure_cause, match_compile_times
 from xla_cache.http.api import CacheApi
-from xla_cache.localcache.cachedir import LocalFile, scan
+from xla_cache.localcache.cachedir import ListingWatch, LocalFile, scan
 from xla_cache.transfer import uploader as uploader_module
 from xla_cache.transfer.uploader import Uploader
 
@@ -230,3 +230,125 @@ def test_a_pass_with_nothing_new_looks_at_the_directory_once(
     uploader._pass(final=False, deadline=uploader_module.Deadline(2), wait=True)
     assert len(scans) == 1
     assert uploader.report().pending == 1 and real_server.requests == []
+
+
+def _counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The directories the uploader scans from now on, one item per scan."""
+    scans: list[Path] = []
+    counted = uploader_module.scan
+
+    def counting(directory: Path, *args: object, **kwargs: object) -> dict[str, LocalFile]:
+        scans.append(directory)
+        return counted(directory, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uploader_module, "scan", counting)
+    return scans
+
+
+def background_pass(uploader: Uploader) -> None:
+    uploader._pass(final=False, deadline=uploader_module.Deadline(2), wait=True)
+
+
+def test_an_idle_pass_skips_the_scan_while_the_directory_is_unchanged(
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: a warmed job's directory holds thousands of entries, and the uploader looks every 2 s (every
+    0.25 s while following). Once a scan left nothing waiting, the passes skip it until a file appears."""
+    for key in ("1", "2", "3"):
+        (tmp_path / key).write_bytes(b"downloaded " + key.encode())
+    age(tmp_path, 30)  # the warm filled it a while ago
+    uploader = make_uploader(real_server.api(), tmp_path, known=scan(tmp_path))
+    scans = _counting_scans(monkeypatch)
+    for _ in range(3):
+        background_pass(uploader)
+    assert len(scans) == 1 and real_server.requests == []
+    (tmp_path / "4").write_bytes(b"compiled after the scan")  # the directory's time moves: scanned again
+    for _ in range(3):
+        background_pass(uploader)  # sighted, unchanged and settled: sent
+    assert real_server.entry(NS, "4") == b"compiled after the scan"
+
+
+def test_a_scan_too_close_to_the_directory_change_is_not_trusted(
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file created in the same clock tick as the directory's last change, after the scan listed it,
+    would leave the directory's time as the scan saw it: while that time is within a second of a scan's
+    start, every pass scans."""
+    (tmp_path / "1").write_bytes(b"downloaded")  # the directory changed just now
+    uploader = make_uploader(real_server.api(), tmp_path, known=scan(tmp_path))
+    scans = _counting_scans(monkeypatch)
+    background_pass(uploader)
+    background_pass(uploader)
+    assert len(scans) == 2
+    age(tmp_path, 30)
+    background_pass(uploader)  # this one's start is well after the directory's time: trusted
+    background_pass(uploader)
+    assert len(scans) == 3
+
+
+def test_a_file_still_being_written_is_looked_at_again(
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file seen while open for writing keeps the passes scanning (its writes do not move the directory's
+    time) until it is complete and sent."""
+    uploader = make_uploader(real_server.api(), tmp_path)
+    scans = _counting_scans(monkeypatch)
+    with open(tmp_path / "8", "wb") as handle:
+        handle.write(b"half")
+        handle.flush()
+        age(tmp_path, 30)  # created long enough ago that a quiet scan would be trusted
+        background_pass(uploader)
+        background_pass(uploader)
+        assert len(scans) == 2 and real_server.requests == []
+        handle.write(b" and the rest")
+    age(tmp_path / "8")
+    background_pass(uploader)  # first sighting of the complete file
+    background_pass(uploader)  # unchanged: sent
+    assert real_server.entry(NS, "8") == b"half and the rest"
+    age(tmp_path, 30)  # the upload's lock file moved the directory's time; a while later
+    background_pass(uploader)  # nothing waits any more
+    scanned = len(scans)
+    background_pass(uploader)
+    assert len(scans) == scanned
+
+
+def test_an_entry_written_again_after_a_load_failure_is_uploaded(
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch_xla writes an entry it failed to load again under the same name, in place: the directory's
+    time does not move, the framework's load failures do."""
+    torch_xla = FakeTorchXla()
+    (tmp_path / "9").write_bytes(b"damaged")
+    age(tmp_path / "9")
+    age(tmp_path, 30)
+    uploader = make_uploader(real_server.api(), tmp_path, known=scan(tmp_path), framework=torch_xla)
+    scans = _counting_scans(monkeypatch)
+    background_pass(uploader)
+    background_pass(uploader)
+    assert len(scans) == 1
+    stat = tmp_path.stat()
+    (tmp_path / "9").write_bytes(b"compiled again")
+    os.utime(tmp_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # as if the write left it alone
+    torch_xla.failures += 1
+    background_pass(uploader)
+    background_pass(uploader)
+    assert real_server.entry(NS, "9") == b"compiled again"
+
+
+def test_a_full_scan_runs_at_least_every_minute(
+    real_server: RealServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the directory's times say (a clock that went back, a file system that stamps oddly)."""
+    (tmp_path / "1").write_bytes(b"downloaded")
+    age(tmp_path, 30)
+    uploader = make_uploader(real_server.api(), tmp_path, known=scan(tmp_path))
+    now = [1000.0]
+    uploader._listing = ListingWatch(tmp_path, clock=lambda: now[0])
+    scans = _counting_scans(monkeypatch)
+    background_pass(uploader)
+    now[0] += 59.0
+    background_pass(uploader)
+    assert len(scans) == 1
+    now[0] += 1.0
+    background_pass(uploader)
+    assert len(scans) == 2

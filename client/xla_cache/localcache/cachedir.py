@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import secrets
+import time
 from collections.abc import Callable, Container
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ __all__ = [
     "UPLOAD_LOCK_NAME",
     "EntryCheck",
     "LastWarm",
+    "ListingWatch",
     "LocalFile",
     "VerifiedWriter",
     "file_sha256",
@@ -97,6 +99,77 @@ def scan(
                 continue
             found[item.name] = LocalFile(item.name, Path(item.path), info.st_size, info.st_mtime_ns)
     return found
+
+
+@dataclass(frozen=True)
+class _Look:
+    """The directory as a scan started: its identity and time stamps, our clock then."""
+
+    identity: tuple[int, int, int, int]  # device, inode, modification and change time (ns)
+    mtime_ns: int
+    wall_ns: int
+    at: float  # monotonic
+
+
+class ListingWatch:
+    """Whether a directory's list of files may have changed since a scan that left nothing to look at again.
+
+    Creating, removing or renaming a file moves the directory's modification (and change) time; writing
+    into a file does not. So a caller that scanned the directory and found nothing waiting (every file
+    settled, none still being written) may skip its next scan while the directory's times are those read
+    just before that scan (:meth:`begin`, then :meth:`settled` after the scan). Two cases keep it scanning:
+
+    - a time stamp not clearly older than the scan's start (by :data:`margin_ns`, a second): a file
+      created in the same clock tick as the last change, after the scan listed the directory, would
+      leave the directory's time as it was (file systems stamp with a coarse clock; a network one with
+      another machine's);
+    - ``longest`` seconds since the last full scan: a scan runs at least that often whatever the times say
+      (a file rewritten in place, or a clock that went back).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        margin_ns: int = 1_000_000_000,
+        longest: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.margin_ns = margin_ns
+        self.longest = longest
+        self._clock = clock
+        self._quiet: _Look | None = None
+
+    def _look(self) -> _Look | None:
+        try:
+            info = os.stat(self.directory)
+        except OSError:
+            return None
+        identity = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+        return _Look(identity, info.st_mtime_ns, time.time_ns(), self._clock())
+
+    def begin(self) -> _Look | None:
+        """Read the directory's times before a scan (None: it cannot be read; the scan says what is there)."""
+        return self._look()
+
+    def settled(self, look: _Look | None) -> None:
+        """The scan begun with ``look`` found nothing waiting: the next may be skipped while nothing moves
+        (unless the directory's time was too close to the scan's start to tell)."""
+        clearly_older = look is not None and look.mtime_ns < look.wall_ns - self.margin_ns
+        self._quiet = look if clearly_older else None
+
+    def forget(self) -> None:
+        """Something is waiting (a file being written, not yet settled, not yet sent): scan next time."""
+        self._quiet = None
+
+    def unchanged(self) -> bool:
+        """Whether the directory's list cannot have changed since the last settled scan."""
+        quiet = self._quiet
+        if quiet is None:
+            return False
+        now = self._look()
+        return now is not None and now.identity == quiet.identity and now.at - quiet.at < self.longest
 
 
 def file_sha256(path: Path) -> str:
