@@ -15,7 +15,6 @@ from cache_server.index.database import Database
 from cache_server.index.models import Entry, EntryGraph, GraphCount
 
 __all__ = [
-    "COST_RANKED_ENTRIES",
     "GraphGroup",
     "GraphRecord",
     "GraphRepository",
@@ -59,12 +58,6 @@ class GraphGroup:
     compile_seconds: float = 0.0  # the compile times recorded with its entries, summed
 
 
-COST_RANKED_ENTRIES = 50_000
-"""Parsed entries (in the namespace asked, or in all) up to which graphs are ranked by the compile seconds
-paid, summed over every entry; past it, by compiles (one ``graph_counts`` row per graph), with the compile
-seconds summed for the graphs shown only: the ranking stays a read of bounded size at 1,000,000 entries."""
-
-
 @dataclass(frozen=True)
 class RankedGraph:
     """One graph in the ranking by cost: the compile ms recorded with its entries (summed), its entries
@@ -82,26 +75,23 @@ def ranked_by_cost(
 ) -> list[RankedGraph]:
     """The ``limit`` graphs that cost most to compile: the compile times recorded with their entries
     (``entries.compile_time_ms``, summed; an entry with none counts 0), then their entries, then by name;
-    variants are a column, not the order. Summed over every parsed entry asked where they are at most
-    :data:`COST_RANKED_ENTRIES`; past that, ranked by compiles and summed for the graphs shown."""
+    variants are a column, not the order. Read off ``graph_counts`` (its ``compile_ms`` is kept by triggers,
+    migration 0021; ``ix_graph_counts_cost``), a read of ``limit`` rows whatever the namespace holds."""
     where = [GraphCount.entries > 0]
     where += [] if namespace is None else [GraphCount.namespace == namespace]
     where += [] if module is None else [GraphCount.module == module]
-    parsed = session.scalar(select(func.coalesce(func.sum(GraphCount.entries), 0)).where(*where))
-    if int(parsed or 0) > COST_RANKED_ENTRIES:
-        return _ranked_by_compiles(session, limit, where)
-    paid = func.coalesce(func.sum(Entry.compile_time_ms), 0)
-    compiles = func.count()
     stmt = (
-        select(EntryGraph.namespace, EntryGraph.module, paid, compiles, GraphCount.variants)
-        .join(Entry, _JOINED)
-        .join(
-            GraphCount,
-            (GraphCount.namespace == EntryGraph.namespace) & (GraphCount.module == EntryGraph.module),
+        select(
+            GraphCount.namespace,
+            GraphCount.module,
+            GraphCount.compile_ms,
+            GraphCount.entries,
+            GraphCount.variants,
         )
-        .where(EntryGraph.module.is_not(None), *where)
-        .group_by(EntryGraph.namespace, EntryGraph.module, GraphCount.variants)
-        .order_by(paid.desc(), compiles.desc(), EntryGraph.namespace, EntryGraph.module)
+        .where(*where)
+        .order_by(
+            GraphCount.compile_ms.desc(), GraphCount.entries.desc(), GraphCount.namespace, GraphCount.module
+        )
         .limit(limit)
     )
     rows = session.execute(stmt).all()
@@ -109,34 +99,6 @@ def ranked_by_cost(
 
 
 _JOINED = (EntryGraph.namespace == Entry.namespace) & (EntryGraph.key == Entry.key)
-
-
-def _ranked_by_compiles(session: Session, limit: int, where: list[Any]) -> list[RankedGraph]:
-    """Past :data:`COST_RANKED_ENTRIES`: the graphs with the most entries (compiles), then variants, then by
-    name, each with the compile ms of its entries summed: in one query per namespace for all the graphs
-    shown (one pass over the namespace's entries however many graphs: a query per graph made ten passes)."""
-    stmt = (
-        select(GraphCount.namespace, GraphCount.module, GraphCount.entries, GraphCount.variants)
-        .where(*where)
-        .order_by(
-            GraphCount.entries.desc(), GraphCount.variants.desc(), GraphCount.namespace, GraphCount.module
-        )
-        .limit(limit)
-    )
-    found = session.execute(stmt).all()
-    modules: dict[str, list[str]] = {}
-    for ns, module, _, _ in found:
-        modules.setdefault(ns, []).append(module)
-    paid: dict[tuple[str, str], int] = {}
-    for ns, names in modules.items():
-        sums = session.execute(
-            select(EntryGraph.module, func.coalesce(func.sum(Entry.compile_time_ms), 0))
-            .join(EntryGraph, _JOINED)
-            .where(EntryGraph.namespace == ns, EntryGraph.module.in_(names))
-            .group_by(EntryGraph.module)
-        )
-        paid.update({(ns, str(module)): int(ms or 0) for module, ms in sums})
-    return [RankedGraph(ns, module, paid.get((ns, module), 0), int(n), int(v)) for ns, module, n, v in found]
 
 
 class GraphRepository:

@@ -276,8 +276,11 @@ class GraphCount(Base):
     Kept by triggers on ``entry_graphs`` (migration 0013) as ``entry_totals`` is by triggers on ``entries``:
     in the transaction of every statement that inserts, deletes or changes a graph's row (parsing, reindex,
     the foreign key's cascade from every deletion of an entry), so ``GET /admin/graphs`` ranks a namespace's
-    graphs off ``ix_graph_counts_ranking`` instead of counting its rows. Rows may stay at zero (the ranking
-    skips them); a namespace's go with it. No foreign key, as for ``entry_totals``.
+    graphs off ``ix_graph_counts_ranking`` instead of counting its rows, and by cost off
+    ``ix_graph_counts_cost`` (``compile_ms``: migration 0021 adds it, and triggers on ``entries`` that
+    keep it as entries go or their compile time changes) instead of summing its entries' compile times.
+    Rows may stay at zero (the ranking skips them); a namespace's go with it. No foreign key, as for
+    ``entry_totals``.
 
     A later migration that rebuilds ``entry_graphs`` on SQLite (``batch_alter_table``) drops the triggers
     with the table and must create them again (``tests/index/test_graph_counts.py`` would fail).
@@ -289,6 +292,8 @@ class GraphCount(Base):
     module: Mapped[str] = mapped_column(String(256), primary_key=True)
     variants: Mapped[int] = mapped_column(BigInteger)
     entries: Mapped[int] = mapped_column(BigInteger)
+    # the compile ms recorded with its entries (``entries.compile_time_ms``), summed (migration 0021)
+    compile_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 # A namespace's graphs in the bucketing report's order, read off the index: most variants, then most
@@ -297,6 +302,14 @@ Index(
     "ix_graph_counts_ranking",
     GraphCount.namespace,
     GraphCount.variants.desc(),
+    GraphCount.entries.desc(),
+    GraphCount.module,
+)
+# ... and in the cost ranking's: most compile ms, then most entries, then by name (migration 0021).
+Index(
+    "ix_graph_counts_cost",
+    GraphCount.namespace,
+    GraphCount.compile_ms.desc(),
     GraphCount.entries.desc(),
     GraphCount.module,
 )

@@ -11,7 +11,7 @@ from cache_server.admin.stats import StatsQuery
 from cache_server.auth.tokens import Role
 from cache_server.domain import utcnow
 from cache_server.errors import Unauthorized
-from cache_server.index import AdminRepository, graph_records
+from cache_server.index import AdminRepository
 from cache_server.service import OpenedEntry
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
@@ -143,18 +143,21 @@ def test_graphs_are_ranked_by_the_compile_seconds_paid_then_compiles(services: S
     assert [(r.module, r.variants, r.entries, r.compile_seconds) for r in reports] == expected
 
 
-def test_past_the_bound_graphs_are_ranked_by_compiles_with_their_cost_summed(
-    services: Services, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past COST_RANKED_ENTRIES parsed entries the ranking reads one row per graph (compiles first) and sums
-    the compile seconds of the graphs shown only: a bounded read at 1,000,000 entries."""
-    monkeypatch.setattr(graph_records, "COST_RANKED_ENTRIES", 3)
+def test_the_cost_ranking_follows_evictions_and_overwrites(services: Services) -> None:
+    """The ranking reads each graph's compile ms as the index keeps it (``graph_counts``, migration 0021):
+    the costly entry evicted, its graph falls behind; stored again at another cost, that cost counts."""
     costly = "304900209432311687315369713663855754870"  # SyncTensorsGraph.12, the one variant
-    for key, data in real_entries().items():
-        put(services, "cpu", key, data, compile_ms=60_000 if key == costly else 1000)
+    data = real_entries()
+    for key, body in data.items():
+        put(services, "cpu", key, body, compile_ms=60_000 if key == costly else 1000)
     assert services.parsing.catch_up() == 4
+    services.cache.delete_entry("cpu", costly)
     graphs = services.admin.stats(StatsQuery(days=1, top=5, namespace="cpu")).top_graphs
-    assert [(g.module, g.entries, g.compile_seconds) for g in graphs] == [
+    assert [(g.module, g.entries, g.compile_seconds) for g in graphs] == [("SyncTensorsGraph.15", 3, 3.0)]
+    put(services, "cpu", costly, data[costly], compile_ms=2500)
+    assert services.parsing.catch_up() == 1
+    reports = services.graphs.report("cpu", top=5, per_graph=10, total=100)
+    assert [(r.module, r.entries, r.compile_seconds) for r in reports] == [
         ("SyncTensorsGraph.15", 3, 3.0),
-        ("SyncTensorsGraph.12", 1, 60.0),
+        ("SyncTensorsGraph.12", 1, 2.5),
     ]

@@ -1,6 +1,8 @@
-"""graph_counts (kept by triggers on entry_graphs, migration 0013) stays equal to a fresh count of each
-graph's distinct signatures and rows, on SQLite and PostgreSQL: through parsing, reindex, every way an entry
-goes (eviction, delete, purge, gc, a namespace's deletion), writers at once, and the migration's backfill."""
+"""graph_counts (kept by triggers on entry_graphs, migration 0013, and on entries for its compile ms, 0021)
+stays equal to a fresh count of each graph's distinct signatures and rows and a fresh sum of its entries'
+compile times, on SQLite and PostgreSQL: through parsing, reindex, an entry's row overwritten, every way an
+entry goes (eviction, delete, purge, gc, a namespace's deletion), writers at once, and the migrations'
+backfills."""
 
 from __future__ import annotations
 
@@ -19,36 +21,49 @@ from cache_server.settings import Settings
 from tests.support.entry_records import record
 
 Counts = dict[tuple[str, str], tuple[int, int]]
+Sums = dict[tuple[str, str], tuple[int, int, int]]
 
 
-def counted(db: Database) -> Counts:
-    """(variants, entries) per namespace and module, counted afresh over ``entry_graphs``."""
+def counted(db: Database) -> Sums:
+    """(variants, entries, compile ms) per namespace and module, counted and summed afresh over
+    ``entry_graphs`` and their entries."""
     stmt = (
         select(
             EntryGraph.namespace,
             EntryGraph.module,
             func.count(func.distinct(EntryGraph.signature)),
             func.count(),
+            func.coalesce(func.sum(Entry.compile_time_ms), 0),
         )
+        .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
         .where(EntryGraph.module.is_not(None))
         .group_by(EntryGraph.namespace, EntryGraph.module)
     )
     with db.transaction() as session:
-        return {(ns, str(m)): (int(v), int(n)) for ns, m, v, n in session.execute(stmt)}
+        return {(ns, str(m)): (int(v), int(n), int(ms)) for ns, m, v, n, ms in session.execute(stmt)}
 
 
-def kept(db: Database) -> Counts:
+def kept_sums(db: Database) -> Sums:
     """The ``graph_counts`` rows that are not zero."""
     with db.transaction() as session:
         rows = session.scalars(select(GraphCount)).all()
-    assert all(row.variants >= 0 and row.entries >= row.variants for row in rows)
-    return {(r.namespace, r.module): (r.variants, r.entries) for r in rows if r.variants or r.entries}
+    assert all(row.variants >= 0 and row.entries >= row.variants and row.compile_ms >= 0 for row in rows)
+    return {
+        (r.namespace, r.module): (r.variants, r.entries, r.compile_ms)
+        for r in rows
+        if r.variants or r.entries or r.compile_ms
+    }
+
+
+def kept(db: Database) -> Counts:
+    """The ``graph_counts`` rows that are not zero: (variants, entries)."""
+    return {graph: (v, n) for graph, (v, n, _) in kept_sums(db).items()}
 
 
 def assert_consistent(db: Database) -> Counts:
-    found = kept(db)
+    found = kept_sums(db)
     assert found == counted(db)
-    return found
+    return {graph: (v, n) for graph, (v, n, _) in found.items()}
 
 
 def graph(namespace: str, key: str, module: str | None, shape: int | None) -> GraphRecord:
@@ -62,8 +77,11 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
     entries, admin = EntryRepository(database), AdminRepository(database)
     graphs = GraphRepository(database)
     now = utcnow()
-    entries.record_new_entries([record("a", f"k{i}", 10, "t1" if i < 40 else None) for i in range(60)])
-    entries.record_new_entries([record("b", f"k{i}", 10) for i in range(10)])
+    # compile times on most entries (none on every seventh), as uploads report them
+    entries.record_new_entries(
+        [record("a", f"k{i}", 10, "t1" if i < 40 else None, 100 + i if i % 7 else None) for i in range(60)]
+    )
+    entries.record_new_entries([record("b", f"k{i}", 10, compile_ms=1000 * i) for i in range(10)])
     # parsing: in a batch (statement per batch), one at a time, a repeated signature, an unparseable entry
     assert graphs.record_graphs([graph("a", f"k{i}", "m1", i % 25) for i in range(50)]) == 50
     assert graphs.record_graph(graph("a", "k50", "m2", 1))
@@ -99,6 +117,14 @@ def test_every_write_keeps_the_counts(database: Database) -> None:
             )
             == "s0"
         )
+
+    # an upload that overwrites an entry's row (a stale row left for a blob that vanished): its compile time
+    entries.record_new_entries([record("a", "k1", 10, "t1", 5000), record("a", "k7", 10, "t1", None)])
+    entries.record_entry(record("a", "k2", 10, "t1", 7), replace=True)
+    assert kept_sums(database)[("a", "m1")][2] == sum(
+        {1: 5000, 7: 0, 2: 7}.get(i, 100 + i if i % 7 else 0) for i in range(50)
+    )
+    assert_consistent(database)
 
     # reindex: rows found again, then parsed again
     assert (
@@ -226,5 +252,33 @@ def test_migration_backfills_and_downgrades(db_settings: Settings) -> None:
             session.execute(EntryGraph.__table__.delete().where(EntryGraph.key == "k1"))
         upgrade(db_settings)  # the backfill counts afresh
         assert assert_consistent(db) == {("a", "m"): (7, 18), ("b", "m"): (7, 19)}
+    finally:
+        db.dispose()
+
+
+def test_compile_ms_migration_backfills_and_downgrades(db_settings: Settings) -> None:
+    """0021 sums the compile times of the graphs already parsed; its downgrade leaves 0013's counts kept."""
+    upgrade(db_settings, "0020")
+    db = Database.from_settings(db_settings)
+    try:
+        entries = EntryRepository(db)
+        entries.record_new_entries([record("a", f"k{i}", 1, compile_ms=i or None) for i in range(30)])
+        GraphRepository(db).record_graphs(
+            [graph("a", f"k{i}", "m" if i < 20 else "n", i % 7) for i in range(30)]
+        )
+        upgrade(db_settings)
+        assert kept_sums(db) == {("a", "m"): (7, 20, sum(range(20))), ("a", "n"): (7, 10, sum(range(20, 30)))}
+        AdminRepository(db).delete_entries([("a", "k5")], policy="lru", when=utcnow())  # triggers in place
+        assert kept_sums(db)[("a", "m")] == (7, 19, sum(range(20)) - 5)
+        assert_consistent(db)
+        downgrade(db_settings, "0020")
+        with db.engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("graph_counts")}
+        assert "compile_ms" not in columns
+        AdminRepository(db).delete_entries([("a", "k6")], policy="lru", when=utcnow())  # 0013's triggers
+        entries.record_new_entries([record("a", "k7", 1, compile_ms=700)])
+        upgrade(db_settings)  # the backfill sums afresh
+        assert assert_consistent(db) == {("a", "m"): (7, 18), ("a", "n"): (7, 10)}
+        assert kept_sums(db)[("a", "m")][2] == sum(range(20)) - 5 - 6 - 7 + 700
     finally:
         db.dispose()

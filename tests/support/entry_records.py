@@ -8,6 +8,11 @@ from cache_server.index.entries import EntryRecord
 __all__ = ["record"]
 
 
-def record(namespace: str, key: str, size: int, token: str | None = None) -> EntryRecord:
-    """A row of ``size`` bytes stored now (by ``token``), with a placeholder digest."""
-    return EntryRecord(namespace, key, size, "0" * 64, created_at=utcnow(), stored_by=token)
+def record(
+    namespace: str, key: str, size: int, token: str | None = None, compile_ms: int | None = None
+) -> EntryRecord:
+    """A row of ``size`` bytes stored now (by ``token``, compiled in ``compile_ms``), with a placeholder
+    digest."""
+    return EntryRecord(
+        namespace, key, size, "0" * 64, created_at=utcnow(), stored_by=token, compile_time_ms=compile_ms
+    )
