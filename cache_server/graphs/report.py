@@ -336,6 +336,7 @@ class GraphReports:
         per_graph = min(per_graph, MAX_VARIANTS_READ)
         ranked = self._repository.ranked(namespace, top=min(top, MAX_TOP), module=module)
         reads = shares([graph.variants for graph in ranked], per_graph=per_graph, total=total)
+        sources = self._repository.sources_of(namespace, [graph.module for graph in ranked])
         for graph in self._repository.read_shapes(namespace, ranked, reads):
             shapes, hit_counts = _within_budget(graph.shapes, graph.hits)
             parsed = [
@@ -362,7 +363,7 @@ class GraphReports:
                     bodies_read=bodies_read,
                     bodies_stored=bodies_stored,
                     compile_seconds=graph.compile_seconds,
-                    sources=tuple(self._repository.sources(namespace, graph.module)),
+                    sources=tuple(sources.get(graph.module, ())),
                     source=latest[0].source if latest is not None else None,
                     summary=graph_summary(bucketing, baked),
                 )

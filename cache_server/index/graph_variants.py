@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import String, func, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from cache_protocol.prefill import PREFILL_UPLOADER
@@ -157,26 +157,44 @@ class GraphVariantsRepository:
         return found
 
     def sources(self, namespace: str, module: str, *, top: int = 3) -> list[tuple[str, int]]:
-        """Where the jobs compiled ``module``: the ``top`` sources its runs reported (``file:line``), each
-        with the entries of it compiled there, the most first; counted over at most :data:`SOURCES_READ`
-        of its entries (off ``ix_entry_graphs_module_signature`` and ``ix_run_misses_namespace_key``)."""
-        keys = (
-            select(EntryGraph.key.label("key"))
-            .where(EntryGraph.namespace == namespace, EntryGraph.module == module)
-            .limit(SOURCES_READ)
-            .subquery()
-        )
+        """Where the jobs compiled ``module``: :meth:`sources_of` for one module."""
+        return self.sources_of(namespace, [module], top=top).get(module, [])
+
+    def sources_of(
+        self, namespace: str, modules: Sequence[str], *, top: int = 3
+    ) -> dict[str, list[tuple[str, int]]]:
+        """Where the jobs compiled each of ``modules``: the ``top`` sources its runs reported
+        (``file:line``), each with the entries of it compiled there, the most first; counted over at most
+        :data:`SOURCES_READ` of its entries (off ``ix_entry_graphs_module_signature`` and
+        ``ix_run_misses_namespace_key``). One query for all of them (each module's keys a limited part of
+        a ``UNION ALL``), not one per module. A module no run named is absent."""
+        if not modules:
+            return {}
+        parts = []
+        for module in dict.fromkeys(modules):
+            limited = (
+                select(literal(module, String).label("module"), EntryGraph.key.label("key"))
+                .where(EntryGraph.namespace == namespace, EntryGraph.module == module)
+                .limit(SOURCES_READ)
+                .subquery()
+            )
+            parts.append(select(limited.c.module, limited.c.key))
+        keys = union_all(*parts).subquery()
         count = func.count(func.distinct(RunMiss.key))
         stmt = (
-            select(RunMiss.source, count)
+            select(keys.c.module, RunMiss.source, count)
             .join(keys, (RunMiss.namespace == namespace) & (RunMiss.key == keys.c.key))
             .where(RunMiss.source.is_not(None))
-            .group_by(RunMiss.source)
-            .order_by(count.desc(), RunMiss.source)
-            .limit(top)
+            .group_by(keys.c.module, RunMiss.source)
         )
+        found: dict[str, list[tuple[str, int]]] = {}
         with self._db.transaction() as session:
-            return [(str(source), int(n)) for source, n in session.execute(stmt)]
+            for module, source, n in session.execute(stmt):
+                found.setdefault(str(module), []).append((str(source), int(n)))
+        return {
+            module: sorted(counts, key=lambda pair: (-pair[1], pair[0]))[:top]
+            for module, counts in found.items()
+        }
 
     def read_bodies(self, namespace: str, module: str, *, limit: int, max_text: int) -> GraphBodies:
         """The latest stored entries of ``module`` with a body: at most ``limit`` of them, and of those only
