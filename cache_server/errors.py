@@ -269,6 +269,12 @@ class GraphsBusy(CacheError):
     code = "graphs_busy"
 
 
+class GraphNotFound(CacheError):
+    """The namespace holds no parsed graph (HLO module) of this name."""
+
+    code = "graph_not_found"
+
+
 class RunNotFound(CacheError):
     """No run report has this id (or the token may not see it)."""
 

@@ -54,6 +54,7 @@ STATUS: dict[type[errors.CacheError], int] = {
     errors.RunConflict: 409,
     errors.RunAmbiguous: 409,
     errors.RunNotFound: 404,
+    errors.GraphNotFound: 404,
     errors.RunsBusy: 503,
     errors.GraphsBusy: 503,
 }

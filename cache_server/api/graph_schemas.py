@@ -14,6 +14,7 @@ from cache_server.graphs.report import (
     BakedReport,
     GraphReport,
     StepReport,
+    VariantsPage,
     baked_summary,
 )
 
@@ -22,6 +23,7 @@ __all__ = [
     "ChoiceOut",
     "CombinationOut",
     "GraphReportOut",
+    "GraphVariantsOut",
     "GraphsOut",
     "InternalSizeOut",
     "SchemeOut",
@@ -352,3 +354,61 @@ class GraphsOut(BaseModel):
         default=0,
         description="Of those, the entries published without a real run of the namespace to compare with.",
     )
+
+
+class ParameterOut(BaseModel):
+    element: str = Field(description="XLA's element type: f32, bf16, s32, pred ...")
+    dims: list[int] = Field(description="The dimensions (a dynamic dimension's bound counts as its size).")
+    dynamic: bool = Field(default=False, description="Some dimension is dynamic (bounded: <=N).")
+
+
+class VariantOut(BaseModel):
+    signature: str = Field(description="The digest of the shapes the variants are ordered by (the cursor).")
+    shapes: str = Field(description="The shapes text: (f32[16,3], s32[8]) -> (f32[16])")
+    params: list[ParameterOut] | None = Field(
+        description="The parameters in order (a tuple parameter's arrays flattened); null when the text is "
+        "not of the parsed form."
+    )
+
+
+class GraphCountOut(BaseModel):
+    module: str
+    variants: int = Field(description="Distinct shape signatures.")
+    entries: int
+
+
+class GraphVariantsOut(BaseModel):
+    namespace: str
+    module: str | None = Field(description="The graph whose variants these are; null when none was asked.")
+    graphs: list[GraphCountOut] = Field(
+        default_factory=list,
+        description="With no module asked: the namespace's graphs to choose from, the costliest first.",
+    )
+    variants: list[VariantOut] = Field(default_factory=list)
+    next: str | None = Field(
+        default=None, description="Pass as after= for the next page; null after the last page."
+    )
+
+    @classmethod
+    def of(cls, namespace: str, page: VariantsPage) -> GraphVariantsOut:
+        return cls(
+            namespace=namespace,
+            module=page.module,
+            graphs=[
+                GraphCountOut(module=g.module, variants=g.variants, entries=g.entries) for g in page.graphs
+            ],
+            variants=[
+                VariantOut(
+                    signature=v.signature,
+                    shapes=v.shapes,
+                    params=None
+                    if v.parsed is None
+                    else [
+                        ParameterOut(element=p.element, dims=list(p.dims), dynamic=any(p.dynamic))
+                        for p in v.parsed.params
+                    ],
+                )
+                for v in page.variants
+            ],
+            next=page.next,
+        )

@@ -15,7 +15,13 @@ from fastapi import APIRouter, Query
 from cache_protocol.runs import MODULE_MAX_LENGTH
 from cache_server.api.access import NO_NAMESPACE, Scope, declare
 from cache_server.api.deps import GraphsDep
-from cache_server.api.graph_schemas import GraphReportOut, GraphsOut, StepOut, UnparseableOut
+from cache_server.api.graph_schemas import (
+    GraphReportOut,
+    GraphsOut,
+    GraphVariantsOut,
+    StepOut,
+    UnparseableOut,
+)
 from cache_server.auth.tokens import Role
 from cache_server.graphs.report import (
     DEFAULT_VARIANTS_READ,
@@ -46,6 +52,12 @@ VARIANTS = Query(
         f"Most variants read and analysed per graph; {VARIANTS_READ_PER_REPORT:,} in all (or this, if more)."
     ),
 )
+
+
+VARIANTS_PAGE_MAX = 1_000  # variants one page of /admin/graphs/variants holds at most
+AFTER = Query(max_length=64, description="The cursor: the previous page's next (a variant's signature).")
+LIMIT = Query(ge=1, le=VARIANTS_PAGE_MAX, description="Most variants in this page.")
+NO_GRAPH = "The namespace has never been registered, or holds no parsed graph of this module (named)"
 
 
 def _graphs_out(reports: GraphReports, namespace: str, found: NamespaceReport) -> GraphsOut:
@@ -96,3 +108,20 @@ def dashboard_graphs(
     """What the dashboard's graph view draws (``GET /admin/graphs``, for the read role)."""
     found = reports.namespace_report(namespace, top=top, module=module)
     return _graphs_out(reports, namespace, found)
+
+
+@router.get("/admin/graphs/variants", response_model=GraphVariantsOut)
+@declare(Role.READ, Scope.QUERY_NAMESPACE, answers={"404": NO_GRAPH})
+def graph_variants(
+    reports: GraphsDep,
+    namespace: Annotated[str, NAMESPACE],
+    module: Annotated[str | None, MODULE] = None,
+    after: Annotated[str | None, AFTER] = None,
+    limit: Annotated[int, LIMIT] = 500,
+) -> GraphVariantsOut:
+    """The shape variants of one graph (``module``) of ``namespace``, a page at a time in signature order
+    (``after``: the previous page's ``next``), each with its shapes text and its parameters parsed (element
+    type and dimensions): what ``xla-cache prefill --from NAMESPACE`` compiles. With no ``module``: the
+    namespace's graphs (the costliest first), to choose one. 404 for an unknown namespace, or a module it
+    holds no parsed graph of (the message names its graphs)."""
+    return GraphVariantsOut.of(namespace, reports.variants(namespace, module, after=after, limit=limit))

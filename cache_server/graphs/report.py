@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cache_server.background.slots import ServerSlots, SlotsBusy
-from cache_server.errors import GraphsBusy, NamespaceNotFound
+from cache_server.errors import GraphNotFound, GraphsBusy, NamespaceNotFound
 from cache_server.graphs.axes import AxesReport, Point, analyse_axes
 from cache_server.graphs.baked import BakedGroup, baked_group_of
 from cache_server.graphs.bucketing import BucketingReport, analyse
-from cache_server.graphs.shapes import parse_shape_signature
+from cache_server.graphs.shapes import ShapeSignature, parse_shape_signature
 from cache_server.graphs.steps import Step, StepGraph, group_steps
-from cache_server.index.graph_variants import GraphBody, GraphVariantsRepository
+from cache_server.index.graph_variants import GraphBody, GraphCounted, GraphVariantsRepository
 from cache_server.names import check_namespace
 from cache_server.parsing.body import Body, body_from_text
 from cache_server.parsing.hlo import CUT_MARKER
@@ -51,6 +51,8 @@ __all__ = [
     "GraphReports",
     "NamespaceReport",
     "StepReport",
+    "Variant",
+    "VariantsPage",
     "baked_summary",
     "graph_summary",
     "shares",
@@ -231,6 +233,28 @@ class NamespaceReport:
 
     graphs: list[GraphReport]
     steps: list[StepReport]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One shape variant of a graph: its signature (the digest the index orders by), its shapes text and
+    that text parsed (None where it is not of the parsed form)."""
+
+    signature: str
+    shapes: str
+    parsed: ShapeSignature | None
+
+
+@dataclass(frozen=True)
+class VariantsPage:
+    """A page of one graph's variants (``module``), or, with no module asked, the namespace's graphs to
+    choose from (``graphs``: the costliest :data:`MAX_TOP`); ``next`` is the cursor of the next page (the
+    last signature read), None after the last."""
+
+    module: str | None
+    graphs: list[GraphCounted]
+    variants: list[Variant]
+    next: str | None
 
 
 def _varies(step: Step, graphs: list[GraphReport]) -> tuple[str, ...]:
@@ -431,6 +455,29 @@ class GraphReports:
         group = baked_group_of([(row.shapes, body) for row, body in parsed])
         latest = parsed[0] if parsed else None
         return (baked_report(group) if group is not None else None), len(parsed), found.stored, latest
+
+    def variants(
+        self, namespace: str, module: str | None, *, after: str | None = None, limit: int = 500
+    ) -> VariantsPage:
+        """A page of ``module``'s variants in ``namespace`` (at most ``limit``, after the signature
+        ``after``), each with its shapes text and parameters parsed: what a prefill ``--from`` the
+        namespace compiles. With no ``module``: the namespace's graphs, to choose one. A range of one index,
+        so no report slot is taken. :class:`NamespaceNotFound`; :class:`GraphNotFound` (naming the
+        namespace's graphs) for a module it does not hold."""
+        check_namespace(namespace)
+        if not self._repository.namespace_exists(namespace):
+            raise NamespaceNotFound(f"There is no namespace {namespace!r}.")
+        if module is None:
+            return VariantsPage(None, self._repository.ranked(namespace, top=MAX_TOP), [], None)
+        rows = self._repository.module_shapes(namespace, module, after=after, limit=limit)
+        if not rows and after is None:
+            graphs = [g.module for g in self._repository.ranked(namespace, top=MAX_TOP)]
+            named = ", ".join(graphs[:20]) + (" ..." if len(graphs) > 20 else "") if graphs else "none yet"
+            raise GraphNotFound(
+                f"Namespace {namespace!r} holds no parsed graph {module!r} (its graphs: {named})."
+            )
+        found = [Variant(sig, text, parse_shape_signature(text)) for sig, text in rows]
+        return VariantsPage(module, [], found, rows[-1][0] if len(rows) >= limit else None)
 
     def prefilled(self, namespace: str) -> tuple[int, int]:
         """How many of ``namespace``'s entries a prefill stored, and how many of those unverified."""

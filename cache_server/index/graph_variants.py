@@ -156,6 +156,25 @@ class GraphVariantsRepository:
                 )
         return found
 
+    def module_shapes(
+        self, namespace: str, module: str, *, after: str | None, limit: int
+    ) -> list[tuple[str, str]]:
+        """A page of ``module``'s variants in ``namespace``: (signature, shapes text) of at most ``limit``
+        distinct signatures after ``after`` in signature order, one shapes text each (off
+        ``ix_entry_graphs_module_signature``: a range of the index, whatever the graph's size)."""
+        where = [EntryGraph.namespace == namespace, EntryGraph.module == module]
+        if after is not None:
+            where.append(EntryGraph.signature > after)
+        stmt = (
+            select(EntryGraph.signature, func.min(EntryGraph.shapes))
+            .where(*where, EntryGraph.signature.is_not(None))
+            .group_by(EntryGraph.signature)
+            .order_by(EntryGraph.signature)
+            .limit(limit)
+        )
+        with self._db.transaction() as session:
+            return [(str(sig), str(text)) for sig, text in session.execute(stmt) if text]
+
     def sources(self, namespace: str, module: str, *, top: int = 3) -> list[tuple[str, int]]:
         """Where the jobs compiled ``module``: :meth:`sources_of` for one module."""
         return self.sources_of(namespace, [module], top=top).get(module, [])

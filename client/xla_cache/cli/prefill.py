@@ -20,8 +20,12 @@ __all__ = ["add_prefill_command", "cmd_prefill"]
 def cmd_prefill(args: argparse.Namespace) -> int:
     from xla_cache.prefill import PrefillError, load_specs, prefill
 
-    specs = load_specs(args.specs)
-    function = args.function or specs.function
+    if (args.specs is None) == (args.from_namespace is None):
+        raise PrefillError("give the calls: --specs FILE, or --from NAMESPACE (the shapes its runs compiled)")
+    if args.module is not None and args.from_namespace is None:
+        raise PrefillError("--module chooses the graph of --from NAMESPACE; give --from too")
+    specs = load_specs(args.specs) if args.specs is not None else None
+    function = args.function or (specs.function if specs is not None else None)
     if not function:
         raise PrefillError("name the function to compile (module:function), here or in the specs file")
     if os.getcwd() not in sys.path:
@@ -32,7 +36,9 @@ def cmd_prefill(args: argparse.Namespace) -> int:
         env["TPU_ACCELERATOR_TYPE"] = args.accelerator_type
     summary = prefill(
         function,
-        specs.calls,
+        specs.calls if specs is not None else None,
+        from_namespace=args.from_namespace,
+        module=args.module,
         topology=args.topology,
         framework=args.framework,
         server=config.server or "none",
@@ -55,9 +61,10 @@ def add_prefill_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     parser = sub.add_parser(
         "prefill",
         help="compile a JAX or torchax function for many shapes here and upload into the target's namespace",
-        description="Compile FUNCTION for each call of the specs file in worker processes on this host "
-        "(for its own devices, or --topology deviceless) and upload the entries into the namespace the "
-        "target job computes; skips what the namespace holds.",
+        description="Compile FUNCTION for each call of the specs file (or each shape a namespace's runs "
+        "compiled: --from) in worker processes on this host (for its own devices, or --topology "
+        "deviceless) and upload the entries into the namespace the target job computes; skips what the "
+        "namespace holds.",
     )
     parser.add_argument(
         "function",
@@ -65,8 +72,18 @@ def add_prefill_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         help="module:function (jitted or not; torchax: a function making the torch.nn.Module); default: "
         "the specs file's",
     )
+    parser.add_argument("--specs", help="JSON file of the calls' argument shapes (docs/prefill.md)")
     parser.add_argument(
-        "--specs", required=True, help="JSON file of the calls' argument shapes (docs/prefill.md)"
+        "--from",
+        dest="from_namespace",
+        metavar="NAMESPACE",
+        help="instead of --specs: the shapes this namespace's runs compiled, as the server parsed them "
+        "(JAX; no shardings)",
+    )
+    parser.add_argument(
+        "--module",
+        help="with --from: the graph (HLO module) whose variants to compile (default: jit_FUNCTION, or "
+        "the namespace's only graph)",
     )
     parser.add_argument(
         "--topology", help="compile for this TPU topology deviceless, such as v5e:2x2 (needs libtpu here)"

@@ -342,6 +342,24 @@ class CacheApi(ServerHttp):
         response = self._call("POST", path, what, deadline, ok=(200,), content=stream(), headers=plain)
         return dict(self._json(response, what))
 
+    def graph_variants(
+        self,
+        namespace: str,
+        module: str | None,
+        deadline: Deadline,
+        *,
+        after: str | None = None,
+        limit: int = 500,
+    ) -> dict[str, Any]:
+        """``GET /admin/graphs/variants``: a page of ``module``'s shape variants in ``namespace`` (each its
+        shapes text and parameters parsed; ``next`` the cursor), or with no module the namespace's graphs."""
+        what = "the graph's variants"
+        given = (("namespace", namespace), ("module", module), ("after", after), ("limit", limit))
+        params = {name: value for name, value in given if value is not None}
+        return dict(
+            self._json(self._call("GET", "/admin/graphs/variants", what, deadline, params=params), what)
+        )
+
     # -- run reports (issue 27) ---------------------------------------------------------------------------
 
     def latest_run_runtime(

@@ -35,6 +35,7 @@ from xla_cache.http.api import CacheApi
 from xla_cache.http.deadline import Deadline
 from xla_cache.localcache.cachedir import LocalFile
 from xla_cache.logs import logger
+from xla_cache.prefill.known import KnownCallsError, known_calls
 from xla_cache.prefill.pool import WorkerPool, cpu_count
 from xla_cache.prefill.specs import Call, describe, normalize_calls
 from xla_cache.prefill.worker import JAX, TORCHAX, WorkerSetup
@@ -65,6 +66,7 @@ class PrefillSummary:
     framework: str
     target: str  # "this host (cpu, 1 devices)" or "tpu v5e:2x2 (deviceless)"
     calls: int = 0
+    source: str = ""  # with from_namespace: which graph's variants gave the calls
     compiled: int = 0  # compiled here and uploaded (or the server already had the key from another)
     stored: int = 0  # already in the namespace: not compiled
     uploaded: int = 0  # new entries stored by this prefill
@@ -91,6 +93,8 @@ class PrefillSummary:
             f"  compiled {self.compiled}, already stored {self.stored}, failed {len(self.failed)}; uploaded "
             f"{self.uploaded} new entries ({self.uploaded_bytes:,} bytes) to {self.server}",
         ]
+        if self.source:
+            out.append(f"  the calls: {self.source}")
         if self.verified:
             out.append(f"  {self.verified}")
         reasons: dict[str, int] = {}
@@ -126,8 +130,10 @@ def provenance(topology: str | None, *, unverified: bool) -> str:
 
 def prefill(
     function: str | Callable[..., Any],
-    calls: Sequence[Sequence[Any]],
+    calls: Sequence[Sequence[Any]] | None = None,
     *,
+    from_namespace: str | None = None,
+    module: str | None = None,
     topology: str | None = None,
     framework: str = JAX,
     server: str | None = None,
@@ -148,7 +154,10 @@ def prefill(
 
     ``function``: ``"module:function"`` (a jitted function, or one to jit), or an importable callable;
     with ``framework="torchax"`` it makes the ``torch.nn.Module`` that the job passes to
-    ``torchax.compile``. ``calls``: per call, its arguments (:mod:`xla_cache.prefill.specs`). ``workers``:
+    ``torchax.compile``. ``calls``: per call, its arguments (:mod:`xla_cache.prefill.specs`); or, with
+    ``from_namespace`` instead, the shapes that namespace's runs compiled, as the server parsed them
+    (:mod:`xla_cache.prefill.known`: the variants of the graph ``module``, by default ``jit_<name>`` or
+    the namespace's only graph; JAX only, no shardings). ``workers``:
     at most this many at once (default: the CPUs, at most the calls); ``memory_mib``: a worker over this
     resident memory is killed and its call fails; ``calls_per_worker``: a worker is replaced after so many.
     ``env``: the target's environment as its fingerprint reads it (flags, ``TPU_ACCELERATOR_TYPE``;
@@ -163,15 +172,36 @@ def prefill(
     started = time.monotonic()
     if framework not in (JAX, TORCHAX):
         raise PrefillError(f"framework must be {JAX} or {TORCHAX}, not {framework!r}")
+    config = ClientConfig.resolve(server, token, None)
+    if not config.server:
+        raise PrefillError("prefill uploads to a server, and the server is set to none")
+    source = ""
+    if from_namespace is not None:
+        if calls is not None:
+            raise PrefillError("give the calls or from_namespace (the shapes its runs compiled), not both")
+        if framework != JAX:
+            raise PrefillError(
+                "from_namespace is for JAX functions: torchax's graphs take the model's weights as "
+                "parameters too, so their shapes are not the call's (give the calls)"
+            )
+        with CacheApi(config.server, config.token) as reader:
+            try:
+                known = known_calls(reader, from_namespace, function, module, timeout)
+            except KnownCallsError as exc:
+                raise PrefillError(str(exc)) from None
+        source = known.line()
+        logger.info("xla-cache: prefill of %s", source)
+        calls = known.calls
+    elif calls is None:
+        raise PrefillError(
+            "give the calls to compile, or from_namespace to take the shapes its runs compiled"
+        )
     plain = normalize_calls(calls)
     unique: dict[str, int] = {}
     order: list[Call] = []
     for call in plain:  # the same call twice compiles once
         if unique.setdefault(json.dumps(call, sort_keys=True), len(order)) == len(order):
             order.append(call)
-    config = ClientConfig.resolve(server, token, None)
-    if not config.server:
-        raise PrefillError("prefill uploads to a server, and the server is set to none")
     setup = WorkerSetup(_reference(function), framework, topology, (os.getcwd(), *sys.path[:1]))
     bound = min(workers or cpu_count(), len(order))
     own_scratch = scratch_dir is None
@@ -191,6 +221,7 @@ def prefill(
     try:
         summary = _run(pool, api, order, topology, framework, unverified, timeout, progress, env)
         summary.calls = len(order)
+        summary.source = source
         summary.workers = bound
         return summary
     finally:
