@@ -276,14 +276,34 @@ function renderSteps(steps) {
       fmtCount(s.variants), setLines(el("span"), s.varies), s.fix || "–"]));
 }
 
+// How many of the namespace's entries a prefill compiled ahead of its jobs (issue 44), and how many of those
+// were published unverified (no real run of the namespace to compare the target with): one line, or none.
+function prefilledLine(report) {
+  const n = report.prefilled_entries || 0;
+  if (!n) return null;
+  const unverified = report.prefilled_unverified || 0;
+  const line = el("p", { id: "buckets-prefilled", class: unverified ? "prefilled unverified" : "prefilled" },
+    `${fmtCount(n)} entr${n === 1 ? "y" : "ies"} of ${report.namespace} prefilled (compiled ahead of the ` +
+    "target job)" + (unverified
+      ? `, ${fmtCount(unverified)} of them unverified: published without a real run of the namespace to ` +
+        "compare the target's key components with."
+      : ", each verified against a real run of the namespace."));
+  return line;
+}
+
 function renderBuckets(report) {
   const box = document.getElementById("buckets");
   clear(box);
   renderSteps(report.steps);
+  const prefilled = prefilledLine(report);
   if (report.graphs.length === 0) {
     empty(box, "No parsed graphs in this namespace.");
+    if (prefilled) box.prepend(prefilled);
+    box.dataset.shown = report.namespace;
     return;
   }
+  if (prefilled) box.appendChild(prefilled);
+  box.dataset.shown = report.namespace;
   for (const g of report.graphs) {
     const part = el("div", { class: "bucket-graph", "data-module": g.module });
     const title = el("h3");

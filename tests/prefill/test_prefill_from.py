@@ -80,12 +80,10 @@ def test_prefill_from_a_namespace_compiles_what_its_runs_compiled_for_another_ta
     assert shapes == {(n, 8) for n in SIZES}
     assert {v["params"][0]["element"] for v in rest["variants"]} == {"f32"}
 
-    code, summary, stderr = prefill_from(
-        live_server, "--from", source, "--unverified", XLA_FLAGS=TWO_DEVICES
-    )
+    code, summary, stderr = prefill_from(live_server, "--from", source, "--unverified", XLA_FLAGS=TWO_DEVICES)
     assert code == 0, stderr[-3000:]
     assert summary["namespace"] != source
-    assert (summary["calls"], summary["compiled"], summary["uploaded"]) == (len(SIZES), len(SIZES), len(SIZES))
+    assert summary["calls"] == summary["compiled"] == summary["uploaded"] == len(SIZES)
     assert summary["source"].startswith(f"{len(SIZES)} calls from the variants of graph {graph['module']}")
     assert len(server_keys(live_server, summary["namespace"])) == len(SIZES)
 
