@@ -52,6 +52,7 @@ ROUTES: list[tuple[str, str, dict[str, Any], str, set[int]]] = [
     ("GET", "/dashboard/runs", {}, "read", {200}),
     ("GET", "/dashboard/graphs", {"params": {"namespace": "ns"}}, "read", {200}),
     ("GET", "/admin/graphs", {"params": {"namespace": "ns"}}, "read", {200}),
+    ("GET", "/admin/graphs/variants", {"params": {"namespace": "ns"}}, "read", {200}),
     ("GET", "/dashboard/namespaces/ns", {}, "read", {200}),
 ]
 
@@ -136,6 +137,7 @@ EXPECTED_ACCESS: dict[tuple[str, str], tuple[str, str]] = {
     ("DELETE", "/admin/namespaces/{namespace}"): ("admin", _E),
     ("GET", "/admin/tokens"): ("admin", _E),
     ("GET", "/admin/graphs"): ("read", _Q),
+    ("GET", "/admin/graphs/variants"): ("read", _Q),
     ("POST", "/admin/tokens/{token}/purge"): ("admin", _E),
     ("PUT", "/admin/tokens/{token}/metrics"): ("admin", _E),
     ("GET", "/admin/signers"): ("admin", _E),
@@ -279,7 +281,7 @@ def test_a_scoped_read_token_sees_its_namespaces_in_the_dashboard_and_the_cli_al
     assert [r["namespace"] for r in runs] == ["ns"]
     assert stocked.get(f"/dashboard/runs/{'a' * 32}", headers=reader).status_code == 200
     assert stocked.get(f"/dashboard/runs/{'b' * 32}", headers=reader).status_code == 404
-    for url in ("/admin/graphs", "/dashboard/graphs"):
+    for url in ("/admin/graphs", "/dashboard/graphs", "/admin/graphs/variants"):
         assert stocked.get(url, params={"namespace": "ns"}, headers=reader).json()["namespace"] == "ns"
         assert stocked.get(url, params={"namespace": "spare"}, headers=reader).status_code == 403, url
     for url in ("/dashboard/data", "/admin/stats", "/metrics"):

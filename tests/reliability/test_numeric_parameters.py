@@ -134,7 +134,7 @@ def send(api: httpx.Client, probe: Probe, value: float) -> httpx.Response:
     query: dict[str, Any] = {}
     if probe.path.endswith("/feed"):
         query = {"after": 0, "wait": 0}  # a long poll answers at once
-    elif probe.path.endswith("/graphs"):
+    elif probe.path.endswith(("/graphs", "/graphs/variants")):
         query = {"namespace": PATH_VALUES["namespace"]}  # the report of one namespace
     if probe.where == "query":
         query[probe.name] = value
