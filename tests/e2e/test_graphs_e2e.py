@@ -123,7 +123,11 @@ def test_graphs_names_the_fuse_graphs_varying_dimensions_and_what_bucketing_leav
     start = next(i for i, line in enumerate(lines) if line.startswith(fuse["module"] + " "))
     cost = f"{fuse['compile_seconds']:.1f} s compiling, {fuse['entries']} compiles, {len(fused)} variants"
     assert lines[start] == f"{fuse['module']}  {cost}"
-    block = "\n".join(lines[start + 1 : start + 2 + len(fuse["varying"]) + 1 + len(fuse["frontier"])])
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    block = "\n".join(lines[start + 1 : end])
+    # first the mark_step that compiled all 54, then the advice, then the dimensions and their combinations
+    assert lines[start + 1].startswith("  compiled at ") and lines[start + 1].endswith(" (54)")
+    assert "fuse_job.py:" in lines[start + 1] and lines[start + 2].startswith("  what to do: ")
     for dim in fuse["varying"]:
         assert f"  {dim['label']} ({dim['min']}..{dim['max']}, {dim['count']} values): as is 54" in block
         assert f"max({dim['max']}) " in block

@@ -79,7 +79,14 @@ def test_two_replicas_share_one_cache(
     assert got.headers[SHA256_HEADER] == sha(first)
     manifest = httpx.get(f"{b.url}/v1/namespaces/{NS}/manifest").json()
     assert manifest["entries"] == [
-        {"key": "1000", "size": len(first), "sha256": sha(first), "pack": None, "signature": None}
+        {
+            "key": "1000",
+            "size": len(first),
+            "sha256": sha(first),
+            "pack": None,
+            "signature": None,
+            "prefilled": None,
+        }
     ]
 
     # The same new keys uploaded through both at once: one blob and one row each, one "created" each.
