@@ -19,6 +19,10 @@ from cache_server.wiring import Services, build_services
 from tests.support.migrated import migrated
 
 TESTS = Path(__file__).resolve().parent
+# torch 2.7's inductor starts a pool of compile workers (a process that imports torch, then its workers) when
+# torch_xla is imported, and the XLA path never uses it: about 10 s of CPU in each torch_xla job of the
+# suite, on a 2-core machine. Every job the tests start inherits this (their environments copy this one's).
+os.environ.setdefault("TORCH_WARM_POOL", "0")
 # What starts another process: a server, a framework job, a browser, an emulator, a CLI, a child
 _STARTS_PROCESSES = frozenset({"subprocess", "multiprocessing", "playwright", "concurrent.futures.process"})
 
