@@ -86,6 +86,21 @@ def test_the_folder_map_names_every_module_of_the_server_and_the_client() -> Non
     assert unnamed == []
 
 
+def test_the_routes_through_the_house_name_files_and_functions_that_exist() -> None:
+    text = (DOCS / "layout.md").read_text()
+    routes = text[text.index("## Two routes through the house") : text.index("## Folders")]
+    hops = re.findall(r"`([\w/<>]+\.py)` `([\w.]+)`", routes)
+    assert len(hops) >= 10
+    missing = []
+    for file, name in hops:
+        path = ROOT / "cache_server" / file
+        source = path.read_text() if path.is_file() else ""
+        for part in name.split("."):  # a class and its method: both defined there
+            if not re.search(rf"^\s*(?:async )?(?:def|class) {re.escape(part)}\b", source, re.M):
+                missing.append(f"{file} {name}")
+    assert missing == []
+
+
 def test_the_readme_is_a_quickstart() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 220
