@@ -196,20 +196,6 @@ class AdminService:
         usage = self._repository.stored_by_signer()
         return dict(sorted(usage.items(), key=lambda item: (-item[1][1], item[0] or "")))
 
-    def purge_signer(
-        self,
-        signer: str | None,
-        *,
-        dry_run: bool = False,
-        list_limit: int = 1000,
-        max_entries: int | None = None,
-    ) -> EvictionResult:
-        """Remove every entry this key id signed (a leaked key), or with None every unsigned entry; at most
-        ``max_entries`` of them in this call (``remaining``: how many are left)."""
-        return self.evictor.remove_signed_by(
-            signer, dry_run=dry_run, list_limit=list_limit, max_entries=max_entries
-        )
-
     def gc(self, *, grace_seconds: float = DEFAULT_GRACE_SECONDS, dry_run: bool = False) -> GcResult:
         """Reconcile the store and the index (see :mod:`cache_server.admin.gc`)."""
         return collect_garbage(

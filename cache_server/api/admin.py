@@ -193,7 +193,7 @@ def purge_signer(signer: str, admin: AdminDep, body: PurgeSignerIn | None = None
         raise InvalidName(f"{signer[:40]!r} is not a key id (16 lowercase hex digits) nor {UNSIGNED!r}.")
     body = body or PurgeSignerIn()
     key_id = None if signer == UNSIGNED else signer
-    result = admin.purge_signer(
+    result = admin.evictor.remove_signed_by(
         key_id, dry_run=body.dry_run, list_limit=body.list_limit, max_entries=body.max_entries
     )
     return EvictOut.of(result)
