@@ -57,7 +57,7 @@ class DayCounters:
 
 @dataclass
 class StatsReport:
-    """Totals, per namespace, per day, and the graphs with the most shape variants."""
+    """Totals, per namespace, per day, and the graphs that cost most to compile."""
 
     generated_at: dt.datetime
     totals: Totals

@@ -55,7 +55,7 @@ def stats(
     after: Annotated[str | None, Query(max_length=200, description=PAGE_AFTER)] = None,
 ) -> StatsOut:
     """Totals and per namespace (entries, bytes, hits, misses, hit rate, uploads, evictions, bytes served,
-    compile time saved), a daily rollup, the graphs with the most shape variants, and what each token
+    compile time saved), a daily rollup, the graphs that cost most to compile, and what each token
     stored (every namespace's, also with ``namespace``); ``jobs``: what the jobs' run reports of the same
     days say (their hit rate and compiles; the totals' hits and misses are the server's lookups).
     Namespaces come a page at a time, largest first: ``limit`` of them (default

@@ -79,20 +79,20 @@ def graphs(
     variants: Annotated[int, VARIANTS] = DEFAULT_VARIANTS_READ,
     module: Annotated[str | None, MODULE] = None,
 ) -> GraphsOut:
-    """The ``top`` graphs of ``namespace`` with the most shape variants (or the one ``module``, as a
-    run's detail links it): for each, the parameter
-    dimensions that vary (their sizes: count, min, max, the smallest few) with the ways to pad each alone
-    (as is, next power of two, next multiple of 8, 64 or 128, the best 2, 4 or 8 bucket boundaries for the
-    sizes seen, the maximum), the best combinations of those (``frontier``: fewest compilations for a
-    padding budget), and each rounding applied to all at once (``schemes``); overheads in bytes of the
-    padded parameters (and of the results, where their sizes follow the varying dimensions). When no
-    dimension varies, ``unchanged`` says why no padding is offered. At most ``variants`` variants of each
-    graph are read, and :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or
-    ``variants``, if more), shared among the graphs (``read`` says how many were); where a graph's entries
-    repeat input shapes, its latest bodies are compared for the sizes baked into it, within a bound per
-    graph and per report (``bodies_read`` of ``bodies_stored``). 404 for an unknown namespace; 503 (with
-    Retry-After) when the server builds ``XLA_CACHE_GRAPH_REPORTS_AT_ONCE`` reports already and none ends
-    within ``XLA_CACHE_GRAPH_REPORT_WAIT_SECONDS``."""
+    """The ``top`` graphs of ``namespace`` that cost most to compile (compile seconds paid, then compiles; or
+    the one ``module``, as a run's detail links it), grouped into ``steps``: for each, the parameter
+    dimensions that vary (their sizes: count, min, max, the smallest few) with the ways to pad each alone (as
+    is, next power of two, next multiple of 8, 64 or 128, the best 2, 4 or 8 bucket boundaries for the sizes
+    seen, the maximum), the best combinations of those (``frontier``: fewest compilations for a padding
+    budget), and each rounding applied to all at once (``schemes``); overheads in bytes of the padded
+    parameters (and of the results, where their sizes follow the varying dimensions). When no dimension
+    varies, ``unchanged`` says why no padding is offered. At most ``variants`` variants of each graph are
+    read, and :data:`~cache_server.graphs.report.VARIANTS_READ_PER_REPORT` in all (or ``variants``, if more),
+    shared among the graphs (``read`` says how many were); where a graph's entries repeat input shapes, its
+    latest bodies are compared for the sizes baked into it, within a bound per graph and per report
+    (``bodies_read`` of ``bodies_stored``). 404 for an unknown namespace; 503 (with Retry-After) when the
+    server builds ``XLA_CACHE_GRAPH_REPORTS_AT_ONCE`` reports already and none ends within
+    ``XLA_CACHE_GRAPH_REPORT_WAIT_SECONDS``."""
     found = reports.namespace_report(namespace, top=top, per_graph=variants, module=module)
     return _graphs_out(reports, namespace, found)
 

@@ -1,5 +1,6 @@
-"""The bucketing report of a namespace: its graphs with the most shape variants, each analysed by
-:func:`~cache_server.graphs.bucketing.analyse` (which dimensions vary, what each padding scheme leaves);
+"""The bucketing report of a namespace: its graphs that cost most to compile (compile seconds paid, then
+compiles), each analysed by :func:`~cache_server.graphs.bucketing.analyse` (which dimensions vary, what
+each padding scheme leaves);
 and where a graph's entries repeat its input shapes (sizes baked into the graph: a step that slices or
 pads by Python integers), the sizes that vary inside it (:func:`~cache_server.graphs.baked.baked_group`)
 analysed the same way (:func:`~cache_server.graphs.bucketing.analyse_axes`).

@@ -1,5 +1,5 @@
 """What parsing each stored entry found (``entry_graphs``): the entries still to parse, recording what was
-found, and the graphs with the most shape variants: :class:`GraphRepository`, the repository of the parsing
+found, and the graphs that cost most to compile: :class:`GraphRepository`, the repository of the parsing
 service (:mod:`cache_server.parsing.service`), which the stats read the top graphs from too."""
 
 from __future__ import annotations
