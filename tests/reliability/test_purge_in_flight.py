@@ -142,6 +142,15 @@ def test_a_purge_while_a_put_body_arrives_takes_the_entry_back(deployment: Deplo
     with httpx.Client(base_url=server.url, timeout=60) as http:
         upload = Background(lambda: put_at(server.url, f"{NS}-put", "late", data, body=body(), **writer))
         assert half.wait(60)
+
+        def authenticated() -> bool:  # the token's first use: the server is past the PUT's headers
+            usage = http.get("/admin/tokens", headers=as_admin).json()["tokens"]
+            tokens = [row["token"] for row in usage if row["token"]]
+            return any(token["name"] == "put" and token["last_used_at"] for token in tokens)
+
+        # The first half can sit in the socket's buffers before the server reads the headers; a purge then
+        # would refuse the token at the door (plain 401 unauthorized), not in flight.
+        wait_until(authenticated, timeout=60, message=server.log)
         purged = http.post("/admin/tokens/put/purge", headers=as_admin).json()
         resume.set()
         answer = upload.answer()
