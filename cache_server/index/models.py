@@ -269,6 +269,20 @@ class EntryGraph(Base):
     unparseable: Mapped[str | None] = mapped_column(String(256), nullable=True)
 
 
+# A graph's rows with a body, the latest parsed last (migration 0022): the bucketing report reads a module's
+# latest bodies and counts them off this index, whatever the module holds (it joined all of a module's
+# entries to ``entries`` and sorted them by upload time: 55 ms for a module of 16,000 entries on PostgreSQL).
+Index(
+    "ix_entry_graphs_bodies",
+    EntryGraph.namespace,
+    EntryGraph.module,
+    EntryGraph.parsed_at,
+    EntryGraph.key,
+    sqlite_where=EntryGraph.ops.is_not(None),
+    postgresql_where=EntryGraph.ops.is_not(None),
+)
+
+
 class GraphCount(Base):
     """One graph (HLO module) of a namespace: how many distinct shape signatures (``variants``) and how many
     ``entry_graphs`` rows (``entries``) it has now.
