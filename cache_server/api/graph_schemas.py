@@ -11,6 +11,7 @@ from cache_server.graphs.report import (
     BODIES_READ_PER_GRAPH,
     BODY_TEXT_PER_GRAPH,
     BODY_TEXT_PER_REPORT,
+    SOURCES_READ,
     BakedReport,
     GraphReport,
     StepReport,
@@ -254,7 +255,12 @@ class GraphReportOut(BaseModel):
         default_factory=list,
         description="Where the jobs compiled it: the file:line its runs reported with its compiles "
         "(torch_xla: the call site of the mark_step/sync that compiled it, no debug setting needed), the "
-        "most entries first, at most 3.",
+        "most entries first, at most 3; counted over sources_counted of its entries.",
+    )
+    sources_counted: int = Field(
+        default=0,
+        description=f"How many of its entries the sources were counted over: all of them up to "
+        f"{SOURCES_READ:,}, else that many (the counts then describe a sample).",
     )
     bodies_stored: int | None = Field(
         default=None,
@@ -297,6 +303,7 @@ class GraphReportOut(BaseModel):
             bodies_read=report.bodies_read,
             bodies_stored=report.bodies_stored,
             sources=[SourceOut(source=source, entries=n) for source, n in report.sources],
+            sources_counted=report.sources_counted,
         )
 
 

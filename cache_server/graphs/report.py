@@ -29,7 +29,12 @@ from cache_server.graphs.baked import BakedGroup, baked_group_of
 from cache_server.graphs.bucketing import BucketingReport, analyse
 from cache_server.graphs.shapes import ShapeSignature, parse_shape_signature
 from cache_server.graphs.steps import Step, StepGraph, group_steps
-from cache_server.index.graph_variants import GraphBody, GraphCounted, GraphVariantsRepository
+from cache_server.index.graph_variants import (
+    SOURCES_READ,
+    GraphBody,
+    GraphCounted,
+    GraphVariantsRepository,
+)
 from cache_server.names import check_namespace
 from cache_server.parsing.body import Body, body_from_text
 from cache_server.parsing.hlo import CUT_MARKER
@@ -46,6 +51,7 @@ __all__ = [
     "MAX_VARIANTS_READ",
     "OPS_COMPARED_PER_GRAPH",
     "OPS_COMPARED_PER_REPORT",
+    "SOURCES_READ",
     "VARIANTS_READ_PER_REPORT",
     "BakedReport",
     "GraphReport",
@@ -131,6 +137,7 @@ class GraphReport:
     bodies_stored: int | None = None
     compile_seconds: float = 0.0  # the compile times recorded with its entries, summed: the report's order
     sources: tuple[tuple[str, int], ...] = ()  # where its runs compiled it (file:line, entries), most first
+    sources_counted: int = 0  # of how many of its entries the sources were counted (SOURCES_READ at most)
     source: str | None = None  # where its latest body read was traced (file:line), where it names one
     summary: str | None = None  # what to do and what it leaves (graph_summary), before the tables
 
@@ -389,6 +396,7 @@ class GraphReports:
                     bodies_stored=bodies_stored,
                     compile_seconds=graph.compile_seconds,
                     sources=tuple(sources.get(graph.module, ())),
+                    sources_counted=min(graph.entries, SOURCES_READ),
                     source=latest[0].source if latest is not None else None,
                     summary=graph_summary(bucketing, baked),
                 )
@@ -412,7 +420,11 @@ class GraphReports:
         for (shapes, row, body), report in zip(found, reports, strict=True):
             if body is None and any(seen[text] > 1 for text in shapes) and budget.ops > 0:
                 read = self._repository.read_bodies(
-                    namespace, report.module, limit=1, max_text=max(0, min(BODY_TEXT_PER_GRAPH, budget.text))
+                    namespace,
+                    report.module,
+                    limit=1,
+                    max_text=max(0, min(BODY_TEXT_PER_GRAPH, budget.text)),
+                    counted=False,  # its latest body only: how many it holds is not shown
                 ).bodies
                 budget.text -= sum(len(r.ops) for r in read)
                 parsed, ops = _parsed(read, budget.ops)

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 BODIES_COUNTED = 10_000  # a graph's entries with a body counted at most (the count reads their rows)
-SOURCES_READ = 2_000  # a graph's entries whose reported sources are counted at most (their keys, any order)
+SOURCES_READ = 500  # a graph's entries whose reported sources are counted at most (their keys, any order)
 
 
 @dataclass(frozen=True)
@@ -242,13 +242,16 @@ class GraphVariantsRepository:
             for module, counts in found.items()
         }
 
-    def read_bodies(self, namespace: str, module: str, *, limit: int, max_text: int) -> GraphBodies:
+    def read_bodies(
+        self, namespace: str, module: str, *, limit: int, max_text: int, counted: bool = True
+    ) -> GraphBodies:
         """The latest parsed entries of ``module`` with a body: at most ``limit`` of them, and of those only
         the first whose ops texts fit ``max_text`` characters in all (the bounds are kept by the queries:
         the latest ``limit`` keys are the last of the module's range in ``ix_entry_graphs_bodies``, chosen
         with the length of each ops text before any is read; only the texts that fit are read; none at all
         when ``max_text`` is 0). With how many entries of ``module`` have a body (counted up to
-        :data:`BODIES_COUNTED`, off that index alone)."""
+        :data:`BODIES_COUNTED`, off that index alone; not counted unless ``counted``: then only how many
+        were found)."""
         # The partial index's own condition (migration 0022), so both databases read the module's range of it.
         has_body = (
             EntryGraph.namespace == namespace,
@@ -273,8 +276,8 @@ class GraphVariantsRepository:
             .join(latest, (EntryGraph.namespace == namespace) & (EntryGraph.key == latest.c.key))
             .order_by(latest.c.parsed_at.desc(), latest.c.key.desc())
         )
-        counted = select(EntryGraph.key).where(*has_body).limit(BODIES_COUNTED).subquery()
-        count = select(func.count()).select_from(counted)
+        with_body = select(EntryGraph.key).where(*has_body).limit(BODIES_COUNTED).subquery()
+        count = select(func.count()).select_from(with_body)
         if limit <= 0 or max_text <= 0:
             with self._db.transaction() as session:
                 return GraphBodies([], int(session.execute(count).scalar_one()))
@@ -289,7 +292,7 @@ class GraphVariantsRepository:
                 if shapes is not None and structure:
                     chosen.append((key, shapes, structure, source))
             stored = len(rows)
-            if stored >= limit:
+            if stored >= limit and counted:
                 stored = int(session.execute(count).scalar_one())
             texts = self._ops_texts(session, namespace, [key for key, _, _, _ in chosen])
         bodies = [

@@ -314,7 +314,9 @@ function renderBuckets(report) {
     part.appendChild(title);
     if ((g.sources || []).length) {
       part.appendChild(el("p", { class: "sources" },
-        "Compiled at " + g.sources.map((s) => `${s.source} (${fmtCount(s.entries)})`).join(", ") + "."));
+        "Compiled at " + g.sources.map((s) => `${s.source} (${fmtCount(s.entries)})`).join(", ") +
+        (g.sources_counted && g.sources_counted < g.entries
+          ? ` (counted over ${fmtCount(g.sources_counted)} of its ${fmtCount(g.entries)} entries).` : ".")));
     }
     if (g.summary) part.appendChild(el("p", { class: "summary" }, `What to do: ${g.summary}.`));
     if (g.read < g.variants) {

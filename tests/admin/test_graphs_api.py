@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from cache_server.app import create_app
 from cache_server.auth.tokens import Role
-from cache_server.graphs.report import MAX_EXAMPLE_TEXT, MAX_GRAPH_SHAPES_TEXT
+from cache_server.graphs.report import MAX_EXAMPLE_TEXT, MAX_GRAPH_SHAPES_TEXT, SOURCES_READ
+from cache_server.index import EntryRepository
 from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.index.migrate import upgrade
 from cache_server.parsing.hlo import CUT_MARKER
@@ -21,6 +22,9 @@ from cache_server.settings import Settings
 from cache_server.wiring import Services
 from tests.support.apps import services_of
 from tests.support.databases import fresh_database_url
+from tests.support.entry_records import record
+from tests.support.run_reports import run_report
+from xla_cache.cli.graphs import graph_lines
 
 ROWS = (0, 4, 8)  # parameter 1, dimension 0
 TOKENS = (2, 3, 5, 9)  # parameter 2, dimension 0
@@ -277,3 +281,34 @@ def test_a_namespace_of_cut_shapes_texts_answers_at_once(app: TestClient) -> Non
     assert graph["variants"] == 201 and graph["read"] * len(long) <= MAX_GRAPH_SHAPES_TEXT + len(long)
     assert len(graph["example"]) <= MAX_EXAMPLE_TEXT + len(CUT_MARKER)
     assert elapsed < 2.0, elapsed
+
+
+def test_sources_are_counted_over_a_bounded_sample_and_say_so(app: TestClient) -> None:
+    """A graph of more entries than the report counts sources over (``SOURCES_READ``): the count is of
+    that many, the answer says over how many, and the CLI's line says it is a sample; a small graph's
+    count is of all its entries, with nothing added."""
+    services = services_of(app)
+    wide = SOURCES_READ + 40
+    rows = [record("wide", f"w{n:04d}", 10, compile_ms=100) for n in range(wide)]
+    EntryRepository(services.database).record_new_entries([*rows, record("wide", "lone", 10, compile_ms=50)])
+    GraphRepository(services.database).record_graphs(
+        [GraphRecord("wide", r.key, "big", "sig", "(f32[4]) -> (f32[4])") for r in rows]
+        + [GraphRecord("wide", "lone", "small", "sig1", "(f32[3]) -> (f32[3])")]
+    )
+    misses = [{"key": r.key, "source": "jobs/train.py:57"} for r in rows]
+    misses.append({"key": "lone", "source": "jobs/eval.py:9"})
+    report = run_report("run-wide-0001", namespace="wide", misses=len(misses), new_misses=misses)
+    admin = bearer(app, Role.ADMIN)
+    assert app.post("/v1/runs", json=report, headers=admin).status_code == 200
+    answer = app.get("/admin/graphs", params={"namespace": "wide"}, headers=admin).json()
+    graphs = {g["module"]: g for g in answer["graphs"]}
+    assert graphs["big"]["entries"] == wide and graphs["big"]["sources_counted"] == SOURCES_READ
+    assert graphs["big"]["sources"] == [{"source": "jobs/train.py:57", "entries": SOURCES_READ}]
+    assert graphs["small"]["sources_counted"] == 1
+    assert graphs["small"]["sources"] == [{"source": "jobs/eval.py:9", "entries": 1}]
+    lines = graph_lines(answer)
+    assert (
+        f"  compiled at jobs/train.py:57 ({SOURCES_READ}) (counted over {SOURCES_READ} of its {wide} entries)"
+        in lines
+    )
+    assert "  compiled at jobs/eval.py:9 (1)" in lines

@@ -112,7 +112,11 @@ def graph_lines(report: dict[str, Any]) -> list[str]:
         lines.append(title)
         sources = graph.get("sources") or []  # (an older server sends none)
         if sources:
-            lines.append("  compiled at " + ", ".join(f"{s['source']} ({s['entries']})" for s in sources))
+            line = "  compiled at " + ", ".join(f"{s['source']} ({s['entries']})" for s in sources)
+            counted = graph.get("sources_counted") or graph["entries"]
+            if counted < graph["entries"]:
+                line += f" (counted over {counted:,} of its {graph['entries']:,} entries)"
+            lines.append(line)
         if graph.get("summary"):
             lines.append(f"  what to do: {graph['summary']}")
         for dim in graph["varying"]:
