@@ -5,11 +5,12 @@ namespace whose key components it was compared with."""
 
 from __future__ import annotations
 
-__all__ = ["PREFILL_UPLOADER", "is_prefilled", "is_unverified", "prefill_uploader"]
+__all__ = ["PREFILL_UPLOADER", "UNVERIFIED", "is_prefilled", "is_unverified", "prefill_uploader"]
 
 PREFILL_UPLOADER = "prefill"
 """The first word of a prefilled entry's ``X-Uploader``."""
 UNVERIFIED = "unverified"
+"""The last word of the ``X-Uploader`` of an entry prefilled unverified."""
 
 
 def prefill_uploader(host: str, pid: int, topology: str | None, *, unverified: bool) -> str:

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import String, func, literal, select, union_all
+from sqlalchemy import String, func, literal, select, text, union_all
 from sqlalchemy.orm import Session
 
-from cache_protocol.prefill import PREFILL_UPLOADER
+from cache_protocol.prefill import PREFILL_UPLOADER, UNVERIFIED
 from cache_server.index.database import Database
 from cache_server.index.graph_records import ranked_by_cost
-from cache_server.index.models import Entry, EntryGraph, Namespace, RunMiss
+from cache_server.index.models import PREFILLED, Entry, EntryGraph, Namespace, RunMiss
 
 __all__ = [
     "BODIES_COUNTED",
@@ -110,12 +110,11 @@ class GraphVariantsRepository:
 
     def prefilled(self, namespace: str) -> tuple[int, int]:
         """How many of ``namespace``'s entries a prefill stored (their uploader says so:
-        :mod:`cache_protocol.prefill`), and how many of those unverified (one pass over the namespace's
-        rows, on its primary key: a report's cost, not a warm's)."""
-        prefilled = Entry.uploader.like(f"{PREFILL_UPLOADER} %")
-        unverified = Entry.uploader.like(f"{PREFILL_UPLOADER} % unverified")
-        stmt = select(func.count().filter(prefilled), func.count().filter(unverified)).where(
-            Entry.namespace == namespace
+        :mod:`cache_protocol.prefill`), and how many of those unverified (off ``ix_entries_prefilled``,
+        migration 0023: the prefilled entries alone, with their uploaders)."""
+        unverified = Entry.uploader.like(literal(f"{PREFILL_UPLOADER} % {UNVERIFIED}", literal_execute=True))
+        stmt = select(func.count(), func.count().filter(unverified)).where(
+            Entry.namespace == namespace, text(PREFILLED)
         )
         with self._db.transaction() as session:
             row = session.execute(stmt).one()

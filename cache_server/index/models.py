@@ -27,12 +27,14 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.elements import KeyedColumnElement
 
+from cache_protocol.prefill import PREFILL_UPLOADER
 from cache_protocol.runs import RUN_NUMBERS
 from cache_protocol.signing import SIGNATURE_MAX_LENGTH
 from cache_server.domain import utcnow
 
 __all__ = [
     "NO_TOKEN",
+    "PREFILLED",
     "ApiToken",
     "Base",
     "DailyStats",
@@ -175,6 +177,19 @@ Index(
     Entry.hits.desc(),
     Entry.last_access_at.desc(),
     Entry.key,
+)
+
+# The entries a prefill stored, by namespace (migration 0023: their uploader says so,
+# cache_protocol.prefill): the graphs report counts a namespace's off this index alone, not over all of
+# its rows (500,000 rows of one namespace: 80 ms on PostgreSQL). Queries name the same condition, its pattern
+# inline (PREFILLED), so both databases see that they may use it.
+PREFILLED = f"uploader LIKE '{PREFILL_UPLOADER} %'"
+Index(
+    "ix_entries_prefilled",
+    Entry.namespace,
+    Entry.uploader,
+    sqlite_where=text(PREFILLED),
+    postgresql_where=text(PREFILLED),
 )
 
 # The rows pointing into each pack (gc, a pack found damaged), and the rows pointing into none, in key order
