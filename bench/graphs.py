@@ -252,7 +252,7 @@ def main() -> int:
     from fastapi.testclient import TestClient
 
     from cache_server.api.telemetry import ACCESS_LOGGER
-    from cache_server.app import create_app
+    from cache_server.app import create_app, settle_heap
     from cache_server.graphs.report import DEFAULT_VARIANTS_READ, VARIANTS_READ_PER_REPORT, shares
     from cache_server.index.graph_variants import GraphVariantsRepository
     from cache_server.index.migrate import upgrade
@@ -270,6 +270,7 @@ def main() -> int:
         fill(services.database, args.entries, args.database == "postgresql")
         figures["setup_s"] = round(time.perf_counter() - started, 1)
         print(f"{args.database}: {args.entries:,} entries with their graphs set up in {figures['setup_s']} s")
+        settle_heap()  # as a server process does once its app is built (xla-cache-server serve)
         variants = GraphVariantsRepository(services.database)
         cases: dict[str, dict[str, Any]] = {
             "big namespace (50% of entries, 50 graphs), top 10": {"namespace": "big"},

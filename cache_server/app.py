@@ -19,7 +19,7 @@ from cache_server.service.feed import FeedWatcher
 from cache_server.settings import Settings
 from cache_server.wiring import Services, build_services
 
-__all__ = ["GC_THRESHOLDS", "create_app", "create_app_from_env"]
+__all__ = ["GC_THRESHOLDS", "create_app", "create_app_from_env", "settle_heap"]
 
 GC_THRESHOLDS = (20_000, 20, 20)
 """The garbage collector's thresholds in a server process (Python's are 700, 10, 10): young collections a
@@ -76,15 +76,20 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
 def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` (what ``xla-cache-server serve`` runs, in each worker): settings from
-    ``XLA_CACHE_*``.
-
-    What the process holds once the app is built (modules, the app, its routes and schemas: hundreds of
-    thousands of objects that live as long as it does) is moved out of the garbage collector's reach
-    (``gc.freeze``): a full collection no longer walks them each time a request's work (a run's detail, a
-    bucketing report) allocates enough to trigger one. Each such collection held the GIL for 90-120 ms, and
-    the event loop with it (/healthz waited that long behind two detail pages); frozen, 20-30 ms."""
+    ``XLA_CACHE_*``, the heap settled once the app is built (:func:`settle_heap`)."""
     app = create_app(Settings())
+    settle_heap()
+    return app
+
+
+def settle_heap() -> None:
+    """What a server process holds once its app is built (modules, the app, its routes and schemas: hundreds
+    of thousands of objects that live as long as it does) is moved out of the garbage collector's reach
+    (``gc.freeze``), and young collections run less often (:data:`GC_THRESHOLDS`): a full collection no
+    longer walks them each time a request's work (a run's detail, a bucketing report) allocates enough to
+    trigger one. Each such collection held the GIL for 90-120 ms, and the event loop with it (/healthz
+    waited that long behind two detail pages); frozen, 20-30 ms. Called once per process, after the app is
+    built (the benches that time requests in process call it too, to time what a server does)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    return app
