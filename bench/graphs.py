@@ -14,7 +14,7 @@ torch_xla_2.7_cpu_fuse``, torch_xla 2.7: 13 sizes inside one structure, 4 edge s
 that compiled them; the big namespace's ten largest graphs have run misses with sources too (the report
 counts each graph's sources over up to 500 of its keys). The request is timed through the app in process
 (routing, the ranking, one query per graph, parsing the shapes read, the analysis, the bodies compared, the
-steps, the sources, the JSON), with the defaults (10 graphs, at most 2,500 variants read of each and 4,000 in
+steps, the sources, the JSON), with the defaults (10 graphs, at most 2,500 variants read of each and 3,000 in
 all) and with ``top=1``. Setup is not timed: rows are inserted in bulk, as ``bench.cases.index`` does.
 """
 

@@ -68,9 +68,12 @@ __all__ = [
 MAX_TOP = 100  # graphs one report may list
 MAX_VARIANTS_READ = 5_000  # variants one report may read per graph
 DEFAULT_VARIANTS_READ = 2_500  # the seed workload's fuse graph (2,112 shapes at seq 128) is read whole
-# Variants one report reads in all (or ``per_graph``, if more): parsing and analysing cost ~12 us of CPU per
-# variant, so ten graphs of 10,000 variants read 2,000 each took most of a second. Shared by :func:`shares`.
-VARIANTS_READ_PER_REPORT = 4_000
+# Variants one report reads in all (or ``per_graph``, if more): reading, parsing and analysing cost ~30 us of
+# CPU per variant, so ten graphs of 10,000 variants read 2,000 each took most of a second. Shared by
+# :func:`shares`. 3,000 (was 4,000 before a report also compared bodies, grouped steps and counted sources:
+# ~40 ms of the 250 ms a report of a namespace of 500,000 entries may take); a seed-like namespace's top 10
+# (its fuse graph's 2,112 shapes, its step's modules, graphs of 100) is still read whole.
+VARIANTS_READ_PER_REPORT = 3_000
 # Bodies read for a graph's baked sizes (only where its entries repeat input shapes), the latest first: at
 # most this many, of at most this many characters of ops text in all (32 bodies of the 64 KiB an entry's may
 # hold; 64 of a real module's few KB), and parsed only until this many sized ops are compared (~0.2 s of CPU).

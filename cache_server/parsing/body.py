@@ -63,15 +63,18 @@ class SizedOp:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> SizedOp:
         """An op from :meth:`row`'s array; KeyError, ValueError or TypeError when it is not one."""
-        fields = dict(zip(ROW, row, strict=False))  # a later field past ROW is passed over
+        if len(row) < len(ROW):
+            raise KeyError(ROW[len(row)])
+        # unpacked in ROW's order (a later field past ROW is passed over): a report parses thousands
+        position, opcode, name, sizes, result, op, source = row[: len(ROW)]
         return cls(
-            position=int(fields["position"]),
-            opcode=str(fields["opcode"]),
-            name=str(fields["name"]),
-            sizes={str(k): [float(v) for v in vs] for k, vs in dict(fields["sizes"]).items()},
-            result=str(fields["result"]),
-            op=None if fields["op"] is None else str(fields["op"]),
-            source=None if fields["source"] is None else str(fields["source"]),
+            int(position),
+            str(opcode),
+            str(name),
+            {str(k): [float(v) for v in vs] for k, vs in dict(sizes).items()},
+            str(result),
+            None if op is None else str(op),
+            None if source is None else str(source),
         )
 
     def label(self) -> str:
