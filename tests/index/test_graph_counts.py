@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import delete, func, insert, inspect, select, update
 
@@ -19,6 +20,7 @@ from cache_server.index.migrate import downgrade, upgrade
 from cache_server.index.models import Entry, EntryGraph, GraphCount, Namespace
 from cache_server.settings import Settings
 from tests.support.entry_records import record
+from tests.support.wait import wait_until
 
 Counts = dict[tuple[str, str], tuple[int, int]]
 Sums = dict[tuple[str, str], tuple[int, int, int]]
@@ -282,3 +284,81 @@ def test_compile_ms_migration_backfills_and_downgrades(db_settings: Settings) ->
         assert kept_sums(db)[("a", "m")][2] == sum(range(20)) - 5 - 6 - 7 + 700
     finally:
         db.dispose()
+
+
+def _waiting_on_a_lock(database: Database, pid: int) -> bool:
+    """Whether PostgreSQL backend ``pid`` is waiting for a lock held by another transaction."""
+    with database.engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %(pid)s", {"pid": pid}
+        ).scalar()
+    return found == "Lock"
+
+
+def _in_flight(database: Database, work: Callable[[Any], None]) -> tuple[threading.Thread, list[int]]:
+    """``work`` run in a transaction of its own on a thread (committed at its end), and its backend's pid
+    once it has one."""
+    pid: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with database.engine.begin() as conn:
+                pid.append(int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
+                work(conn)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+            raise
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: pid or errors, timeout=30, message="the transaction never began")
+    assert not errors, errors
+    return thread, pid
+
+
+def test_a_compile_time_recorded_while_the_graph_is_parsed_is_counted(database: Database) -> None:
+    """An upload overwrites an entry's row with a new compile time while the parser records that entry's
+    graph, each in a transaction in flight, in either order (PostgreSQL's read committed: each statement
+    sees what was committed when it began; migration 0024 makes the parser's wait). SQLite writes one
+    transaction at a time, so there is nothing to interleave there."""
+    if database.engine.dialect.name != "postgresql":
+        return
+    EntryRepository(database).record_new_entries([record("a", f"k{i}", 10, compile_ms=100) for i in range(2)])
+    GraphRepository(database).record_graphs([graph("a", "k0", "m", 0)])
+    assert kept_sums(database) == {("a", "m"): (1, 1, 100)}
+    new_time = update(Entry).where(Entry.namespace == "a").values(compile_time_ms=250)
+    parsed = insert(EntryGraph).values(namespace="a", key="k1", module="m", signature="sig1", shapes="()")
+
+    # the upload first: its update in flight, then the parser's insert (which must wait for it)
+    with database.engine.connect() as upload:
+        with upload.begin():
+            upload.execute(new_time.where(Entry.key == "k1"))
+            parser, pid = _in_flight(database, lambda conn: conn.execute(parsed))
+            wait_until(
+                lambda: _waiting_on_a_lock(database, pid[0]) or not parser.is_alive(),
+                timeout=30,
+                message="the parser's insert neither waited nor ended",
+            )
+        parser.join(30)
+    assert_consistent(database)
+    assert kept_sums(database)[("a", "m")] == (2, 2, 350)
+
+    # the parser first: its insert in flight, then the upload's update (which must wait for it)
+    parsed_k2 = parsed.values(key="k2", signature="sig2")
+    EntryRepository(database).record_new_entries([record("a", "k2", 10, compile_ms=100)])
+    with database.engine.connect() as parser_conn:
+        with parser_conn.begin():
+            parser_conn.execute(parsed_k2)
+            uploading, pid = _in_flight(
+                database,
+                lambda conn: conn.execute(new_time.values(compile_time_ms=400).where(Entry.key == "k2")),
+            )
+            wait_until(
+                lambda: _waiting_on_a_lock(database, pid[0]) or not uploading.is_alive(),
+                timeout=30,
+                message="the upload's update neither waited nor ended",
+            )
+        uploading.join(30)
+    assert_consistent(database)
+    assert kept_sums(database)[("a", "m")] == (3, 3, 750)
