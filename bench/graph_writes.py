@@ -1,15 +1,16 @@
-"""``python -m bench.graph_writes [postgresql|sqlite]``: what the triggers that keep ``graph_counts``
-(migration 0013) cost the writes to ``entry_graphs``.
+"""``python -m bench.graph_writes [--database postgresql|sqlite] [--revisions 0017 0023 head]``: what the
+triggers that keep ``graph_counts`` (migration 0013; its compile ms since 0021; the entries locked first
+since 0024) cost the writes to ``entry_graphs``.
 
-On an index at 0012 (no triggers) and at head: 20,000 entries in 20 graphs of 3,000 signatures, their
-graphs recorded in batches of 50 (as the background parser records them), then evicted 1,000 at a time.
-Prints the median of each.
+On an index at each revision (the oldest whose ``entry_graphs`` takes what parsing records today is 0017):
+20,000 entries (each with a compile time) in 20 graphs of 3,000 signatures, their graphs recorded in batches
+of 50 (as the background parser records them), then evicted 1,000 at a time. Prints the median of each.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +35,8 @@ def measure(kind: str, revision: str) -> tuple[float, float]:
         try:
             entries, admin = EntryRepository(db), AdminRepository(db)
             graphs = GraphRepository(db)
-            entries.record_new_entries([record("ns", f"k{i}", 10) for i in range(ENTRIES)])
+            timed = [record("ns", f"k{i}", 10, compile_ms=100 + i % 7) for i in range(ENTRIES)]
+            entries.record_new_entries(timed)
             parse: list[float] = []
             for start in range(0, ENTRIES, BATCH):
                 batch = [
@@ -60,8 +62,12 @@ def measure(kind: str, revision: str) -> tuple[float, float]:
 
 
 def main() -> int:
-    kind = sys.argv[1] if len(sys.argv) > 1 else "postgresql"
-    for revision in ("0012", "head"):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="postgresql")
+    parser.add_argument("--revisions", nargs="+", default=["0017", "0023", "head"])
+    args = parser.parse_args()
+    kind = args.database
+    for revision in args.revisions:
         parse, evict = measure(kind, revision)
         print(
             f"{kind} at {revision}: a batch of {BATCH} parsed graphs recorded in {parse * 1000:.2f} ms, "
