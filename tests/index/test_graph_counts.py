@@ -295,26 +295,33 @@ def _waiting_on_a_lock(database: Database, pid: int) -> bool:
     return found == "Lock"
 
 
-def _in_flight(database: Database, work: Callable[[Any], None]) -> tuple[threading.Thread, list[int]]:
-    """``work`` run in a transaction of its own on a thread (committed at its end), and its backend's pid
-    once it has one."""
+def _interleaved(database: Database, first: Any, then: Any) -> None:
+    """Statement ``first`` executed in a transaction left open, then ``then`` in a transaction of its own on
+    another thread, until that one waits for a lock or ends; then the first commits and the second ends."""
     pid: list[int] = []
     errors: list[BaseException] = []
 
-    def run() -> None:
+    def second() -> None:
         try:
             with database.engine.begin() as conn:
                 pid.append(int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
-                work(conn)
+                conn.execute(then)
         except BaseException as exc:  # reported by the test
             errors.append(exc)
-            raise
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    wait_until(lambda: pid or errors, timeout=30, message="the transaction never began")
+    with database.engine.connect() as conn:
+        with conn.begin():
+            conn.execute(first)
+            thread = threading.Thread(target=second)
+            thread.start()
+            wait_until(lambda: pid or errors, timeout=30, message="the second transaction never began")
+            wait_until(
+                lambda: errors or not thread.is_alive() or _waiting_on_a_lock(database, pid[0]),
+                timeout=30,
+                message="the second statement neither waited nor ended",
+            )
+        thread.join(30)
     assert not errors, errors
-    return thread, pid
 
 
 def test_a_compile_time_recorded_while_the_graph_is_parsed_is_counted(database: Database) -> None:
@@ -324,41 +331,21 @@ def test_a_compile_time_recorded_while_the_graph_is_parsed_is_counted(database: 
     transaction at a time, so there is nothing to interleave there."""
     if database.engine.dialect.name != "postgresql":
         return
-    EntryRepository(database).record_new_entries([record("a", f"k{i}", 10, compile_ms=100) for i in range(2)])
+    entries = EntryRepository(database)
+    entries.record_new_entries([record("a", f"k{i}", 10, compile_ms=100) for i in range(3)])
     GraphRepository(database).record_graphs([graph("a", "k0", "m", 0)])
     assert kept_sums(database) == {("a", "m"): (1, 1, 100)}
-    new_time = update(Entry).where(Entry.namespace == "a").values(compile_time_ms=250)
-    parsed = insert(EntryGraph).values(namespace="a", key="k1", module="m", signature="sig1", shapes="()")
 
-    # the upload first: its update in flight, then the parser's insert (which must wait for it)
-    with database.engine.connect() as upload:
-        with upload.begin():
-            upload.execute(new_time.where(Entry.key == "k1"))
-            parser, pid = _in_flight(database, lambda conn: conn.execute(parsed))
-            wait_until(
-                lambda: _waiting_on_a_lock(database, pid[0]) or not parser.is_alive(),
-                timeout=30,
-                message="the parser's insert neither waited nor ended",
-            )
-        parser.join(30)
+    def new_time(key: str, ms: int) -> Any:
+        return update(Entry).where(Entry.namespace == "a", Entry.key == key).values(compile_time_ms=ms)
+
+    def parsed(key: str) -> Any:
+        return insert(EntryGraph).values(namespace="a", key=key, module="m", signature=key, shapes="()")
+
+    # the upload's update in flight, then the parser's insert (which must wait for it), and the reverse
+    _interleaved(database, new_time("k1", 250), parsed("k1"))
     assert_consistent(database)
     assert kept_sums(database)[("a", "m")] == (2, 2, 350)
-
-    # the parser first: its insert in flight, then the upload's update (which must wait for it)
-    parsed_k2 = parsed.values(key="k2", signature="sig2")
-    EntryRepository(database).record_new_entries([record("a", "k2", 10, compile_ms=100)])
-    with database.engine.connect() as parser_conn:
-        with parser_conn.begin():
-            parser_conn.execute(parsed_k2)
-            uploading, pid = _in_flight(
-                database,
-                lambda conn: conn.execute(new_time.values(compile_time_ms=400).where(Entry.key == "k2")),
-            )
-            wait_until(
-                lambda: _waiting_on_a_lock(database, pid[0]) or not uploading.is_alive(),
-                timeout=30,
-                message="the upload's update neither waited nor ended",
-            )
-        uploading.join(30)
+    _interleaved(database, parsed("k2"), new_time("k2", 400))
     assert_consistent(database)
     assert kept_sums(database)[("a", "m")] == (3, 3, 750)
