@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cache_server.admin.eviction import Evictor
 from cache_server.admin.history import prune_history
 from cache_server.admin.reindex import Reindexer
 from cache_server.admin.service import AdminService
@@ -53,6 +54,7 @@ class Services:
     access: AccessRecorder
     cache: CacheService
     admin: AdminService
+    evictor: Evictor
     parsing: ParsingService
     tokens: TokenManager
     reindexer: Reindexer
@@ -115,12 +117,15 @@ def build_services(
     hot = HotEntries(settings.hot_cache_bytes, settings.hot_cache_seconds, clock=monotonic)
     graphs = GraphRepository(database)
     parsing = ParsingService(graphs, store, activity=activity, parser=graph_parser)
+    admin_rows = AdminRepository(database)
+    evictor = Evictor(settings, admin_rows, store, before=access.flush, clock=clock, forget=hot.forget)
     admin = AdminService(
         settings,
-        AdminRepository(database),
+        admin_rows,
         graphs,
         store,
         tokens,
+        evictor=evictor,
         flush_access=access.flush,
         clock=clock,
         forget_entries=hot.forget,
@@ -147,6 +152,7 @@ def build_services(
         access=access,
         cache=cache,
         admin=admin,
+        evictor=evictor,
         parsing=parsing,
         tokens=tokens,
         reindexer=Reindexer(entries, store),

@@ -29,7 +29,7 @@ from cache_server.api.admin_schemas import (
     TokenOut,
     TokensOut,
 )
-from cache_server.api.deps import AdminDep, RunsDep, SettingsDep, TokensDep
+from cache_server.api.deps import AdminDep, EvictorDep, RunsDep, SettingsDep, TokensDep
 from cache_server.api.schemas import INDEX_INT_MAX
 from cache_server.auth.tokens import Role
 from cache_server.errors import InvalidName, PacksOff, TokenNotFound
@@ -70,11 +70,11 @@ def stats(
 
 @router.post("/evict", response_model=EvictOut)
 @declare(Role.ADMIN)
-def evict(body: EvictIn, admin: AdminDep) -> EvictOut:
+def evict(body: EvictIn, evictor: EvictorDep) -> EvictOut:
     """Evict least recently used entries: those unused for ``older_than_seconds``, then more until at most
     ``max_total_bytes`` remain (in ``namespace`` if given). With neither, the configured budgets apply.
     ``dry_run`` lists what would go. Index rows go before blobs."""
-    result = admin.evictor.evict(
+    result = evictor.evict(
         max_total_bytes=body.max_total_bytes,
         older_than_seconds=body.older_than_seconds,
         namespace=body.namespace,
@@ -183,7 +183,7 @@ def signers(admin: AdminDep) -> SignersOut:
 
 @router.post("/signers/{signer}/purge", response_model=EvictOut)
 @declare(Role.ADMIN)
-def purge_signer(signer: str, admin: AdminDep, body: PurgeSignerIn | None = None) -> EvictOut:
+def purge_signer(signer: str, evictor: EvictorDep, body: PurgeSignerIn | None = None) -> EvictOut:
     """The answer to a leaked signing key: remove every entry it signed (rows first, then blobs), as a purge
     of a token does; ``unsigned`` in place of a key id removes every unsigned entry. ``dry_run`` lists what
     would go. ``max_entries``: at most that many in this call, ``remaining`` the ones left (the CLI calls
@@ -193,7 +193,7 @@ def purge_signer(signer: str, admin: AdminDep, body: PurgeSignerIn | None = None
         raise InvalidName(f"{signer[:40]!r} is not a key id (16 lowercase hex digits) nor {UNSIGNED!r}.")
     body = body or PurgeSignerIn()
     key_id = None if signer == UNSIGNED else signer
-    result = admin.evictor.remove_signed_by(
+    result = evictor.remove_signed_by(
         key_id, dry_run=body.dry_run, list_limit=body.list_limit, max_entries=body.max_entries
     )
     return EvictOut.of(result)

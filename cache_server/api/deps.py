@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from cache_server.admin.eviction import Evictor
 from cache_server.admin.service import AdminService
 from cache_server.api.bodies import UploadSlots
 from cache_server.auth.tokens import TokenManager
@@ -21,6 +22,7 @@ from cache_server.wiring import Services
 
 __all__ = [
     "AdminDep",
+    "EvictorDep",
     "GraphsDep",
     "NearestDep",
     "QuotasDep",
@@ -87,6 +89,7 @@ async def _settings(request: Request) -> Settings:
 
 ServiceDep = Annotated[CacheService, Depends(service("cache"))]
 AdminDep = Annotated[AdminService, Depends(service("admin"))]
+EvictorDep = Annotated[Evictor, Depends(service("evictor"))]
 NearestDep = Annotated[NearestNamespaces, Depends(service("nearest"))]
 TokensDep = Annotated[TokenManager, Depends(service("tokens"))]
 SettingsDep = Annotated[Settings, Depends(_settings)]

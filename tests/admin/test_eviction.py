@@ -160,7 +160,7 @@ def test_rows_go_before_blobs(
 
     with monkeypatch.context() as patched:
         patched.setattr(services.store, "delete", failing_delete)
-        result = services.admin.evictor.evict(max_total_bytes=0)
+        result = services.evictor.evict(max_total_bytes=0)
     assert result.evicted == 3
     assert seen_rows_at_delete == [False, False, False]
     assert services.cache.missing("ns", keys) == keys

@@ -65,7 +65,7 @@ def test_eviction_counts_once_and_keeps_the_recently_used(services: Services) ->
     for i in range(12):
         put(services, "ns", f"k{i:02d}", bytes([i]) * 100)
     read(services, "ns", "k00")  # the oldest, used now
-    result = services.admin.evictor.evict(max_total_bytes=500)
+    result = services.evictor.evict(max_total_bytes=500)
     assert (result.evicted, result.freed_bytes) == (7, 700)
     keys = [f"k{i:02d}" for i in range(12)]
     assert set(keys) - set(services.cache.missing("ns", keys)) == {
