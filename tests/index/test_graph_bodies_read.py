@@ -6,15 +6,15 @@ characters' bound, and the index really used for both reads."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
-from sqlalchemy import event, update
+from sqlalchemy import update
 
 from cache_server.index import Database, EntryRepository
 from cache_server.index.graph_records import GraphRecord, GraphRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
 from cache_server.index.models import EntryGraph
 from tests.support.entry_records import record
+from tests.support.query_plans import sqlite_plans
 
 START = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 
@@ -71,20 +71,11 @@ def test_the_reads_are_ranges_of_the_bodies_index(database: Database) -> None:
         return
     EntryRepository(database).record_new_entries([record("ns", f"k{i}", 10) for i in range(5)])
     GraphRepository(database).record_graphs([body(f"k{i}") for i in range(5)])
-    statements: list[tuple[str, Any]] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        statements.append((statement, parameters))
-
-    event.listen(database.engine, "before_cursor_execute", seen)
-    try:
-        GraphVariantsRepository(database).read_bodies("ns", "m", limit=2, max_text=10_000)
-    finally:
-        event.remove(database.engine, "before_cursor_execute", seen)
-    reads = [(s, p) for s, p in statements if "parsed_at DESC" in s or "count(*)" in s]
-    assert len(reads) == 2, statements
-    with database.engine.connect() as conn:
-        for statement, parameters in reads:
-            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
-            details = " ".join(str(row[-1]) for row in plan)
-            assert "ix_entry_graphs_bodies" in details, details
+    plans = sqlite_plans(
+        database,
+        lambda: GraphVariantsRepository(database).read_bodies("ns", "m", limit=2, max_text=10_000),
+        lambda statement: "parsed_at DESC" in statement or "count(*)" in statement,
+    )
+    assert len(plans) == 2
+    for details in plans:
+        assert "ix_entry_graphs_bodies" in details, details

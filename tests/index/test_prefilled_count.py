@@ -5,14 +5,12 @@ them (``GraphVariantsRepository.prefilled``) off the partial index of prefilled 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
-
-from sqlalchemy import event
 
 from cache_protocol.prefill import is_prefilled, is_unverified, prefill_uploader
 from cache_server.index import Database, EntryRepository
 from cache_server.index.graph_variants import GraphVariantsRepository
 from tests.support.entry_records import record
+from tests.support.query_plans import sqlite_plans
 
 UPLOADERS = [
     prefill_uploader("cpu-1", 11, None, unverified=False),
@@ -44,18 +42,8 @@ def test_the_count_reads_the_prefilled_index(database: Database) -> None:
     """SQLite uses a partial index only where the query names its condition as the index does."""
     if database.engine.dialect.name != "sqlite":
         return  # PostgreSQL's plan of a tiny table is a sequential scan whatever the indexes
-    statements: list[tuple[str, Any]] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        statements.append((statement, parameters))
-
-    event.listen(database.engine, "before_cursor_execute", seen)
-    try:
-        GraphVariantsRepository(database).prefilled("a")
-    finally:
-        event.remove(database.engine, "before_cursor_execute", seen)
-    (statement, parameters) = next((s, p) for s, p in statements if "count(" in s)
-    with database.engine.connect() as conn:
-        plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
-    details = " ".join(str(row[-1]) for row in plan)
-    assert "ix_entries_prefilled" in details, details
+    plans = sqlite_plans(
+        database, lambda: GraphVariantsRepository(database).prefilled("a"), lambda s: "count(" in s
+    )
+    assert len(plans) == 1
+    assert "ix_entries_prefilled" in plans[0], plans[0]
