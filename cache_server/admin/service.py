@@ -41,8 +41,8 @@ class AdminService:
     ``flush_access`` writes the hits and access times counted so far, so that stats and eviction see them;
     ``forget_entries`` drops this process's memory copies of entries removed
     (:mod:`cache_server.service.hot`). ``evictor`` (:class:`~cache_server.admin.eviction.Evictor`, built
-    by :mod:`cache_server.wiring` and given to the routes on its own; one over the same parts if None)
-    removes entries: the budgets' eviction here, eviction and purges on request through the routes.
+    by :mod:`cache_server.wiring`, which gives it to the routes too) removes entries: the budgets' eviction
+    here, eviction and purges on request through the routes.
     """
 
     def __init__(
@@ -53,7 +53,7 @@ class AdminService:
         store: BlobStore,
         tokens: TokenManager,
         *,
-        evictor: Evictor | None = None,
+        evictor: Evictor,
         flush_access: Callable[[], None] = lambda: None,
         clock: Clock = utcnow,
         forget_entries: Callable[[Sequence[tuple[str, str]]], None] = lambda refs: None,
@@ -69,9 +69,7 @@ class AdminService:
         self._packs_swept_at = -PACK_SWEEP_SECONDS
         self._forget_entries = forget_entries
         self._prune_history = prune_history
-        self.evictor = evictor or Evictor(
-            settings, repository, store, before=flush_access, clock=clock, forget=forget_entries
-        )
+        self.evictor = evictor
         self._budgets = Periodic(
             "xla-cache-evict",
             "background eviction",

@@ -134,6 +134,7 @@ class GraphVariantsRepository:
         order (one per signature) and their entries' hits (not summed for a graph of one variant, which
         weighs all there is whatever they are: its hits read 0)."""
         found: list[GraphVariants] = []
+        of_entry = (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key)
         with self._db.transaction() as session:
             for graph, read in zip(graphs, reads, strict=True):
                 if graph.variants == 1 and read >= 1:
@@ -149,27 +150,17 @@ class GraphVariantsRepository:
                         )
                         .limit(1)
                     ).first()
-                    shapes = [one] if one else []
-                    found.append(
-                        GraphVariants(
-                            graph.module,
-                            graph.variants,
-                            graph.entries,
-                            shapes,
-                            [0] * len(shapes),
-                            graph.compile_seconds,
-                        )
-                    )
-                    continue
-                rows = session.execute(
-                    select(func.min(EntryGraph.shapes), func.sum(Entry.hits))
-                    .join(Entry, (Entry.namespace == EntryGraph.namespace) & (Entry.key == EntryGraph.key))
-                    .where(EntryGraph.namespace == namespace, EntryGraph.module == graph.module)
-                    .group_by(EntryGraph.signature)
-                    .order_by(EntryGraph.signature)
-                    .limit(read)
-                ).all()
-                kept = [(t, int(h or 0)) for t, h in rows if t]
+                    kept = [(one, 0)] if one else []
+                else:
+                    rows = session.execute(
+                        select(func.min(EntryGraph.shapes), func.sum(Entry.hits))
+                        .join(Entry, of_entry)
+                        .where(EntryGraph.namespace == namespace, EntryGraph.module == graph.module)
+                        .group_by(EntryGraph.signature)
+                        .order_by(EntryGraph.signature)
+                        .limit(read)
+                    ).all()
+                    kept = [(t, int(h or 0)) for t, h in rows if t]
                 found.append(
                     GraphVariants(
                         graph.module,
