@@ -21,6 +21,7 @@ all) and with ``top=1``. Setup is not timed: rows are inserted in bulk, as ``ben
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -247,6 +248,13 @@ def main() -> int:
         action="store_true",
         help="then profile three reports of big, top 10, called in process (cProfile, by cumulative time)",
     )
+    parser.add_argument(
+        "--parts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then time N reports of big, top 10, called in process, each part of each (milliseconds)",
+    )
     args = parser.parse_args()
 
     from fastapi.testclient import TestClient
@@ -325,6 +333,8 @@ def main() -> int:
             }
         if args.profile:
             _profile(services.graphs)
+        if args.parts:
+            _parts(services.graphs, args.parts)
         services.stop()
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
@@ -344,6 +354,47 @@ def _profile(reports: Any) -> None:
     profile.disable()
     print("  the profile of three reports of big, top 10 (divide by 3 for one):")
     pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+
+
+def _parts(reports: Any, count: int) -> None:
+    """``count`` reports of ``big``'s top 10 through the report service on this thread (after one not
+    counted), each part's milliseconds in each: the index's reads (shapes, sources, bodies), the bucketing
+    analysis, parsing the bodies and their baked analysis; the medians, then the series in order (a drift
+    shows as every part slowing together)."""
+    from unittest import mock
+
+    import cache_server.graphs.report as report_module
+    from cache_server.index.graph_variants import GraphVariantsRepository
+
+    spent: dict[str, float] = {}
+
+    def timed(label: str, function: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - began
+
+        return wrapper
+
+    parts = [(report_module, name) for name in ("analyse", "_parsed", "baked_group_of")]
+    parts += [(GraphVariantsRepository, name) for name in ("read_shapes", "sources_of", "read_bodies")]
+    series: dict[str, list[float]] = {}
+    with contextlib.ExitStack() as patches:
+        for owner, name in parts:
+            patches.enter_context(mock.patch.object(owner, name, timed(name, getattr(owner, name))))
+        for turn in range(count + 1):
+            spent.clear()
+            began = time.perf_counter()
+            reports.namespace_report("big", top=10)
+            spent["the report"] = time.perf_counter() - began
+            if turn:
+                for label, seconds in spent.items():
+                    series.setdefault(label, []).append(seconds * 1000)
+    print(f"  the parts of {count} reports of big, top 10, in process (ms: median, then each in order):")
+    for label, values in sorted(series.items(), key=lambda item: -statistics.median(item[1])):
+        print(f"    {label:14s} {statistics.median(values):6.0f}  {' '.join(f'{v:.0f}' for v in values)}")
 
 
 if __name__ == "__main__":
