@@ -93,7 +93,7 @@ def main() -> None:
         populate(services, "poisoned", args.entries, signer=None, stored_by=leaked_token.id)
         print(f"setup: 3 x {args.entries} entries of {SIZE} B ({time.perf_counter() - start:.1f} s)")
         rounds, seconds, removed = timed_rounds(
-            lambda: admin.evictor.remove_signed_by(SIGNER, max_entries=ROUND), "leaked"
+            lambda: services.evictor.remove_signed_by(SIGNER, max_entries=ROUND), "leaked"
         )
         print(f"purge-signer of {removed} entries: {seconds:.1f} s in {rounds} calls of {ROUND}")
         rounds, seconds, removed = timed_rounds(

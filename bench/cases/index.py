@@ -148,7 +148,7 @@ def _one_database(ctx: Context, result: CaseResult, kind: str, entries: int, evi
 
             def evict_once() -> None:
                 total = sum(size for _, size in admin.stored_by_namespace().values())
-                outcome = admin.evictor.evict(max_total_bytes=total - evict * SIZE)
+                outcome = services.evictor.evict(max_total_bytes=total - evict * SIZE)
                 evicted.append(outcome.evicted)
 
             series = result.add(ctx.repeat(f"{kind}: evict {evict:,}", evict_once, work={"entries": evict}))
